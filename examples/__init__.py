@@ -1,0 +1,1 @@
+"""Runnable example applications. Nothing imports ``examples``."""

@@ -1,0 +1,139 @@
+"""Read RocketMQ ``broker.conf`` (Java properties) into a ``StoreConfig``.
+
+Keys that map onto the store are applied; keys that belong to a RocketMQ broker but have no
+meaning for an embedded store (cluster and name-server settings) are accepted silently; anything
+else is reported in ``StoreConfig.unknown_broker_keys`` and logged, or rejected when strict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from .config import BrokerRole, FlushMode, parse_delay_levels
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# broker.conf key → (group, field, converter). group None = a top-level StoreConfig field.
+_Converter = Callable[[str], object]
+
+
+def _integer(text: str) -> int:
+    return int(text.strip())
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true/false")
+    return value == "true"
+
+
+def _cq_units(text: str) -> int:
+    size = int(text.strip())
+    return -(-size // 20)  # RocketMQ rounds the file size up to a multiple of 20
+
+
+_MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
+    "storePathRootDir": (None, "root_dir", lambda text: Path(text.strip())),
+    "mappedFileSizeCommitLog": ("commit_log", "segment_size_bytes", _integer),
+    "maxMessageSize": ("commit_log", "max_message_size_bytes", _integer),
+    "checkCRCOnRecover": ("commit_log", "check_crc_on_recover", _boolean),
+    "mappedFileSizeConsumeQueue": ("consume_queue", "units_per_file", _cq_units),
+    "messageIndexEnable": ("key_index", "enabled", _boolean),
+    "maxHashSlotNum": ("key_index", "slot_count_max", _integer),
+    "maxIndexNum": ("key_index", "entry_count_max", _integer),
+    "flushDiskType": ("flush", "mode", lambda text: FlushMode(text.strip())),
+    "flushIntervalCommitLog": ("flush", "interval_ms", _integer),
+    "flushCommitLogLeastPages": ("flush", "least_pages", _integer),
+    "flushCommitLogThoroughInterval": ("flush", "thorough_interval_ms", _integer),
+    "syncFlushTimeout": ("flush", "sync_timeout_ms", _integer),
+    "flushIntervalConsumeQueue": ("flush", "consume_queue_interval_ms", _integer),
+    "flushConsumeQueueLeastPages": ("flush", "consume_queue_least_pages", _integer),
+    "flushConsumeQueueThoroughInterval": ("flush", "consume_queue_thorough_interval_ms",
+                                          _integer),
+    "fileReservedTime": ("retention", "file_reserved_hours", _integer),
+    "deleteWhen": ("retention", "delete_when", str.strip),
+    "diskMaxUsedSpaceRatio": ("retention", "disk_max_used_space_ratio", _integer),
+    "diskSpaceCleanForciblyRatio": ("retention", "disk_space_clean_forcibly_ratio", _integer),
+    "diskSpaceWarningLevelRatio": ("retention", "disk_space_warning_level_ratio", _integer),
+    "deleteFileBatchMax": ("retention", "delete_file_batch_max", _integer),
+    "messageDelayLevel": ("delay", "levels_ms", parse_delay_levels),
+    "brokerRole": (None, "broker_role", lambda text: BrokerRole(text.strip())),
+}
+
+# Broker keys that configure parts of a RocketMQ deployment an embedded store does not have.
+_BROKER_ONLY_KEYS = frozenset({
+    "brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "autoCreateTopicEnable",
+    "autoCreateSubscriptionGroup", "defaultTopicQueueNums", "brokerPermission", "listenPort",
+    "brokerIP1", "brokerIP2", "haListenPort", "storePathCommitLog", "storePathConsumeQueue",
+    "storePathIndex", "storeCheckpoint", "abortFile", "sendMessageThreadPoolNums",
+    "pullMessageThreadPoolNums", "aclEnable", "enablePropertyFilter", "traceTopicEnable",
+    "slaveReadEnable", "transientStorePoolEnable", "useReentrantLockWhenPutMessage",
+})
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse the Java ``.properties`` syntax used by broker.conf (comments, ``=``/``:``, ``\\``)."""
+    result: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        for index, char in enumerate(line):
+            if char in "=:" or char.isspace():
+                key, value = line[:index], line[index + 1:].lstrip(" \t=:")
+                break
+        else:
+            key, value = line, ""
+        result[key.strip()] = value.strip()
+    return result
+
+
+def build_store_config(cls, source, *, strict: bool, overrides: Mapping[str, object]):
+    """Build ``cls`` (a ``StoreConfig``) from broker.conf keys plus explicit overrides."""
+    if isinstance(source, Mapping):
+        entries = {str(key): str(value) for key, value in source.items()}
+    else:
+        entries = parse_properties(Path(os.fspath(source)).read_text(encoding="utf-8"))
+    groups: dict[str, dict[str, object]] = {}
+    top: dict[str, object] = {}
+    unknown = []
+    for key, value in entries.items():
+        if key in _MAPPING:
+            group, name, convert = _MAPPING[key]
+            try:
+                converted = convert(value)
+            except (ValueError, ConfigError) as error:
+                raise ConfigError(f"broker.conf {key}={value!r}: {error}") from error
+            (top if group is None else groups.setdefault(group, {}))[name] = converted
+        elif key not in _BROKER_ONLY_KEYS:
+            unknown.append(key)
+    if unknown and strict:
+        raise ConfigError(f"unknown broker.conf keys: {', '.join(sorted(unknown))}")
+    if unknown:
+        log.warning("[config] broker.conf keys not understood by the store: %s",
+                    ", ".join(sorted(unknown)))
+    return _assemble(cls, groups, top, tuple(sorted(unknown)), dict(overrides))
+
+
+def _assemble(cls, groups, top, unknown, overrides):
+    defaults = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, object] = {}
+    for group, values in groups.items():
+        group_type = defaults[group].default_factory  # type: ignore[misc]
+        kwargs[group] = group_type(**values)
+    kwargs.update(top)
+    kwargs.update(overrides)
+    if "root_dir" not in kwargs:
+        raise ConfigError("broker.conf has no storePathRootDir and no root_dir was given")
+    return cls(unknown_broker_keys=unknown, **kwargs)

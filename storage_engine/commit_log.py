@@ -1,0 +1,233 @@
+"""``CommitLog``: the single append-only log of every message, the store's source of truth.
+
+Appends take one lock, assign each message the next offset of its (topic, queue) and a log
+position, encode the record and copy it into the last segment. A record must leave at least
+8 bytes in its segment; otherwise the segment is closed with a blank record and the message goes
+to the start of a new segment (reference §1.3). Reads by position validate magic, lengths and the
+body CRC and raise ``CorruptionError`` with the position when they do not hold.
+
+Thread-safety: ``append`` is serialised by the put lock; ``read`` may run concurrently from any
+thread for positions below ``max_position``. What survives a crash: flushed bytes; recovery
+(``recover_end``) scans from a safe segment and truncates the torn or corrupt tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from .clock import Clock
+from .config import CommitLogConfig
+from .errors import CorruptionError, InvalidMessageError, StorageIOError, StoreNotWritableError
+from .formats import (
+    END_FILE_MIN_BLANK_LENGTH,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    MessageView,
+    RecordKind,
+    check_record,
+    encode_blank_record,
+    encode_record_parts,
+)
+from .segment_set import SegmentSet
+
+log = logging.getLogger(__name__)
+
+
+class PreparedMessage(NamedTuple):
+    """A validated message with its variable parts encoded, ready to append."""
+
+    topic: str
+    topic_bytes: bytes
+    is_v2: bool
+    body: bytes
+    properties: bytes
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int  # -1: use the store timestamp
+    born_host: bytes  # b"": use the store host
+    reconsume_count: int
+    prepared_transaction_position: int
+    body_crc: int
+    size: int  # TOTALSIZE of the encoded record
+
+
+class Appended(NamedTuple):
+    """Where one message landed."""
+
+    log_position: int
+    queue_offset: int
+    store_timestamp_ms: int
+
+
+class CommitLog:
+    """The commit log of one store."""
+
+    def __init__(self, directory: Path, config: CommitLogConfig, store_host: bytes,
+                 clock: Clock) -> None:
+        self.config = config
+        self.segments = SegmentSet(directory, config.segment_size_bytes)
+        self.store_host = store_host
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.last_store_timestamp_ms = 0
+        self.failure: BaseException | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map existing segments (all treated as full until ``recover_end``)."""
+        self.segments.load()
+
+    def recover_end(self, start_position: int) -> int:
+        """Scan from ``start_position`` to the last valid record and truncate everything after.
+
+        Returns the recovered end position (one past the last valid record).
+        """
+        end = self.scan_valid_end(start_position)
+        log.info("[recovery] commit log scanned from position=%d; valid data ends at %d",
+                 start_position, end)
+        self.segments.truncate(end)
+        return end
+
+    def scan_valid_end(self, position: int) -> int:
+        """Position after the last valid record, scanning forward from ``position``."""
+        check_crc = self.config.check_crc_on_recover
+        segment_size = self.config.segment_size_bytes
+        while True:
+            segment = self.segments.find(position)
+            if segment is None:
+                return position
+            offset = position - segment.base_position
+            check = check_record(segment.buffer, offset, segment_size, check_crc=check_crc)
+            if check.kind == RecordKind.MESSAGE:
+                position += check.size
+            elif check.kind == RecordKind.BLANK:
+                position = segment.base_position + segment_size
+            else:
+                if check.kind == RecordKind.CORRUPT:
+                    log.warning("[recovery] invalid record at position=%d: %s", position,
+                                check.reason)
+                return position
+
+    def close(self) -> None:
+        """Flush and unmap every segment."""
+        with self._lock:
+            if self.failure is None:
+                self.segments.flush()
+            self.segments.close()
+
+    # ---- positions ---------------------------------------------------------------------------
+
+    @property
+    def min_position(self) -> int:
+        """First position still on disk."""
+        return self.segments.min_position
+
+    @property
+    def max_position(self) -> int:
+        """One past the last written byte."""
+        return self.segments.max_position
+
+    # ---- append ------------------------------------------------------------------------------
+
+    def append(self, batch: Sequence[PreparedMessage]) -> list[Appended]:
+        """Append messages in order under the put lock; every message gets the same store time.
+
+        Raises:
+            StoreNotWritableError: the log failed earlier (fail-stop).
+            InvalidMessageError: a record can never fit in one segment.
+            StorageIOError: a new segment could not be created (e.g. disk full); nothing of the
+                failing message was written.
+        """
+        results = []
+        with self._lock:
+            if self.failure is not None:
+                raise StoreNotWritableError(
+                    f"commit log stopped accepting writes after an I/O error: {self.failure}")
+            now = self._clock.now_ms()
+            if now < self.last_store_timestamp_ms:
+                now = self.last_store_timestamp_ms  # store times never go backwards
+            offsets = self.queue_offsets
+            segment = self.segments.last
+            for message in batch:
+                if segment is None or segment.remaining_bytes < message.size + (
+                        END_FILE_MIN_BLANK_LENGTH):
+                    segment = self._roll(message.size)
+                key = (message.topic, message.queue_id)
+                tx_type = message.sys_flag & SYSFLAG_TRANSACTION_MASK
+                if tx_type in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
+                    queue_offset = 0  # half and rollback records take no queue offset
+                else:
+                    queue_offset = offsets.get(key, 0)
+                    offsets[key] = queue_offset + 1
+                position = segment.base_position + segment.written_position
+                segment.write(encode_record_parts(
+                    message.topic_bytes, message.is_v2, message.body, message.properties,
+                    message.queue_id, message.flag, queue_offset, position, message.sys_flag,
+                    now if message.born_timestamp_ms < 0 else message.born_timestamp_ms,
+                    message.born_host or self.store_host, now, self.store_host,
+                    message.reconsume_count, message.prepared_transaction_position,
+                    message.body_crc))
+                results.append(Appended(position, queue_offset, now))
+            self.last_store_timestamp_ms = now
+        return results
+
+    def _roll(self, record_size: int):
+        segment_size = self.config.segment_size_bytes
+        if record_size + END_FILE_MIN_BLANK_LENGTH > segment_size:
+            raise InvalidMessageError(
+                f"a {record_size}-byte record can never fit a {segment_size}-byte segment; "
+                "raise commit_log.segment_size_bytes (broker.conf mappedFileSizeCommitLog)")
+        last = self.segments.last
+        if last is not None and not last.is_full:
+            remaining = last.remaining_bytes
+            last.write(encode_blank_record(remaining))
+            last.written_position = segment_size
+        try:
+            return self.segments.create_next()
+        except StorageIOError:
+            log.error("[append] cannot create a new commit-log segment after position=%d",
+                      self.max_position)
+            raise
+
+    def fail(self, error: BaseException) -> None:
+        """Enter fail-stop: every later append raises ``StoreNotWritableError``."""
+        if self.failure is None:
+            self.failure = error
+            log.error("[fail-stop] commit log refuses writes from now on: %s", error)
+
+    # ---- read --------------------------------------------------------------------------------
+
+    def read(self, position: int, *, check_crc: bool = True) -> MessageView:
+        """Decode the record at ``position``.
+
+        Raises:
+            CorruptionError: no valid record starts there (bad magic, size, or CRC).
+        """
+        segment = self.segments.find(position)
+        if segment is None or position >= self.max_position or position < 0:
+            raise CorruptionError(
+                f"no record at position={position}: the log holds "
+                f"[{self.min_position}, {self.max_position})", log_position=position)
+        offset = position - segment.base_position
+        check = check_record(segment.buffer, offset, segment.written_position,
+                             check_crc=check_crc)
+        if check.kind != RecordKind.MESSAGE:
+            reason = check.reason or f"{check.kind} record"
+            raise CorruptionError(f"no valid record at position={position}: {reason}",
+                                  log_position=position, path=str(segment.path))
+        return MessageView.decode(segment.buffer, offset)
+
+    def read_store_timestamp(self, position: int) -> int:
+        """Store time of the record at ``position`` (0 when it cannot be read)."""
+        try:
+            return self.read(position, check_crc=False).store_timestamp_ms
+        except CorruptionError:
+            return 0

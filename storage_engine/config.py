@@ -1,0 +1,226 @@
+"""Store configuration: frozen, grouped dataclasses, validated on creation.
+
+Defaults follow RocketMQ's ``MessageStoreConfig`` (reference Appendix A): 1 GiB commit-log
+segments, 300 000 consume-queue units a file, 5 000 000 index slots and 20 000 000 index entries,
+ASYNC flush. Every size can be made small for tests. ``StoreConfig.from_broker_conf`` builds a
+config from RocketMQ's own ``broker.conf`` keys; keys it does not know are reported (logged and
+kept in ``StoreConfig.unknown_broker_keys``), or rejected with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+class FlushMode(enum.Enum):
+    """How appends become durable (RocketMQ ``flushDiskType``)."""
+
+    SYNC = "SYNC_FLUSH"  # an append returns after a group flush covered it (or timed out)
+    ASYNC = "ASYNC_FLUSH"  # an append returns at once; a periodic flush makes it durable
+
+
+class BrokerRole(enum.Enum):
+    """Replication role (RocketMQ ``brokerRole``)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitLogConfig:
+    """The commit log."""
+
+    segment_size_bytes: int = GIB
+    """Size of every commit-log segment file (``mappedFileSizeCommitLog``). Fixed once written:
+    opening a store whose segments have another size fails."""
+    max_message_size_bytes: int = 4 * MIB
+    """Largest body accepted (``maxMessageSize``); larger bodies are rejected, nothing written."""
+    check_crc_on_recover: bool = True
+    """Verify body CRCs when recovery scans the log (``checkCRCOnRecover``)."""
+
+    def __post_init__(self) -> None:
+        _require(self.segment_size_bytes >= 1024, "commit_log.segment_size_bytes",
+                 "must be at least 1024")
+        _require(self.max_message_size_bytes >= 1, "commit_log.max_message_size_bytes",
+                 "must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumeQueueConfig:
+    """Per (topic, queue) consume queues."""
+
+    units_per_file: int = 300_000
+    """20-byte units in one consume-queue file (``mappedFileSizeConsumeQueue`` / 20)."""
+
+    def __post_init__(self) -> None:
+        _require(self.units_per_file >= 2, "consume_queue.units_per_file", "must be at least 2")
+
+    @property
+    def file_size_bytes(self) -> int:
+        """Size of one consume-queue file."""
+        return self.units_per_file * 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyIndexConfig:
+    """Hash index from message keys to log positions."""
+
+    enabled: bool = True
+    """Build the key index (``messageIndexEnable``); queries by key need it."""
+    slot_count_max: int = 5_000_000
+    """Hash slots per index file (``maxHashSlotNum``)."""
+    entry_count_max: int = 20_000_000
+    """Entries per index file (``maxIndexNum``); entry 0 is reserved, so one fewer fit."""
+
+    def __post_init__(self) -> None:
+        _require(self.slot_count_max >= 1, "key_index.slot_count_max", "must be positive")
+        _require(self.entry_count_max >= 2, "key_index.entry_count_max", "must be at least 2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlushConfig:
+    """Durability. In ASYNC mode a crash of the machine (not the process) can lose what was
+    written since the last flush, at most ``interval_ms`` plus ``least_pages`` pages of data."""
+
+    mode: FlushMode = FlushMode.ASYNC
+    interval_ms: int = 500
+    """Commit-log flush period in ASYNC mode (``flushIntervalCommitLog``)."""
+    least_pages: int = 4
+    """Flush only when this many 4 KiB pages are dirty (``flushCommitLogLeastPages``)."""
+    thorough_interval_ms: int = 10_000
+    """Flush regardless of page count this often (``flushCommitLogThoroughInterval``)."""
+    sync_timeout_ms: int = 5_000
+    """SYNC mode: longest wait for the group flush (``syncFlushTimeout``)."""
+    consume_queue_interval_ms: int = 1_000
+    consume_queue_least_pages: int = 2
+    consume_queue_thorough_interval_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        for name in ("interval_ms", "sync_timeout_ms", "consume_queue_interval_ms",
+                     "thorough_interval_ms", "consume_queue_thorough_interval_ms"):
+            _require(getattr(self, name) > 0, f"flush.{name}", "must be positive")
+        _require(self.least_pages >= 0 and self.consume_queue_least_pages >= 0,
+                 "flush.least_pages", "must not be negative")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionConfig:
+    """Expired-file cleaning and disk watermarks (acted on by the retention service)."""
+
+    file_reserved_hours: int = 72
+    delete_when: str = "04"
+    """Hours of the day (``HH``, ``;``-separated) when expired files are deleted."""
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85
+    disk_space_warning_level_ratio: int = 90
+    delete_file_batch_max: int = 10
+
+    def __post_init__(self) -> None:
+        _require(self.file_reserved_hours >= 0, "retention.file_reserved_hours", "must be >= 0")
+        _require(re.fullmatch(r"\d{1,2}(;\d{1,2})*", self.delete_when) is not None,
+                 "retention.delete_when", "must look like '04' or '04;16'")
+        for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio",
+                     "disk_space_warning_level_ratio"):
+            _require(10 <= getattr(self, name) <= 95, f"retention.{name}", "must be in 10..95")
+
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """Parse RocketMQ's ``messageDelayLevel`` (``"1s 5s ... 2h"``; ``ms`` also accepted)."""
+    levels = []
+    for token in text.split():
+        match = re.fullmatch(r"(\d+)(ms|s|m|h|d)", token)
+        if match is None:
+            raise ConfigError(f"delay level {token!r} in messageDelayLevel is not like 5s/1m/2h")
+        levels.append(int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)])
+    if not levels:
+        raise ConfigError("messageDelayLevel defines no levels")
+    return tuple(levels)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DelayConfig:
+    """Delay levels for scheduled messages."""
+
+    levels_ms: tuple[int, ...] = field(default_factory=lambda: parse_delay_levels(
+        DEFAULT_DELAY_LEVELS))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    """Everything the store needs; pass it to ``MessageStore.open``."""
+
+    root_dir: Path
+    commit_log: CommitLogConfig = field(default_factory=CommitLogConfig)
+    consume_queue: ConsumeQueueConfig = field(default_factory=ConsumeQueueConfig)
+    key_index: KeyIndexConfig = field(default_factory=KeyIndexConfig)
+    flush: FlushConfig = field(default_factory=FlushConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    delay: DelayConfig = field(default_factory=DelayConfig)
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    store_host: str = "127.0.0.1:10911"
+    """Address written into every record's STOREHOST field and into offsetMsgIds."""
+    queue_id_max: int = 1023
+    """Largest queue id accepted by ``put_message`` (RocketMQ brokers allow up to a topic's
+    write-queue count; 1024 queues is far above any realistic topic)."""
+    unknown_broker_keys: tuple[str, ...] = ()
+    """broker.conf keys ``from_broker_conf`` did not recognise (reported, not applied)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root_dir", Path(self.root_dir))
+        _parse_host_port(self.store_host)
+        _require(0 <= self.queue_id_max < 1 << 31, "queue_id_max", "must be in 0..2**31-1")
+
+    @property
+    def store_host_address(self) -> tuple[str, int]:
+        """``store_host`` split into (ip, port)."""
+        return _parse_host_port(self.store_host)
+
+    @classmethod
+    def from_broker_conf(cls, source: str | os.PathLike | Mapping[str, str], *,
+                         strict: bool = False, **overrides) -> StoreConfig:
+        """Build a config from RocketMQ ``broker.conf`` keys (a file path or a mapping).
+
+        Args:
+            source: path of a Java-properties file, or a mapping of broker.conf keys to values.
+            strict: raise ``ConfigError`` on unknown keys instead of reporting them.
+            overrides: StoreConfig fields that win over the file (e.g. ``root_dir``).
+        """
+        from .broker_conf import build_store_config
+
+        return build_store_config(cls, source, strict=strict, overrides=overrides)
+
+    def replace(self, **changes) -> StoreConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+def _parse_host_port(text: str) -> tuple[str, int]:
+    host, separator, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not separator or not port.isdigit() or not host:
+        raise ConfigError(f"store_host {text!r} must look like 10.0.0.1:10911")
+    return host, int(port)
+
+
+def _require(condition: bool, name: str, why: str) -> None:
+    if not condition:
+        raise ConfigError(f"{name} {why}")

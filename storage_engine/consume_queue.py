@@ -1,0 +1,204 @@
+"""``ConsumeQueue``: the per-(topic, queue id) index of 20-byte units into the commit log.
+
+Unit *n* (queue offset *n*) lives at byte ``n * 20`` of the logical queue, split into files of
+``units_per_file`` units named by their start byte. The queue is derived data: the dispatch
+service appends units in log order, and recovery truncates or rebuilds them from the log.
+
+Invariants: units are written in offset order; a unit is valid when its position >= 0 and its
+size > 0; an all-zero unit ends the data; filler units ``(0, 0x7FFFFFFF, 0)`` pad a queue whose
+first real offset is k > 0 (pre-blank fill) and count as offsets below ``min_offset``.
+
+Thread-safety: one writer (the dispatch thread, or recovery before services start); readers call
+``read_units``/``min_offset``/``max_offset`` concurrently and see whole units below the published
+write position.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from .formats import (
+    CONSUME_QUEUE_UNIT,
+    CONSUME_QUEUE_UNIT_SIZE_BYTES,
+    FILLER_UNIT,
+    FILLER_UNIT_SIZE,
+)
+from .segment_set import SegmentSet
+
+log = logging.getLogger(__name__)
+
+UNIT = CONSUME_QUEUE_UNIT_SIZE_BYTES
+_pack_unit_into = CONSUME_QUEUE_UNIT.pack_into
+_unpack_unit = CONSUME_QUEUE_UNIT.unpack_from
+
+
+class ConsumeQueue:
+    """Units of one (topic, queue id)."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size_bytes = units_per_file * UNIT
+        self.segments = SegmentSet(directory, self.file_size_bytes)
+        self.min_logic_position = 0  # byte position of the first real unit
+        self.max_log_end = 0  # log position + size of the last unit: dedup on re-dispatch
+
+    # ---- load and recovery -------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map files and find the end of data (first invalid unit) and the first real unit."""
+        self.segments.load()
+        segments = self.segments.segments
+        if not segments:
+            return
+        for segment in segments[max(0, len(segments) - 3):]:
+            segment.written_position = self._scan_valid_units(segment)
+            if segment.written_position < self.file_size_bytes:
+                break
+        # files after a partially valid one are beyond the end of data
+        end = next((s.end_position for s in segments if not s.is_full), segments[-1].end_position)
+        self.segments.truncate(end)
+        self._find_min_logic_position()
+        if self.max_offset > 0:
+            position, size, _tag = self.unit_at(self.max_offset - 1)
+            self.max_log_end = position + size if size != FILLER_UNIT_SIZE else 0
+
+    def _scan_valid_units(self, segment) -> int:
+        buffer = segment.buffer
+        for unit_position in range(0, self.file_size_bytes, UNIT):
+            position, size, _tag = _unpack_unit(buffer, unit_position)
+            if position < 0 or size <= 0:
+                return unit_position
+        return self.file_size_bytes
+
+    def _find_min_logic_position(self) -> None:
+        first = self.segments.segments[0]
+        for unit_position in range(0, first.written_position, UNIT):
+            if first.buffer[unit_position:unit_position + UNIT] != FILLER_UNIT:
+                self.min_logic_position = first.base_position + unit_position
+                return
+        self.min_logic_position = first.end_position
+
+    def truncate_from_log_position(self, log_end: int) -> None:
+        """Drop units that point at or past ``log_end`` (the recovered end of the log)."""
+        offset = self.max_offset
+        while offset > self.min_offset:
+            position, size, _tag = self.unit_at(offset - 1)
+            if position + size <= log_end and size != FILLER_UNIT_SIZE:
+                break
+            offset -= 1
+        if offset < self.max_offset:
+            log.warning("[recovery] truncating %s/%d from offset=%d to %d (log end %d)",
+                        self.topic, self.queue_id, self.max_offset, offset, log_end)
+            self.segments.truncate(offset * UNIT)
+            self.max_log_end = 0
+            if offset > self.min_offset:
+                position, size, _tag = self.unit_at(offset - 1)
+                self.max_log_end = position + size
+
+    # ---- bounds ------------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """First readable queue offset."""
+        return self.min_logic_position // UNIT
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last written queue offset."""
+        return self.segments.max_position // UNIT
+
+    # ---- write -------------------------------------------------------------------------------
+
+    def append(self, log_position: int, size: int, tag_hash: int, queue_offset: int) -> bool:
+        """Write the unit for ``queue_offset``; ignores units already present. Returns written."""
+        if log_position + size <= self.max_log_end:
+            return False  # re-dispatch of a record this queue already has
+        expected = queue_offset * UNIT
+        if not self.segments.segments:
+            self._pre_blank_fill(expected)
+        written = self.segments.max_position
+        if expected < written:
+            return False  # built already (re-dispatch after recovery)
+        if expected > written:
+            log.error("[dispatch] %s/%d: gap before offset=%d (queue ends at %d); filling",
+                      self.topic, self.queue_id, queue_offset, written // UNIT)
+            while written < expected:
+                self._write_unit(FILLER_UNIT)
+                written += UNIT
+        segment = self.segments.last
+        if segment is None or segment.is_full:
+            segment = self.segments.create_next()
+        _pack_unit_into(segment.buffer, segment.written_position, log_position, size, tag_hash)
+        segment.written_position += UNIT
+        self.max_log_end = log_position + size
+        return True
+
+    def _write_unit(self, unit: bytes) -> None:
+        segment = self.segments.last
+        if segment is None or segment.is_full:
+            segment = self.segments.create_next()
+        segment.write(unit)
+
+    def _pre_blank_fill(self, first_position: int) -> None:
+        """A queue whose first offset is k > 0 starts with filler units up to k (§3.1)."""
+        base = first_position - first_position % self.file_size_bytes
+        segment = self.segments.create_next(base)
+        while segment.end_position < first_position:
+            segment.write(FILLER_UNIT)
+        self.min_logic_position = first_position
+
+    # ---- read --------------------------------------------------------------------------------
+
+    def unit_at(self, offset: int) -> tuple[int, int, int]:
+        """(log position, size, tag hash) of ``offset``; the caller checked the bounds."""
+        position = offset * UNIT
+        segment = self.segments.find(position)
+        return _unpack_unit(segment.buffer, position - segment.base_position)
+
+    def read_units(self, offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to ``max_count`` units from ``offset``, within one file, below ``max_offset``."""
+        position = offset * UNIT
+        segment = self.segments.find(position)
+        if segment is None:
+            return []
+        start = position - segment.base_position
+        end = min(segment.written_position, start + max_count * UNIT)
+        if end <= start:
+            return []
+        return list(CONSUME_QUEUE_UNIT.iter_unpack(segment.buffer[start:end]))
+
+    def offset_by_time(self, timestamp_ms: int, store_time_at: Callable[[int], int],
+                       log_min_position: int) -> int:
+        """First offset whose message was stored at or after ``timestamp_ms`` (LOWER, §3.4).
+
+        Returns ``max_offset`` when every message is older, ``min_offset`` when all are newer.
+        """
+        low, high = self.min_offset, self.max_offset - 1
+        while low <= high and self.unit_at(low)[0] < log_min_position:
+            low += 1  # units whose record was deleted count as "too early"
+        if low > high:
+            return self.max_offset
+        if store_time_at(self.unit_at(high)[0]) < timestamp_ms:
+            return self.max_offset
+        while low < high:  # invariant: answer in [low, high]
+            middle = (low + high) // 2
+            if store_time_at(self.unit_at(middle)[0]) >= timestamp_ms:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def flush(self) -> None:
+        """fdatasync every file with unflushed units."""
+        self.segments.flush()
+
+    def close(self) -> None:
+        """Unmap files."""
+        self.segments.close()
+
+    def destroy(self) -> None:
+        """Delete every file of this queue."""
+        self.segments.destroy()

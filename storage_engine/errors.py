@@ -1,0 +1,113 @@
+"""Exception tree of the storage engine.
+
+One root, ``StorageError``; every name ends in ``Error``; context (topic, queue, offset, position,
+path) is attached as attributes and errors are chained with ``from``. Normal outcomes (no message
+yet, offset too small) are return values, never exceptions. A limit error names the setting to
+change.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Root of every error raised by ``storage_engine``."""
+
+
+class ConfigError(StorageError, ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+class ConfigMismatchError(ConfigError):
+    """Files on disk do not match the configuration (e.g. a segment of another size)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreStateError(StorageError):
+    """An operation is not allowed in the store's current lifecycle state."""
+
+
+class StoreClosedError(StoreStateError):
+    """The store has been closed."""
+
+
+class StoreLockedError(StoreStateError):
+    """Another process (or another open store in this process) holds the store's lock file."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreNotWritableError(StoreStateError):
+    """The store refuses writes (fail-stop after an I/O error, or disk full)."""
+
+
+class InvalidMessageError(StorageError, ValueError):
+    """A message, topic name, queue id or message id is malformed. Nothing was written."""
+
+    def __init__(self, message: str, *, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
+class InvalidTopicError(InvalidMessageError):
+    """A topic name is not allowed (it becomes a directory name)."""
+
+
+class InvalidQueueError(InvalidMessageError):
+    """A queue id is negative or outside the store's configured queue range."""
+
+
+class InvalidMessageIdError(InvalidMessageError):
+    """A message id string cannot be decoded."""
+
+
+class LimitExceededError(InvalidMessageError):
+    """A size limit was exceeded; the message names the setting to raise."""
+
+    def __init__(self, message: str, *, setting: str, topic: str | None = None) -> None:
+        super().__init__(message, topic=topic)
+        self.setting = setting
+
+
+class MessageTooLargeError(LimitExceededError):
+    """A message body is larger than ``max_message_size_bytes``."""
+
+
+class PropertiesTooLargeError(LimitExceededError):
+    """Encoded properties exceed the 32 767-byte field limit of the record format."""
+
+
+class CorruptionError(StorageError):
+    """Bytes on disk do not decode (bad magic, CRC mismatch, impossible length)."""
+
+    def __init__(self, message: str, *, log_position: int | None = None,
+                 path: str | None = None) -> None:
+        super().__init__(message)
+        self.log_position = log_position
+        self.path = path
+
+
+class StorageIOError(StorageError):
+    """An operating-system error on a durability path. The store becomes fail-stop."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def invariant(condition: bool, message: str) -> None:
+    """Assert a durability invariant; unlike ``assert`` it survives ``python -O``."""
+    if not condition:
+        raise AssertionError(message)
+
+
+class MessageNotFoundError(StorageError, LookupError):
+    """No message at the requested position or id (outside the log, or another store's id)."""
+
+    def __init__(self, message: str, *, log_position: int | None = None) -> None:
+        super().__init__(message)
+        self.log_position = log_position

@@ -1,0 +1,356 @@
+"""Commit-log record layout (§1.2, §1.3): encode, size arithmetic, host fields."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .constants import (
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK_LENGTH,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTIES_SIZE_MAX_BYTES,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    TOPIC_V1_LENGTH_MAX,
+)
+from .hashing import masked_crc32
+from .properties import decode_properties
+
+# --------------------------------------------------------------------------------------------
+# Hosts (born host / store host): 4-byte IPv4 or 16-byte IPv6 address + 4-byte port
+# --------------------------------------------------------------------------------------------
+
+class HostAddress(NamedTuple):
+    """An IP address and port as stored in a record."""
+
+    ip: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+
+_PORT = struct.Struct(">i")
+
+
+def encode_host(ip: str, port: int) -> bytes:
+    """Encode a host as 8 bytes (IPv4) or 20 bytes (IPv6)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    return socket.inet_pton(family, ip) + _PORT.pack(port)
+
+
+def decode_host(raw: bytes) -> HostAddress:
+    """Decode an 8- or 20-byte host field."""
+    family = socket.AF_INET if len(raw) == 8 else socket.AF_INET6
+    return HostAddress(socket.inet_ntop(family, raw[:-4]), _PORT.unpack_from(raw, len(raw) - 4)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Commit-log record (reference §1.2)
+# --------------------------------------------------------------------------------------------
+#
+#   offset size field                           offset size field
+#    0     4   TOTALSIZE                         56*   8   STORETIMESTAMP
+#    4     4   MAGICCODE (v1/v2)                 64*   8   STOREHOST (20 if STOREHOST_V6)
+#    8     4   BODYCRC (masked CRC32)            72*   4   RECONSUMETIMES
+#   12     4   QUEUEID                           76*   8   PREPARED TRANSACTION POSITION
+#   16     4   FLAG                              84*   4   BODYLENGTH
+#   20     8   QUEUEOFFSET                       88*   B   BODY
+#   28     8   PHYSICALOFFSET (= log position)   ..    1|2 TOPICLENGTH (v1 byte | v2 short)
+#   36     4   SYSFLAG                           ..    T   TOPIC (UTF-8)
+#   40     8   BORNTIMESTAMP                     ..    2   PROPERTIESLENGTH (signed short)
+#   48     8   BORNHOST (20 if BORNHOST_V6)      ..    P   PROPERTIES (UTF-8)
+#   (* shifted by 12 when the born host is IPv6, and again when the store host is)
+#
+# Fixed overhead, v1 with IPv4 hosts: 88 + 1 + 2 = 91 bytes, so TOTALSIZE = 91 + B + T + P.
+# IPv6 born host +12, IPv6 store host +12, v2 +1.
+
+def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    born = "20s" if born_v6 else "8s"
+    store = "20s" if store_v6 else "8s"
+    return struct.Struct(f">iiiiiqqiq{born}q{store}iqi")
+
+
+RECORD_HEADERS = {
+    (False, False): _header_struct(False, False),
+    (True, False): _header_struct(True, False),
+    (False, True): _header_struct(False, True),
+    (True, True): _header_struct(True, True),
+}
+RECORD_HEADER_V4 = RECORD_HEADERS[(False, False)]
+RECORD_FIXED_OVERHEAD_BYTES = 91
+assert RECORD_HEADER_V4.size == 88, "v1 IPv4 header is 88 bytes up to the body"
+assert RECORD_HEADERS[(True, True)].size == 88 + 24
+
+_TOPIC_LEN_V1 = struct.Struct(">b")
+_TOPIC_LEN_V2 = struct.Struct(">h")
+_PROPS_LEN = struct.Struct(">h")
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_SIZE_AND_MAGIC = struct.Struct(">ii")
+BLANK_RECORD = struct.Struct(">ii")
+assert BLANK_RECORD.size == END_FILE_MIN_BLANK_LENGTH
+
+OFFSET_QUEUE_ID = 12
+OFFSET_QUEUE_OFFSET = 20
+OFFSET_LOG_POSITION = 28
+OFFSET_SYS_FLAG = 36
+OFFSET_BODY_LENGTH_V4 = 84
+
+
+def utf16_length(text: str) -> int:
+    """Java ``String.length()``: the number of UTF-16 code units."""
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
+def uses_v2(topic: str, topic_bytes: bytes) -> bool:
+    """Whether a topic needs the v2 record (two-byte topic length), §1.6.
+
+    Java chooses v2 when the topic is longer than 127 UTF-16 units; we also choose it when the
+    UTF-8 form is longer than 127 bytes, which a v1 length byte could not represent.
+    """
+    return len(topic_bytes) > TOPIC_V1_LENGTH_MAX or utf16_length(topic) > TOPIC_V1_LENGTH_MAX
+
+
+def record_size(body_length: int, topic_length: int, properties_length: int, *,
+                sys_flag: int = 0, is_v2: bool = False) -> int:
+    """TOTALSIZE of a record with these field lengths."""
+    size = RECORD_FIXED_OVERHEAD_BYTES + body_length + topic_length + properties_length
+    if sys_flag & SYSFLAG_BORNHOST_V6:
+        size += 12
+    if sys_flag & SYSFLAG_STOREHOST_V6:
+        size += 12
+    return size + 1 if is_v2 else size
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFields:
+    """Everything needed to encode one commit-log record."""
+
+    topic: str
+    body: bytes
+    properties: bytes
+    queue_id: int
+    queue_offset: int
+    log_position: int
+    born_timestamp_ms: int
+    born_host: bytes
+    store_timestamp_ms: int
+    store_host: bytes
+    flag: int = 0
+    sys_flag: int = 0
+    reconsume_count: int = 0
+    prepared_transaction_position: int = 0
+    body_crc: int | None = None
+
+
+def encode_record(fields: RecordFields) -> bytes:
+    """Encode one record; host lengths set the V6 bits of SYSFLAG, the topic picks v1 or v2.
+
+    Raises:
+        ValueError: properties longer than 32 767 bytes or a host of the wrong length.
+    """
+    topic_bytes = fields.topic.encode("utf-8")
+    return encode_record_parts(
+        topic_bytes, uses_v2(fields.topic, topic_bytes), fields.body, fields.properties,
+        fields.queue_id, fields.flag, fields.queue_offset, fields.log_position, fields.sys_flag,
+        fields.born_timestamp_ms, fields.born_host, fields.store_timestamp_ms, fields.store_host,
+        fields.reconsume_count, fields.prepared_transaction_position,
+        masked_crc32(fields.body) if fields.body_crc is None else fields.body_crc)
+
+
+def encode_record_parts(topic_bytes: bytes, is_v2: bool, body: bytes, properties: bytes,
+                        queue_id: int, flag: int, queue_offset: int, log_position: int,
+                        sys_flag: int, born_timestamp_ms: int, born_host: bytes,
+                        store_timestamp_ms: int, store_host: bytes, reconsume_count: int,
+                        prepared_transaction_position: int, body_crc: int) -> bytes:
+    """Positional fast path of :func:`encode_record` for the append hot path."""
+    if len(properties) > PROPERTIES_SIZE_MAX_BYTES:
+        raise ValueError(f"properties are {len(properties)} bytes; at most "
+                         f"{PROPERTIES_SIZE_MAX_BYTES} fit the record")
+    born_v6 = len(born_host) == 20
+    store_v6 = len(store_host) == 20
+    if not (born_v6 or len(born_host) == 8) or not (store_v6 or len(store_host) == 8):
+        raise ValueError("a host field must be 8 (IPv4) or 20 (IPv6) bytes")
+    sys_flag = (sys_flag & ~0x30) | (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (
+        SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+    header = RECORD_HEADERS[(born_v6, store_v6)]
+    if is_v2:
+        topic_part = _TOPIC_LEN_V2.pack(len(topic_bytes)) + topic_bytes
+    else:
+        topic_part = _TOPIC_LEN_V1.pack(len(topic_bytes)) + topic_bytes
+    total = header.size + len(body) + len(topic_part) + 2 + len(properties)
+    return b"".join((
+        header.pack(total, MAGIC_V2 if is_v2 else MAGIC_V1, body_crc, queue_id, flag,
+                    queue_offset, log_position, sys_flag, born_timestamp_ms, born_host,
+                    store_timestamp_ms, store_host, reconsume_count,
+                    prepared_transaction_position, len(body)),
+        body, topic_part, _PROPS_LEN.pack(len(properties)), properties))
+
+
+def encode_blank_record(remaining_bytes: int) -> bytes:
+    """The 8-byte end-of-segment header: ``[remaining][BLANK_MAGIC]`` (§1.3)."""
+    return BLANK_RECORD.pack(remaining_bytes, BLANK_MAGIC)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding and validation (§1.9)
+# --------------------------------------------------------------------------------------------
+
+class RecordKind:
+    """What :func:`check_record` found at a position."""
+
+    MESSAGE = "message"
+    BLANK = "blank"  # end-of-segment filler: continue at the next segment
+    END = "end"  # zeros or too little room: the end of valid data
+    CORRUPT = "corrupt"  # bad magic, CRC mismatch, or impossible length
+
+
+class RecordCheck(NamedTuple):
+    """Outcome of validating the bytes at one position."""
+
+    kind: str
+    size: int
+    reason: str = ""
+
+
+def _topic_field(buf, after_body: int, is_v2: bool) -> tuple[int, int]:
+    """Return (topic start, topic length) given the position just after the body."""
+    if is_v2:
+        return after_body + 2, _TOPIC_LEN_V2.unpack_from(buf, after_body)[0]
+    return after_body + 1, _TOPIC_LEN_V1.unpack_from(buf, after_body)[0]
+
+
+def check_record(buf, position: int, limit: int, *, check_crc: bool = True) -> RecordCheck:
+    """Validate the record at ``position`` of ``buf`` without building a view.
+
+    ``limit`` is the end of readable data in ``buf`` (the end of the segment). Mirrors RocketMQ's
+    reader: fewer than 8 bytes left or a zero size is the end of data; a blank magic is a blank
+    record; any other magic, a CRC mismatch or a size that disagrees with the field lengths is
+    corruption.
+    """
+    remaining = limit - position
+    if remaining < END_FILE_MIN_BLANK_LENGTH:
+        return RecordCheck(RecordKind.END, 0)
+    size, magic = _SIZE_AND_MAGIC.unpack_from(buf, position)
+    if magic == BLANK_MAGIC:
+        if size != remaining:
+            return RecordCheck(RecordKind.CORRUPT, size, f"blank record of {size} bytes "
+                               f"with {remaining} bytes left in the segment")
+        return RecordCheck(RecordKind.BLANK, size)
+    if size == 0 and magic == 0:
+        return RecordCheck(RecordKind.END, 0)
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        return RecordCheck(RecordKind.CORRUPT, size, f"bad magic 0x{magic & 0xFFFFFFFF:08X}")
+    if size < RECORD_FIXED_OVERHEAD_BYTES or size > remaining:
+        return RecordCheck(RecordKind.CORRUPT, size, f"size {size} does not fit "
+                           f"{remaining} remaining bytes")
+    return _check_fields(buf, position, size, magic == MAGIC_V2, check_crc)
+
+
+def _check_fields(buf, position: int, size: int, is_v2: bool, check_crc: bool) -> RecordCheck:
+    sys_flag = _INT.unpack_from(buf, position + OFFSET_SYS_FLAG)[0]
+    header = RECORD_HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6),
+                             bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+    body_length = _INT.unpack_from(buf, position + header.size - 4)[0]
+    body_start = position + header.size
+    if body_length < 0 or body_start + body_length + 3 > position + size:
+        return RecordCheck(RecordKind.CORRUPT, size, f"body length {body_length} overruns")
+    topic_start, topic_length = _topic_field(buf, body_start + body_length, is_v2)
+    props_at = topic_start + topic_length
+    if topic_length < 0 or props_at + 2 > position + size:
+        return RecordCheck(RecordKind.CORRUPT, size, f"topic length {topic_length} overruns")
+    props_length = _PROPS_LEN.unpack_from(buf, props_at)[0]
+    expected = record_size(body_length, topic_length, props_length, sys_flag=sys_flag,
+                           is_v2=is_v2)
+    if props_length < 0 or expected != size:
+        return RecordCheck(RecordKind.CORRUPT, size, f"size field {size} but fields add up "
+                           f"to {expected}")
+    if check_crc:
+        stored_crc = _INT.unpack_from(buf, position + 8)[0]
+        if masked_crc32(buf[body_start:body_start + body_length]) != stored_crc:
+            return RecordCheck(RecordKind.CORRUPT, size, "body CRC mismatch")
+    return RecordCheck(RecordKind.MESSAGE, size)
+
+
+class DispatchRecord(NamedTuple):
+    """What the dispatchers need from one record, without decoding the body."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    log_position: int
+    size: int
+    sys_flag: int
+    store_timestamp_ms: int
+    tags: str | None
+    keys: str | None
+    unique_key: str | None
+    properties: dict
+
+
+def decode_for_dispatch(buf, position: int, limit: int) -> tuple[str, int, DispatchRecord | None]:
+    """Validate (without CRC) and decode the record at ``position`` for the dispatchers.
+
+    Returns ``(kind, size, record)``: ``record`` is set only for ``RecordKind.MESSAGE``. This is
+    the read-back half of the pair check: lengths are checked again against TOTALSIZE.
+    """
+    if limit - position < END_FILE_MIN_BLANK_LENGTH:
+        return RecordKind.END, 0, None
+    size, magic = _SIZE_AND_MAGIC.unpack_from(buf, position)
+    if magic == BLANK_MAGIC:
+        return RecordKind.BLANK, size, None
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        return (RecordKind.END if size == 0 and magic == 0 else RecordKind.CORRUPT), size, None
+    if size < RECORD_FIXED_OVERHEAD_BYTES or size > limit - position:
+        return RecordKind.CORRUPT, size, None
+    (_size, _magic, _crc, queue_id, _flag, queue_offset, log_position, sys_flag, _born_ts,
+     _born_host, store_ts, _store_host, _reconsume, _prepared, body_length) = (
+        _header_for(buf, position).unpack_from(buf, position))
+    header_size = 88 + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0) + (
+        12 if sys_flag & SYSFLAG_STOREHOST_V6 else 0)
+    after_body = position + header_size + body_length
+    if body_length < 0 or after_body + 3 > position + size:
+        return RecordKind.CORRUPT, size, None
+    topic_start, topic_length = _topic_field(buf, after_body, magic == MAGIC_V2)
+    props_at = topic_start + topic_length
+    if topic_length < 0 or props_at + 2 > position + size:
+        return RecordKind.CORRUPT, size, None
+    props_length = _PROPS_LEN.unpack_from(buf, props_at)[0]
+    if props_at + 2 + props_length != position + size:
+        return RecordKind.CORRUPT, size, None
+    properties = decode_properties(buf[props_at + 2:props_at + 2 + props_length])
+    return RecordKind.MESSAGE, size, DispatchRecord(
+        buf[topic_start:props_at].decode("utf-8"), queue_id, queue_offset, log_position,
+        size, sys_flag, store_ts, properties.get("TAGS"), properties.get("KEYS"),
+        properties.get("UNIQ_KEY"), properties)
+
+
+def _header_for(buf, position: int) -> struct.Struct:
+    sys_flag = _INT.unpack_from(buf, position + OFFSET_SYS_FLAG)[0]
+    if not sys_flag & 0x30:
+        return RECORD_HEADER_V4
+    return RECORD_HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6),
+                           bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+
+
+def unpack_record(buf, position: int) -> tuple:
+    """Unpack a whole record into a flat tuple.
+
+    Returns ``(size, magic, body_crc, queue_id, flag, queue_offset, log_position, sys_flag,
+    born_timestamp_ms, born_host, store_timestamp_ms, store_host, reconsume_count,
+    prepared_transaction_position, body, topic_bytes, properties_bytes)``.
+    """
+    header = _header_for(buf, position)
+    fields = header.unpack_from(buf, position)
+    body_start = position + header.size
+    body_end = body_start + fields[14]
+    topic_start, topic_length = _topic_field(buf, body_end, fields[1] == MAGIC_V2)
+    props_at = topic_start + topic_length
+    props_length = _PROPS_LEN.unpack_from(buf, props_at)[0]
+    return fields[:14] + (bytes(buf[body_start:body_end]), bytes(buf[topic_start:props_at]),
+                          bytes(buf[props_at + 2:props_at + 2 + props_length]))

@@ -1,0 +1,235 @@
+"""``KeyIndex``: hash index from message keys to log positions (RocketMQ's IndexService).
+
+Each ``KeyIndexFile`` is a fixed-size file of a 40-byte header, ``slot_count`` 4-byte slots and
+``entry_count`` 20-byte entries (layout in ``formats.index_layout``). A key ``topic#key`` hashes
+(Java ``hashCode``, abs) to a slot; the slot holds the newest entry number and entries chain to
+older ones through ``prev``. Entry 0 is never used, so a file takes ``entry_count - 1`` keys.
+When a file fills, a new one is created, named by the clock (``yyyyMMddHHmmssSSS``), with its
+header begin/end values copied from the previous file's end (a RocketMQ quirk kept for byte
+compatibility). Lookups visit files newest first and stop at 64 results; hash collisions are
+returned too and must be filtered by the caller against the real key and topic.
+
+Thread-safety: one writer (the dispatch thread); readers may run concurrently: a reader sees a
+slot value only after the entry it names has been written (entry first, then slot).
+What survives a crash: files are flushed when full and at close; after a crash the current file
+is rebuilt by re-dispatch (issue 3 adds the checkpoint rule).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .clock import Clock
+from .config import KeyIndexConfig
+from .formats import (
+    INDEX_ENTRY,
+    INDEX_HEADER,
+    INDEX_HEADER_SIZE_BYTES,
+    INDEX_SLOT,
+    entry_position,
+    index_file_name,
+    index_file_size,
+    index_key_hash,
+)
+from .segment import MappedSegment
+
+log = logging.getLogger(__name__)
+
+_pack_header_into = INDEX_HEADER.pack_into
+_pack_entry_into = INDEX_ENTRY.pack_into
+_pack_slot_into = INDEX_SLOT.pack_into
+_unpack_slot = INDEX_SLOT.unpack_from
+_unpack_entry = INDEX_ENTRY.unpack_from
+_INT_MAX = (1 << 31) - 1
+
+
+class KeyIndexFile:
+    """One index file."""
+
+    def __init__(self, path: Path, slot_count: int, entry_count: int, *, create: bool,
+                 previous_end: tuple[int, int] = (0, 0)) -> None:
+        self.slot_count = slot_count
+        self.entry_count_max = entry_count
+        self._entries_base = entry_position(0, slot_count)
+        self.file = MappedSegment(path, 0, index_file_size(slot_count, entry_count),
+                                  create=create)
+        if create:
+            end_position, end_timestamp_ms = previous_end
+            self.begin_timestamp_ms = self.end_timestamp_ms = end_timestamp_ms
+            self.begin_position = self.end_position = end_position
+            self.used_slot_count = 0
+            self.entry_count = 1
+            self._write_header()
+        else:
+            (self.begin_timestamp_ms, self.end_timestamp_ms, self.begin_position,
+             self.end_position, self.used_slot_count, self.entry_count) = INDEX_HEADER.unpack_from(
+                self.file.buffer, 0)
+            self.entry_count = max(self.entry_count, 1)
+
+    @property
+    def path(self) -> Path:
+        """File path."""
+        return self.file.path
+
+    @property
+    def is_full(self) -> bool:
+        """Whether no further key fits."""
+        return self.entry_count >= self.entry_count_max
+
+    def _write_header(self) -> None:
+        _pack_header_into(self.file.buffer, 0, self.begin_timestamp_ms, self.end_timestamp_ms,
+                          self.begin_position, self.end_position, self.used_slot_count,
+                          self.entry_count)
+
+    def put_key(self, key_hash: int, log_position: int, store_timestamp_ms: int) -> bool:
+        """Add one entry; False when the file is full (§4.3)."""
+        number = self.entry_count
+        if number >= self.entry_count_max:
+            return False
+        buffer = self.file.buffer
+        slot_at = INDEX_HEADER_SIZE_BYTES + (key_hash % self.slot_count) * 4
+        previous = _unpack_slot(buffer, slot_at)[0]
+        if previous <= 0 or previous > number:
+            previous = 0
+        if self.begin_timestamp_ms <= 0:
+            time_diff = 0
+        else:
+            time_diff = (store_timestamp_ms - self.begin_timestamp_ms) // 1000
+            time_diff = 0 if time_diff < 0 else min(time_diff, _INT_MAX)
+        _pack_entry_into(buffer, self._entries_base + number * 20, key_hash, log_position,
+                         time_diff, previous)
+        _pack_slot_into(buffer, slot_at, number)
+        if number <= 1:
+            self.begin_position = log_position
+            self.begin_timestamp_ms = store_timestamp_ms
+        if previous == 0:
+            self.used_slot_count += 1
+        self.entry_count = number + 1
+        self.end_position = log_position
+        self.end_timestamp_ms = store_timestamp_ms
+        self._write_header()
+        return True
+
+    def select_positions(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int,
+                         found: list[int]) -> None:
+        """Append to ``found`` positions whose entry has ``key_hash`` and a time in range."""
+        buffer = self.file.buffer
+        count = self.entry_count
+        number = _unpack_slot(buffer, INDEX_HEADER_SIZE_BYTES + (key_hash % self.slot_count) * 4)[0]
+        if number <= 0 or number > count or count <= 1:
+            return
+        begin_timestamp = self.begin_timestamp_ms
+        while len(found) < max_count:
+            entry_hash, position, time_diff, previous = _unpack_entry(
+                buffer, self._entries_base + number * 20)
+            if time_diff < 0:
+                break
+            entry_ms = begin_timestamp + time_diff * 1000
+            if entry_ms < begin_ms:
+                break
+            if entry_hash == key_hash and entry_ms <= end_ms:
+                found.append(position)
+            if previous <= 0 or previous > count or previous == number:
+                break
+            number = previous
+
+    def overlaps(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether this file may hold entries stored within [begin_ms, end_ms]."""
+        # Entry times are rounded down to whole seconds after the begin timestamp.
+        return self.begin_timestamp_ms - 1000 <= end_ms and self.end_timestamp_ms >= begin_ms
+
+    def flush(self) -> None:
+        """Persist header, slots and entries."""
+        self.file.written_position = self.file.size_bytes
+        self.file.flush()
+
+    def close(self) -> None:
+        """Unmap."""
+        self.file.close()
+
+
+class KeyIndex:
+    """All index files of a store, oldest first."""
+
+    def __init__(self, directory: Path, config: KeyIndexConfig, clock: Clock) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self.files: list[KeyIndexFile] = []
+
+    def load(self) -> None:
+        """Open existing files in name (creation time) order."""
+        if not self.directory.is_dir():
+            return
+        for name in sorted(os.listdir(self.directory)):
+            if name.isdigit() and len(name) == 17:
+                self.files.append(KeyIndexFile(self.directory / name, self.config.slot_count_max,
+                                               self.config.entry_count_max, create=False))
+
+    @property
+    def end_position(self) -> int:
+        """Start position of the newest indexed message (0 when empty)."""
+        return self.files[-1].end_position if self.files else 0
+
+    def add(self, topic: str, keys: list[str], log_position: int, store_timestamp_ms: int) -> None:
+        """Index ``topic#key`` for every key of one message (UNIQ_KEY first, then KEYS)."""
+        current = self._writable_file()
+        if log_position < current.end_position:
+            return  # re-dispatch of a message already indexed
+        for key in keys:
+            key_hash = index_key_hash(f"{topic}#{key}")
+            if not current.put_key(key_hash, log_position, store_timestamp_ms):
+                current = self._roll()
+                current.put_key(key_hash, log_position, store_timestamp_ms)
+
+    def _writable_file(self) -> KeyIndexFile:
+        if not self.files or self.files[-1].is_full:
+            return self._roll()
+        return self.files[-1]
+
+    def _roll(self) -> KeyIndexFile:
+        previous = self.files[-1] if self.files else None
+        if previous is not None:
+            previous.flush()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        now_ms = self._clock.now_ms()
+        path = self.directory / index_file_name(now_ms)
+        while path.exists():  # two files within one millisecond
+            now_ms += 1
+            path = self.directory / index_file_name(now_ms)
+        previous_end = (previous.end_position, previous.end_timestamp_ms) if previous else (0, 0)
+        created = KeyIndexFile(path, self.config.slot_count_max, self.config.entry_count_max,
+                               create=True, previous_end=previous_end)
+        self.files.append(created)
+        log.info("[key-index] new index file %s", path.name)
+        return created
+
+    def query(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Candidate positions for ``topic#key``, newest files first (collisions included)."""
+        key_hash = index_key_hash(f"{topic}#{key}")
+        found: list[int] = []
+        for index_file in reversed(self.files):
+            if len(found) >= max_count:
+                break
+            if index_file.overlaps(begin_ms, end_ms):
+                index_file.select_positions(key_hash, max_count, begin_ms, end_ms, found)
+            if index_file.begin_timestamp_ms < begin_ms:
+                break
+        return found
+
+    @property
+    def entry_count(self) -> int:
+        """Keys indexed across all files."""
+        return sum(index_file.entry_count - 1 for index_file in self.files)
+
+    def flush(self) -> None:
+        """Flush every file (done at close; full files are flushed when they roll)."""
+        for index_file in self.files:
+            index_file.flush()
+
+    def close(self) -> None:
+        """Unmap every file."""
+        for index_file in self.files:
+            index_file.close()

@@ -1,0 +1,139 @@
+"""``MessageEncoder``: validates a ``Message`` and encodes its variable parts for the commit log.
+
+Everything that can be wrong with a message is found here, before the put lock is taken, so a
+rejected write never touches the log: topic names (they become directory names), queue ids, body
+type and size (``commit_log.max_message_size_bytes``), property framing characters and the
+32 767-byte properties limit, hosts. Thread-safe: the caches only grow and hold immutable values.
+"""
+
+from __future__ import annotations
+
+from .commit_log import PreparedMessage
+from .config import StoreConfig
+from .errors import (
+    InvalidMessageError,
+    InvalidQueueError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+)
+from .formats import (
+    PROPERTIES_SIZE_MAX_BYTES,
+    encode_host,
+    masked_crc32,
+    record_size,
+    uses_v2,
+)
+from .message import Message
+from .topics import validate_topic
+
+_CACHE_LIMIT = 10_000
+
+
+def _check_text(name: str, value: str, topic: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidMessageError(f"{name} must be a string, got {type(value).__name__}",
+                                  topic=topic)
+    if "\x01" in value or "\x02" in value:
+        raise InvalidMessageError(f"{name} {value!r} contains U+0001 or U+0002, which frame "
+                                  "properties in the record", topic=topic)
+
+
+class MessageEncoder:
+    """Turns ``Message`` objects into ``PreparedMessage`` tuples."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self._max_body = config.commit_log.max_message_size_bytes
+        self._queue_id_max = config.queue_id_max
+        self._topics: dict[str, tuple[bytes, bool]] = {}
+        self._hosts: dict[str, bytes] = {}
+
+    def prepare(self, message: Message, queue_id: int) -> PreparedMessage:
+        """Validate and encode; raises ``InvalidMessageError`` subclasses, writes nothing."""
+        topic = message.topic
+        topic_entry = self._topics.get(topic) if isinstance(topic, str) else None
+        if topic_entry is None:
+            topic_entry = self._remember_topic(topic)
+        if type(queue_id) is not int or not 0 <= queue_id <= self._queue_id_max:
+            raise InvalidQueueError(f"queue id {queue_id!r} is not in 0..{self._queue_id_max}",
+                                    topic=topic)
+        body = message.body
+        if not isinstance(body, bytes):
+            if not isinstance(body, bytearray | memoryview):
+                raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}",
+                                          topic=topic)
+            body = bytes(body)
+        if len(body) > self._max_body:
+            raise MessageTooLargeError(
+                f"message body is {len(body):,} bytes; the limit is {self._max_body:,}: raise "
+                "commit_log.max_message_size_bytes (broker.conf maxMessageSize)",
+                setting="commit_log.max_message_size_bytes", topic=topic)
+        properties = self._encode_properties(message)
+        topic_bytes, is_v2 = topic_entry
+        born_host = self._host(message.born_host) if message.born_host else b""
+        sys_flag = message.sys_flag & ~0x30
+        if len(born_host) == 20:
+            sys_flag |= 0x10
+        size = record_size(len(body), len(topic_bytes), len(properties), sys_flag=sys_flag,
+                           is_v2=is_v2)
+        return PreparedMessage(
+            topic, topic_bytes, is_v2, body, properties, queue_id, message.flag, sys_flag,
+            -1 if message.born_timestamp_ms is None else message.born_timestamp_ms, born_host,
+            message.reconsume_count, 0, masked_crc32(body), size)
+
+    def _remember_topic(self, topic: object) -> tuple[bytes, bool]:
+        validate_topic(topic)
+        assert isinstance(topic, str)
+        topic_bytes = topic.encode("utf-8")
+        entry = (topic_bytes, uses_v2(topic, topic_bytes))
+        if len(self._topics) < _CACHE_LIMIT:
+            self._topics[topic] = entry
+        return entry
+
+    def _encode_properties(self, message: Message) -> bytes:
+        topic = message.topic
+        parts = []
+        if message.properties:
+            for name, value in message.properties.items():
+                if value is None:
+                    continue
+                _check_text("property name", name, topic)
+                if not name:
+                    raise InvalidMessageError("property names must not be empty", topic=topic)
+                value = value if isinstance(value, str) else str(value)
+                _check_text(f"property {name!r}", value, topic)
+                parts.append(f"{name}\x01{value}\x02")
+        keys = message.keys_list()
+        if keys:
+            for key in keys:
+                _check_text("key", key, topic)
+            parts.append("KEYS\x01" + " ".join(keys) + "\x02")
+        if message.tags:
+            _check_text("tags", message.tags, topic)
+            parts.append(f"TAGS\x01{message.tags}\x02")
+        if message.unique_key:
+            _check_text("unique_key", message.unique_key, topic)
+            parts.append(f"UNIQ_KEY\x01{message.unique_key}\x02")
+        encoded = "".join(parts).encode("utf-8")
+        if len(encoded) > PROPERTIES_SIZE_MAX_BYTES:
+            raise PropertiesTooLargeError(
+                f"encoded properties are {len(encoded):,} bytes; the record format allows "
+                f"{PROPERTIES_SIZE_MAX_BYTES:,}: shorten keys, tags or properties",
+                setting="properties (format limit, not configurable)", topic=topic)
+        return encoded
+
+    def _host(self, host: str) -> bytes:
+        encoded = self._hosts.get(host)
+        if encoded is None:
+            ip, separator, port = host.rpartition(":")
+            try:
+                if not separator:
+                    raise ValueError("missing port")
+                encoded = encode_host(ip.strip("[]"), int(port))
+            except (ValueError, OSError) as error:
+                raise InvalidMessageError(f"born_host {host!r} is not ip:port ({error})") from error
+            if len(self._hosts) < _CACHE_LIMIT:
+                self._hosts[host] = encoded
+        return encoded
+
+
+__all__ = ["MessageEncoder"]

@@ -1,0 +1,128 @@
+"""``SegmentSet``: the ordered run of equally sized segments behind one log (RocketMQ's
+MappedFileQueue).
+
+Segments are contiguous: segment *i* starts at ``first.base_position + i * size_bytes`` and is
+named by that position in 20 digits. Loading checks names and sizes and drops a zero-length last
+file (an interrupted creation); anything else that does not fit is a ``ConfigMismatchError`` or a
+``CorruptionError`` rather than a silent skip.
+
+Thread-safety: mutated only by the owning log's writer (or recovery, before services start);
+readers look segments up by position through ``find`` on a list that is only appended to, or
+trimmed from the front/back by the owner while holding its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .errors import CorruptionError
+from .formats import segment_file_name
+from .fsutil import fsync_dir
+from .segment import MappedSegment
+
+log = logging.getLogger(__name__)
+
+
+class SegmentSet:
+    """All segments of one log directory."""
+
+    def __init__(self, directory: Path, segment_size_bytes: int) -> None:
+        self.directory = directory
+        self.segment_size_bytes = segment_size_bytes
+        self.segments: list[MappedSegment] = []
+
+    def load(self) -> None:
+        """Map every existing segment; positions are set to "full" until recovery trims them."""
+        if not self.directory.is_dir():
+            return
+        names = sorted(name for name in os.listdir(self.directory) if name.isdigit())
+        if names and (self.directory / names[-1]).stat().st_size == 0:
+            log.warning("[load] removing empty last segment %s", self.directory / names[-1])
+            (self.directory / names[-1]).unlink()
+            names.pop()
+        for index, name in enumerate(names):
+            base = int(name)
+            if name != segment_file_name(base):
+                raise CorruptionError(f"segment file name {name!r} is not 20 digits",
+                                      path=str(self.directory / name))
+            if index and base != self.segments[-1].base_position + self.segment_size_bytes:
+                raise CorruptionError(
+                    f"segment {name} does not follow {self.segments[-1].path.name}: a segment "
+                    "is missing", path=str(self.directory / name))
+            segment = MappedSegment(self.directory / name, base, self.segment_size_bytes,
+                                    create=False)
+            segment.written_position = segment.flushed_position = self.segment_size_bytes
+            self.segments.append(segment)
+
+    @property
+    def last(self) -> MappedSegment | None:
+        """The segment being written, or None when there is none."""
+        return self.segments[-1] if self.segments else None
+
+    @property
+    def min_position(self) -> int:
+        """Log position of the first byte still on disk."""
+        return self.segments[0].base_position if self.segments else 0
+
+    @property
+    def max_position(self) -> int:
+        """Log position one past the last written byte."""
+        return self.segments[-1].end_position if self.segments else 0
+
+    def create_next(self, base_position: int | None = None) -> MappedSegment:
+        """Create the segment after the last one (or at ``base_position`` for the first)."""
+        if self.segments:
+            base_position = self.segments[-1].base_position + self.segment_size_bytes
+        elif base_position is None:
+            base_position = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        segment = MappedSegment(self.directory / segment_file_name(base_position), base_position,
+                                self.segment_size_bytes, create=True)
+        self.segments.append(segment)
+        fsync_dir(self.directory)
+        return segment
+
+    def find(self, position: int) -> MappedSegment | None:
+        """The segment holding ``position``, or None if it is outside every segment."""
+        segments = self.segments
+        if not segments:
+            return None
+        index = (position - segments[0].base_position) // self.segment_size_bytes
+        if 0 <= index < len(segments):
+            return segments[index]
+        return None
+
+    def truncate(self, position: int) -> None:
+        """Drop everything at and after ``position``: later segments are deleted."""
+        while self.segments and self.segments[-1].base_position > position:
+            segment = self.segments.pop()
+            log.warning("[truncate] deleting segment %s beyond position=%d", segment.path,
+                        position)
+            segment.destroy()
+        last = self.last
+        if last is not None and position - last.base_position < last.written_position:
+            cleared = last.truncate_to(position - last.base_position)
+            if cleared:
+                log.warning("[truncate] %s: zeroed %d non-zero bytes after position=%d",
+                            last.path, cleared, position)
+        if self.directory.is_dir():
+            fsync_dir(self.directory)
+
+    def flush(self) -> None:
+        """fdatasync every segment with unflushed bytes."""
+        for segment in self.segments:
+            if segment.flushed_position < segment.written_position:
+                segment.flush()
+
+    def close(self) -> None:
+        """Unmap every segment."""
+        for segment in self.segments:
+            segment.close()
+
+    def destroy(self) -> None:
+        """Delete every segment file."""
+        for segment in self.segments:
+            segment.destroy()
+        self.segments.clear()

@@ -1,0 +1,214 @@
+"""``verify_store``: an fsck that reads a store directory and lists every inconsistency.
+
+Checks, without writing anything: commit-log segment names and sizes, every record (magic,
+lengths, body CRC, its own position field, the 8-byte end-of-segment rule); every consume-queue
+unit against the record it points at (size, topic, queue id, queue offset, tag hash); that every
+queue holds every record of its (topic, queue) — none missing, none extra; every key-index entry
+against a record carrying a key with that hash. Problems are returned as strings that carry the
+position; an empty list means the files agree. Works on a store another process has open.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import KeyIndexConfig, StoreConfig
+from .formats import (
+    CONSUME_QUEUE_UNIT,
+    FILLER_UNIT_SIZE,
+    INDEX_ENTRY,
+    INDEX_HEADER,
+    SYSFLAG_TRANSACTION_MASK,
+    DispatchRecord,
+    RecordKind,
+    check_record,
+    decode_for_dispatch,
+    entry_position,
+    index_key_hash,
+    is_ext_address,
+    split_keys,
+    tag_hash,
+)
+from .topics import DELAY_TOPIC
+
+
+def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None) -> list[str]:
+    """Return every problem found in the store at ``root_dir`` (empty when consistent).
+
+    Segment and queue file sizes are taken from the files when ``config`` is not given; the key
+    index geometry then assumes RocketMQ's 1:4 slot-to-entry ratio.
+    """
+    root = Path(root_dir)
+    problems: list[str] = []
+    records = _scan_log(root / "commitlog", config, problems)
+    by_position = {record.log_position: record for record in records}
+    _check_queues(root / "consumequeue", records, by_position, config, problems)
+    _check_key_index(root / "index", by_position, config, problems)
+    return problems
+
+
+def _file_size(directory: Path) -> int | None:
+    names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
+    return (directory / names[0]).stat().st_size if names else None
+
+
+def _scan_log(directory: Path, config: StoreConfig | None,
+              problems: list[str]) -> list[DispatchRecord]:
+    size = config.commit_log.segment_size_bytes if config else _file_size(directory)
+    if size is None:
+        return []
+    names = sorted(n for n in os.listdir(directory) if n.isdigit())
+    records: list[DispatchRecord] = []
+    expected_base = int(names[0]) if names else 0
+    ended = False
+    for name in names:
+        path = directory / name
+        if int(name) != expected_base or len(name) != 20:
+            problems.append(f"commitlog/{name}: expected a segment named {expected_base:020d}")
+        expected_base = int(name) + size
+        if path.stat().st_size != size:
+            if path.stat().st_size == 0 and name == names[-1]:
+                continue
+            problems.append(f"commitlog/{name}: {path.stat().st_size} bytes, expected {size}")
+            continue
+        data = path.read_bytes()
+        if ended:
+            if data.strip(b"\0"):
+                problems.append(f"commitlog/{name}: data after the end of the log")
+            continue
+        ended = _scan_segment(int(name), data, records, problems)
+    return records
+
+
+def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
+                  problems: list[str]) -> bool:
+    """Scan one segment; returns True when the log ends inside it."""
+    offset = 0
+    while True:
+        check = check_record(data, offset, len(data), check_crc=True)
+        if check.kind == RecordKind.BLANK:
+            return False
+        if check.kind == RecordKind.END:
+            if offset < len(data) and data[offset:].strip(b"\0"):
+                problems.append(f"position={base + offset}: non-zero bytes after the end of data")
+            if len(data) - offset < 8 and offset != len(data):
+                problems.append(f"position={base + offset}: segment ends without a blank record")
+            return True
+        if check.kind == RecordKind.CORRUPT:
+            problems.append(f"position={base + offset}: corrupt record: {check.reason}")
+            return True
+        _kind, size, record = decode_for_dispatch(data, offset, len(data))
+        if record.log_position != base + offset:
+            problems.append(f"position={base + offset}: record says it is at position="
+                            f"{record.log_position}")
+        if len(data) - offset - size < 8:
+            problems.append(f"position={base + offset}: record leaves fewer than 8 bytes in its "
+                            "segment")
+        records.append(record)
+        offset += size
+
+
+def _check_queues(directory: Path, records: list[DispatchRecord], by_position: dict,
+                  config: StoreConfig | None, problems: list[str]) -> None:
+    expected: dict[tuple[str, int], list[DispatchRecord]] = {}
+    for record in records:
+        if record.sys_flag & SYSFLAG_TRANSACTION_MASK in (0, 8):
+            expected.setdefault((record.topic, record.queue_id), []).append(record)
+    seen = set()
+    if directory.is_dir():
+        for topic in sorted(os.listdir(directory)):
+            for queue_name in sorted(os.listdir(directory / topic)):
+                key = (topic, int(queue_name)) if queue_name.isdigit() else (topic, -1)
+                seen.add(key)
+                units = _read_units(directory / topic / queue_name, config, problems)
+                _check_queue(key, units, expected.get(key, []), by_position, problems)
+    for key, queue_records in expected.items():
+        if key not in seen:
+            problems.append(f"queue {key[0]}/{key[1]}: {len(queue_records)} records in the log "
+                            "but no consume queue")
+
+
+def _read_units(directory: Path, config: StoreConfig | None,
+                problems: list[str]) -> list[tuple[int, int, int]]:
+    file_size = config.consume_queue.file_size_bytes if config else _file_size(directory)
+    units: list[tuple[int, int, int]] = []
+    for name in sorted(n for n in os.listdir(directory) if n.isdigit()):
+        data = (directory / name).read_bytes()
+        if len(data) != file_size:
+            problems.append(f"{directory}/{name}: {len(data)} bytes, expected {file_size}")
+            return units
+        if not units:
+            units.extend([(0, FILLER_UNIT_SIZE, 0)] * (int(name) // 20))
+        for unit in CONSUME_QUEUE_UNIT.iter_unpack(data):
+            if unit[0] < 0 or unit[1] <= 0:
+                return units
+            units.append(unit)
+    return units
+
+
+def _check_queue(key, units, queue_records, by_position, problems) -> None:
+    topic, queue_id = key
+    real_units = [(i, u) for i, u in enumerate(units) if u[1] != FILLER_UNIT_SIZE]
+    for offset, (position, size, code) in real_units:
+        record = by_position.get(position)
+        where = f"queue {topic}/{queue_id} offset={offset}"
+        if record is None:
+            problems.append(f"{where}: points at position={position}, where no record starts")
+            continue
+        if (record.size, record.topic, record.queue_id, record.queue_offset) != (
+                size, topic, queue_id, offset):
+            problems.append(f"{where}: unit (position={position}, size={size}) does not match "
+                            f"the record ({record.topic}/{record.queue_id} "
+                            f"offset={record.queue_offset}, size={record.size})")
+        elif not is_ext_address(code) and topic != DELAY_TOPIC and code != tag_hash(record.tags):
+            problems.append(f"{where}: tag hash {code} != hash of {record.tags!r}")
+    in_queue = {u[0] for _i, u in real_units}
+    first = queue_records[0].queue_offset if queue_records else 0
+    for record in queue_records:
+        if record.log_position not in in_queue and record.queue_offset >= first:
+            problems.append(f"queue {topic}/{queue_id}: record at position={record.log_position} "
+                            f"(offset {record.queue_offset}) is missing from the consume queue")
+
+
+def _check_key_index(directory: Path, by_position: dict, config: StoreConfig | None,
+                     problems: list[str]) -> None:
+    if not directory.is_dir():
+        return
+    for name in sorted(n for n in os.listdir(directory) if n.isdigit()):
+        data = (directory / name).read_bytes()
+        geometry = _index_geometry(len(data), config)
+        if geometry is None:
+            problems.append(f"index/{name}: size {len(data)} does not match the configured "
+                            "key-index slot and entry counts")
+            continue
+        _check_index_file(name, data, geometry, by_position, problems)
+
+
+def _index_geometry(size: int, config: StoreConfig | None) -> tuple[int, int] | None:
+    index = config.key_index if config else KeyIndexConfig()
+    slots, entries = index.slot_count_max, index.entry_count_max
+    if 40 + slots * 4 + entries * 20 == size:
+        return slots, entries
+    if config is None and (size - 40) % 84 == 0:
+        return (size - 40) // 84, (size - 40) // 84 * 4
+    return None
+
+
+def _check_index_file(name, data, geometry, by_position, problems) -> None:
+    slots, _entries = geometry
+    *_times, _begin, _end, _used, count = INDEX_HEADER.unpack_from(data, 0)
+    for number in range(1, max(count, 1)):
+        key_hash, position, _diff, previous = INDEX_ENTRY.unpack_from(
+            data, entry_position(number, slots))
+        record = by_position.get(position)
+        where = f"index/{name} entry {number}"
+        if record is None:
+            problems.append(f"{where}: points at position={position}, where no record starts")
+            continue
+        keys = split_keys(record.keys) + ([record.unique_key] if record.unique_key else [])
+        if key_hash not in {index_key_hash(f"{record.topic}#{key}") for key in keys}:
+            problems.append(f"{where}: hash {key_hash} matches no key of the record at "
+                            f"position={position}")
+        if not 0 <= previous < number:
+            problems.append(f"{where}: chain link {previous} does not point to an older entry")
