@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ from .formats import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
+    DispatchRecord,
     MessageView,
     RecordKind,
     check_record,
@@ -55,6 +57,10 @@ class PreparedMessage(NamedTuple):
     prepared_transaction_position: int
     body_crc: int
     size: int  # TOTALSIZE of the encoded record
+    tags: str | None
+    keys: str | None  # the KEYS property (space-separated)
+    unique_key: str | None
+    user_properties: Mapping[str, str]  # the dispatchers read DELAY from them
 
 
 class Appended(NamedTuple):
@@ -65,8 +71,18 @@ class Appended(NamedTuple):
     store_timestamp_ms: int
 
 
+_new_tuple = tuple.__new__  # builds NamedTuples without their Python-level __new__ (hot path)
+
+DISPATCH_FEED_MAX = 65_536
+
+
 class CommitLog:
-    """The commit log of one store."""
+    """The commit log of one store.
+
+    Besides the bytes, every append leaves a ``DispatchRecord`` in ``dispatch_feed`` (bounded;
+    the oldest entries fall off) so the dispatch service need not decode records it was just
+    handed; whatever is missing from the feed is decoded from the log as usual.
+    """
 
     def __init__(self, directory: Path, config: CommitLogConfig, store_host: bytes,
                  clock: Clock) -> None:
@@ -78,6 +94,7 @@ class CommitLog:
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.last_store_timestamp_ms = 0
         self.failure: BaseException | None = None
+        self.dispatch_feed: deque[DispatchRecord] = deque(maxlen=DISPATCH_FEED_MAX)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -143,10 +160,9 @@ class CommitLog:
         Raises:
             StoreNotWritableError: the log failed earlier (fail-stop).
             InvalidMessageError: a record can never fit in one segment.
-            StorageIOError: a new segment could not be created (e.g. disk full); nothing of the
-                failing message was written.
+            StorageIOError: a new segment could not be created (e.g. disk full); messages of the
+                batch before the failing one are stored, the rest are not.
         """
-        results = []
         with self._lock:
             if self.failure is not None:
                 raise StoreNotWritableError(
@@ -154,30 +170,51 @@ class CommitLog:
             now = self._clock.now_ms()
             if now < self.last_store_timestamp_ms:
                 now = self.last_store_timestamp_ms  # store times never go backwards
-            offsets = self.queue_offsets
-            segment = self.segments.last
-            for message in batch:
-                if segment is None or segment.remaining_bytes < message.size + (
-                        END_FILE_MIN_BLANK_LENGTH):
-                    segment = self._roll(message.size)
-                key = (message.topic, message.queue_id)
-                tx_type = message.sys_flag & SYSFLAG_TRANSACTION_MASK
-                if tx_type in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
-                    queue_offset = 0  # half and rollback records take no queue offset
-                else:
-                    queue_offset = offsets.get(key, 0)
-                    offsets[key] = queue_offset + 1
-                position = segment.base_position + segment.written_position
-                segment.write(encode_record_parts(
-                    message.topic_bytes, message.is_v2, message.body, message.properties,
-                    message.queue_id, message.flag, queue_offset, position, message.sys_flag,
-                    now if message.born_timestamp_ms < 0 else message.born_timestamp_ms,
-                    message.born_host or self.store_host, now, self.store_host,
-                    message.reconsume_count, message.prepared_transaction_position,
-                    message.body_crc))
-                results.append(Appended(position, queue_offset, now))
             self.last_store_timestamp_ms = now
+            return self._append_locked(batch, now)
+
+    def _append_locked(self, batch: Sequence[PreparedMessage], now: int) -> list[Appended]:
+        results = []
+        offsets = self.queue_offsets
+        feed = self.dispatch_feed.append
+        store_host = self.store_host
+        segment = self.segments.last
+        pending: list[bytes] = []  # records for ``segment``, written in one copy
+        position = segment.end_position if segment is not None else 0
+        for message in batch:
+            size = message.size
+            if segment is None or segment.size_bytes - (position - segment.base_position) < (
+                    size + END_FILE_MIN_BLANK_LENGTH):
+                self._write_pending(segment, pending)
+                segment = self._roll(size)
+                position = segment.base_position
+            key = (message.topic, message.queue_id)
+            tx_type = message.sys_flag & SYSFLAG_TRANSACTION_MASK
+            if tx_type in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
+                queue_offset = 0  # half and rollback records take no queue offset
+            else:
+                queue_offset = offsets.get(key, 0)
+                offsets[key] = queue_offset + 1
+            pending.append(encode_record_parts(
+                message.topic_bytes, message.is_v2, message.body, message.properties,
+                message.queue_id, message.flag, queue_offset, position, message.sys_flag,
+                now if message.born_timestamp_ms < 0 else message.born_timestamp_ms,
+                message.born_host or store_host, now, store_host, message.reconsume_count,
+                message.prepared_transaction_position, message.body_crc))
+            feed(_new_tuple(DispatchRecord, (
+                message.topic, message.queue_id, queue_offset, position, size,
+                message.sys_flag, now, message.tags, message.keys, message.unique_key,
+                message.user_properties)))
+            results.append(_new_tuple(Appended, (position, queue_offset, now)))
+            position += size
+        self._write_pending(segment, pending)
         return results
+
+    @staticmethod
+    def _write_pending(segment, pending: list[bytes]) -> None:
+        if pending:
+            segment.write(b"".join(pending) if len(pending) > 1 else pending[0])
+            pending.clear()
 
     def _roll(self, record_size: int):
         segment_size = self.config.segment_size_bytes

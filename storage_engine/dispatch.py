@@ -49,6 +49,9 @@ class Dispatcher(Protocol):
     def dispatch(self, record: DispatchRecord) -> None:
         """Apply one record."""
 
+    def batch_done(self) -> None:
+        """Called after every dispatch batch (publish buffered state)."""
+
 
 class ConsumeQueueDispatcher:
     """Appends a consume-queue unit for every normal or committed record."""
@@ -70,6 +73,9 @@ class ConsumeQueueDispatcher:
                         record.queue_offset):
             for listener in self._listeners:
                 listener(record.topic, record.queue_id, record.queue_offset + 1)
+
+    def batch_done(self) -> None:
+        """Nothing is buffered."""
 
     def _tag_code(self, record: DispatchRecord) -> int:
         if record.topic == DELAY_TOPIC and PROPERTY_DELAY in record.properties:
@@ -113,6 +119,10 @@ class KeyIndexDispatcher:
             self._key_index.add(record.topic, keys, record.log_position,
                                 record.store_timestamp_ms)
 
+    def batch_done(self) -> None:
+        """Write the current index file's header once per batch."""
+        self._key_index.sync_header()
+
 
 class DispatchService(Service):
     """Tails the commit log from ``position``."""
@@ -131,33 +141,50 @@ class DispatchService(Service):
 
     def run_once(self, now_ms: int) -> int:
         """Dispatch up to ``batch_size_max`` records; returns how many."""
-        log_ = self._commit_log
-        end = log_.max_position
-        position = max(self.position, log_.min_position)
-        segment_size = log_.config.segment_size_bytes
-        dispatchers = self._dispatchers
+        commit_log = self._commit_log
+        end = commit_log.max_position
+        position = max(self.position, commit_log.min_position)
+        feed = commit_log.dispatch_feed
         processed = 0
         while position < end and processed < self.batch_size_max:
-            segment = log_.segments.find(position)
-            offset = position - segment.base_position
-            kind, size, record = decode_for_dispatch(segment.buffer, offset,
-                                                     segment.written_position)
-            if kind == RecordKind.MESSAGE:
-                for dispatcher in dispatchers:
-                    dispatcher.dispatch(record)
-                position += size
-                processed += 1
-            elif kind == RecordKind.BLANK:
-                position = segment.base_position + segment_size
+            record = feed[0] if feed else None
+            if record is not None and record.log_position <= position:
+                feed.popleft()
+                if record.log_position < position:
+                    continue  # dispatched already (e.g. from the log before the feed caught up)
             else:
-                self.position = position
-                raise CorruptionError(f"dispatch found an invalid record at position={position}",
-                                      log_position=position, path=str(segment.path))
+                record = self._decode_at(position)
+                if record is None:  # a blank record: continue in the next segment
+                    position = self._next_segment_start(position)
+                    continue
+            for dispatcher in self._dispatchers:
+                dispatcher.dispatch(record)
+            position += record.size
+            processed += 1
+        for dispatcher in self._dispatchers:
+            dispatcher.batch_done()
         if processed or position != self.position:
             with self._progress:
                 self.position = position
                 self._progress.notify_all()
         return processed
+
+    def _decode_at(self, position: int) -> DispatchRecord | None:
+        segment = self._commit_log.segments.find(position)
+        kind, _size, record = decode_for_dispatch(segment.buffer,
+                                                  position - segment.base_position,
+                                                  segment.written_position)
+        if kind == RecordKind.MESSAGE:
+            return record
+        if kind == RecordKind.BLANK:
+            return None
+        self.position = position
+        raise CorruptionError(f"dispatch found an invalid record at position={position}",
+                              log_position=position, path=str(segment.path))
+
+    def _next_segment_start(self, position: int) -> int:
+        segment_size = self._commit_log.config.segment_size_bytes
+        return position - position % segment_size + segment_size
 
     @property
     def behind_bytes(self) -> int:

@@ -10,7 +10,9 @@ compatibility). Lookups visit files newest first and stop at 64 results; hash co
 returned too and must be filtered by the caller against the real key and topic.
 
 Thread-safety: one writer (the dispatch thread); readers may run concurrently: a reader sees a
-slot value only after the entry it names has been written (entry first, then slot).
+slot value only after the entry it names has been written (entry first, then slot). The header
+lives in memory while keys are added and is written to the file after every dispatch batch, when
+a file fills, and at close.
 What survives a crash: files are flushed when full and at close; after a crash the current file
 is rebuilt by re-dispatch (issue 3 adds the checkpoint rule).
 """
@@ -78,6 +80,10 @@ class KeyIndexFile:
         """Whether no further key fits."""
         return self.entry_count >= self.entry_count_max
 
+    def write_header(self) -> None:
+        """Copy the in-memory header into the file (puts defer it; readers use memory)."""
+        self._write_header()
+
     def _write_header(self) -> None:
         _pack_header_into(self.file.buffer, 0, self.begin_timestamp_ms, self.end_timestamp_ms,
                           self.begin_position, self.end_position, self.used_slot_count,
@@ -109,7 +115,6 @@ class KeyIndexFile:
         self.entry_count = number + 1
         self.end_position = log_position
         self.end_timestamp_ms = store_timestamp_ms
-        self._write_header()
         return True
 
     def select_positions(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int,
@@ -142,6 +147,7 @@ class KeyIndexFile:
 
     def flush(self) -> None:
         """Persist header, slots and entries."""
+        self._write_header()
         self.file.written_position = self.file.size_bytes
         self.file.flush()
 
@@ -183,6 +189,11 @@ class KeyIndex:
             if not current.put_key(key_hash, log_position, store_timestamp_ms):
                 current = self._roll()
                 current.put_key(key_hash, log_position, store_timestamp_ms)
+
+    def sync_header(self) -> None:
+        """Write the newest file's header (after a dispatch batch)."""
+        if self.files:
+            self.files[-1].write_header()
 
     def _writable_file(self) -> KeyIndexFile:
         if not self.files or self.files[-1].is_full:

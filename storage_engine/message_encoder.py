@@ -29,13 +29,8 @@ from .topics import validate_topic
 _CACHE_LIMIT = 10_000
 
 
-def _check_text(name: str, value: str, topic: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidMessageError(f"{name} must be a string, got {type(value).__name__}",
-                                  topic=topic)
-    if "\x01" in value or "\x02" in value:
-        raise InvalidMessageError(f"{name} {value!r} contains U+0001 or U+0002, which frame "
-                                  "properties in the record", topic=topic)
+_new_tuple = tuple.__new__
+_NO_PROPERTIES: dict[str, str] = {}
 
 
 class MessageEncoder:
@@ -57,17 +52,17 @@ class MessageEncoder:
             raise InvalidQueueError(f"queue id {queue_id!r} is not in 0..{self._queue_id_max}",
                                     topic=topic)
         body = message.body
-        if not isinstance(body, bytes):
-            if not isinstance(body, bytearray | memoryview):
-                raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}",
-                                          topic=topic)
-            body = bytes(body)
+        if type(body) is not bytes:
+            body = self._coerce_body(body, topic)
         if len(body) > self._max_body:
             raise MessageTooLargeError(
                 f"message body is {len(body):,} bytes; the limit is {self._max_body:,}: raise "
                 "commit_log.max_message_size_bytes (broker.conf maxMessageSize)",
                 setting="commit_log.max_message_size_bytes", topic=topic)
-        properties = self._encode_properties(message)
+        keys = message.keys
+        if keys is not None and type(keys) is not str:
+            keys = " ".join(key for key in keys if key) or None
+        properties = self._encode_properties(message, keys)
         topic_bytes, is_v2 = topic_entry
         born_host = self._host(message.born_host) if message.born_host else b""
         sys_flag = message.sys_flag & ~0x30
@@ -75,10 +70,18 @@ class MessageEncoder:
             sys_flag |= 0x10
         size = record_size(len(body), len(topic_bytes), len(properties), sys_flag=sys_flag,
                            is_v2=is_v2)
-        return PreparedMessage(
+        return _new_tuple(PreparedMessage, (
             topic, topic_bytes, is_v2, body, properties, queue_id, message.flag, sys_flag,
             -1 if message.born_timestamp_ms is None else message.born_timestamp_ms, born_host,
-            message.reconsume_count, 0, masked_crc32(body), size)
+            message.reconsume_count, 0, masked_crc32(body), size, message.tags, keys,
+            message.unique_key, message.properties or _NO_PROPERTIES))
+
+    @staticmethod
+    def _coerce_body(body: object, topic: str) -> bytes:
+        if not isinstance(body, bytes | bytearray | memoryview):
+            raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}",
+                                      topic=topic)
+        return bytes(body)
 
     def _remember_topic(self, topic: object) -> tuple[bytes, bool]:
         validate_topic(topic)
@@ -89,37 +92,48 @@ class MessageEncoder:
             self._topics[topic] = entry
         return entry
 
-    def _encode_properties(self, message: Message) -> bytes:
-        topic = message.topic
+    def _encode_properties(self, message: Message, keys: str | None) -> bytes:
+        """Serialize user properties, then KEYS, TAGS and UNIQ_KEY.
+
+        Framing is checked once on the joined text: it must contain exactly one U+0001 and one
+        U+0002 per pair, which fails when any name or value carries either character.
+        """
         parts = []
         if message.properties:
             for name, value in message.properties.items():
-                if value is None:
-                    continue
-                _check_text("property name", name, topic)
-                if not name:
-                    raise InvalidMessageError("property names must not be empty", topic=topic)
-                value = value if isinstance(value, str) else str(value)
-                _check_text(f"property {name!r}", value, topic)
-                parts.append(f"{name}\x01{value}\x02")
-        keys = message.keys_list()
+                if value is not None:
+                    if not isinstance(name, str) or not name:
+                        raise InvalidMessageError("property names must be non-empty strings",
+                                                  topic=message.topic)
+                    parts.append(f"{name}\x01{value}\x02")
         if keys:
-            for key in keys:
-                _check_text("key", key, topic)
-            parts.append("KEYS\x01" + " ".join(keys) + "\x02")
+            parts.append(f"KEYS\x01{keys}\x02")
         if message.tags:
-            _check_text("tags", message.tags, topic)
             parts.append(f"TAGS\x01{message.tags}\x02")
         if message.unique_key:
-            _check_text("unique_key", message.unique_key, topic)
             parts.append(f"UNIQ_KEY\x01{message.unique_key}\x02")
-        encoded = "".join(parts).encode("utf-8")
+        text = "".join(parts)
+        if text.count("\x01") != len(parts) or text.count("\x02") != len(parts):
+            self._reject_framing(message, keys)
+        encoded = text.encode("utf-8")
         if len(encoded) > PROPERTIES_SIZE_MAX_BYTES:
             raise PropertiesTooLargeError(
                 f"encoded properties are {len(encoded):,} bytes; the record format allows "
                 f"{PROPERTIES_SIZE_MAX_BYTES:,}: shorten keys, tags or properties",
-                setting="properties (format limit, not configurable)", topic=topic)
+                setting="properties (format limit, not configurable)", topic=message.topic)
         return encoded
+
+    @staticmethod
+    def _reject_framing(message: Message, keys: str | None) -> None:
+        """Raise naming the first field that contains U+0001 or U+0002."""
+        fields = [("key", keys), ("tags", message.tags), ("unique_key", message.unique_key)]
+        fields += [(f"property {name!r}", f"{name}{value}")
+                   for name, value in (message.properties or {}).items() if value is not None]
+        for what, value in fields:
+            if value and ("\x01" in str(value) or "\x02" in str(value)):
+                raise InvalidMessageError(f"{what} contains U+0001 or U+0002, which frame "
+                                          "properties in the record", topic=message.topic)
+        raise InvalidMessageError("properties contain U+0001 or U+0002", topic=message.topic)
 
     def _host(self, host: str) -> bytes:
         encoded = self._hosts.get(host)
