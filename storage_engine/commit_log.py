@@ -262,6 +262,15 @@ class CommitLog:
                                   log_position=position, path=str(segment.path))
         return MessageView.decode(segment.buffer, offset)
 
+    def has_record_at(self, position: int) -> bool:
+        """Whether a well-formed record (CRC not checked) starts at ``position``."""
+        segment = self.segments.find(position)
+        if segment is None:
+            return False
+        check = check_record(segment.buffer, position - segment.base_position,
+                             segment.written_position, check_crc=False)
+        return check.kind == RecordKind.MESSAGE
+
     def read_store_timestamp(self, position: int) -> int:
         """Store time of the record at ``position`` (0 when it cannot be read)."""
         try:

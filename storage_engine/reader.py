@@ -130,12 +130,23 @@ class MessageReader:
         return self._log.read(position)
 
     def view_message_by_id(self, msg_id: str) -> MessageView:
-        """The record an offsetMsgId names."""
+        """The record an offsetMsgId names.
+
+        Raises:
+            InvalidMessageIdError: the id is malformed.
+            MessageNotFoundError: no record starts at the id's position, or it is another
+                store's record.
+            CorruptionError: a record starts there but its body CRC does not match.
+        """
         try:
             host, position = decode_offset_msg_id(msg_id)
         except ValueError as error:
             raise InvalidMessageIdError(str(error)) from error
-        view = self.read_message(position)
+        if not self._log.min_position <= position < self._log.max_position or (
+                not self._log.has_record_at(position)):
+            raise MessageNotFoundError(f"no message {msg_id} in this store (position="
+                                       f"{position})", log_position=position)
+        view = self._log.read(position)
         if view.msg_id != msg_id.upper():
             raise MessageNotFoundError(f"message {msg_id} (store host {host}) is not in this "
                                        "store", log_position=position)

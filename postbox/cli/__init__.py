@@ -1,0 +1,49 @@
+"""The ``postbox`` command line: a typer app with ``store``, ``query`` and ``bench`` sub-apps.
+
+This package is the edge of the system: it may import any project package and nothing imports
+it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
+modules register themselves on their sub-app when imported; this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from .bench_commands import bench_app
+from .demo import demo_command
+from .query_commands import query_app
+from .store_commands import store_app
+
+app = typer.Typer(
+    name="postbox",
+    help="Postbox: reliable messaging with an embedded RocketMQ-compatible message store.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(store_app)
+app.add_typer(query_app)
+app.add_typer(bench_app)
+app.command("demo")(demo_command)
+
+
+@app.callback()
+def root(verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Log what the store does (to stderr).")] = False) -> None:
+    """Postbox: reliable messaging with an embedded RocketMQ-compatible message store."""
+    if verbose:
+        handler = RichHandler(console=Console(stderr=True), show_path=False)
+        logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s",
+                            handlers=[handler], force=True)
+
+
+def main() -> None:
+    """Run the command line (console-script entry point)."""
+    app(prog_name="postbox")
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,57 @@
+"""``postbox bench …``: run the benchmarks that live in the source tree's ``bench/`` package.
+
+Arguments after the command name go to the benchmark's own parser unchanged (``--help``
+included). ``bench`` is not part of the installed distribution, so when it cannot be imported
+the source checkout this package was loaded from is tried before giving up with a clear error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from .common import EXIT_ERROR, CliError, print_error, reports_errors
+
+bench_app = typer.Typer(name="bench", help="Run benchmarks.", no_args_is_help=True)
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True,
+                "help_option_names": []}
+"""Context settings that hand every argument, ``--help`` included, to the benchmark."""
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout holding ``postbox/`` (and, in a source tree, ``bench/``)."""
+
+
+def load_bench_main(module_name: str) -> Callable[[list[str] | None], int]:
+    """``main`` of a ``bench`` module, importing from the source checkout if needed."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name not in ("bench", module_name):
+            raise
+        module_path = SOURCE_ROOT.joinpath(*module_name.split(".")).with_suffix(".py")
+        if not module_path.is_file():
+            raise CliError(f"{module_name} is not available: bench/ ships only in a source "
+                           f"checkout (looked for {module_path})") from error
+        sys.path.insert(0, str(SOURCE_ROOT))
+        module = importlib.import_module(module_name)
+    bench_main = getattr(module, "main", None)
+    if not callable(bench_main):
+        raise CliError(f"{module_name} has no main(argv) function")
+    return bench_main
+
+
+@bench_app.command("store", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_store_command(ctx: typer.Context) -> None:
+    """Benchmark the message store (arguments go to bench/store_bench.py; try --help)."""
+    try:
+        bench_main = load_bench_main("bench.store_bench")
+    except ImportError as error:
+        print_error(f"cannot load bench.store_bench: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    raise typer.Exit(bench_main(list(ctx.args)) or 0)

@@ -1,0 +1,162 @@
+"""Shared pieces of the ``postbox`` commands: store options, opening the store, output, errors.
+
+Every command that touches a store takes the same four options (``--store``, ``--broker-conf``,
+``--segment-size``, ``--json``), declared once here as ``Annotated`` aliases and gathered into a
+``StoreOptions`` value. This is the edge of the system, so it is the one place that reads the
+``POSTBOX_STORE`` environment variable.
+
+Output rules: with ``--json`` a command prints exactly one JSON document to stdout and nothing
+else; human output goes through rich. Errors (``StorageError``, ``CliError``, ``OSError``) become
+one red ``error: …`` line on stderr and exit code 2, never a traceback; "nothing found" is exit
+code 1. Consoles are created per call so they follow the current ``sys.stdout``/``sys.stderr``
+(and ``COLUMNS``), which keeps test runners and pipes working; output to a file or pipe is laid
+out ``PIPE_WIDTH_CHARS`` wide unless ``COLUMNS`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from storage_engine import MessageStore, StorageError, StoreConfig
+
+DEFAULT_STORE_DIR = Path(".postbox/store")
+STORE_DIR_ENV_VAR = "POSTBOX_STORE"
+DISPATCH_WAIT_MS = 10_000
+"""Longest wait, after opening a store, for consume queues and the key index to catch up."""
+
+PIPE_WIDTH_CHARS = 200
+"""Line width for tables written to a file or pipe (no terminal to fit; COLUMNS wins)."""
+
+EXIT_NOT_FOUND = 1
+"""Exit code when a query found nothing, or a demo check failed."""
+EXIT_ERROR = 2
+"""Exit code for errors: bad arguments, storage errors, I/O errors."""
+
+StoreDirOption = Annotated[Path | None, typer.Option(
+    "--store", metavar="DIR", envvar=STORE_DIR_ENV_VAR, show_default=False, file_okay=False,
+    help=f"Store root directory \\[default: ./{DEFAULT_STORE_DIR}].")]
+BrokerConfOption = Annotated[Path | None, typer.Option(
+    "--broker-conf", metavar="FILE", exists=True, dir_okay=False, readable=True,
+    help="RocketMQ broker.conf to build the store configuration from "
+         "(--store, when given, overrides its storePathRootDir).")]
+SegmentSizeOption = Annotated[int | None, typer.Option(
+    "--segment-size", metavar="BYTES",
+    help="Commit-log segment size of the store (needed for stores written with small "
+         "segments).")]
+JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Machine output: print exactly one JSON document to stdout.")]
+
+
+class CliError(Exception):
+    """A problem the command line reports as one ``error:`` line (exit code 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreOptions:
+    """The common store options of one command invocation."""
+
+    store_dir: Path | None = None
+    broker_conf: Path | None = None
+    segment_size_bytes: int | None = None
+    json_output: bool = False
+
+
+def build_config(options: StoreOptions, default_dir: Path = DEFAULT_STORE_DIR) -> StoreConfig:
+    """The ``StoreConfig`` the options describe (``--segment-size`` wins over broker.conf)."""
+    if options.broker_conf is not None:
+        overrides = {} if options.store_dir is None else {"root_dir": options.store_dir}
+        try:
+            config = StoreConfig.from_broker_conf(options.broker_conf, **overrides)
+        except OSError as error:
+            raise CliError(f"cannot read {options.broker_conf}: {error.strerror}") from error
+    else:
+        config = StoreConfig(root_dir=options.store_dir or default_dir)
+    if options.segment_size_bytes is not None:
+        commit_log = dataclasses.replace(config.commit_log,
+                                         segment_size_bytes=options.segment_size_bytes)
+        config = config.replace(commit_log=commit_log)
+    return config
+
+
+@contextlib.contextmanager
+def open_store(options: StoreOptions, *, wait_dispatched: bool = True) -> Iterator[MessageStore]:
+    """Open an existing store for a command; closes it (cleanly) on the way out.
+
+    With ``wait_dispatched`` the consume queues and key index are given up to
+    ``DISPATCH_WAIT_MS`` to catch up with the commit log, so queries see every message.
+    """
+    config = build_config(options)
+    if not config.root_dir.is_dir():
+        raise CliError(f"no store at {config.root_dir} "
+                       f"(give --store DIR or set {STORE_DIR_ENV_VAR})")
+    with MessageStore.open(config) as store:
+        if wait_dispatched and not store.wait_dispatched(timeout_ms=DISPATCH_WAIT_MS):
+            print_warning(f"dispatch did not catch up within {DISPATCH_WAIT_MS} ms; "
+                          "queue and key queries may miss the newest messages")
+        yield store
+
+
+def out_console() -> Console:
+    """A rich console on the current stdout; wide when stdout is a file or pipe."""
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPE_WIDTH_CHARS
+    return console
+
+
+def err_console() -> Console:
+    """A rich console on the current stderr."""
+    return Console(stderr=True)
+
+
+def print_json(document: Any) -> None:
+    """Print one JSON document (and nothing else) to stdout."""
+    typer.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+
+
+def print_error(message: str) -> None:
+    """One red ``error: …`` line on stderr."""
+    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+                        soft_wrap=True)
+
+
+def print_warning(message: str) -> None:
+    """One yellow ``warning: …`` line on stderr."""
+    err_console().print(f"[yellow]warning:[/] {escape(message)}", highlight=False,
+                        soft_wrap=True)
+
+
+def print_note(message: str) -> None:
+    """A plain informational line on stderr (keeps stdout clean for ``--json``)."""
+    err_console().print(escape(message), highlight=False, soft_wrap=True)
+
+
+CommandT = TypeVar("CommandT", bound=Callable[..., Any])
+
+
+def reports_errors(command: CommandT) -> CommandT:
+    """Decorate a command so known errors print one ``error:`` line and exit with code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (StorageError, CliError) as error:
+            print_error(str(error) or type(error).__name__)
+        except OSError as error:
+            where = f": {error.filename}" if error.filename else ""
+            print_error(f"{error.strerror or error}{where}")
+        raise typer.Exit(EXIT_ERROR)
+
+    return wrapper  # type: ignore[return-value]

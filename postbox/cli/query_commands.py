@@ -1,0 +1,179 @@
+"""``postbox query …``: find messages by offsetMsgId, key, unique key, queue offset or time.
+
+Single-message results are shown as a vertical table of every field, lists as a compact table;
+``--json`` prints message documents (``MessageView.as_dict()`` plus the body). A query that finds
+nothing says so on stderr and exits with code 1; malformed input exits with code 2.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from storage_engine import GetStatus, MessageNotFoundError, MessageStore, MessageView
+
+from .common import (
+    EXIT_NOT_FOUND,
+    BrokerConfOption,
+    JsonOption,
+    SegmentSizeOption,
+    StoreDirOption,
+    StoreOptions,
+    open_store,
+    out_console,
+    print_json,
+    print_note,
+    reports_errors,
+)
+from .render import message_detail_table, message_document, messages_table
+
+query_app = typer.Typer(name="query", help="Find messages in a store.", no_args_is_help=True)
+
+CLI_CONSUMER_GROUP = "postbox-cli"
+"""Consumer group named in reads made by the command line (reads record no offsets)."""
+
+TopicArg = Annotated[str, typer.Argument(help="Topic name.")]
+QueueIdArg = Annotated[int, typer.Argument(min=0, help="Queue id.")]
+
+
+def show_message(view: MessageView | None, options: StoreOptions, title: str,
+                 reason: str = "") -> None:
+    """Print one message (or ``null``); exit 1 when there is none."""
+    if options.json_output:
+        print_json(None if view is None else message_document(view))
+    elif view is not None:
+        out_console().print(message_detail_table(view, title=title))
+    if view is None:
+        print_note(f"no message: {title}{': ' if reason else ''}{reason}")
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def show_messages(views: list[MessageView], options: StoreOptions, title: str) -> None:
+    """Print a list of messages; exit 1 when it is empty."""
+    if options.json_output:
+        print_json([message_document(view) for view in views])
+    elif views:
+        console = out_console()
+        console.print(messages_table(views, title=f"{title}: {len(views)} message(s)",
+                                     width=console.width))
+    if not views:
+        print_note(f"no messages: {title}")
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def message_at(message_store: MessageStore, topic: str, queue_id: int,
+               offset: int) -> tuple[GetStatus, MessageView | None, dict[str, Any]]:
+    """The message at ``offset`` of a queue: (status, message or None, the queue's range)."""
+    result = message_store.get_message(CLI_CONSUMER_GROUP, topic, queue_id, offset, max_count=1)
+    view = result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
+    queue_range = {"min_offset": result.min_offset, "max_offset": result.max_offset,
+                   "next_offset": result.next_offset}
+    return result.status, view, queue_range
+
+
+@query_app.command("id")
+@reports_errors
+def query_id_command(
+    msg_id: Annotated[str, typer.Argument(metavar="MSG_ID", help="offsetMsgId (32/56 hex).")],
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """Show the message with an offsetMsgId (store host + commit-log position)."""
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    view, reason = None, ""
+    with open_store(options, wait_dispatched=False) as message_store:
+        try:
+            view = message_store.view_message_by_id(msg_id)
+        except MessageNotFoundError as error:
+            reason = str(error)
+    show_message(view, options, title=f"msg id {msg_id}", reason=reason)
+
+
+@query_app.command("key")
+@reports_errors
+def query_key_command(
+    topic: TopicArg,
+    key: Annotated[str, typer.Argument(help="Message key (KEYS).")],
+    max_count: Annotated[int, typer.Option("--max", min=1, help="At most N messages.")] = 64,
+    begin_ms: Annotated[int, typer.Option(
+        "--begin", metavar="MS", min=0,
+        help="Stored at or after this epoch ms (the index keeps whole seconds).")] = 0,
+    end_ms: Annotated[int | None, typer.Option(
+        "--end", metavar="MS", min=0,
+        help="Stored at or before this epoch ms (the index keeps whole seconds).")] = None,
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """List messages of a topic that carry a key."""
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    with open_store(options) as message_store:
+        views = message_store.query_by_key(topic, key, max_count=max_count, begin_ms=begin_ms,
+                                           end_ms=end_ms)
+    show_messages(views, options, title=f"{topic} key {key}")
+
+
+@query_app.command("unique-key")
+@reports_errors
+def query_unique_key_command(
+    topic: TopicArg,
+    unique_key: Annotated[str, typer.Argument(metavar="UNIQUE_KEY", help="UNIQ_KEY (msgId).")],
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """List messages of a topic with a client-side unique key (UNIQ_KEY)."""
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    with open_store(options) as message_store:
+        views = message_store.query_by_unique_key(topic, unique_key)
+    show_messages(views, options, title=f"{topic} unique key {unique_key}")
+
+
+@query_app.command("offset")
+@reports_errors
+def query_offset_command(
+    topic: TopicArg, queue_id: QueueIdArg,
+    offset: Annotated[int, typer.Argument(min=0, help="Queue offset.")],
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """Show the message at an offset of one queue."""
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    with open_store(options) as message_store:
+        status, view, queue_range = message_at(message_store, topic, queue_id, offset)
+    title = f"{topic} queue {queue_id} offset {offset}"
+    if json_output:
+        print_json({"topic": topic, "queue_id": queue_id, "offset": offset,
+                    "status": status.value, **queue_range,
+                    "message": None if view is None else message_document(view)})
+    elif view is not None:
+        out_console().print(message_detail_table(view, title=title))
+    if view is None:
+        print_note(f"no message: {title}: {status.value} (queue offsets "
+                   f"{queue_range['min_offset']}..{queue_range['max_offset']})")
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+@query_app.command("time")
+@reports_errors
+def query_time_command(
+    topic: TopicArg, queue_id: QueueIdArg,
+    timestamp_ms: Annotated[int, typer.Argument(metavar="TIMESTAMP_MS", help="Epoch ms.")],
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """Find the queue offset for a store time, and show the message there if any."""
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    with open_store(options) as message_store:
+        offset = message_store.offset_by_time(topic, queue_id, timestamp_ms)
+        status, view, queue_range = message_at(message_store, topic, queue_id, offset)
+    if json_output:
+        print_json({"topic": topic, "queue_id": queue_id, "timestamp_ms": timestamp_ms,
+                    "offset": offset, "status": status.value, **queue_range,
+                    "message": None if view is None else message_document(view)})
+        return
+    console = out_console()
+    console.print(f"offset {offset} (queue offsets {queue_range['min_offset']}.."
+                  f"{queue_range['max_offset']})", highlight=False)
+    if view is not None:
+        console.print(message_detail_table(view, title=f"{topic} queue {queue_id} "
+                                                       f"offset {offset}"))
