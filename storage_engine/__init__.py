@@ -42,6 +42,7 @@ from .errors import (
 from .formats import HostAddress, MessageView
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .store import MessageStore
+from .store_layout import infer_config
 from .verify import verify_store
 
 __all__ = [
@@ -53,5 +54,5 @@ __all__ = [
     "MessageTooLargeError", "MessageView", "PropertiesTooLargeError", "PutResult", "PutStatus",
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
-    "verify_store",
+    "infer_config", "verify_store",
 ]

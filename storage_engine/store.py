@@ -38,6 +38,7 @@ from .message import GetResult, Message, PutResult
 from .message_encoder import MessageEncoder
 from .reader import MessageReader, TagFilter
 from .recovery import recover
+from .store_layout import write_layout
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class MessageStore:
             self.dispatch.drain()
             for (topic, queue_id), queue in self.queues.queues.items():
                 self.commit_log.queue_offsets[(topic, queue_id)] = queue.max_offset
+            write_layout(self.config)
             abort_path.write_bytes(str(os.getpid()).encode())
             fsync_dir(root)
             self.dispatch.start()

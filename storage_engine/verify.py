@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import KeyIndexConfig, StoreConfig
+from .config import StoreConfig
 from .formats import (
     CONSUME_QUEUE_UNIT,
     FILLER_UNIT_SIZE,
@@ -30,16 +30,17 @@ from .formats import (
     split_keys,
     tag_hash,
 )
+from .store_layout import infer_config
 from .topics import DELAY_TOPIC
 
 
 def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None) -> list[str]:
     """Return every problem found in the store at ``root_dir`` (empty when consistent).
 
-    Segment and queue file sizes are taken from the files when ``config`` is not given; the key
-    index geometry then assumes RocketMQ's 1:4 slot-to-entry ratio.
+    Without ``config`` the sizes are inferred from the store (``infer_config``).
     """
     root = Path(root_dir)
+    config = config or infer_config(root)
     problems: list[str] = []
     records = _scan_log(root / "commitlog", config, problems)
     by_position = {record.log_position: record for record in records}
@@ -48,15 +49,10 @@ def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None)
     return problems
 
 
-def _file_size(directory: Path) -> int | None:
-    names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
-    return (directory / names[0]).stat().st_size if names else None
-
-
-def _scan_log(directory: Path, config: StoreConfig | None,
+def _scan_log(directory: Path, config: StoreConfig,
               problems: list[str]) -> list[DispatchRecord]:
-    size = config.commit_log.segment_size_bytes if config else _file_size(directory)
-    if size is None:
+    size = config.commit_log.segment_size_bytes
+    if not directory.is_dir():
         return []
     names = sorted(n for n in os.listdir(directory) if n.isdigit())
     records: list[DispatchRecord] = []
@@ -110,7 +106,7 @@ def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
 
 
 def _check_queues(directory: Path, records: list[DispatchRecord], by_position: dict,
-                  config: StoreConfig | None, problems: list[str]) -> None:
+                  config: StoreConfig, problems: list[str]) -> None:
     expected: dict[tuple[str, int], list[DispatchRecord]] = {}
     for record in records:
         if record.sys_flag & SYSFLAG_TRANSACTION_MASK in (0, 8):
@@ -129,9 +125,9 @@ def _check_queues(directory: Path, records: list[DispatchRecord], by_position: d
                             "but no consume queue")
 
 
-def _read_units(directory: Path, config: StoreConfig | None,
+def _read_units(directory: Path, config: StoreConfig,
                 problems: list[str]) -> list[tuple[int, int, int]]:
-    file_size = config.consume_queue.file_size_bytes if config else _file_size(directory)
+    file_size = config.consume_queue.file_size_bytes
     units: list[tuple[int, int, int]] = []
     for name in sorted(n for n in os.listdir(directory) if n.isdigit()):
         data = (directory / name).read_bytes()
@@ -171,7 +167,7 @@ def _check_queue(key, units, queue_records, by_position, problems) -> None:
                             f"(offset {record.queue_offset}) is missing from the consume queue")
 
 
-def _check_key_index(directory: Path, by_position: dict, config: StoreConfig | None,
+def _check_key_index(directory: Path, by_position: dict, config: StoreConfig,
                      problems: list[str]) -> None:
     if not directory.is_dir():
         return
@@ -185,14 +181,9 @@ def _check_key_index(directory: Path, by_position: dict, config: StoreConfig | N
         _check_index_file(name, data, geometry, by_position, problems)
 
 
-def _index_geometry(size: int, config: StoreConfig | None) -> tuple[int, int] | None:
-    index = config.key_index if config else KeyIndexConfig()
-    slots, entries = index.slot_count_max, index.entry_count_max
-    if 40 + slots * 4 + entries * 20 == size:
-        return slots, entries
-    if config is None and (size - 40) % 84 == 0:
-        return (size - 40) // 84, (size - 40) // 84 * 4
-    return None
+def _index_geometry(size: int, config: StoreConfig) -> tuple[int, int] | None:
+    slots, entries = config.key_index.slot_count_max, config.key_index.entry_count_max
+    return (slots, entries) if 40 + slots * 4 + entries * 20 == size else None
 
 
 def _check_index_file(name, data, geometry, by_position, problems) -> None:

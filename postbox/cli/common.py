@@ -28,7 +28,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from storage_engine import MessageStore, StorageError, StoreConfig
+from storage_engine import MessageStore, StorageError, StoreConfig, infer_config
 
 DEFAULT_STORE_DIR = Path(".postbox/store")
 STORE_DIR_ENV_VAR = "POSTBOX_STORE"
@@ -81,7 +81,8 @@ def build_config(options: StoreOptions, default_dir: Path = DEFAULT_STORE_DIR) -
         except OSError as error:
             raise CliError(f"cannot read {options.broker_conf}: {error.strerror}") from error
     else:
-        config = StoreConfig(root_dir=options.store_dir or default_dir)
+        root = options.store_dir or default_dir
+        config = infer_config(root) if root.is_dir() else StoreConfig(root_dir=root)
     if options.segment_size_bytes is not None:
         commit_log = dataclasses.replace(config.commit_log,
                                          segment_size_bytes=options.segment_size_bytes)

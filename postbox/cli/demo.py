@@ -26,7 +26,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from storage_engine import GetStatus, Message, MessageStore, MessageView, PutResult, SystemClock
+from storage_engine import (
+    GetStatus,
+    KeyIndexConfig,
+    Message,
+    MessageStore,
+    MessageView,
+    PutResult,
+    SystemClock,
+)
 from storage_engine.formats import UniqueKeyGenerator
 
 from .common import (
@@ -48,6 +56,11 @@ DEMO_BATCH_SIZE = 10
 DEMO_CONSUMER_GROUP = "postbox-demo"
 DEMO_MESSAGES_MAX = 1_000_000
 READ_BATCH_MAX = 32
+DEMO_SEGMENT_SIZE_BYTES = 64 << 20
+DEMO_KEY_INDEX = KeyIndexConfig(slot_count_max=500_000, entry_count_max=2_000_000)
+"""The demo's files: 64 MiB commit-log segments and a 42 MB key index instead of RocketMQ's
+1 GiB and 420 MB defaults, so a first run does not reserve 1.5 GB of disk (files are
+preallocated)."""
 STORE_ENTRY_NAMES = frozenset({"commitlog", "consumequeue", "index", "checkpoint", "abort",
                                "lock", "config"})
 """Entries of a RocketMQ-layout store root; a directory holding one of them may be reset."""
@@ -98,7 +111,9 @@ def demo_command(
     """Write orders into a fresh embedded store, read them back every way, show it worked."""
     store_dir = store or DEMO_STORE_DIR
     reset_store_dir(store_dir)
-    config = build_config(StoreOptions(store_dir=store_dir, segment_size_bytes=segment_size))
+    config = build_config(StoreOptions(store_dir=store_dir,
+                                       segment_size_bytes=segment_size or DEMO_SEGMENT_SIZE_BYTES))
+    config = config.replace(key_index=DEMO_KEY_INDEX)
     console = out_console()
     started_ms = monotonic_ms()
     with MessageStore.open(config) as message_store:
