@@ -1,4 +1,4 @@
-"""``postbox store …``: look at a store as a whole (stats, topics and queues, the raw log).
+"""``postbox store …``: look at a store as a whole (verify, stats, topics and queues, the raw log).
 
 Each command opens the store (taking its lock, so it fails fast while another process has it
 open), reads, and closes it cleanly. Nothing here writes messages.
@@ -14,7 +14,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from storage_engine import MessageStore, MessageView
+from storage_engine import MessageStore, MessageView, verify_store
 
 from .common import (
     BrokerConfOption,
@@ -22,6 +22,7 @@ from .common import (
     SegmentSizeOption,
     StoreDirOption,
     StoreOptions,
+    build_config,
     open_store,
     out_console,
     print_json,
@@ -32,6 +33,24 @@ from .render import message_document, messages_table, stats_tables
 store_app = typer.Typer(name="store", help="Inspect a message store.", no_args_is_help=True)
 
 DUMP_LIMIT_DEFAULT = 100
+
+
+@store_app.command("verify")
+@reports_errors
+def verify_command(store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+                   segment_size: SegmentSizeOption = None, json_output: JsonOption = False) -> None:
+    """Check that commit log, consume queues and key index agree (read-only; exit 1 if not)."""
+    config = build_config(StoreOptions(store, broker_conf, segment_size, json_output))
+    problems = verify_store(config.root_dir, config)
+    if json_output:
+        print_json({"store": str(config.root_dir), "problems": problems})
+    else:
+        console = out_console()
+        for problem in problems:
+            console.print(f"[red]problem[/red] {problem}", highlight=False)
+        console.print(f"{len(problems)} problem(s) in {config.root_dir}")
+    if problems:
+        raise typer.Exit(1)
 
 
 @store_app.command("stats")

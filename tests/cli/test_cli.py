@@ -415,3 +415,22 @@ def test_python_dash_m_postbox():
                                text=True, timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr
     assert "demo" in completed.stdout and "query" in completed.stdout
+
+
+# --- verify ------------------------------------------------------------------------------------
+
+def test_store_verify_reports_a_clean_store_and_a_damaged_one(tmp_path):
+    store_dir = tmp_path / "demo-store"
+    assert run("demo", "--store", str(store_dir), "--messages", "200").exit_code == 0
+    clean = run_json("store", "verify", "--store", str(store_dir))
+    assert clean["problems"] == []
+    segment = store_dir / "commitlog" / "00000000000000000000"
+    with open(segment, "r+b") as handle:  # flip a body byte of the first record: its CRC breaks
+        handle.seek(100)
+        byte = handle.read(1)
+        handle.seek(100)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    damaged = run("store", "verify", "--store", str(store_dir), "--json")
+    assert damaged.exit_code == 1
+    problems = json.loads(damaged.stdout)["problems"]
+    assert any("position=0" in problem and "CRC" in problem for problem in problems)
