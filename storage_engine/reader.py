@@ -171,11 +171,12 @@ class MessageReader:
                                           end_ms)
         views = []
         log_min = self._log.min_position
+        topic_bytes = topic.encode()
         for position in sorted(set(positions)):
             if position < log_min:
                 continue
-            view = self._log.read(position, check_crc=False)
-            if view.topic == topic:
+            view = self._log.read_unchecked(position)
+            if view._topic == topic_bytes:
                 views.append(view)
         return views
 

@@ -345,12 +345,20 @@ def unpack_record(buf, position: int) -> tuple:
     born_timestamp_ms, born_host, store_timestamp_ms, store_host, reconsume_count,
     prepared_transaction_position, body, topic_bytes, properties_bytes)``.
     """
-    header = _header_for(buf, position)
-    fields = header.unpack_from(buf, position)
-    body_start = position + header.size
+    fields = RECORD_HEADER_V4.unpack_from(buf, position)
+    header_size = 88
+    if fields[7] & 0x30:  # an IPv6 host shifts everything after it
+        header = _header_for(buf, position)
+        fields = header.unpack_from(buf, position)
+        header_size = header.size
+    body_start = position + header_size
     body_end = body_start + fields[14]
     topic_start, topic_length = _topic_field(buf, body_end, fields[1] == MAGIC_V2)
     props_at = topic_start + topic_length
     props_length = _PROPS_LEN.unpack_from(buf, props_at)[0]
-    return fields[:14] + (bytes(buf[body_start:body_end]), bytes(buf[topic_start:props_at]),
-                          bytes(buf[props_at + 2:props_at + 2 + props_length]))
+    body = buf[body_start:body_end]
+    topic = buf[topic_start:props_at]
+    props = buf[props_at + 2:props_at + 2 + props_length]
+    if type(body) is not bytes:  # memoryview / bytearray input
+        body, topic, props = bytes(body), bytes(topic), bytes(props)
+    return fields[:14] + (body, topic, props)
