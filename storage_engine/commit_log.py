@@ -23,7 +23,13 @@ from typing import NamedTuple
 
 from .clock import Clock
 from .config import CommitLogConfig
-from .errors import CorruptionError, InvalidMessageError, StorageIOError, StoreNotWritableError
+from .errors import (
+    CorruptionError,
+    InvalidMessageError,
+    StorageIOError,
+    StoreNotWritableError,
+    invariant,
+)
 from .formats import (
     END_FILE_MIN_BLANK_LENGTH,
     MAGIC_V1,
@@ -178,40 +184,47 @@ class CommitLog:
 
     def _append_locked(self, batch: Sequence[PreparedMessage], now: int) -> list[Appended]:
         results = []
-        offsets = self.queue_offsets
-        feed = self.dispatch_feed.append
-        store_host = self.store_host
         segment = self.segments.last
         pending: list[bytes] = []  # records for ``segment``, written in one copy
         position = segment.end_position if segment is not None else 0
-        for message in batch:
-            size = message.size
-            if segment is None or segment.size_bytes - (position - segment.base_position) < (
-                    size + END_FILE_MIN_BLANK_LENGTH):
-                self._write_pending(segment, pending)
-                segment = self._roll(size)
-                position = segment.base_position
-            key = (message.topic, message.queue_id)
-            tx_type = message.sys_flag & SYSFLAG_TRANSACTION_MASK
-            if tx_type in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
-                queue_offset = 0  # half and rollback records take no queue offset
-            else:
-                queue_offset = offsets.get(key, 0)
-                offsets[key] = queue_offset + 1
-            pending.append(encode_record_parts(
-                message.topic_bytes, message.is_v2, message.body, message.properties,
-                message.queue_id, message.flag, queue_offset, position, message.sys_flag,
-                now if message.born_timestamp_ms < 0 else message.born_timestamp_ms,
-                message.born_host or store_host, now, store_host, message.reconsume_count,
-                message.prepared_transaction_position, message.body_crc))
-            feed(_new_tuple(DispatchRecord, (
-                message.topic, message.queue_id, queue_offset, position, size,
-                message.sys_flag, now, message.tags, message.keys, message.unique_key,
-                message.user_properties)))
-            results.append(_new_tuple(Appended, (position, queue_offset, now)))
-            position += size
-        self._write_pending(segment, pending)
+        try:
+            for message in batch:
+                size = message.size
+                if segment is None or segment.size_bytes - (position - segment.base_position) < (
+                        size + END_FILE_MIN_BLANK_LENGTH):
+                    self._write_pending(segment, pending)
+                    segment = self._roll(size)
+                    position = segment.base_position
+                pending.append(self._encode(message, position, now, results))
+                position += size
+        finally:  # whatever was encoded is written, so offsets and feed match the log
+            self._write_pending(segment, pending)
         return results
+
+    def _encode(self, message: PreparedMessage, position: int, now: int,
+                results: list[Appended]) -> bytes:
+        """Encode one record at ``position``; take its queue offset only once it encoded."""
+        key = (message.topic, message.queue_id)
+        tx_type = message.sys_flag & SYSFLAG_TRANSACTION_MASK
+        takes_offset = tx_type not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+        queue_offset = self.queue_offsets.get(key, 0) if takes_offset else 0  # half/rollback: 0
+        store_host = self.store_host
+        record = encode_record_parts(
+            message.topic_bytes, message.is_v2, message.body, message.properties,
+            message.queue_id, message.flag, queue_offset, position, message.sys_flag,
+            now if message.born_timestamp_ms < 0 else message.born_timestamp_ms,
+            message.born_host or store_host, now, store_host, message.reconsume_count,
+            message.prepared_transaction_position, message.body_crc)
+        invariant(len(record) == message.size,
+                  f"encoded {len(record)} bytes where {message.size} were computed")
+        if takes_offset:
+            self.queue_offsets[key] = queue_offset + 1
+        self.dispatch_feed.append(_new_tuple(DispatchRecord, (
+            message.topic, message.queue_id, queue_offset, position, message.size,
+            message.sys_flag, now, message.tags, message.keys, message.unique_key,
+            message.user_properties)))
+        results.append(_new_tuple(Appended, (position, queue_offset, now)))
+        return record
 
     @staticmethod
     def _write_pending(segment, pending: list[bytes]) -> None:

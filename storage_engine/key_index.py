@@ -182,7 +182,8 @@ class KeyIndex:
     def add(self, topic: str, keys: list[str], log_position: int, store_timestamp_ms: int) -> None:
         """Index ``topic#key`` for every key of one message (UNIQ_KEY first, then KEYS)."""
         current = self._writable_file()
-        if log_position < current.end_position:
+        if log_position < current.end_position or (
+                log_position == current.end_position and self._has_entries(current)):
             return  # re-dispatch of a message already indexed
         for key in keys:
             key_hash = index_key_hash(f"{topic}#{key}")
@@ -190,10 +191,30 @@ class KeyIndex:
                 current = self._roll()
                 current.put_key(key_hash, log_position, store_timestamp_ms)
 
+    def truncate_from(self, log_end: int) -> int | None:
+        """Delete the files holding entries for positions at or after ``log_end``.
+
+        Entries cannot be unlinked from their hash chains one by one, so a file that reaches past
+        the recovered end of the log is dropped whole. Returns the position re-dispatch must start
+        from to rebuild what the dropped files held before ``log_end`` (None: nothing dropped).
+        """
+        rebuild_from = None
+        while self.files and self.files[-1].end_position >= log_end and (
+                self.files[-1].entry_count > 1 or self.files[-1].begin_position >= log_end):
+            dropped = self.files.pop()
+            log.warning("[recovery] dropping key-index file %s: it indexes positions up to %d, "
+                        "past the log end %d", dropped.path.name, dropped.end_position, log_end)
+            dropped.file.destroy()
+            rebuild_from = dropped.begin_position
+        return rebuild_from
+
     def sync_header(self) -> None:
         """Write the newest file's header (after a dispatch batch)."""
         if self.files:
             self.files[-1].write_header()
+
+    def _has_entries(self, current: KeyIndexFile) -> bool:
+        return current.entry_count > 1 or len(self.files) > 1
 
     def _writable_file(self) -> KeyIndexFile:
         if not self.files or self.files[-1].is_full:

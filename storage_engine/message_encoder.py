@@ -17,6 +17,7 @@ from .errors import (
     PropertiesTooLargeError,
 )
 from .formats import (
+    END_FILE_MIN_BLANK_LENGTH,
     PROPERTIES_SIZE_MAX_BYTES,
     encode_host,
     masked_crc32,
@@ -31,14 +32,32 @@ _CACHE_LIMIT = 10_000
 
 _new_tuple = tuple.__new__
 _NO_PROPERTIES: dict[str, str] = {}
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_NUMBER_FIELDS = (("flag", _INT32), ("reconsume_count", (0, (1 << 31) - 1)),
+                  ("sys_flag", _INT32))
+
+
+def _check_numbers(message: Message) -> None:
+    """Every integer field must fit its slot in the record."""
+    for name, (low, high) in _NUMBER_FIELDS:
+        value = getattr(message, name)
+        if type(value) is not int or not low <= value <= high:
+            raise InvalidMessageError(f"{name}={value!r} does not fit the record "
+                                      f"({low}..{high})", topic=message.topic)
+    born = message.born_timestamp_ms
+    if born is not None and (type(born) is not int or not 0 <= born < 1 << 63):
+        raise InvalidMessageError(f"born_timestamp_ms={born!r} must be a non-negative int "
+                                  "(milliseconds since the epoch)", topic=message.topic)
 
 
 class MessageEncoder:
     """Turns ``Message`` objects into ``PreparedMessage`` tuples."""
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, store_host: bytes) -> None:
         self._max_body = config.commit_log.max_message_size_bytes
+        self._segment_size = config.commit_log.segment_size_bytes
         self._queue_id_max = config.queue_id_max
+        self._store_host = store_host
         self._topics: dict[str, tuple[bytes, bool]] = {}
         self._hosts: dict[str, bytes] = {}
 
@@ -65,11 +84,19 @@ class MessageEncoder:
         properties = self._encode_properties(message, keys)
         topic_bytes, is_v2 = topic_entry
         born_host = self._host(message.born_host) if message.born_host else b""
+        _check_numbers(message)
         sys_flag = message.sys_flag & ~0x30
-        if len(born_host) == 20:
+        if len(born_host or self._store_host) == 20:
             sys_flag |= 0x10
+        if len(self._store_host) == 20:
+            sys_flag |= 0x20
         size = record_size(len(body), len(topic_bytes), len(properties), sys_flag=sys_flag,
                            is_v2=is_v2)
+        if size + END_FILE_MIN_BLANK_LENGTH > self._segment_size:
+            raise InvalidMessageError(
+                f"a {size}-byte record can never fit a {self._segment_size}-byte segment; raise "
+                "commit_log.segment_size_bytes (broker.conf mappedFileSizeCommitLog)",
+                topic=topic)
         return _new_tuple(PreparedMessage, (
             topic, topic_bytes, is_v2, body, properties, queue_id, message.flag, sys_flag,
             -1 if message.born_timestamp_ms is None else message.born_timestamp_ms, born_host,
@@ -115,7 +142,12 @@ class MessageEncoder:
         text = "".join(parts)
         if text.count("\x01") != len(parts) or text.count("\x02") != len(parts):
             self._reject_framing(message, keys)
-        encoded = text.encode("utf-8")
+        try:
+            encoded = text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InvalidMessageError(f"properties, tags or keys are not valid Unicode text "
+                                      f"({error.reason} at character {error.start})",
+                                      topic=message.topic) from error
         if len(encoded) > PROPERTIES_SIZE_MAX_BYTES:
             raise PropertiesTooLargeError(
                 f"encoded properties are {len(encoded):,} bytes; the record format allows "
@@ -140,8 +172,8 @@ class MessageEncoder:
         if encoded is None:
             ip, separator, port = host.rpartition(":")
             try:
-                if not separator:
-                    raise ValueError("missing port")
+                if not separator or not port.isdigit() or int(port) > 65535:
+                    raise ValueError("the port must be 0..65535")
                 encoded = encode_host(ip.strip("[]"), int(port))
             except (ValueError, OSError) as error:
                 raise InvalidMessageError(f"born_host {host!r} is not ip:port ({error})") from error

@@ -65,7 +65,7 @@ class MessageStore:
         if config.key_index.enabled:
             dispatchers.append(KeyIndexDispatcher(self.key_index))
         self.dispatch = DispatchService(self.commit_log, dispatchers, clock, 0)
-        self._encoder = MessageEncoder(config)
+        self._encoder = MessageEncoder(config, self._store_host)
         self._reader = MessageReader(self.commit_log, self.queues, self.key_index)
         self._closed = True
 
@@ -89,7 +89,10 @@ class MessageStore:
             self.queues.load()
             self.key_index.load()
             self.checkpoint.load()
-            self.dispatch.position = recover(self.commit_log, self.queues, clean)
+            self.dispatch.position = recover(
+                self.commit_log, self.queues,
+                self.key_index if self.config.key_index.enabled else None, clean,
+                self.checkpoint.state)
             self.dispatch.drain()
             for (topic, queue_id), queue in self.queues.queues.items():
                 self.commit_log.queue_offsets[(topic, queue_id)] = queue.max_offset
@@ -198,11 +201,13 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """First readable offset of a queue (0 for an unknown queue)."""
+        self._check_open()
         queue = self.queues.get(topic, queue_id)
         return queue.min_offset if queue else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last offset of a queue (0 for an unknown queue)."""
+        self._check_open()
         queue = self.queues.get(topic, queue_id)
         return queue.max_offset if queue else 0
 
