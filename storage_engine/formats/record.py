@@ -278,7 +278,12 @@ def _check_fields(buf, position: int, size: int, is_v2: bool, check_crc: bool) -
 
 
 class DispatchRecord(NamedTuple):
-    """What the dispatchers need from one record, without decoding the body."""
+    """What the dispatchers need from one record, without decoding the body.
+
+    ``properties`` holds every property when the record was decoded from the log, and the
+    caller's user properties when it came from the append feed (the dispatchers only read
+    ``DELAY`` from it, which is a user property in both cases).
+    """
 
     topic: str
     queue_id: int
