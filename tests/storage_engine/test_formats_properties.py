@@ -41,6 +41,7 @@ from storage_engine.formats import (
 )
 from storage_engine.formats.message_id import month_start_ms
 from tests.support import rmq_decoder
+from tests.support.property_vectors import PROPERTY_PARSE_CASES
 
 TOPIC_ALPHABET = string.ascii_letters + string.digits + "_%|-"
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -206,26 +207,7 @@ def test_properties_with_a_none_value_are_skipped():
         "a": "1", "c": "3"}
 
 
-# VECTORS.md §7: MessageDecoderTest.testString2messageProperties
-PROPERTY_TABLE = [
-    ("k1\x01v1", {"k1": "v1"}),
-    ("", {}),
-    (" ", {}),
-    ("aaa", {}),
-    ("k1\x01", {}),
-    ("\x01v1", {}),
-    ("k1\x01v1\x02", {"k1": "v1"}),
-    ("k1\x01v1\x02k2\x01v2", {"k1": "v1", "k2": "v2"}),
-    ("k1\x01v1\x02\x01v2", {"k1": "v1"}),
-    ("k1\x01v1\x02k2\x01", {"k1": "v1"}),
-    ("\x01v1\x02k2\x01v2", {"k2": "v2"}),
-    ("k1\x01\x02k2\x01v2", {"k2": "v2"}),
-    ("1\x011\x022\x012", {"1": "1", "2": "2"}),
-    ("1\x01\x022\x012", {"2": "2"}),
-    ("\x011\x022\x012", {"2": "2"}),
-    ("1\x011\x022\x01", {"1": "1"}),
-    ("1\x011\x02\x012", {"1": "1"}),
-]
+PROPERTY_TABLE = PROPERTY_PARSE_CASES  # VECTORS.md §7
 
 
 @pytest.mark.parametrize(("text", "expected"), PROPERTY_TABLE,

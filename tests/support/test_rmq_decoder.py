@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from .property_vectors import PROPERTY_PARSE_CASES
 from .rmq_decoder import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -100,25 +101,7 @@ def test_masked_crc32(body: bytes, crc: int) -> None:
 # VECTORS.md §7, MessageDecoderTest.testString2messageProperties
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [
-        ("k1\x01v1", {"k1": "v1"}),
-        ("", {}),
-        (" ", {}),
-        ("aaa", {}),
-        ("k1\x01", {}),
-        ("\x01v1", {}),
-        ("k1\x01v1\x02", {"k1": "v1"}),
-        ("k1\x01v1\x02k2\x01v2", {"k1": "v1", "k2": "v2"}),
-        ("k1\x01v1\x02\x01v2", {"k1": "v1"}),
-        ("k1\x01v1\x02k2\x01", {"k1": "v1"}),
-        ("\x01v1\x02k2\x01v2", {"k2": "v2"}),
-        ("k1\x01\x02k2\x01v2", {"k2": "v2"}),
-        ("1\x011\x022\x012", {"1": "1", "2": "2"}),
-        ("1\x01\x022\x012", {"2": "2"}),
-        ("\x011\x022\x012", {"2": "2"}),
-        ("1\x011\x022\x01", {"1": "1"}),
-        ("1\x011\x02\x012", {"1": "1"}),
-    ],
+    PROPERTY_PARSE_CASES,
 )
 def test_parse_properties(text: str, expected: dict[str, str]) -> None:
     assert parse_properties(text) == expected
