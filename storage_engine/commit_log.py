@@ -34,15 +34,13 @@ from .formats import (
     END_FILE_MIN_BLANK_LENGTH,
     MAGIC_V1,
     MAGIC_V2,
-    SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_ROLLBACK,
     DispatchRecord,
     MessageView,
     RecordKind,
     check_record,
     encode_blank_record,
     encode_record_parts,
+    takes_queue_offset,
 )
 from .segment_set import SegmentSet
 
@@ -205,8 +203,7 @@ class CommitLog:
                 results: list[Appended]) -> bytes:
         """Encode one record at ``position``; take its queue offset only once it encoded."""
         key = (message.topic, message.queue_id)
-        tx_type = message.sys_flag & SYSFLAG_TRANSACTION_MASK
-        takes_offset = tx_type not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+        takes_offset = takes_queue_offset(message.sys_flag)
         queue_offset = self.queue_offsets.get(key, 0) if takes_offset else 0  # half/rollback: 0
         store_host = self.store_host
         record = encode_record_parts(

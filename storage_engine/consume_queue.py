@@ -128,19 +128,20 @@ class ConsumeQueue:
             while written < expected:
                 self._write_unit(FILLER_UNIT)
                 written += UNIT
-        segment = self.segments.last
-        if segment is None or segment.is_full:
-            segment = self.segments.create_next()
+        segment = self._writable_segment()
         _pack_unit_into(segment.buffer, segment.written_position, log_position, size, tag_hash)
         segment.written_position += UNIT
         self.max_log_end = log_position + size
         return True
 
     def _write_unit(self, unit: bytes) -> None:
+        self._writable_segment().write(unit)
+
+    def _writable_segment(self):
         segment = self.segments.last
         if segment is None or segment.is_full:
             segment = self.segments.create_next()
-        segment.write(unit)
+        return segment
 
     def _pre_blank_fill(self, first_position: int) -> None:
         """A queue whose first offset is k > 0 starts with filler units up to k (§3.1)."""

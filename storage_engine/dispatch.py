@@ -24,15 +24,14 @@ from .consume_queue_set import ConsumeQueueSet
 from .errors import CorruptionError
 from .formats import (
     PROPERTY_DELAY,
-    SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_NOT,
     SYSFLAG_TRANSACTION_ROLLBACK,
     DispatchRecord,
     RecordKind,
     decode_for_dispatch,
     split_keys,
     tag_hash,
+    takes_queue_offset,
 )
 from .key_index import KeyIndex
 from .service import Service
@@ -65,8 +64,7 @@ class ConsumeQueueDispatcher:
 
     def dispatch(self, record: DispatchRecord) -> None:
         """Append the unit for ``record``."""
-        tx_type = record.sys_flag & SYSFLAG_TRANSACTION_MASK
-        if tx_type != SYSFLAG_TRANSACTION_NOT and tx_type != SYSFLAG_TRANSACTION_COMMIT:
+        if not takes_queue_offset(record.sys_flag):
             return
         queue = self._queues.get_or_create(record.topic, record.queue_id)
         if queue.append(record.log_position, record.size, self._tag_code(record),
@@ -161,8 +159,9 @@ class DispatchService(Service):
                 dispatcher.dispatch(record)
             position += record.size
             processed += 1
-        for dispatcher in self._dispatchers:
-            dispatcher.batch_done()
+        if processed:
+            for dispatcher in self._dispatchers:
+                dispatcher.batch_done()
         if processed or position != self.position:
             with self._progress:
                 self.position = position

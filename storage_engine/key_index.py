@@ -63,7 +63,7 @@ class KeyIndexFile:
             self.begin_position = self.end_position = end_position
             self.used_slot_count = 0
             self.entry_count = 1
-            self._write_header()
+            self.write_header()
         else:
             (self.begin_timestamp_ms, self.end_timestamp_ms, self.begin_position,
              self.end_position, self.used_slot_count, self.entry_count) = INDEX_HEADER.unpack_from(
@@ -82,9 +82,6 @@ class KeyIndexFile:
 
     def write_header(self) -> None:
         """Copy the in-memory header into the file (puts defer it; readers use memory)."""
-        self._write_header()
-
-    def _write_header(self) -> None:
         _pack_header_into(self.file.buffer, 0, self.begin_timestamp_ms, self.end_timestamp_ms,
                           self.begin_position, self.end_position, self.used_slot_count,
                           self.entry_count)
@@ -147,7 +144,7 @@ class KeyIndexFile:
 
     def flush(self) -> None:
         """Persist header, slots and entries."""
-        self._write_header()
+        self.write_header()
         self.file.written_position = self.file.size_bytes
         self.file.flush()
 

@@ -16,8 +16,6 @@ from .errors import CorruptionError, InvalidMessageIdError, MessageNotFoundError
 from .formats import (
     FILLER_UNIT_SIZE,
     INDEX_QUERY_RESULT_MAX,
-    MAGIC_V1,
-    MAGIC_V2,
     MessageView,
     RecordKind,
     check_record,
@@ -106,20 +104,20 @@ class MessageReader:
         return GetResult(status, messages, next_offset, min_offset, max_offset)
 
     def _read_unit(self, position: int, size: int) -> MessageView:
-        segment = self._log.segments.find(position)
-        if segment is None:
-            raise CorruptionError(f"consume queue points at position={position} outside the "
-                                  "commit log", log_position=position)
-        view = MessageView.decode(segment.buffer, position - segment.base_position)
-        if view.store_size != size or (view.magic != MAGIC_V1 and view.magic != MAGIC_V2) or (
-                view.log_position != position):
+        """The record a consume-queue unit names, checked against the unit and its body CRC."""
+        view = self._log.read_unchecked(position)
+        if view.store_size != size or view.log_position != position:
             raise CorruptionError(f"record at position={position} does not match its "
                                   f"consume-queue unit (size {size})", log_position=position,
-                                  path=str(segment.path))
+                                  path=self._segment_path(position))
         if masked_crc32(view.body) != view.body_crc:
             raise CorruptionError(f"body CRC mismatch at position={position}",
-                                  log_position=position, path=str(segment.path))
+                                  log_position=position, path=self._segment_path(position))
         return view
+
+    def _segment_path(self, position: int) -> str | None:
+        segment = self._log.segments.find(position)
+        return str(segment.path) if segment is not None else None
 
     def read_message(self, position: int) -> MessageView:
         """The record at ``position`` (CRC checked)."""

@@ -19,7 +19,6 @@ from .formats import (
     FILLER_UNIT_SIZE,
     INDEX_ENTRY,
     INDEX_HEADER,
-    SYSFLAG_TRANSACTION_MASK,
     DispatchRecord,
     RecordKind,
     check_record,
@@ -29,6 +28,7 @@ from .formats import (
     is_ext_address,
     split_keys,
     tag_hash,
+    takes_queue_offset,
 )
 from .store_layout import infer_config
 from .topics import DELAY_TOPIC
@@ -109,7 +109,7 @@ def _check_queues(directory: Path, records: list[DispatchRecord], by_position: d
                   config: StoreConfig, problems: list[str]) -> None:
     expected: dict[tuple[str, int], list[DispatchRecord]] = {}
     for record in records:
-        if record.sys_flag & SYSFLAG_TRANSACTION_MASK in (0, 8):
+        if takes_queue_offset(record.sys_flag):
             expected.setdefault((record.topic, record.queue_id), []).append(record)
     seen = set()
     if directory.is_dir():

@@ -7,9 +7,6 @@ from collections.abc import Mapping
 from .constants import KEY_SEPARATOR
 from .hashing import java_string_hashcode
 
-_UINT32_MASK = 0xFFFFFFFF
-
-
 # --------------------------------------------------------------------------------------------
 # Properties (reference §1.4, VECTORS.md §7)
 # --------------------------------------------------------------------------------------------
@@ -63,7 +60,7 @@ def java_hashmap_order(names: list[str], capacity: int = 128) -> list[str]:
     reproduction of Java output; readers never depend on order.
     """
     def bucket(name: str) -> int:
-        h = java_string_hashcode(name) & _UINT32_MASK
+        h = java_string_hashcode(name) & 0xFFFFFFFF  # as Java's unsigned shift sees it
         return (h ^ (h >> 16)) & (capacity - 1)
 
     return sorted(names, key=bucket)  # sorted() is stable: insertion order within a bucket

@@ -15,6 +15,9 @@ from .constants import (
     PROPERTIES_SIZE_MAX_BYTES,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_NOT,
     TOPIC_V1_LENGTH_MAX,
 )
 from .hashing import masked_crc32
@@ -302,37 +305,27 @@ def decode_for_dispatch(buf, position: int, limit: int) -> tuple[str, int, Dispa
     """Validate (without CRC) and decode the record at ``position`` for the dispatchers.
 
     Returns ``(kind, size, record)``: ``record`` is set only for ``RecordKind.MESSAGE``. This is
-    the read-back half of the pair check: lengths are checked again against TOTALSIZE.
+    the read-back half of the pair check: :func:`check_record` re-checks the lengths.
     """
-    if limit - position < END_FILE_MIN_BLANK_LENGTH:
-        return RecordKind.END, 0, None
-    size, magic = _SIZE_AND_MAGIC.unpack_from(buf, position)
-    if magic == BLANK_MAGIC:
-        return RecordKind.BLANK, size, None
-    if magic != MAGIC_V1 and magic != MAGIC_V2:
-        return (RecordKind.END if size == 0 and magic == 0 else RecordKind.CORRUPT), size, None
-    if size < RECORD_FIXED_OVERHEAD_BYTES or size > limit - position:
-        return RecordKind.CORRUPT, size, None
-    (_size, _magic, _crc, queue_id, _flag, queue_offset, log_position, sys_flag, _born_ts,
-     _born_host, store_ts, _store_host, _reconsume, _prepared, body_length) = (
-        _header_for(buf, position).unpack_from(buf, position))
-    header_size = 88 + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0) + (
-        12 if sys_flag & SYSFLAG_STOREHOST_V6 else 0)
-    after_body = position + header_size + body_length
-    if body_length < 0 or after_body + 3 > position + size:
-        return RecordKind.CORRUPT, size, None
-    topic_start, topic_length = _topic_field(buf, after_body, magic == MAGIC_V2)
-    props_at = topic_start + topic_length
-    if topic_length < 0 or props_at + 2 > position + size:
-        return RecordKind.CORRUPT, size, None
-    props_length = _PROPS_LEN.unpack_from(buf, props_at)[0]
-    if props_at + 2 + props_length != position + size:
-        return RecordKind.CORRUPT, size, None
-    properties = decode_properties(buf[props_at + 2:props_at + 2 + props_length])
+    check = check_record(buf, position, limit, check_crc=False)
+    if check.kind != RecordKind.MESSAGE:
+        return check.kind, check.size, None
+    (size, _magic, _crc, queue_id, _flag, queue_offset, log_position, sys_flag, _born_ts,
+     _born_host, store_ts, _store_host, _reconsume, _prepared, _body, topic,
+     properties_raw) = unpack_record(buf, position)
+    properties = decode_properties(properties_raw)
     return RecordKind.MESSAGE, size, DispatchRecord(
-        buf[topic_start:props_at].decode("utf-8"), queue_id, queue_offset, log_position,
-        size, sys_flag, store_ts, properties.get("TAGS"), properties.get("KEYS"),
-        properties.get("UNIQ_KEY"), properties)
+        topic.decode("utf-8"), queue_id, queue_offset, log_position, size, sys_flag, store_ts,
+        properties.get("TAGS"), properties.get("KEYS"), properties.get("UNIQ_KEY"), properties)
+
+
+def takes_queue_offset(sys_flag: int) -> bool:
+    """Whether a record gets a queue offset and a consume-queue unit (§3.2).
+
+    Normal and committed-transaction records do; prepared (half) and rolled-back ones do not.
+    """
+    return sys_flag & SYSFLAG_TRANSACTION_MASK in (SYSFLAG_TRANSACTION_NOT,
+                                                    SYSFLAG_TRANSACTION_COMMIT)
 
 
 def _header_for(buf, position: int) -> struct.Struct:
