@@ -44,34 +44,56 @@ class ConsumeQueue:
         self.segments = SegmentSet(directory, self.file_size_bytes)
         self.min_logic_position = 0  # byte position of the first real unit
         self.max_log_end = 0  # log position + size of the last unit: dedup on re-dispatch
+        self.damaged = False  # load found and removed invalid units (recovery rebuilds them)
 
     # ---- load and recovery -------------------------------------------------------------------
 
     def load(self) -> None:
-        """Map files and find the end of data (first invalid unit) and the first real unit."""
+        """Map files and find the end of data and the first real unit.
+
+        Data ends at the first unit that is not valid: an all-zero unit (the normal end), an
+        invalid one, or one that does not point past its predecessor (units are written in log
+        order, so garbage shows up as a step backwards). Units after the end are zeroed; if
+        any were non-zero, ``damaged`` is set so recovery rebuilds them from the log.
+        """
         self.segments.load()
         segments = self.segments.segments
         if not segments:
             return
+        previous_end = 0
         for segment in segments[max(0, len(segments) - 3):]:
-            segment.written_position = self._scan_valid_units(segment)
+            segment.written_position, previous_end = self._scan_valid_units(segment,
+                                                                            previous_end)
             if segment.written_position < self.file_size_bytes:
                 break
         # files after a partially valid one are beyond the end of data
         end = next((s.end_position for s in segments if not s.is_full), segments[-1].end_position)
-        self.segments.truncate(end)
+        if self.segments.truncate(end):
+            self.damaged = True
+            log.warning("[recovery] %s/%d: consume queue damaged after offset=%d; it will be "
+                        "rebuilt from the commit log", self.topic, self.queue_id, end // UNIT)
+        if not self.segments.segments:
+            return
         self._find_min_logic_position()
-        if self.max_offset > 0:
-            position, size, _tag = self.unit_at(self.max_offset - 1)
-            self.max_log_end = position + size if size != FILLER_UNIT_SIZE else 0
+        self._set_max_log_end()
 
-    def _scan_valid_units(self, segment) -> int:
+    def _set_max_log_end(self) -> None:
+        self.max_log_end = 0
+        if self.max_offset > self.min_offset:
+            position, size, _tag = self.unit_at(self.max_offset - 1)
+            self.max_log_end = position + size
+
+    def _scan_valid_units(self, segment, previous_end: int) -> tuple[int, int]:
+        """(bytes of valid units in ``segment``, log end of the last one)."""
         buffer = segment.buffer
         for unit_position in range(0, self.file_size_bytes, UNIT):
             position, size, _tag = _unpack_unit(buffer, unit_position)
-            if position < 0 or size <= 0:
-                return unit_position
-        return self.file_size_bytes
+            if size == FILLER_UNIT_SIZE and position == 0:
+                continue
+            if position < previous_end or size <= 0:
+                return unit_position, previous_end
+            previous_end = position + size
+        return self.file_size_bytes, previous_end
 
     def _find_min_logic_position(self) -> None:
         first = self.segments.segments[0]
@@ -93,10 +115,7 @@ class ConsumeQueue:
             log.warning("[recovery] truncating %s/%d from offset=%d to %d (log end %d)",
                         self.topic, self.queue_id, self.max_offset, offset, log_end)
             self.segments.truncate(offset * UNIT)
-            self.max_log_end = 0
-            if offset > self.min_offset:
-                position, size, _tag = self.unit_at(offset - 1)
-                self.max_log_end = position + size
+            self._set_max_log_end()
 
     # ---- bounds ------------------------------------------------------------------------------
 
@@ -192,9 +211,9 @@ class ConsumeQueue:
                 low = middle + 1
         return low
 
-    def flush(self) -> None:
-        """fdatasync every file with unflushed units."""
-        self.segments.flush()
+    def flush(self, least_pages: int = 0) -> None:
+        """fdatasync files with unflushed units (at least ``least_pages`` dirty, or full)."""
+        self.segments.flush(least_pages)
 
     def close(self) -> None:
         """Unmap files."""

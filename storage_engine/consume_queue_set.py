@@ -70,10 +70,10 @@ class ConsumeQueueSet:
         """Largest log end position any queue has dispatched (0 when none)."""
         return max((queue.max_log_end for queue in self.queues.values()), default=0)
 
-    def flush(self) -> None:
-        """Flush every queue."""
+    def flush(self, least_pages: int = 0) -> None:
+        """Flush every queue (page rule of ``ConsumeQueue.flush``)."""
         for queue in list(self.queues.values()):
-            queue.flush()
+            queue.flush(least_pages)
 
     def close(self) -> None:
         """Unmap every queue."""

@@ -135,12 +135,16 @@ class DispatchService(Service):
         self._commit_log = commit_log
         self._dispatchers = dispatchers
         self.position = start_position
+        self.dispatched_timestamp_ms = 0  # store time of the newest record dispatched
+        self.end_position: Callable[[], int] = lambda: commit_log.max_position
+        """Where dispatch stops: the log end, or (SYNC flush) the flushed position, so
+        consumers never see a record a power loss could take back."""
         self._progress = threading.Condition()
 
     def run_once(self, now_ms: int) -> int:
         """Dispatch up to ``batch_size_max`` records; returns how many."""
         commit_log = self._commit_log
-        end = commit_log.max_position
+        end = self.end_position()
         position = max(self.position, commit_log.min_position)
         feed = commit_log.dispatch_feed
         processed = 0
@@ -159,9 +163,11 @@ class DispatchService(Service):
                 dispatcher.dispatch(record)
             position += record.size
             processed += 1
+            timestamp_ms = record.store_timestamp_ms
         if processed:
             for dispatcher in self._dispatchers:
                 dispatcher.batch_done()
+            self.dispatched_timestamp_ms = timestamp_ms
         if processed or position != self.position:
             with self._progress:
                 self.position = position
@@ -188,7 +194,7 @@ class DispatchService(Service):
     @property
     def behind_bytes(self) -> int:
         """Log bytes not yet dispatched."""
-        return max(0, self._commit_log.max_position - self.position)
+        return max(0, self.end_position() - self.position)
 
     def drain(self) -> None:
         """Dispatch everything now on the calling thread (the service thread must be stopped)."""

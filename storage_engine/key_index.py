@@ -13,8 +13,10 @@ Thread-safety: one writer (the dispatch thread); readers may run concurrently: a
 slot value only after the entry it names has been written (entry first, then slot). The header
 lives in memory while keys are added and is written to the file after every dispatch batch, when
 a file fills, and at close.
-What survives a crash: files are flushed when full and at close; after a crash the current file
-is rebuilt by re-dispatch (issue 3 adds the checkpoint rule).
+What survives a crash: files are flushed when full and at close, and the checkpoint records the
+end time of the newest file flushed whole. After an unclean stop, files with newer entries are
+dropped and rebuilt by re-dispatch from their first position; a file whose size or header is
+impossible is dropped (with every newer file) at load and rebuilt the same way.
 """
 
 from __future__ import annotations
@@ -161,15 +163,60 @@ class KeyIndex:
         self.config = config
         self._clock = clock
         self.files: list[KeyIndexFile] = []
+        self.durable_timestamp_ms = 0
+        """End time of the newest file flushed whole (the checkpoint's index timestamp)."""
+        self.rebuild_from: int | None = None
+        """Set by ``load`` when damaged files were deleted: where re-dispatch must start."""
 
     def load(self) -> None:
-        """Open existing files in name (creation time) order."""
+        """Open existing files in name (creation time) order.
+
+        A file whose size or header cannot be right (derived data, so never worth refusing to
+        open over) is deleted together with every newer file; ``rebuild_from`` then tells
+        recovery where re-dispatch must start to index those positions again.
+        """
         if not self.directory.is_dir():
             return
-        for name in sorted(os.listdir(self.directory)):
-            if name.isdigit() and len(name) == 17:
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 17)
+        for position, name in enumerate(names):
+            problem = self._check_file(self.directory / name)
+            if problem is None:
                 self.files.append(KeyIndexFile(self.directory / name, self.config.slot_count_max,
                                                self.config.entry_count_max, create=False))
+                continue
+            for dropped in names[position:]:
+                log.warning("[recovery] deleting key-index file %s: %s", dropped,
+                            problem if dropped == name else "newer than a damaged file")
+                (self.directory / dropped).unlink()
+            self.rebuild_from = self.end_position
+            return
+
+    def _check_file(self, path: Path) -> str | None:
+        """Why ``path`` cannot be a valid index file of this geometry (None: plausible)."""
+        expected = index_file_size(self.config.slot_count_max, self.config.entry_count_max)
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            header = handle.read(INDEX_HEADER_SIZE_BYTES)
+        if size != expected:
+            return f"{size} bytes, expected {expected}"
+        begin_ms, end_ms, begin, end, used, count = INDEX_HEADER.unpack(header)
+        if not (0 <= begin <= end and 0 <= begin_ms <= end_ms and 0 <= count
+                <= self.config.entry_count_max and 0 <= used <= self.config.slot_count_max):
+            return "its header is not plausible"
+        return None
+
+    def drop_not_durable(self, durable_timestamp_ms: int) -> int | None:
+        """After an unclean stop: delete files holding entries newer than the checkpoint says
+        are durable (they may be torn). Returns where re-dispatch must start (None: nothing)."""
+        rebuild_from = None
+        while self.files and self.files[-1].end_timestamp_ms > durable_timestamp_ms:
+            dropped = self.files.pop()
+            log.warning("[recovery] dropping key-index file %s: entries up to %d ms were not "
+                        "known durable (checkpoint %d ms)", dropped.path.name,
+                        dropped.end_timestamp_ms, durable_timestamp_ms)
+            dropped.file.destroy()
+            rebuild_from = dropped.begin_position
+        return rebuild_from
 
     @property
     def end_position(self) -> int:
@@ -222,6 +269,7 @@ class KeyIndex:
         previous = self.files[-1] if self.files else None
         if previous is not None:
             previous.flush()
+            self.durable_timestamp_ms = previous.end_timestamp_ms
         self.directory.mkdir(parents=True, exist_ok=True)
         now_ms = self._clock.now_ms()
         path = self.directory / index_file_name(now_ms)
@@ -257,6 +305,8 @@ class KeyIndex:
         """Flush every file (done at close; full files are flushed when they roll)."""
         for index_file in self.files:
             index_file.flush()
+        if self.files:
+            self.durable_timestamp_ms = self.files[-1].end_timestamp_ms
 
     def close(self) -> None:
         """Unmap every file."""

@@ -21,6 +21,7 @@ from .errors import ConfigMismatchError, StorageIOError
 from .fsutil import preallocate
 
 _ZERO_CHUNK = bytes(1 << 20)
+PAGE_SIZE_BYTES = 4096
 
 
 class MappedSegment:
@@ -83,21 +84,32 @@ class MappedSegment:
         """Copy ``size`` bytes starting at ``position`` within the segment."""
         return self.buffer[position:position + size]
 
-    def flush(self) -> int:
+    def dirty_pages(self) -> int:
+        """4 KiB pages written but not yet flushed (RocketMQ's page-count rule, §6.1)."""
+        return self.written_position // PAGE_SIZE_BYTES - self.flushed_position // PAGE_SIZE_BYTES
+
+    def flush(self, least_pages: int = 0) -> int:
         """Make everything written so far durable; returns the new flushed position.
+
+        With ``least_pages > 0`` the flush happens only when that many pages are dirty or the
+        segment is full (§6.1). Safe to call from a flusher thread while the owner appends:
+        the bytes below the ``written_position`` read first are in the mapping already.
 
         Raises:
             StorageIOError: fdatasync failed. The caller must go fail-stop, never retry.
         """
         target = self.written_position
-        if target > self.flushed_position:
-            try:
-                os.fdatasync(self._fd)
-            except OSError as error:
-                raise StorageIOError(f"fdatasync of {self.path} failed: {error}",
-                                     path=str(self.path)) from error
-            self.flushed_position = target
-        return self.flushed_position
+        if target <= self.flushed_position:
+            return self.flushed_position
+        if least_pages and target < self.size_bytes and self.dirty_pages() < least_pages:
+            return self.flushed_position
+        try:
+            os.fdatasync(self._fd)
+        except OSError as error:
+            raise StorageIOError(f"fdatasync of {self.path} failed: {error}",
+                                 path=str(self.path)) from error
+        self.flushed_position = target
+        return target
 
     def truncate_to(self, position: int) -> int:
         """Forget data at and after ``position`` and zero it, so no stale record can reappear.

@@ -34,7 +34,8 @@ class SegmentSet:
         self.segments: list[MappedSegment] = []
 
     def load(self) -> None:
-        """Map every existing segment; positions are set to "full" until recovery trims them."""
+        """Map every existing segment; positions are set to "full" until recovery trims them,
+        and to "not flushed" so the first flush syncs each file once."""
         if not self.directory.is_dir():
             return
         names = sorted(name for name in os.listdir(self.directory) if name.isdigit())
@@ -53,7 +54,8 @@ class SegmentSet:
                     "is missing", path=str(self.directory / name))
             segment = MappedSegment(self.directory / name, base, self.segment_size_bytes,
                                     create=False)
-            segment.written_position = segment.flushed_position = self.segment_size_bytes
+            segment.written_position = self.segment_size_bytes
+            segment.flushed_position = 0  # a dead process may have left dirty pages: sync once
             self.segments.append(segment)
 
     @property
@@ -94,27 +96,61 @@ class SegmentSet:
             return segments[index]
         return None
 
-    def truncate(self, position: int) -> None:
-        """Drop everything at and after ``position``: later segments are deleted."""
-        while self.segments and self.segments[-1].base_position > position:
+    def truncate(self, position: int) -> int:
+        """Drop everything at and after ``position``; returns how many non-zero bytes went.
+
+        Later segments are deleted, and so is a segment that would be left empty, unless it is
+        the only one (the first segment's name keeps the log's start position).
+        """
+        removed = 0
+        while self.segments and (self.segments[-1].base_position > position or (
+                self.segments[-1].base_position == position and len(self.segments) > 1)):
             segment = self.segments.pop()
-            log.warning("[truncate] deleting segment %s beyond position=%d", segment.path,
+            log.warning("[truncate] deleting segment %s at or beyond position=%d", segment.path,
                         position)
+            removed += segment.written_position
             segment.destroy()
         last = self.last
         if last is not None and position - last.base_position < last.written_position:
             cleared = last.truncate_to(position - last.base_position)
+            removed += cleared
             if cleared:
                 log.warning("[truncate] %s: zeroed %d non-zero bytes after position=%d",
                             last.path, cleared, position)
         if self.directory.is_dir():
             fsync_dir(self.directory)
+        return removed
 
-    def flush(self) -> None:
-        """fdatasync every segment with unflushed bytes."""
-        for segment in self.segments:
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush segments front to back from the first with unflushed bytes (§6.1 page rule).
+
+        Returns the flushed position: every byte below it is durable. Runs on a flusher thread
+        concurrently with appends; the list is copied so a concurrent roll is harmless.
+
+        Raises:
+            StorageIOError: an fdatasync failed (fail-stop: the caller must not retry).
+        """
+        segments = list(self.segments)
+        flushed = segments[0].base_position if segments else 0
+        for segment in segments:
+            if segment.flushed_position < segment.size_bytes:
+                segment.flush(least_pages)
+            flushed = segment.base_position + segment.flushed_position
             if segment.flushed_position < segment.written_position:
-                segment.flush()
+                break
+            if segment.written_position < segment.size_bytes:
+                break
+        return flushed
+
+    @property
+    def flushed_position(self) -> int:
+        """Position below which every byte is durable."""
+        flushed = self.min_position
+        for segment in self.segments:
+            flushed = segment.base_position + segment.flushed_position
+            if segment.flushed_position < segment.size_bytes:
+                break
+        return flushed
 
     def close(self) -> None:
         """Unmap every segment."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from .clock import Clock
 
@@ -28,6 +29,8 @@ class Service:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.failure_listeners: list[Callable[[BaseException], None]] = []
+        """Called (on the service thread) once ``run_once`` raised: owners go fail-stop."""
 
     def run_once(self, now_ms: int) -> int:
         """Do one bounded batch of work; return how many items were processed."""
@@ -70,6 +73,8 @@ class Service:
                 log.exception("[%s] stopped by an error", self.name)
                 self.failure = error
                 self.on_failure(error)
+                for listener in self.failure_listeners:
+                    listener(error)
                 return
             if not processed:
                 self._wakeup_event.wait(self.interval_ms / 1000)

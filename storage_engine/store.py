@@ -21,7 +21,7 @@ from pathlib import Path
 from .checkpoint import Checkpoint
 from .clock import Clock, SystemClock
 from .commit_log import CommitLog
-from .config import StoreConfig
+from .config import FlushMode, StoreConfig
 from .consume_queue_set import ConsumeQueueSet
 from .dispatch import (
     ArrivalListener,
@@ -30,14 +30,21 @@ from .dispatch import (
     DispatchService,
     KeyIndexDispatcher,
 )
-from .errors import StoreClosedError
-from .formats import CheckpointState, MessageView, encode_host
+from .errors import StorageIOError, StoreClosedError
+from .flush import (
+    CommitLogFlushService,
+    GroupFlushService,
+    PeriodicFlushService,
+    QueueFlushService,
+)
+from .formats import PROPERTY_WAIT, CheckpointState, MessageView, encode_host
 from .fsutil import StoreLock, fsync_dir
 from .key_index import KeyIndex
-from .message import GetResult, Message, PutResult
+from .message import GetResult, Message, PutResult, PutStatus
 from .message_encoder import MessageEncoder
 from .reader import MessageReader, TagFilter
-from .recovery import recover
+from .recovery import RecoveryReport, recover
+from .service import Service
 from .store_layout import write_layout
 
 log = logging.getLogger(__name__)
@@ -65,9 +72,25 @@ class MessageStore:
         if config.key_index.enabled:
             dispatchers.append(KeyIndexDispatcher(self.key_index))
         self.dispatch = DispatchService(self.commit_log, dispatchers, clock, 0)
+        flusher_class = (GroupFlushService if config.flush.mode is FlushMode.SYNC
+                         else PeriodicFlushService)
+        self.log_flusher: CommitLogFlushService = flusher_class(self.commit_log, config.flush,
+                                                                clock)
+        if config.flush.mode is FlushMode.SYNC:  # consumers see only durable records
+            self.dispatch.end_position = lambda: self.log_flusher.flushed_position
+            self.log_flusher.listeners.append(lambda _position: self.dispatch.wakeup())
+        self.queue_flusher = QueueFlushService(
+            self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
+            lambda: self.dispatch.dispatched_timestamp_ms,
+            lambda: self.key_index.durable_timestamp_ms)
+        self._services: list[Service] = [self.log_flusher, self.dispatch, self.queue_flusher]
+        for service in self._services:
+            service.failure_listeners.append(self._fail)
         self._encoder = MessageEncoder(config, self._store_host)
         self._reader = MessageReader(self.commit_log, self.queues, self.key_index)
+        self.recovery: RecoveryReport | None = None
         self._closed = True
+        self._sync_flush = config.flush.mode is FlushMode.SYNC
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -85,52 +108,81 @@ class MessageStore:
         try:
             abort_path = root / ABORT_FILE_NAME
             clean = not abort_path.exists()
-            self.commit_log.load()
-            self.queues.load()
-            self.key_index.load()
-            self.checkpoint.load()
-            self.dispatch.position = recover(
-                self.commit_log, self.queues,
-                self.key_index if self.config.key_index.enabled else None, clean,
-                self.checkpoint.state)
-            self.dispatch.drain()
-            for (topic, queue_id), queue in self.queues.queues.items():
-                self.commit_log.queue_offsets[(topic, queue_id)] = queue.max_offset
+            self._load_and_recover(clean)
             write_layout(self.config)
             abort_path.write_bytes(str(os.getpid()).encode())
             fsync_dir(root)
-            self.dispatch.start()
+            for service in self._services:
+                service.start()
         except BaseException:
             self._release_files()
             raise
         self._closed = False
-        log.info("[open] store %s: log [%d, %d), %d queues, clean=%s", root,
-                 self.commit_log.min_position, self.commit_log.max_position,
-                 len(self.queues.queues), clean)
+        log.info("[open] store %s: log [%d, %d), %d queues, clean=%s, re-dispatched %d bytes",
+                 root, self.commit_log.min_position, self.commit_log.max_position,
+                 len(self.queues.queues), clean, self.recovery.redispatched_bytes)
+
+    def _load_and_recover(self, clean: bool) -> None:
+        """Load every file, recover (``recovery.py``), rebuild, and make the result durable."""
+        self.commit_log.load()
+        self.queues.load()
+        self.key_index.load()
+        self.checkpoint.load()
+        key_index = self.key_index if self.config.key_index.enabled else None
+        self.recovery = recover(self.commit_log, self.queues, key_index, clean,
+                                self.checkpoint.state, self.clock.now_ms())
+        self.dispatch.position = self.recovery.dispatch_start
+        self._flush_all(self.dispatch.drain)
+        for (topic, queue_id), queue in self.queues.queues.items():
+            self.commit_log.queue_offsets[(topic, queue_id)] = queue.max_offset
+
+    def _flush_all(self, drain) -> None:
+        """Flush the log, dispatch the rest (``drain``), flush queues and index, checkpoint."""
+        self.log_flusher.final_flush()
+        drain()
+        self.queues.flush()
+        self.key_index.flush()
+        stamp = self.commit_log.last_store_timestamp_ms
+        self.checkpoint.write(CheckpointState(
+            stamp, stamp, self.key_index.durable_timestamp_ms, 0,
+            self.log_flusher.flushed_position))
+        self.queue_flusher.queue_flushed_timestamp_ms = stamp
+        self.log_flusher.flushed_timestamp_ms = stamp
 
     def close(self) -> None:
-        """Clean shutdown: dispatch the rest, flush, checkpoint, remove ``abort``, unlock."""
+        """Clean shutdown: flush, dispatch the rest, checkpoint, remove ``abort``, unlock.
+
+        When a service failed (fail-stop) nothing more is written: ``abort`` stays and the next
+        open recovers.
+        """
         if self._closed:
             return
         self._closed = True
-        self.dispatch.stop()
-        healthy = self.dispatch.failure is None and self.commit_log.failure is None
+        for service in reversed(self._services):
+            service.stop()
         try:
-            if healthy:
-                self.dispatch.drain()
-                self.queues.flush()
-                self.key_index.flush()
-                self.commit_log.segments.flush()
-                stamp = self.commit_log.last_store_timestamp_ms
-                self.checkpoint.write(CheckpointState(stamp, stamp, stamp, 0,
-                                                      self.commit_log.max_position))
+            if self.failure is None:
+                self._flush_all(self.dispatch.drain)
                 (self.config.root_dir / ABORT_FILE_NAME).unlink(missing_ok=True)
                 fsync_dir(self.config.root_dir)
+            else:
+                log.error("[close] store %s failed earlier (%s): left for recovery",
+                          self.config.root_dir, self.failure)
         finally:
             self._release_files()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that put the store into fail-stop (None while healthy)."""
+        return self.commit_log.failure
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail-stop: refuse writes from now on; reads keep working."""
+        self.commit_log.fail(error)
+
     def _release_files(self) -> None:
-        self.dispatch.stop()
+        for service in reversed(self._services):
+            service.stop()
         self.commit_log.close()
         self.queues.close()
         self.key_index.close()
@@ -153,15 +205,44 @@ class MessageStore:
         return self.put_messages((message,), queue_id)[0]
 
     def put_messages(self, messages: Sequence[Message], queue_id: int = 0) -> list[PutResult]:
-        """Append several messages in order under one lock; all or none are validated first."""
+        """Append several messages in order under one lock; all or none are validated first.
+
+        In SYNC flush mode this returns once a group flush made the batch durable; after
+        ``flush.sync_timeout_ms`` the results say ``PutStatus.FLUSH_DISK_TIMEOUT`` (stored, not
+        confirmed durable). A message whose ``WAIT`` property is ``"false"`` does not wait.
+
+        Raises:
+            StoreNotWritableError: the store is in fail-stop after an I/O error.
+            StorageIOError: the batch was stored but its flush failed (the store is now in
+                fail-stop; the messages may or may not survive a power loss).
+        """
         self._check_open()
         prepare = self._encoder.prepare
         batch = [prepare(message, queue_id) for message in messages]
         appended = self.commit_log.append(batch)
+        status = PutStatus.PUT_OK
+        if self._sync_flush and appended and self._wants_wait(batch):
+            end = appended[-1].log_position + batch[-1].size
+            if not self.log_flusher.wait_flushed(end, self.config.flush.sync_timeout_ms):
+                status = self._flush_wait_failed(end)
         host = self._store_host
         return [PutResult(p.topic, p.queue_id, a.queue_offset, a.log_position, p.size,
-                          a.store_timestamp_ms, host)
+                          a.store_timestamp_ms, host, status)
                 for p, a in zip(batch, appended, strict=True)]
+
+    @staticmethod
+    def _wants_wait(batch) -> bool:
+        return any(p.user_properties.get(PROPERTY_WAIT) != "false" for p in batch)
+
+    def _flush_wait_failed(self, end: int) -> PutStatus:
+        failure = self.log_flusher.failure or self.failure
+        if failure is not None:
+            raise StorageIOError(
+                f"messages stored up to position={end} but the flush failed ({failure}); the "
+                "store refuses writes from now on") from failure
+        log.warning("[flush] group flush did not reach position=%d within %d ms", end,
+                    self.config.flush.sync_timeout_ms)
+        return PutStatus.FLUSH_DISK_TIMEOUT
 
     # ---- read --------------------------------------------------------------------------------
 
@@ -246,6 +327,11 @@ class MessageStore:
             },
             "dispatch_position": self.dispatch.position,
             "flush_mode": self.config.flush.mode.value,
+            "flush": {"flushed_position": self.log_flusher.flushed_position,
+                      "flush_count": self.log_flusher.flush_count,
+                      "checkpoint": self.checkpoint.state._asdict()},
+            "failure": None if self.failure is None else str(self.failure),
+            "recovery": self.recovery.as_dict() if self.recovery else None,
             "queue_count": len(queues),
             "queues": queues,
             "key_index": {"file_count": len(self.key_index.files),

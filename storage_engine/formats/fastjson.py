@@ -1,0 +1,252 @@
+"""The JSON dialect of RocketMQ's broker config files (fastjson 1.x pretty format). Pure: no I/O.
+
+A Java broker writes ``config/*.json`` with fastjson ``toJSONString(obj, PrettyFormat)``
+(reference §9.1, VECTORS.md §9). It is *not* strict JSON: integer map keys are unquoted. The
+writer below reproduces fastjson's bytes; the reader accepts that dialect and strict JSON.
+
+Writer rules (each one observed in the vector files or read from fastjson 1.2.x's serializers)::
+
+    {                                   <- "{"; entries follow
+    \\t"offsetTable":{                   <- a *string* key starts a new line, one TAB deeper
+    \\t\\t"TopicTest@g":{0:250,1:250      <- an *integer* key does not: int maps stay inline
+    \\t\\t},                              <- a non-empty object closes on its own line
+    \\t\\t"empty":{}                      <- an empty object is "{}"
+    \\t}
+    }                                   <- no trailing newline
+
+* ``"key":value`` with no space; dict entries are written in the order given (callers sort the
+  fields of Java beans, fastjson's default; map entries keep their map order).
+* Strings: ``\\b \\t \\n \\f \\r \\" \\\\`` escaped by letter; U+0000–U+0007, U+000B,
+  U+000E–U+001F, U+007F–U+009F and U+2028 as ``\\uXXXX`` (upper-case hex); ``/`` and all other
+  characters, non-ASCII included, are written as they are.
+* Arrays are written inline, ``[1,2,3]`` (fastjson's ``int[]`` and ``Set`` codecs; the only arrays
+  in RocketMQ config files are a bloom filter's ``bitPos`` and 5.x ``subscriptionDataSet``). An
+  object inside an array is pretty-printed one level deeper than the line holding the array.
+* ``true``/``false``/``null``; integers in decimal; floats (never written by RocketMQ) as Python's
+  ``repr``, so they read back exactly.
+
+Reader: a small recursive-descent parser (strings go through the standard library's
+``json.decoder.scanstring``). An object key is either a JSON string or an unquoted integer
+(``-?[0-9]+``); unquoted keys come back as Python ``int``, quoted ones stay ``str``, so
+``decode(encode(x)) == x`` holds for str- and int-keyed dicts alike. Because the parser reads
+tokens, text inside string literals (``"{1:2}"``) is never mistaken for a key. Errors are
+``json.JSONDecodeError`` (a ``ValueError``) with line and column.
+
+Limits: nesting depth at most ``NESTING_DEPTH_MAX`` in both directions (config files nest 5 deep).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from json.decoder import scanstring
+from typing import Any
+
+NESTING_DEPTH_MAX = 64
+"""Deepest nesting of objects/arrays accepted by the writer and the reader."""
+
+_TAB = "\t"
+
+# Characters fastjson escapes inside double-quoted strings (SerializeWriter / IOUtils tables).
+_ESCAPE_BY_LETTER = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",
+                     '"': '\\"', "\\": "\\\\"}
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\\x7f-\x9f\u2028]')
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_INT_KEY = re.compile(r"(-?[0-9]+)[ \t\n\r]*:")
+_LITERALS = {"true": True, "false": False, "null": None}
+
+
+# --------------------------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------------------------
+
+def encode_config_json(value: Any) -> str:
+    """Serialize ``value`` exactly as fastjson's pretty format would (no trailing newline).
+
+    Accepts dicts (``str`` or ``int`` keys), lists/tuples, ``str``, ``int``, ``bool``, ``None``
+    and finite floats.
+
+    Raises:
+        TypeError: a value or key of another type.
+        ValueError: a non-finite float, or nesting deeper than ``NESTING_DEPTH_MAX``.
+    """
+    parts: list[str] = []
+    _write_value(value, 0, 0, parts)
+    return "".join(parts)
+
+
+def _write_value(value: Any, indent: int, nesting: int, parts: list[str]) -> None:
+    """Append ``value``; ``indent`` = TABs of the line it starts on, ``nesting`` = its depth."""
+    if value is None:
+        parts.append("null")
+    elif value is True or value is False:
+        parts.append("true" if value else "false")
+    elif isinstance(value, int):
+        parts.append(str(int(value)))
+    elif isinstance(value, str):
+        parts.append(_quote(value))
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write the non-finite float {value!r} to a config file")
+        parts.append(repr(value))
+    elif isinstance(value, Mapping):
+        _write_object(value, indent, nesting, parts)
+    elif isinstance(value, list | tuple):
+        _write_array(value, indent, nesting, parts)
+    else:
+        raise TypeError(f"cannot write {type(value).__name__} to a config file")
+
+
+def _write_object(mapping: Mapping, indent: int, nesting: int, parts: list[str]) -> None:
+    _check_nesting(nesting)
+    if not mapping:
+        parts.append("{}")
+        return
+    entry_indent = "\n" + _TAB * (indent + 1)
+    parts.append("{")
+    first = True
+    for key, item in mapping.items():
+        if not first:
+            parts.append(",")
+        first = False
+        if isinstance(key, str):
+            parts.append(entry_indent)  # fastjson's println() before a string key
+            parts.append(_quote(key))
+        elif isinstance(key, int) and not isinstance(key, bool):
+            parts.append(str(int(key)))  # non-string keys get no line break
+        else:
+            raise TypeError(f"config-file map keys must be str or int, got {key!r}")
+        parts.append(":")
+        _write_value(item, indent + 1, nesting + 1, parts)
+    parts.append("\n" + _TAB * indent + "}")
+
+
+def _write_array(items: list | tuple, indent: int, nesting: int, parts: list[str]) -> None:
+    _check_nesting(nesting)
+    parts.append("[")
+    for index, item in enumerate(items):
+        if index:
+            parts.append(",")
+        _write_value(item, indent, nesting + 1, parts)  # inline: same line, same indentation
+    parts.append("]")
+
+
+def _quote(text: str) -> str:
+    if _NEEDS_ESCAPE.search(text) is None:
+        return '"' + text + '"'
+    return '"' + _NEEDS_ESCAPE.sub(_escape, text) + '"'
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _ESCAPE_BY_LETTER.get(char) or f"\\u{ord(char):04X}"
+
+
+def _check_nesting(nesting: int) -> None:
+    if nesting >= NESTING_DEPTH_MAX:
+        raise ValueError(f"config document nests deeper than {NESTING_DEPTH_MAX} levels")
+
+
+# --------------------------------------------------------------------------------------------
+# Reader
+# --------------------------------------------------------------------------------------------
+
+def decode_config_json(text: str) -> Any:
+    """Parse fastjson's dialect or strict JSON; unquoted integer keys come back as ``int``.
+
+    Raises:
+        json.JSONDecodeError: the text is not a single well-formed value (position attached).
+    """
+    reader = _Reader(text)
+    position = reader.skip_space(0)
+    value, position = reader.value(position, 0)
+    position = reader.skip_space(position)
+    if position != len(text):
+        raise json.JSONDecodeError("Extra data", text, position)
+    return value
+
+
+class _Reader:
+    """Recursive-descent parser over one text; positions are passed and returned explicitly."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def skip_space(self, position: int) -> int:
+        return _WHITESPACE.match(self.text, position).end()
+
+    def fail(self, message: str, position: int) -> json.JSONDecodeError:
+        return json.JSONDecodeError(message, self.text, position)
+
+    def value(self, position: int, depth: int) -> tuple[Any, int]:
+        text = self.text
+        char = text[position:position + 1]
+        if char == '"':
+            return scanstring(text, position + 1, True)
+        if char == "{":
+            return self.object(position, depth)
+        if char == "[":
+            return self.array(position, depth)
+        number = _NUMBER.match(text, position)
+        if number is not None:
+            if number.group(1) or number.group(2):
+                return float(number.group()), number.end()
+            return int(number.group()), number.end()
+        for word, literal in _LITERALS.items():
+            if text.startswith(word, position):
+                return literal, position + len(word)
+        raise self.fail("Expecting value", position)
+
+    def object(self, position: int, depth: int) -> tuple[dict, int]:
+        if depth >= NESTING_DEPTH_MAX:
+            raise self.fail(f"nesting deeper than {NESTING_DEPTH_MAX} levels", position)
+        result: dict = {}
+        position = self.skip_space(position + 1)
+        if self.text.startswith("}", position):
+            return result, position + 1
+        while True:
+            key, position = self.key(position)
+            value, position = self.value(self.skip_space(position), depth + 1)
+            result[key] = value
+            position = self.skip_space(position)
+            char = self.text[position:position + 1]
+            if char == "}":
+                return result, position + 1
+            if char != ",":
+                raise self.fail("Expecting ',' delimiter or '}'", position)
+            position = self.skip_space(position + 1)
+
+    def key(self, position: int) -> tuple[str | int, int]:
+        """A quoted key or an unquoted integer key, through its ``:``."""
+        if self.text.startswith('"', position):
+            key, position = scanstring(self.text, position + 1, True)
+            position = self.skip_space(position)
+            if not self.text.startswith(":", position):
+                raise self.fail("Expecting ':' delimiter", position)
+            return key, position + 1
+        match = _INT_KEY.match(self.text, position)
+        if match is None:
+            raise self.fail("Expecting property name (a string or an integer)", position)
+        return int(match.group(1)), match.end()
+
+    def array(self, position: int, depth: int) -> tuple[list, int]:
+        if depth >= NESTING_DEPTH_MAX:
+            raise self.fail(f"nesting deeper than {NESTING_DEPTH_MAX} levels", position)
+        result: list = []
+        position = self.skip_space(position + 1)
+        if self.text.startswith("]", position):
+            return result, position + 1
+        while True:
+            value, position = self.value(position, depth + 1)
+            result.append(value)
+            position = self.skip_space(position)
+            char = self.text[position:position + 1]
+            if char == "]":
+                return result, position + 1
+            if char != ",":
+                raise self.fail("Expecting ',' delimiter or ']'", position)
+            position = self.skip_space(position + 1)
