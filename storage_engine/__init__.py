@@ -24,6 +24,7 @@ from .errors import (
     ConfigError,
     ConfigMismatchError,
     CorruptionError,
+    DiskFullError,
     InvalidMessageError,
     InvalidMessageIdError,
     InvalidQueueError,
@@ -47,7 +48,8 @@ from .verify import verify_store
 
 __all__ = [
     "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
-    "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "FakeClock", "FlushConfig",
+    "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
+    "FlushConfig",
     "FlushMode", "GetResult", "GetStatus", "HostAddress", "InvalidMessageError",
     "InvalidMessageIdError", "InvalidQueueError", "InvalidTopicError", "KeyIndexConfig",
     "LimitExceededError", "Message", "MessageNotFoundError", "MessageStore",

@@ -211,6 +211,39 @@ class ConsumeQueue:
                 low = middle + 1
         return low
 
+    def remove_before(self, log_min_position: int) -> list:
+        """Delete files whose every unit points below ``log_min_position`` (never the last
+        file), then move ``min_offset`` to the first unit still in the log (§3.5).
+
+        Returns the detached segments; the caller closes them after a grace period.
+        """
+        segments = self.segments.segments
+        count = 0
+        for segment in segments[:-1]:
+            position, size, _tag = _unpack_unit(segment.buffer, self.file_size_bytes - UNIT)
+            if size == FILLER_UNIT_SIZE or position + size > log_min_position:
+                break
+            count += 1
+        removed = self.segments.remove_front(count)
+        self.correct_min_offset(log_min_position)
+        return removed
+
+    def correct_min_offset(self, log_min_position: int) -> None:
+        """Set ``min_offset`` to the first unit whose record is still in the log."""
+        low = max(self.min_offset, self.segments.min_position // UNIT)
+        high = self.max_offset
+        while low < high:  # units are in log order: binary search on their position
+            middle = (low + high) // 2
+            position, size, _tag = self.unit_at(middle)
+            if size != FILLER_UNIT_SIZE and position >= log_min_position:
+                high = middle
+            else:
+                low = middle + 1
+        if low * UNIT > self.min_logic_position:
+            log.info("[retention] %s/%d: min offset %d -> %d", self.topic, self.queue_id,
+                     self.min_offset, low)
+            self.min_logic_position = low * UNIT
+
     def flush(self, least_pages: int = 0) -> None:
         """fdatasync files with unflushed units (at least ``least_pages`` dirty, or full)."""
         self.segments.flush(least_pages)

@@ -111,3 +111,8 @@ class MessageNotFoundError(StorageError, LookupError):
     def __init__(self, message: str, *, log_position: int | None = None) -> None:
         super().__init__(message)
         self.log_position = log_position
+
+
+class DiskFullError(StoreNotWritableError):
+    """Disk usage is above ``retention.disk_space_warning_level_ratio``: writes are refused until
+    retention frees space (reads keep working)."""

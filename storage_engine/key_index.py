@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from .clock import Clock
@@ -163,6 +164,7 @@ class KeyIndex:
         self.config = config
         self._clock = clock
         self.files: list[KeyIndexFile] = []
+        self._structure_lock = threading.Lock()
         self.durable_timestamp_ms = 0
         """End time of the newest file flushed whole (the checkpoint's index timestamp)."""
         self.rebuild_from: int | None = None
@@ -252,6 +254,25 @@ class KeyIndex:
             rebuild_from = dropped.begin_position
         return rebuild_from
 
+    def remove_before(self, log_min_position: int) -> list[KeyIndexFile]:
+        """Delete files whose entries all point below ``log_min_position`` (never the newest).
+
+        Returns the detached files; the caller closes them after a grace period.
+        """
+        with self._structure_lock:  # against a roll on the dispatch thread
+            files = self.files
+            count = 0
+            for index_file in files[:-1]:
+                if index_file.end_position >= log_min_position:
+                    break
+                count += 1
+            removed = files[:count]
+            self.files = files[count:]  # a new list: concurrent queries see old or new
+        for index_file in removed:
+            log.info("[retention] deleting key-index file %s", index_file.path.name)
+            index_file.path.unlink(missing_ok=True)
+        return removed
+
     def sync_header(self) -> None:
         """Write the newest file's header (after a dispatch batch)."""
         if self.files:
@@ -279,7 +300,8 @@ class KeyIndex:
         previous_end = (previous.end_position, previous.end_timestamp_ms) if previous else (0, 0)
         created = KeyIndexFile(path, self.config.slot_count_max, self.config.entry_count_max,
                                create=True, previous_end=previous_end)
-        self.files.append(created)
+        with self._structure_lock:
+            self.files.append(created)
         log.info("[key-index] new index file %s", path.name)
         return created
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from .errors import CorruptionError
@@ -32,6 +33,7 @@ class SegmentSet:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.segments: list[MappedSegment] = []
+        self._structure_lock = threading.Lock()  # create_next vs remove_front
 
     def load(self) -> None:
         """Map every existing segment; positions are set to "full" until recovery trims them,
@@ -82,7 +84,8 @@ class SegmentSet:
         self.directory.mkdir(parents=True, exist_ok=True)
         segment = MappedSegment(self.directory / segment_file_name(base_position), base_position,
                                 self.segment_size_bytes, create=True)
-        self.segments.append(segment)
+        with self._structure_lock:
+            self.segments.append(segment)
         fsync_dir(self.directory)
         return segment
 
@@ -118,6 +121,24 @@ class SegmentSet:
                 log.warning("[truncate] %s: zeroed %d non-zero bytes after position=%d",
                             last.path, cleared, position)
         if self.directory.is_dir():
+            fsync_dir(self.directory)
+        return removed
+
+    def remove_front(self, count: int) -> list[MappedSegment]:
+        """Delete the first ``count`` segment files (never the last segment).
+
+        The segments are detached from the set and their files unlinked at once; their mappings
+        stay valid for readers that looked them up just before, and the caller closes them after
+        a grace period (``MappedSegment.close``). A new list replaces the old one, so a reader
+        never sees a half-updated list.
+        """
+        with self._structure_lock:
+            count = max(0, min(count, len(self.segments) - 1))
+            removed = self.segments[:count]
+            self.segments = self.segments[count:]
+        for segment in removed:
+            segment.path.unlink(missing_ok=True)
+        if removed:
             fsync_dir(self.directory)
         return removed
 

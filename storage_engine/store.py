@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .checkpoint import Checkpoint
@@ -30,7 +30,7 @@ from .dispatch import (
     DispatchService,
     KeyIndexDispatcher,
 )
-from .errors import StorageIOError, StoreClosedError
+from .errors import DiskFullError, StorageIOError, StoreClosedError
 from .flush import (
     CommitLogFlushService,
     GroupFlushService,
@@ -44,6 +44,7 @@ from .message import GetResult, Message, PutResult, PutStatus
 from .message_encoder import MessageEncoder
 from .reader import MessageReader, TagFilter
 from .recovery import RecoveryReport, recover
+from .retention import DiskUsageProbe, RetentionService, disk_used_ratio, local_hour
 from .service import Service
 from .store_layout import write_layout
 
@@ -55,7 +56,9 @@ ABORT_FILE_NAME = "abort"
 class MessageStore:
     """An open store. Create with ``MessageStore.open(config)``."""
 
-    def __init__(self, config: StoreConfig, clock: Clock) -> None:
+    def __init__(self, config: StoreConfig, clock: Clock, *,
+                 disk_usage: DiskUsageProbe = disk_used_ratio,
+                 hour_of_day: Callable[[int], int] = local_hour) -> None:
         root = config.root_dir
         self.config = config
         self.clock = clock
@@ -83,7 +86,12 @@ class MessageStore:
             self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
             lambda: self.dispatch.dispatched_timestamp_ms,
             lambda: self.key_index.durable_timestamp_ms)
-        self._services: list[Service] = [self.log_flusher, self.dispatch, self.queue_flusher]
+        self.retention = RetentionService(
+            self.commit_log, self.queues, self.key_index, lambda: self.dispatch.position,
+            config.retention, clock, root_dir=root, disk_usage=disk_usage,
+            hour_of_day=hour_of_day)
+        self._services: list[Service] = [self.log_flusher, self.dispatch, self.queue_flusher,
+                                         self.retention]
         for service in self._services:
             service.failure_listeners.append(self._fail)
         self._encoder = MessageEncoder(config, self._store_host)
@@ -95,9 +103,16 @@ class MessageStore:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, config: StoreConfig, *, clock: Clock | None = None) -> MessageStore:
-        """Open (creating if needed), recover and start a store."""
-        store = cls(config, clock or SystemClock())
+    def open(cls, config: StoreConfig, *, clock: Clock | None = None,
+             disk_usage: DiskUsageProbe = disk_used_ratio,
+             hour_of_day: Callable[[int], int] = local_hour) -> MessageStore:
+        """Open (creating if needed), recover and start a store.
+
+        ``clock``, ``disk_usage`` (used fraction of the store's partition) and ``hour_of_day``
+        are injectable so tests can drive retention without waiting or filling a disk.
+        """
+        store = cls(config, clock or SystemClock(), disk_usage=disk_usage,
+                    hour_of_day=hour_of_day)
         store._open()
         return store
 
@@ -183,6 +198,7 @@ class MessageStore:
     def _release_files(self) -> None:
         for service in reversed(self._services):
             service.stop()
+        self.retention.close()
         self.commit_log.close()
         self.queues.close()
         self.key_index.close()
@@ -217,6 +233,12 @@ class MessageStore:
                 fail-stop; the messages may or may not survive a power loss).
         """
         self._check_open()
+        if self.retention.disk_full:
+            raise DiskFullError(
+                f"store {self.config.root_dir}: disk {self.retention.disk_used_ratio:.0%} used, "
+                "above retention.disk_space_warning_level_ratio "
+                f"({self.config.retention.disk_space_warning_level_ratio}%); writes resume "
+                "once retention frees space (reads keep working)")
         prepare = self._encoder.prepare
         batch = [prepare(message, queue_id) for message in messages]
         appended = self.commit_log.append(batch)
@@ -331,6 +353,9 @@ class MessageStore:
                       "flush_count": self.log_flusher.flush_count,
                       "checkpoint": self.checkpoint.state._asdict()},
             "failure": None if self.failure is None else str(self.failure),
+            "retention": {"disk_used_ratio": self.retention.disk_used_ratio,
+                          "disk_full": self.retention.disk_full,
+                          "deleted_segment_count": self.retention.deleted_segment_count},
             "recovery": self.recovery.as_dict() if self.recovery else None,
             "queue_count": len(queues),
             "queues": queues,

@@ -18,6 +18,9 @@ from .checkpoint_layout import (
 )
 from .constants import *  # noqa: F403  (the constants are part of the format surface)
 from .constants import __all__ as _constant_names
+from .fastjson import NESTING_DEPTH_MAX as NESTING_DEPTH_MAX
+from .fastjson import decode_config_json as decode_config_json
+from .fastjson import encode_config_json as encode_config_json
 from .hashing import index_key, index_key_hash, java_string_hashcode, masked_crc32, tag_hash
 from .index_layout import (
     INDEX_ENTRY,
