@@ -301,6 +301,13 @@ class CommitLog:
                              segment.written_position, check_crc=False)
         return check.kind == RecordKind.MESSAGE
 
+    def read_store_size(self, position: int) -> int:
+        """Size of the record at ``position`` (0 when it cannot be read)."""
+        try:
+            return self.read(position, check_crc=False).store_size
+        except CorruptionError:
+            return 0
+
     def read_store_timestamp(self, position: int) -> int:
         """Store time of the record at ``position`` (0 when it cannot be read)."""
         try:

@@ -103,7 +103,8 @@ def recover(commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex 
     report.truncated_bytes = max(0, before - end)
     for queue in queues.queues.values():
         queue.truncate_from_log_position(end)
-    start = report.scan_start if not clean_shutdown else _derived_end(queues, key_index, end)
+    start = (report.scan_start if not clean_shutdown
+             else _derived_end(commit_log, queues, key_index, end))
     for reason, position in _rebuild_points(queues, key_index, clean_shutdown, checkpoint, end):
         report.actions.append(f"{reason}: re-dispatch from {position}")
         start = min(start, position)
@@ -135,10 +136,14 @@ def _scan_start(commit_log: CommitLog, clean_shutdown: bool, checkpoint: Checkpo
     return segments[0].base_position
 
 
-def _derived_end(queues: ConsumeQueueSet, key_index: KeyIndex | None, end: int) -> int:
+def _derived_end(commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex | None,
+                 end: int) -> int:
     """After a clean stop: where queues and index stop (the log end when both are current)."""
     queue_end = queues.max_log_end() if queues.queues else 0  # no queue: rebuild everything
-    index_end = key_index.end_position if key_index is not None and key_index.files else end
+    index_end = end
+    if key_index is not None and key_index.files and key_index.entry_count:
+        newest = key_index.end_position  # where the newest indexed record starts
+        index_end = newest + commit_log.read_store_size(newest) if newest < end else end
     return min(queue_end, index_end)
 
 

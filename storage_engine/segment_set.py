@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import CorruptionError
 from .formats import segment_file_name
-from .fsutil import fsync_dir
+from .fsutil import fsync_dir, preallocate
 from .segment import MappedSegment
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,35 @@ class SegmentSet:
                 raise CorruptionError(
                     f"segment {name} does not follow {self.segments[-1].path.name}: a segment "
                     "is missing", path=str(self.directory / name))
+            self._check_size(self.directory / name, is_first=index == 0,
+                             is_last=index == len(names) - 1)
             segment = MappedSegment(self.directory / name, base, self.segment_size_bytes,
                                     create=False)
             segment.written_position = self.segment_size_bytes
             segment.flushed_position = 0  # a dead process may have left dirty pages: sync once
             self.segments.append(segment)
+
+    def _check_size(self, path: Path, *, is_first: bool, is_last: bool) -> None:
+        """A short last file is extended (its valid prefix is kept; recovery trims the rest);
+        a short file elsewhere is damage the store cannot repair. A first file of another
+        size is left to ``MappedSegment``, which reports a configuration mismatch."""
+        size = path.stat().st_size
+        if size == self.segment_size_bytes or (is_first and not is_last):
+            return
+        if is_last and 0 < size < self.segment_size_bytes:
+            log.warning("[load] %s is %d bytes, shorter than %d: extending it with zeros",
+                        path, size, self.segment_size_bytes)
+            fd = os.open(path, os.O_RDWR)
+            try:
+                preallocate(fd, self.segment_size_bytes, path)
+            finally:
+                os.close(fd)
+            return
+        if not is_first:
+            raise CorruptionError(
+                f"{path} is {size} bytes, expected {self.segment_size_bytes}: the file was "
+                "truncated or replaced; restore it from a backup, or move it and every later "
+                "file away to keep only the data before it", path=str(path))
 
     @property
     def last(self) -> MappedSegment | None:

@@ -142,3 +142,14 @@ def vectors_copy(tmp_path: Path) -> Callable[[str], Path]:
         return target
 
     return copy
+
+
+def abandon(store: MessageStore) -> None:
+    """Leave a store as a killed process would: threads stopped, files unmapped, nothing
+    flushed or checkpointed by a close, ``abort`` left in place, the lock released. (The page
+    cache keeps what was written, as it does when a process dies; crash tests with a real
+    ``kill -9`` are in ``test_crash.py``.)"""
+    for service in reversed(store._services):
+        service.stop()
+    store._closed = True
+    store._release_files()
