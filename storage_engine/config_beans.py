@@ -5,7 +5,8 @@
 fields Postbox does not model (5.x ``attributes``, ``groupRetryPolicy``, ...) so they survive a
 load/persist cycle. ``bean_to_json`` writes the fields sorted by name, as fastjson does.
 Construction type-checks the known fields and raises ``ConfigError`` (a ``ValueError``). Pure: no
-I/O; instances are immutable, so they are safe to share between threads.
+I/O; instances are frozen and ``extra`` is a read-only view (its nested values are not copied, so
+treat them as read-only), so beans are safe to share between threads.
 """
 
 from __future__ import annotations

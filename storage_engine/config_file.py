@@ -107,8 +107,9 @@ class ConfigFile:
                 raise ConfigFileError(
                     f"{main_problem}, and {self.backup_path} is "
                     f"{'missing' if backup is None else 'empty'}. Restore {self.path.name} from "
-                    f"a backup, or delete {self.path} to start with an empty {self.path.name} "
-                    "(its entries are lost)", path=str(self.path))
+                    f"a backup, or move {self.path} out of the way (rename or delete it) to "
+                    f"start with an empty {self.path.name} (its entries are lost)",
+                    path=str(self.path))
             if main is not None:
                 log.warning("[config] %s; no %s either, starting empty", main_problem,
                             self.backup_path.name)
@@ -118,9 +119,10 @@ class ConfigFile:
         except ValueError as error:
             raise ConfigFileError(
                 f"{main_problem}, and {self.backup_path} is undecodable ({error}). Restore "
-                f"{self.path.name} (and {self.backup_path.name}) from a backup, or delete "
-                f"{self.path} and {self.backup_path} to start with an empty {self.path.name} "
-                "(its entries are lost)", path=str(self.path)) from error
+                f"{self.path.name} (and {self.backup_path.name}) from a backup, or move "
+                f"{self.path} and {self.backup_path} out of the way (rename or delete them) to "
+                f"start with an empty {self.path.name} (its entries are lost)",
+                path=str(self.path)) from error
         if main is not None:
             self._set_aside(main)
         log.warning("[config] %s; loaded the previous version from %s", main_problem,

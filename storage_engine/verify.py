@@ -4,7 +4,10 @@ Checks, without writing anything: commit-log segment names and sizes, every reco
 lengths, body CRC, its own position field, the 8-byte end-of-segment rule); every consume-queue
 unit against the record it points at (size, topic, queue id, queue offset, tag hash); that every
 queue holds every record of its (topic, queue) — none missing, none extra; every key-index entry
-against a record carrying a key with that hash. Problems are returned as strings that carry the
+against a record carrying a key with that hash; the checkpoint against the log (its times never
+after the newest record, its confirm position never past the end, and equal to it after a clean
+close). Units and entries pointing below the first segment were removed by retention and are
+skipped. Problems are returned as strings that carry the
 position; an empty list means the files agree. Works on a store another process has open.
 """
 
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from .config import StoreConfig
 from .formats import (
+    CHECKPOINT_FILE_SIZE_BYTES,
     CONSUME_QUEUE_UNIT,
     FILLER_UNIT_SIZE,
     INDEX_ENTRY,
@@ -22,6 +26,7 @@ from .formats import (
     DispatchRecord,
     RecordKind,
     check_record,
+    decode_checkpoint,
     decode_for_dispatch,
     entry_position,
     index_key_hash,
@@ -42,21 +47,61 @@ def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None)
     root = Path(root_dir)
     config = config or infer_config(root)
     problems: list[str] = []
-    records = _scan_log(root / "commitlog", config, problems)
+    records, log_end = _scan_log(root / "commitlog", config, problems)
     by_position = {record.log_position: record for record in records}
-    _check_queues(root / "consumequeue", records, by_position, config, problems)
-    _check_key_index(root / "index", by_position, config, problems)
+    log_min = _log_min_position(root / "commitlog")
+    _check_queues(root / "consumequeue", records, by_position, log_min, config, problems)
+    _check_key_index(root / "index", by_position, log_min, config, problems)
+    _check_checkpoint(root, records, log_end, problems)
     return problems
 
 
+def _log_min_position(directory: Path) -> int:
+    """First position still on disk: entries below it were removed by retention, not lost."""
+    names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
+    return int(names[0]) if names else 0
+
+
+def _check_checkpoint(root: Path, records: list[DispatchRecord], log_end: int,
+                      problems: list[str]) -> None:
+    """The checkpoint may lag the log but never lead it; after a clean close it matches."""
+    path = root / "checkpoint"
+    if not path.exists():
+        if records:
+            problems.append("checkpoint: missing")
+        return
+    page = path.read_bytes()
+    if len(page) != CHECKPOINT_FILE_SIZE_BYTES:
+        problems.append(f"checkpoint: {len(page)} bytes, expected {CHECKPOINT_FILE_SIZE_BYTES}")
+        return
+    state = decode_checkpoint(page)
+    newest_ms = max((r.store_timestamp_ms for r in records), default=0)
+    end = log_end
+    for name in ("log_flushed_timestamp_ms", "queue_flushed_timestamp_ms",
+                 "key_index_flushed_timestamp_ms"):
+        value = getattr(state, name)
+        if not 0 <= value <= max(newest_ms, 0):
+            problems.append(f"checkpoint: {name}={value} is after the newest record "
+                            f"({newest_ms})")
+    if state.confirm_position > end or state.confirm_position < 0:
+        problems.append(f"checkpoint: confirm position {state.confirm_position} is beyond the "
+                        f"log end {end}")
+    elif not (root / "abort").exists() and records and state.confirm_position != end:
+        problems.append(f"checkpoint: confirm position {state.confirm_position} != log end {end} "
+                        "after a clean close")
+
+
 def _scan_log(directory: Path, config: StoreConfig,
-              problems: list[str]) -> list[DispatchRecord]:
+              problems: list[str]) -> tuple[list[DispatchRecord], int]:
+    """Every valid record, and the log end position (after the last record, or after the
+    closing blank record of its segment)."""
     size = config.commit_log.segment_size_bytes
     if not directory.is_dir():
-        return []
+        return [], 0
     names = sorted(n for n in os.listdir(directory) if n.isdigit())
     records: list[DispatchRecord] = []
     expected_base = int(names[0]) if names else 0
+    log_end = expected_base
     ended = False
     for name in names:
         path = directory / name
@@ -74,7 +119,12 @@ def _scan_log(directory: Path, config: StoreConfig,
                 problems.append(f"commitlog/{name}: data after the end of the log")
             continue
         ended = _scan_segment(int(name), data, records, problems)
-    return records
+        if ended:
+            in_segment = [r for r in records[-1:] if r.log_position >= int(name)]
+            log_end = in_segment[0].log_position + in_segment[0].size if in_segment else int(name)
+        else:
+            log_end = int(name) + size
+    return records, log_end
 
 
 def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
@@ -106,7 +156,7 @@ def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
 
 
 def _check_queues(directory: Path, records: list[DispatchRecord], by_position: dict,
-                  config: StoreConfig, problems: list[str]) -> None:
+                  log_min: int, config: StoreConfig, problems: list[str]) -> None:
     expected: dict[tuple[str, int], list[DispatchRecord]] = {}
     for record in records:
         if takes_queue_offset(record.sys_flag):
@@ -118,6 +168,7 @@ def _check_queues(directory: Path, records: list[DispatchRecord], by_position: d
                 key = (topic, int(queue_name)) if queue_name.isdigit() else (topic, -1)
                 seen.add(key)
                 units = _read_units(directory / topic / queue_name, config, problems)
+                units = [u if u[0] >= log_min else (0, FILLER_UNIT_SIZE, 0) for u in units]
                 _check_queue(key, units, expected.get(key, []), by_position, problems)
     for key, queue_records in expected.items():
         if key not in seen:
@@ -167,7 +218,7 @@ def _check_queue(key, units, queue_records, by_position, problems) -> None:
                             f"(offset {record.queue_offset}) is missing from the consume queue")
 
 
-def _check_key_index(directory: Path, by_position: dict, config: StoreConfig,
+def _check_key_index(directory: Path, by_position: dict, log_min: int, config: StoreConfig,
                      problems: list[str]) -> None:
     if not directory.is_dir():
         return
@@ -178,7 +229,7 @@ def _check_key_index(directory: Path, by_position: dict, config: StoreConfig,
             problems.append(f"index/{name}: size {len(data)} does not match the configured "
                             "key-index slot and entry counts")
             continue
-        _check_index_file(name, data, geometry, by_position, problems)
+        _check_index_file(name, data, geometry, by_position, log_min, problems)
 
 
 def _index_geometry(size: int, config: StoreConfig) -> tuple[int, int] | None:
@@ -186,7 +237,7 @@ def _index_geometry(size: int, config: StoreConfig) -> tuple[int, int] | None:
     return (slots, entries) if 40 + slots * 4 + entries * 20 == size else None
 
 
-def _check_index_file(name, data, geometry, by_position, problems) -> None:
+def _check_index_file(name, data, geometry, by_position, log_min, problems) -> None:
     slots, _entries = geometry
     *_times, _begin, _end, _used, count = INDEX_HEADER.unpack_from(data, 0)
     for number in range(1, max(count, 1)):
@@ -194,6 +245,8 @@ def _check_index_file(name, data, geometry, by_position, problems) -> None:
             data, entry_position(number, slots))
         record = by_position.get(position)
         where = f"index/{name} entry {number}"
+        if record is None and position < log_min:
+            continue  # its record was removed by retention
         if record is None:
             problems.append(f"{where}: points at position={position}, where no record starts")
             continue
