@@ -46,7 +46,6 @@ class CommitLogFlushService(Service):
         self.flushed_timestamp_ms = 0
         self.flush_count = 0
         self._flushed = threading.Condition()
-        self.listeners: list[Callable[[int], None]] = []  # called with the new flushed position
 
     def flush(self, least_pages: int = 0) -> int:
         """Flush the log now on the calling thread; returns the bytes newly made durable."""
@@ -64,8 +63,6 @@ class CommitLogFlushService(Service):
             if flushed >= end:
                 self.flushed_timestamp_ms = timestamp_ms
             self._flushed.notify_all()
-        for listener in self.listeners:
-            listener(flushed)
         return moved
 
     def wait_flushed(self, position: int, timeout_ms: int) -> bool:

@@ -22,6 +22,7 @@ from .checkpoint import Checkpoint
 from .clock import Clock, SystemClock
 from .commit_log import CommitLog
 from .config import FlushMode, StoreConfig
+from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consume_queue_set import ConsumeQueueSet
 from .dispatch import (
     ArrivalListener,
@@ -69,6 +70,7 @@ class MessageStore:
         self.queues = ConsumeQueueSet(root / "consumequeue", config.consume_queue.units_per_file)
         self.key_index = KeyIndex(root / "index", config.key_index, clock)
         self.checkpoint = Checkpoint(root)
+        self.config_stores = ConfigStores(root / CONFIG_DIR_NAME, clock)
         self._listeners: list[ArrivalListener] = []
         dispatchers: list[Dispatcher] = [
             ConsumeQueueDispatcher(self.queues, config.delay.levels_ms, self._listeners)]
@@ -81,7 +83,6 @@ class MessageStore:
                                                                 clock)
         if config.flush.mode is FlushMode.SYNC:  # consumers see only durable records
             self.dispatch.end_position = lambda: self.log_flusher.flushed_position
-            self.log_flusher.listeners.append(lambda _position: self.dispatch.wakeup())
         self.queue_flusher = QueueFlushService(
             self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
             lambda: self.dispatch.dispatched_timestamp_ms,
@@ -139,6 +140,7 @@ class MessageStore:
 
     def _load_and_recover(self, clean: bool) -> None:
         """Load every file, recover (``recovery.py``), rebuild, and make the result durable."""
+        self.config_stores.load_all()  # first: a garbled config refuses the open untouched
         self.commit_log.load()
         self.queues.load()
         self.key_index.load()
@@ -178,6 +180,7 @@ class MessageStore:
         try:
             if self.failure is None:
                 self._flush_all(self.dispatch.drain)
+                self.config_stores.persist_all()
                 (self.config.root_dir / ABORT_FILE_NAME).unlink(missing_ok=True)
                 fsync_dir(self.config.root_dir)
             else:
