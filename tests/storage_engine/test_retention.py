@@ -1,0 +1,237 @@
+"""Retention: expired commit-log segments go at the deletion hour or under disk pressure, the
+consume queues and key index follow the new minimum position, and above the warning watermark the
+store refuses writes (reads keep working) until space is freed.
+
+Time and disk usage are injected (a fake clock, file mtimes set with ``os.utime``, a probe
+returning a chosen ratio); one test fills a real, small tmpfs to prove the real probe and the
+real ENOSPC path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from storage_engine import (
+    DiskFullError,
+    GetStatus,
+    Message,
+    MessageStore,
+    RetentionConfig,
+    StorageIOError,
+    verify_store,
+)
+from storage_engine.retention import disk_used_ratio
+from tests.storage_engine.conftest import put_all, read_queue, small_config
+
+TOPIC = "orders"
+HOUR_MS = 3_600_000
+
+
+class DiskProbe:
+    """A disk-usage probe the test sets (a fixed ratio instead of a real full disk)."""
+
+    def __init__(self, ratio: float = 0.2) -> None:
+        self.ratio = ratio
+
+    def __call__(self, path: Path) -> float:
+        return self.ratio
+
+
+@pytest.fixture
+def retained(tmp_path, clock):
+    """Factory for a tiny store with an injected hour of day and disk probe; closed and
+    verified after the test."""
+    opened = []
+
+    def factory(*, hour: int = 12, probe: DiskProbe | None = None, **retention) -> MessageStore:
+        config = small_config(tmp_path / "store", retention=RetentionConfig(**retention))
+        store = MessageStore.open(config, clock=clock, disk_usage=probe or DiskProbe(),
+                                  hour_of_day=lambda _now_ms: hour)
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+        assert verify_store(store.root_dir, store.config) == []
+
+
+def _fill(store: MessageStore, count: int = 400) -> list:
+    """Keyed messages over many tiny segments, dispatched and flushed (retention deletes only
+    segments that are both)."""
+    messages = [Message(TOPIC, b"r%05d-" % i + bytes(150), keys=[f"k{i}"]) for i in range(count)]
+    results = put_all(store, messages)
+    store.log_flusher.flush(0)
+    return results
+
+
+def _age(store: MessageStore, segment_indexes, hours: float, clock) -> None:
+    """Set the mtime of some commit-log segments ``hours`` before the fake clock's now."""
+    when = clock.now_ms() / 1000 - hours * 3600
+    for index in segment_indexes:
+        os.utime(store.commit_log.segments.segments[index].path, (when, when))
+
+
+def _segment_names(store: MessageStore) -> list[str]:
+    return sorted(p.name for p in (store.root_dir / "commitlog").iterdir())
+
+
+def test_expired_segments_are_deleted_at_the_deletion_hour_ten_at_most(retained, clock):
+    store = retained(hour=4, file_reserved_hours=72)
+    results = _fill(store)
+    count = len(store.commit_log.segments.segments)
+    assert count > 12
+    _age(store, range(count), 73, clock)  # every segment expired, the last one too
+    assert store.retention.run_once(clock.now_ms()) == 10
+    assert store.retention.run_once(clock.now_ms()) == count - 11  # never the last segment
+    assert store.retention.run_once(clock.now_ms()) == 0
+    assert len(_segment_names(store)) == 1
+    log_min = store.commit_log.min_position
+    survivors = [r for r in results if r.log_position >= log_min]
+    assert [v.log_position for v in read_queue(store, TOPIC)] == [
+        r.log_position for r in survivors]
+    assert store.min_offset(TOPIC, 0) == survivors[0].queue_offset
+    gone = store.get_message("g", TOPIC, 0, 0)
+    assert gone.status is GetStatus.OFFSET_TOO_SMALL
+    assert gone.next_offset == survivors[0].queue_offset
+    assert store.query_by_key(TOPIC, "k0") == []
+    assert [v.log_position for v in store.query_by_key(TOPIC, f"k{survivors[0].queue_offset}")
+            ] == [survivors[0].log_position]
+    queue_files = sorted((store.root_dir / "consumequeue" / TOPIC / "0").iterdir())
+    assert int(queue_files[0].name) // 20 <= survivors[0].queue_offset
+    assert store.stats()["retention"]["deleted_segment_count"] == count - 1
+
+
+def test_nothing_is_deleted_outside_the_deletion_hour_or_before_expiry(retained, clock):
+    store = retained(hour=12, delete_when="04;16")
+    _fill(store)
+    count = len(store.commit_log.segments.segments)
+    _age(store, range(count), 73, clock)
+    assert store.retention.run_once(clock.now_ms()) == 0  # 12 h is not a deletion hour
+    assert len(_segment_names(store)) == count
+
+
+def test_deletion_stops_at_the_first_segment_that_must_stay(retained, clock):
+    """Segments 0–2 expired, 3 fresh, 4+ expired: only 0–2 go (no holes in the log)."""
+    store = retained(hour=4)
+    _fill(store)
+    count = len(store.commit_log.segments.segments)
+    _age(store, [0, 1, 2], 100, clock)
+    _age(store, range(4, count), 100, clock)
+    names = _segment_names(store)
+    assert store.retention.run_once(clock.now_ms()) == 3
+    assert _segment_names(store) == names[3:]
+
+
+def test_used_space_above_the_max_ratio_deletes_expired_files_outside_the_hours(retained,
+                                                                                clock):
+    probe = DiskProbe()
+    store = retained(hour=12, probe=probe)
+    _fill(store)
+    probe.ratio = 0.80
+    _age(store, [0, 1], 80, clock)
+    assert store.retention.run_once(clock.now_ms()) == 2
+
+
+def test_above_the_forcibly_ratio_unexpired_files_are_deleted_too(retained, clock):
+    probe = DiskProbe()
+    store = retained(hour=12, probe=probe)
+    _fill(store)
+    probe.ratio = 0.86
+    count = len(store.commit_log.segments.segments)
+    assert store.retention.run_once(clock.now_ms()) == min(10, count - 1)
+    assert not store.retention.disk_full
+    store.put_message(Message(TOPIC, b"still writable"), 0)
+
+
+def test_above_the_warning_ratio_writes_are_refused_until_space_is_freed(retained, clock):
+    probe = DiskProbe()
+    store = retained(hour=12, probe=probe)
+    results = _fill(store, 50)
+    probe.ratio = 0.93
+    store.retention.run_once(clock.now_ms())
+    assert store.retention.disk_full
+    with pytest.raises(DiskFullError, match="disk_space_warning_level_ratio"):
+        store.put_message(Message(TOPIC, b"refused"), 0)
+    with pytest.raises(DiskFullError):
+        store.put_messages([Message(TOPIC, b"refused")], 0)
+    survivors = [r for r in results if r.log_position >= store.commit_log.min_position]
+    assert [v.log_position for v in read_queue(store, TOPIC)] == [
+        r.log_position for r in survivors]
+    probe.ratio = 0.50
+    store.retention.run_once(clock.now_ms())
+    assert not store.retention.disk_full
+    (accepted,) = put_all(store, [Message(TOPIC, b"accepted")])
+    assert accepted.queue_offset == len(results)
+
+
+def test_unflushed_or_undispatched_segments_are_never_deleted(retained, clock):
+    probe = DiskProbe()
+    store = retained(hour=4, probe=probe)
+    _fill(store, 100)
+    store.dispatch.stop()
+    store.put_messages([Message(TOPIC, bytes(300)) for _ in range(60)], 0)  # new segments
+    store.log_flusher.flush(0)
+    probe.ratio = 0.93
+    undispatched_from = store.dispatch.position
+    store.retention.run_once(clock.now_ms())
+    assert store.commit_log.min_position <= undispatched_from
+    store.dispatch.start()
+    assert store.wait_dispatched()
+
+
+def test_disk_used_ratio_rounds_up_like_rocketmq(tmp_path):
+    ratio = disk_used_ratio(tmp_path)
+    assert 0 < ratio <= 1
+    assert round(ratio * 100) == ratio * 100 or abs(round(ratio * 100) - ratio * 100) < 1e-9
+
+
+# ---- a real full disk (a small tmpfs; needs permission to mount) -----------------------------
+
+@pytest.fixture
+def small_tmpfs(tmp_path) -> Path:
+    mount_point = tmp_path / f"tmpfs-{uuid.uuid4().hex[:8]}"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount_point)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_real_full_disk_refuses_writes_clearly_then_retention_frees_it(small_tmpfs, clock):
+    """ENOSPC when a new segment cannot be allocated is a clear error and harms nothing
+    stored; the real probe then sees > 90 %: writes are refused with ``DiskFullError`` and
+    forced cleaning (RocketMQ's rule above the warning level) frees space until writes are
+    accepted again."""
+    config = small_config(small_tmpfs / "store", tiny=False)
+    store = MessageStore.open(config, clock=clock, hour_of_day=lambda _now: 12)
+    stored = []
+    with pytest.raises(StorageIOError, match="cannot allocate"):
+        for i in range(100_000):
+            stored.append(store.put_message(Message(TOPIC, b"f%05d" % i + bytes(500)), 0))
+    assert store.wait_dispatched()
+    assert [v.log_position for v in read_queue(store, TOPIC)] == [
+        r.log_position for r in stored]
+    store.log_flusher.flush(0)
+    store.retention.run_once(clock.now_ms())
+    assert store.retention.disk_full and store.retention.disk_used_ratio > 0.90
+    with pytest.raises(DiskFullError):
+        store.put_message(Message(TOPIC, b"more"), 0)
+    deleted = store.retention.deleted_segment_count
+    assert deleted > 0
+    store.retention.run_once(clock.now_ms())  # closes the mappings: the space is free now
+    assert not store.retention.disk_full
+    (accepted,) = put_all(store, [Message(TOPIC, b"accepted")])
+    assert accepted.queue_offset == len(stored)
+    survivors = [r.log_position for r in stored if r.log_position >= store.commit_log.min_position]
+    assert [v.log_position for v in read_queue(store, TOPIC)] == survivors + [
+        accepted.log_position]
+    store.close()
+    assert verify_store(config.root_dir, config) == []
