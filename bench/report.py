@@ -87,15 +87,19 @@ def memory_line(memory: dict) -> str:
             "msgs/s.")
 
 
+def machine_line(title: str, m: dict) -> str:
+    """The report's first line: title and the machine facts of ``store_bench.machine_facts``."""
+    return (f"[bold]{title}[/bold]: {m['cpu_count']} CPUs ({m['cpu_affinity']} usable, "
+            f"{m['cpu_model']}), {m['mem_total_mb']:,} MB RAM, {m['python']}, {m['platform']}")
+
+
 def render(report: dict) -> None:
     """Print the report as rich tables, machine facts first."""
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
     m, s = report["machine"], report["settings"]
-    console.print(f"[bold]Postbox store benchmark[/bold]: {m['cpu_count']} CPUs "
-                  f"({m['cpu_affinity']} usable, {m['cpu_model']}), {m['mem_total_mb']:,} MB "
-                  f"RAM, {m['python']}, {m['platform']}")
+    console.print(machine_line("Postbox store benchmark", m))
     console.print(f"temp dirs under {m['tmp_dir']} ({m['tmp_filesystem']}); count={s['count']:,}"
                   f" peer_count={s['peer_count']:,} fsync_peer_count={s['fsync_peer_count']:,} "
                   f"reps={s['reps']} batch={s['batch']} seed={s['seed']}")

@@ -1,0 +1,83 @@
+"""``run_producers``: N threads each doing M timed puts, for the durability benchmark.
+
+Every thread gets its own put callable from ``make_put(thread_index)`` (built before the clock
+starts), waits on a barrier, then calls it ``puts_per_thread`` times, timing each call with
+``time.perf_counter_ns``. The clock starts when the barrier releases the threads and stops when
+the last thread has finished. A put returns True when the write was confirmed (durable) and False
+when it was stored without confirmation (e.g. ``FLUSH_DISK_TIMEOUT``); those are counted. An
+exception in any thread is re-raised in the caller after all threads are joined.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PutCall = Callable[[int], bool]  # put number i -> confirmed?
+
+
+@dataclass(frozen=True)
+class ProducerRun:
+    """What one multi-threaded put run measured."""
+
+    thread_count: int
+    put_count: int
+    seconds: float
+    unconfirmed_count: int
+    latencies_ns: list[int]  # sorted, one per put
+
+    @property
+    def per_s(self) -> float:
+        return self.put_count / self.seconds
+
+    def latency_us(self, quantile: float) -> float:
+        """A latency quantile (nearest rank) in microseconds."""
+        ranked = self.latencies_ns
+        return ranked[min(len(ranked) - 1, int(quantile * len(ranked)))] / 1000
+
+    def summary(self) -> dict:
+        """Plain data for the report."""
+        return {"threads": self.thread_count, "count": self.put_count, "seconds": self.seconds,
+                "per_s": self.per_s, "p50_us": self.latency_us(0.50),
+                "p99_us": self.latency_us(0.99), "max_us": self.latencies_ns[-1] / 1000,
+                "unconfirmed": self.unconfirmed_count}
+
+
+def run_producers(thread_count: int, puts_per_thread: int,
+                  make_put: Callable[[int], PutCall]) -> ProducerRun:
+    """Run ``thread_count`` producers of ``puts_per_thread`` timed puts each."""
+    calls = [make_put(index) for index in range(thread_count)]
+    latencies: list[list[int]] = [[] for _ in range(thread_count)]
+    unconfirmed = [0] * thread_count
+    errors: list[BaseException] = []
+    started_ns: list[int] = []
+    barrier = threading.Barrier(thread_count,
+                                action=lambda: started_ns.append(time.perf_counter_ns()))
+
+    def produce(index: int) -> None:
+        put, timings, clock = calls[index], latencies[index], time.perf_counter_ns
+        try:
+            barrier.wait()
+            for i in range(puts_per_thread):
+                start = clock()
+                confirmed = put(i)
+                timings.append(clock() - start)
+                if not confirmed:
+                    unconfirmed[index] += 1
+        except BaseException as error:  # noqa: BLE001 - re-raised by the caller below
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=produce, args=(index,), name=f"producer-{index}")
+               for index in range(thread_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed_s = (time.perf_counter_ns() - started_ns[0]) / 1e9 if started_ns else 0.0
+    if errors:
+        raise errors[0]
+    merged = sorted(ns for timings in latencies for ns in timings)
+    return ProducerRun(thread_count, len(merged), elapsed_s, sum(unconfirmed), merged)
