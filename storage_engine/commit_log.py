@@ -100,6 +100,7 @@ class CommitLog:
         self._lock = threading.Lock()
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.last_store_timestamp_ms = 0
+        self._last_scanned_position: int | None = None  # newest record seen by a recovery scan
         self.failure: BaseException | None = None
         self.dispatch_feed: deque[DispatchRecord] = deque(maxlen=DISPATCH_FEED_MAX)
 
@@ -115,6 +116,10 @@ class CommitLog:
         Returns the recovered end position (one past the last valid record).
         """
         end = self.scan_valid_end(start_position)
+        if self._last_scanned_position is not None:  # store times continue from the log
+            self.last_store_timestamp_ms = max(
+                self.last_store_timestamp_ms,
+                self.read_store_timestamp(self._last_scanned_position))
         log.info("[recovery] commit log scanned from position=%d; valid data ends at %d",
                  start_position, end)
         self.segments.truncate(end)
@@ -131,6 +136,7 @@ class CommitLog:
             offset = position - segment.base_position
             check = check_record(segment.buffer, offset, segment_size, check_crc=check_crc)
             if check.kind == RecordKind.MESSAGE:
+                self._last_scanned_position = position
                 position += check.size
             elif check.kind == RecordKind.BLANK:
                 position = segment.base_position + segment_size
