@@ -43,6 +43,7 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
     "mappedFileSizeCommitLog": ("commit_log", "segment_size_bytes", _integer),
     "maxMessageSize": ("commit_log", "max_message_size_bytes", _integer),
     "checkCRCOnRecover": ("commit_log", "check_crc_on_recover", _boolean),
+    "enabledAppendPropCRC": ("commit_log", "append_property_crc", _boolean),
     "mappedFileSizeConsumeQueue": ("consume_queue", "units_per_file", _cq_units),
     "messageIndexEnable": ("key_index", "enabled", _boolean),
     "maxHashSlotNum": ("key_index", "slot_count_max", _integer),

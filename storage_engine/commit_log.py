@@ -40,6 +40,7 @@ from .formats import (
     check_record,
     encode_blank_record,
     encode_record_parts,
+    seal_property_crc,
     takes_queue_offset,
 )
 from .segment_set import SegmentSet
@@ -103,6 +104,7 @@ class CommitLog:
         self._last_scanned_position: int | None = None  # newest record seen by a recovery scan
         self.failure: BaseException | None = None
         self.dispatch_feed: deque[DispatchRecord] = deque(maxlen=DISPATCH_FEED_MAX)
+        self._seal_crc = config.append_property_crc
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -218,6 +220,8 @@ class CommitLog:
             now if message.born_timestamp_ms < 0 else message.born_timestamp_ms,
             message.born_host or store_host, now, store_host, message.reconsume_count,
             message.prepared_transaction_position, message.body_crc)
+        if self._seal_crc:
+            record = seal_property_crc(record)
         invariant(len(record) == message.size,
                   f"encoded {len(record)} bytes where {message.size} were computed")
         if takes_offset:

@@ -19,6 +19,8 @@ from .errors import (
 from .formats import (
     END_FILE_MIN_BLANK_LENGTH,
     PROPERTIES_SIZE_MAX_BYTES,
+    PROPERTY_CRC_LENGTH,
+    PROPERTY_CRC_PLACEHOLDER,
     encode_host,
     masked_crc32,
     record_size,
@@ -56,6 +58,7 @@ class MessageEncoder:
     def __init__(self, config: StoreConfig, store_host: bytes) -> None:
         self._max_body = config.commit_log.max_message_size_bytes
         self._segment_size = config.commit_log.segment_size_bytes
+        self._property_crc = config.commit_log.append_property_crc
         self._queue_id_max = config.queue_id_max
         self._store_host = store_host
         self._topics: dict[str, tuple[bytes, bool]] = {}
@@ -82,6 +85,8 @@ class MessageEncoder:
         if keys is not None and type(keys) is not str:
             keys = " ".join(key for key in keys if key) or None
         properties = self._encode_properties(message, keys)
+        if self._property_crc:
+            properties += PROPERTY_CRC_PLACEHOLDER  # sealed by the commit log once encoded
         topic_bytes, is_v2 = topic_entry
         born_host = self._host(message.born_host) if message.born_host else b""
         _check_numbers(message)
@@ -148,10 +153,12 @@ class MessageEncoder:
             raise InvalidMessageError(f"properties, tags or keys are not valid Unicode text "
                                       f"({error.reason} at character {error.start})",
                                       topic=message.topic) from error
-        if len(encoded) > PROPERTIES_SIZE_MAX_BYTES:
+        limit = PROPERTIES_SIZE_MAX_BYTES - PROPERTY_CRC_LENGTH * self._property_crc
+        if len(encoded) > limit:
+            reserved = " (20 more carry the record CRC)" if self._property_crc else ""
             raise PropertiesTooLargeError(
                 f"encoded properties are {len(encoded):,} bytes; the record format allows "
-                f"{PROPERTIES_SIZE_MAX_BYTES:,}: shorten keys, tags or properties",
+                f"{limit:,}{reserved}: shorten keys, tags or properties",
                 setting="properties (format limit, not configurable)", topic=message.topic)
         return encoded
 

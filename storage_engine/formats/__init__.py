@@ -53,6 +53,8 @@ from .queue_unit import (
     segment_file_name,
 )
 from .record import (
+    PROPERTY_CRC_LENGTH,
+    PROPERTY_CRC_PLACEHOLDER,
     RECORD_FIXED_OVERHEAD_BYTES,
     DispatchRecord,
     HostAddress,
@@ -67,6 +69,7 @@ from .record import (
     encode_record,
     encode_record_parts,
     record_size,
+    seal_property_crc,
     takes_queue_offset,
     unpack_record,
     uses_v2,
@@ -92,6 +95,8 @@ __all__ = [
     "INDEX_QUERY_RESULT_MAX",
     "INDEX_SLOT",
     "MessageView",
+    "PROPERTY_CRC_LENGTH",
+    "PROPERTY_CRC_PLACEHOLDER",
     "RECORD_FIXED_OVERHEAD_BYTES",
     "RecordCheck",
     "RecordFields",
@@ -122,6 +127,7 @@ __all__ = [
     "java_string_hashcode",
     "masked_crc32",
     "record_size",
+    "seal_property_crc",
     "segment_file_name",
     "slot_position",
     "split_keys",

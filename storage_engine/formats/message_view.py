@@ -7,7 +7,7 @@ copying their bytes. Immutable after construction; safe to share between threads
 
 from __future__ import annotations
 
-from .constants import MAGIC_V2
+from .constants import MAGIC_V2, PROPERTY_CRC_NAME
 from .hashing import masked_crc32
 from .message_id import encode_offset_msg_id
 from .properties import decode_properties, split_keys
@@ -46,7 +46,9 @@ class MessageView:
     def properties(self) -> dict[str, str]:
         """All properties, parsed with RocketMQ's rules (a fresh copy is not made)."""
         if self._properties is None:
-            self._properties = decode_properties(self._properties_raw)
+            properties = decode_properties(self._properties_raw)
+            properties.pop(PROPERTY_CRC_NAME, None)  # integrity data, not a message property
+            self._properties = properties
         return self._properties
 
     @property

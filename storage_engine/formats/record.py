@@ -228,6 +228,35 @@ def _topic_field(buf, after_body: int, is_v2: bool) -> tuple[int, int]:
     return after_body + 1, _TOPIC_LEN_V1.unpack_from(buf, after_body)[0]
 
 
+# Property CRC (RocketMQ 5.x ``enabledAppendPropCRC``, §1.4): the last 20 bytes of the
+# properties are ``__CRC32#`` U+0001, 10 ASCII digits (the masked CRC32 of every record byte
+# before these 20, least-significant digit first, right-padded with '0') and U+0002. The body
+# CRC covers only the body; this covers the header, topic and properties too, so a record whose
+# tail was torn by a power loss is recognised.
+PROPERTY_CRC_PREFIX = b"__CRC32#\x01"
+PROPERTY_CRC_LENGTH = 20
+PROPERTY_CRC_PLACEHOLDER = PROPERTY_CRC_PREFIX + b"0" * 10 + b"\x02"
+assert len(PROPERTY_CRC_PLACEHOLDER) == PROPERTY_CRC_LENGTH
+
+
+def seal_property_crc(record: bytes) -> bytes:
+    """Fill the placeholder at the end of ``record`` with the CRC of everything before it."""
+    digits = str(masked_crc32(memoryview(record)[:-PROPERTY_CRC_LENGTH]))[::-1].ljust(10, "0")
+    return record[:-11] + digits.encode("ascii") + b"\x02"
+
+
+def _property_crc_holds(buf, position: int, size: int) -> bool | None:
+    """None when the record carries no property CRC, else whether it matches."""
+    end = position + size
+    tail_at = end - PROPERTY_CRC_LENGTH
+    if buf[tail_at:tail_at + 9] != PROPERTY_CRC_PREFIX:
+        return None
+    digits = bytes(buf[end - 11:end - 1])
+    if not digits.isdigit():
+        return False
+    return int(digits[::-1]) == masked_crc32(buf[position:tail_at])
+
+
 def check_record(buf, position: int, limit: int, *, check_crc: bool = True) -> RecordCheck:
     """Validate the record at ``position`` of ``buf`` without building a view.
 
@@ -277,6 +306,9 @@ def _check_fields(buf, position: int, size: int, is_v2: bool, check_crc: bool) -
         stored_crc = _INT.unpack_from(buf, position + 8)[0]
         if masked_crc32(buf[body_start:body_start + body_length]) != stored_crc:
             return RecordCheck(RecordKind.CORRUPT, size, "body CRC mismatch")
+        if props_length >= PROPERTY_CRC_LENGTH and _property_crc_holds(
+                buf, position, size) is False:
+            return RecordCheck(RecordKind.CORRUPT, size, "record (property) CRC mismatch")
     return RecordCheck(RecordKind.MESSAGE, size)
 
 

@@ -130,13 +130,20 @@ def test_body_over_max_message_size_is_rejected(tmp_path, open_store):
     assert all(store.read_message(r.log_position) for r in results)
 
 
-def test_properties_over_32767_bytes_are_rejected(tmp_path, open_store):
-    store = open_store(small_config(tmp_path / "store", tiny=False))
+@pytest.mark.parametrize("property_crc", [False, True], ids=["no-crc", "record-crc"])
+def test_properties_over_32767_bytes_are_rejected(tmp_path, open_store, property_crc):
+    """32 767 bytes is the format's limit; with the record CRC property 20 of them are taken."""
+    config = small_config(tmp_path / "store", tiny=False)
+    config = config.replace(commit_log=config.commit_log.__class__(
+        segment_size_bytes=config.commit_log.segment_size_bytes,
+        append_property_crc=property_crc))
+    store = open_store(config)
     results = _seed(store)
-    fits = "v" * (32767 - len("big\x01\x02"))
+    reserved = 20 if property_crc else 0
+    fits = "v" * (32767 - reserved - len("big\x01\x02"))
 
     for properties in ({"big": fits + "v"}, {"big": "é" * 16382}):  # bytes count, not chars
-        with pytest.raises(PropertiesTooLargeError, match="32,767"):
+        with pytest.raises(PropertiesTooLargeError, match=f"{32767 - reserved:,}"):
             store.put_message(Message(TOPIC, b"x", properties=properties))
     with pytest.raises(PropertiesTooLargeError):
         store.put_message(Message(TOPIC, b"x", keys=["k" * 20000, "k" * 20000]))

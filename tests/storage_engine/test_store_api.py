@@ -98,8 +98,9 @@ def test_ipv6_born_host_sets_sys_flag_and_reads_back(store):
 def test_ipv6_store_host_gives_56_character_msg_ids(tmp_path, open_store):
     store = open_store(small_config(tmp_path / "store", store_host="[::1]:10911"))
     results = [store.put_message(Message(TOPIC, b"x%d" % i)) for i in range(3)]
-    # v1 overhead + body + topic + 12 + 12: the born host defaults to the (IPv6) store host
-    record_size = 91 + 2 + len(TOPIC) + 24
+    # v1 overhead + body + topic + 12 + 12 (the born host defaults to the IPv6 store host)
+    # + 20 bytes of record-CRC property
+    record_size = 91 + 2 + len(TOPIC) + 24 + 20
     assert [store.read_message(r.log_position).store_size for r in results] == [record_size] * 3
     assert [r.log_position for r in results] == [0, record_size, 2 * record_size]
     assert [r.store_size for r in results] == [record_size] * 3

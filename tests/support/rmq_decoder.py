@@ -198,7 +198,26 @@ def _decode_record(data: bytes, start: int, seg_base: int, problems: list[str]) 
         problems.append(f"{where}: body CRC mismatch: stored {record.body_crc}, computed {crc}")
     if record.physical_offset != record.position:
         problems.append(f"{where}: PHYSICALOFFSET is {record.physical_offset}")
+    _check_property_crc(data, start, record, where, problems)
     return record
+
+
+def _check_property_crc(data: bytes, start: int, record: Record, where: str,
+                        problems: list[str]) -> None:
+    """Spec section 1.4, optional property CRC: the last 20 property bytes are
+    ``__CRC32#`` U+0001 + 10 digits (least significant first) + U+0002, a masked CRC32 of the
+    record before them. Verified, then removed from the decoded properties."""
+    digits = record.properties.pop("__CRC32#", None)
+    if digits is None:
+        return
+    end = start + record.total_size
+    if data[end - 20:end - 11] != b"__CRC32#\x01" or data[end - 1:end] != b"\x02":
+        problems.append(f"{where}: __CRC32# property is not the last 20 bytes")
+        return
+    stored = int(digits[::-1])
+    computed = masked_crc32(data[start:end - 20])
+    if stored != computed:
+        problems.append(f"{where}: property CRC mismatch: stored {stored}, computed {computed}")
 
 
 def _scan_segment(data: bytes, base: int, records: list[Record], problems: list[str]) -> str:
