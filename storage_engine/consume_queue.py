@@ -24,6 +24,7 @@ from .formats import (
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
     FILLER_UNIT,
     FILLER_UNIT_SIZE,
+    is_ext_address,
 )
 from .segment_set import SegmentSet
 
@@ -61,13 +62,13 @@ class ConsumeQueue:
         if not segments:
             return
         previous_end = 0
+        end = segments[-1].base_position + self.file_size_bytes
         for segment in segments[max(0, len(segments) - 3):]:
-            segment.written_position, previous_end = self._scan_valid_units(segment,
-                                                                            previous_end)
-            if segment.written_position < self.file_size_bytes:
+            valid_bytes, previous_end = self._scan_valid_units(segment, previous_end)
+            if valid_bytes < self.file_size_bytes:
+                end = segment.base_position + valid_bytes  # later files are past the end
                 break
-        # files after a partially valid one are beyond the end of data
-        end = next((s.end_position for s in segments if not s.is_full), segments[-1].end_position)
+        # segments still count as full here, so the truncation zeroes whatever follows the end
         if self.segments.truncate(end):
             self.damaged = True
             log.warning("[recovery] %s/%d: consume queue damaged after offset=%d; it will be "
@@ -133,14 +134,16 @@ class ConsumeQueue:
 
     def append(self, log_position: int, size: int, tag_hash: int, queue_offset: int) -> bool:
         """Write the unit for ``queue_offset``; ignores units already present. Returns written."""
+        expected = queue_offset * UNIT
+        written = self.segments.max_position
+        if expected < written:  # built already (re-dispatch after recovery): check the unit
+            self._repair_unit(expected, log_position, size, tag_hash)
+            return False
         if log_position + size <= self.max_log_end:
             return False  # re-dispatch of a record this queue already has
-        expected = queue_offset * UNIT
         if not self.segments.segments:
             self._pre_blank_fill(expected)
-        written = self.segments.max_position
-        if expected < written:
-            return False  # built already (re-dispatch after recovery)
+            written = self.segments.max_position
         if expected > written:
             log.error("[dispatch] %s/%d: gap before offset=%d (queue ends at %d); filling",
                       self.topic, self.queue_id, queue_offset, written // UNIT)
@@ -152,6 +155,23 @@ class ConsumeQueue:
         segment.written_position += UNIT
         self.max_log_end = log_position + size
         return True
+
+    def _repair_unit(self, unit_position: int, log_position: int, size: int,
+                     tag_hash: int) -> None:
+        """Rewrite an existing unit that disagrees with its record (torn by a power loss)."""
+        segment = self.segments.find(unit_position)
+        if segment is None:
+            return  # below the first file: removed by retention
+        offset = unit_position - segment.base_position
+        existing = _unpack_unit(segment.buffer, offset)
+        if existing[:2] == (log_position, size) and (
+                existing[2] == tag_hash or is_ext_address(existing[2])):
+            return  # intact (a ConsumeQueueExt address stands in for the tag code)
+        log.warning("[recovery] %s/%d: unit at offset=%d disagreed with its record at "
+                    "position=%d: rewritten", self.topic, self.queue_id, unit_position // UNIT,
+                    log_position)
+        _pack_unit_into(segment.buffer, offset, log_position, size, tag_hash)
+        segment.flushed_position = min(segment.flushed_position, offset)
 
     def _write_unit(self, unit: bytes) -> None:
         self._writable_segment().write(unit)

@@ -33,6 +33,7 @@ from .consume_queue_set import ConsumeQueueSet
 from .service import Service
 
 TimestampSource = Callable[[], int]
+IndexStateSource = Callable[[], tuple[int, int]]  # (end timestamp, entry count)
 
 
 class CommitLogFlushService(Service):
@@ -123,7 +124,7 @@ class QueueFlushService(Service):
 
     def __init__(self, queues: ConsumeQueueSet, config: FlushConfig, clock: Clock,
                  checkpoint: Checkpoint, log_flusher: CommitLogFlushService,
-                 dispatched_timestamp: TimestampSource, key_index_timestamp: TimestampSource
+                 dispatched_timestamp: TimestampSource, key_index_state: IndexStateSource
                  ) -> None:
         super().__init__(clock)
         self._queues = queues
@@ -132,7 +133,7 @@ class QueueFlushService(Service):
         self._checkpoint = checkpoint
         self._log_flusher = log_flusher
         self._dispatched_timestamp = dispatched_timestamp
-        self._key_index_timestamp = key_index_timestamp
+        self._key_index_state = key_index_state
         self._last_thorough_ms = clock.now_ms()
         self.queue_flushed_timestamp_ms = checkpoint.state.queue_flushed_timestamp_ms
 
@@ -154,9 +155,11 @@ class QueueFlushService(Service):
 
     def persist_checkpoint(self) -> None:
         """Write the newest durable timestamps to the checkpoint (if they changed)."""
+        index_timestamp_ms, index_entry_count = self._key_index_state()
         self._checkpoint.update(
             log_flushed_timestamp_ms=self._log_flusher.flushed_timestamp_ms,
             queue_flushed_timestamp_ms=self.queue_flushed_timestamp_ms,
-            key_index_flushed_timestamp_ms=self._key_index_timestamp(),
+            key_index_flushed_timestamp_ms=index_timestamp_ms,
+            key_index_entry_count=index_entry_count,
             confirm_position=self._log_flusher.flushed_position)
         self._checkpoint.persist()

@@ -38,6 +38,7 @@ from .formats import (
     index_file_size,
     index_key_hash,
 )
+from .fsutil import fsync_dir
 from .segment import MappedSegment
 
 log = logging.getLogger(__name__)
@@ -146,9 +147,11 @@ class KeyIndexFile:
         return self.begin_timestamp_ms - 1000 <= end_ms and self.end_timestamp_ms >= begin_ms
 
     def flush(self) -> None:
-        """Persist header, slots and entries."""
+        """Persist header, slots and entries (always syncs: slots change in place, so the
+        segment's written/flushed watermarks cannot tell what is dirty)."""
         self.write_header()
         self.file.written_position = self.file.size_bytes
+        self.file.flushed_position = 0
         self.file.flush()
 
     def close(self) -> None:
@@ -165,8 +168,9 @@ class KeyIndex:
         self._clock = clock
         self.files: list[KeyIndexFile] = []
         self._structure_lock = threading.Lock()
-        self.durable_timestamp_ms = 0
-        """End time of the newest file flushed whole (the checkpoint's index timestamp)."""
+        self.durable_state: tuple[int, int] = (0, 0)
+        """(end time, entry count) of the newest file when it was last flushed whole — one
+        tuple, so the checkpoint writer never reads half an update."""
         self.rebuild_from: int | None = None
         """Set by ``load`` when damaged files were deleted: where re-dispatch must start."""
 
@@ -207,15 +211,26 @@ class KeyIndex:
             return "its header is not plausible"
         return None
 
-    def drop_not_durable(self, durable_timestamp_ms: int) -> int | None:
-        """After an unclean stop: delete files holding entries newer than the checkpoint says
-        are durable (they may be torn). Returns where re-dispatch must start (None: nothing)."""
+    @property
+    def durable_timestamp_ms(self) -> int:
+        """End time of the newest file flushed whole (the checkpoint's index timestamp)."""
+        return self.durable_state[0]
+
+    def drop_not_durable(self, durable: tuple[int, int]) -> int | None:
+        """After an unclean stop: delete the newest files unless one is exactly the state the
+        checkpoint recorded as flushed whole — ``durable`` = (end timestamp, entry count) — since
+        anything added after that flush may be torn. Returns where re-dispatch must start
+        (None: nothing dropped)."""
         rebuild_from = None
-        while self.files and self.files[-1].end_timestamp_ms > durable_timestamp_ms:
+        while self.files and (self.files[-1].end_timestamp_ms,
+                              self.files[-1].entry_count) != durable:
+            if rebuild_from is not None and self.files[-1].end_timestamp_ms < durable[0]:
+                break  # older than the durable state: flushed whole when it rolled
             dropped = self.files.pop()
-            log.warning("[recovery] dropping key-index file %s: entries up to %d ms were not "
-                        "known durable (checkpoint %d ms)", dropped.path.name,
-                        dropped.end_timestamp_ms, durable_timestamp_ms)
+            log.warning("[recovery] dropping key-index file %s: (end %d ms, %d entries) is not "
+                        "the flushed state the checkpoint records (%d ms, %d entries)",
+                        dropped.path.name, dropped.end_timestamp_ms, dropped.entry_count,
+                        *durable)
             dropped.file.destroy()
             rebuild_from = dropped.begin_position
         return rebuild_from
@@ -290,7 +305,7 @@ class KeyIndex:
         previous = self.files[-1] if self.files else None
         if previous is not None:
             previous.flush()
-            self.durable_timestamp_ms = previous.end_timestamp_ms
+            self.durable_state = (previous.end_timestamp_ms, previous.entry_count)
         self.directory.mkdir(parents=True, exist_ok=True)
         now_ms = self._clock.now_ms()
         path = self.directory / index_file_name(now_ms)
@@ -302,6 +317,7 @@ class KeyIndex:
                                create=True, previous_end=previous_end)
         with self._structure_lock:
             self.files.append(created)
+        fsync_dir(self.directory)
         log.info("[key-index] new index file %s", path.name)
         return created
 
@@ -328,7 +344,7 @@ class KeyIndex:
         for index_file in self.files:
             index_file.flush()
         if self.files:
-            self.durable_timestamp_ms = self.files[-1].end_timestamp_ms
+            self.durable_state = (self.files[-1].end_timestamp_ms, self.files[-1].entry_count)
 
     def close(self) -> None:
         """Unmap every file."""

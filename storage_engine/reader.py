@@ -8,6 +8,7 @@ from the key index are filtered by the real key and topic. Thread-safe.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from .commit_log import CommitLog
@@ -26,6 +27,8 @@ from .formats import (
 )
 from .key_index import KeyIndex
 from .message import GetResult, GetStatus
+
+log = logging.getLogger(__name__)
 
 UNIQUE_KEY_QUERY_MAX = 32  # RocketMQ defaultQueryMaxNum
 _COLLISION_HEADROOM = 4  # ask the index for this many times the wanted count, then filter
@@ -168,12 +171,18 @@ class MessageReader:
         positions = self._key_index.query(topic, key, wanted * _COLLISION_HEADROOM, begin_ms,
                                           end_ms)
         views = []
-        log_min = self._log.min_position
+        log_min, log_end = self._log.min_position, self._log.max_position
         topic_bytes = topic.encode()
         for position in sorted(set(positions)):
-            if position < log_min:
+            if not log_min <= position < log_end:
+                continue  # removed by retention, or cut off by recovery
+            try:
+                view = self._log.read_unchecked(position)
+            except CorruptionError:  # an entry that does not name a record: skip, not fail
+                log.warning("[query] key-index entry for %s#%s names position=%d, where no "
+                            "valid record starts (verify_store reports it)", topic, key,
+                            position)
                 continue
-            view = self._log.read_unchecked(position)
             if view._topic == topic_bytes:
                 views.append(view)
         return views

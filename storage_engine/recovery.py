@@ -157,7 +157,8 @@ def _rebuild_points(queues: ConsumeQueueSet, key_index: KeyIndex | None, clean_s
     if key_index.rebuild_from is not None:
         points.append(("key-index file damaged", key_index.rebuild_from))
     if not clean_shutdown:
-        dropped = key_index.drop_not_durable(checkpoint.key_index_flushed_timestamp_ms)
+        dropped = key_index.drop_not_durable((checkpoint.key_index_flushed_timestamp_ms,
+                                              checkpoint.key_index_entry_count))
         if dropped is not None:
             points.append(("key-index file not known durable", dropped))
     beyond = key_index.truncate_from(end)

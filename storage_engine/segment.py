@@ -130,6 +130,12 @@ class MappedSegment:
             cursor += chunk
         self.written_position = position
         self.flushed_position = min(self.flushed_position, position)
+        if cleared:  # the zeros must reach the disk, or a later power loss revives the data
+            try:
+                os.fdatasync(self._fd)
+            except OSError as error:
+                raise StorageIOError(f"fdatasync of {self.path} failed: {error}",
+                                     path=str(self.path)) from error
         return cleared
 
     def close(self) -> None:

@@ -86,7 +86,7 @@ class MessageStore:
         self.queue_flusher = QueueFlushService(
             self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
             lambda: self.dispatch.dispatched_timestamp_ms,
-            lambda: self.key_index.durable_timestamp_ms)
+            lambda: self.key_index.durable_state)
         self.retention = RetentionService(
             self.commit_log, self.queues, self.key_index, lambda: self.dispatch.position,
             config.retention, clock, root_dir=root, disk_usage=disk_usage,
@@ -160,9 +160,10 @@ class MessageStore:
         self.queues.flush()
         self.key_index.flush()
         stamp = self.commit_log.last_store_timestamp_ms
+        index_timestamp_ms, index_entry_count = self.key_index.durable_state
         self.checkpoint.write(CheckpointState(
-            stamp, stamp, self.key_index.durable_timestamp_ms, 0,
-            self.log_flusher.flushed_position))
+            stamp, stamp, index_timestamp_ms, 0, self.log_flusher.flushed_position,
+            index_entry_count))
         self.queue_flusher.queue_flushed_timestamp_ms = stamp
         self.log_flusher.flushed_timestamp_ms = stamp
 

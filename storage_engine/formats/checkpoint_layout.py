@@ -6,7 +6,10 @@
     16     8   key-index flushed timestamp ms (indexMsgTimestamp)
     24     8   master flushed position        (5.x)
     32     8   confirm position               (5.x)
-    40..4095   zero
+    40     8   key-index entry count          (Postbox: entries of the index file that was
+                                               flushed whole at the index timestamp; RocketMQ
+                                               ignores bytes past 40)
+    48..4095   zero
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-CHECKPOINT = struct.Struct(">qqqqq")
+CHECKPOINT = struct.Struct(">qqqqqq")
 CHECKPOINT_FILE_SIZE_BYTES = 4096
-assert CHECKPOINT.size == 40
+assert CHECKPOINT.size == 48
 
 
 class CheckpointState(NamedTuple):
@@ -27,6 +30,7 @@ class CheckpointState(NamedTuple):
     key_index_flushed_timestamp_ms: int = 0
     master_flushed_position: int = 0
     confirm_position: int = 0
+    key_index_entry_count: int = 0
 
 
 def encode_checkpoint(state: CheckpointState) -> bytes:

@@ -306,6 +306,9 @@ def _check_fields(buf, position: int, size: int, is_v2: bool, check_crc: bool) -
         stored_crc = _INT.unpack_from(buf, position + 8)[0]
         if masked_crc32(buf[body_start:body_start + body_length]) != stored_crc:
             return RecordCheck(RecordKind.CORRUPT, size, "body CRC mismatch")
+        if props_length and buf[position + size - 1] != 2:  # writers end every pair with it
+            return RecordCheck(RecordKind.CORRUPT, size, "properties do not end with U+0002 "
+                               "(torn record tail)")
         if props_length >= PROPERTY_CRC_LENGTH and _property_crc_holds(
                 buf, position, size) is False:
             return RecordCheck(RecordKind.CORRUPT, size, "record (property) CRC mismatch")

@@ -345,11 +345,13 @@ def test_checkpoint_page_layout_after_a_clean_close(config, open_store):
     results = _fill(store, 20)
     store.close()
     page = (config.root_dir / "checkpoint").read_bytes()
-    assert len(page) == 4096 and page[40:] == bytes(4056)
+    assert len(page) == 4096 and page[48:] == bytes(4048)
     last_ms = max(r.store_timestamp_ms for r in results)
     end = max(r.log_position + r.store_size for r in results)
-    assert page[:40] == encode_checkpoint(CheckpointState(
-        last_ms, last_ms, store.key_index.durable_timestamp_ms, 0, end))[:40]
+    index_ms, index_entries = store.key_index.durable_state
+    assert index_entries == 21  # 20 keys + the reserved entry 0
+    assert page == encode_checkpoint(CheckpointState(
+        last_ms, last_ms, index_ms, 0, end, index_entries))
     assert verify_store(config.root_dir, config) == []
     assert os.path.exists(config.root_dir / "lock")
     assert not os.path.exists(config.root_dir / "abort")
