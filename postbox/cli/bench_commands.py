@@ -45,13 +45,24 @@ def load_bench_main(module_name: str) -> Callable[[list[str] | None], int]:
     return bench_main
 
 
+def _run_bench(module_name: str, ctx: typer.Context) -> None:
+    try:
+        bench_main = load_bench_main(module_name)
+    except ImportError as error:
+        print_error(f"cannot load {module_name}: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    raise typer.Exit(bench_main(list(ctx.args)) or 0)
+
+
 @bench_app.command("store", context_settings=PASS_THROUGH)
 @reports_errors
 def bench_store_command(ctx: typer.Context) -> None:
     """Benchmark the message store (arguments go to bench/store_bench.py; try --help)."""
-    try:
-        bench_main = load_bench_main("bench.store_bench")
-    except ImportError as error:
-        print_error(f"cannot load bench.store_bench: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
-    raise typer.Exit(bench_main(list(ctx.args)) or 0)
+    _run_bench("bench.store_bench", ctx)
+
+
+@bench_app.command("durability", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_durability_command(ctx: typer.Context) -> None:
+    """SYNC flush, group commit and crash recovery (bench/durability_bench.py; try --help)."""
+    _run_bench("bench.durability_bench", ctx)
