@@ -311,6 +311,7 @@ class _BeanTable(_ConfigTable):
 
     def _put(self, bean: Any) -> bool:
         name = getattr(bean, self.NAME_ATTRIBUTE)
+        type(self).validate_name(name)
         with self._lock:
             if self._beans.get(name) == bean:
                 return False
@@ -356,8 +357,17 @@ class _BeanTable(_ConfigTable):
         document[self.TABLE_FIELD] = beans
         return document
 
-    def _check_loaded_name(self, name: str) -> None:
+    @staticmethod
+    def validate_name(name: str) -> object:
+        """Raise an ``InvalidMessageError`` for an entry name this table must not add."""
         raise NotImplementedError
+
+    def _check_loaded_name(self, name: str) -> None:
+        try:
+            type(self).validate_name(name)
+        except InvalidMessageError as error:
+            log.warning("[config] %s: %r is not a valid name (%s); kept as loaded",
+                        self.FILE_NAME, name, error)
 
     def _snapshot(self) -> dict[str, Any]:
         snapshot = dict(self._document)
@@ -373,6 +383,7 @@ class TopicConfigTable(_BeanTable):
     TABLE_FIELD = "topicConfigTable"
     BEAN = TopicConfig
     NAME_ATTRIBUTE = "topic_name"
+    validate_name = staticmethod(validate_topic)
 
     def get(self, topic: str) -> TopicConfig | None:
         """The topic's config, or None."""
@@ -380,15 +391,7 @@ class TopicConfigTable(_BeanTable):
 
     def put(self, config: TopicConfig) -> bool:
         """Add or replace a topic (name validated); False when it was already exactly so."""
-        validate_topic(config.topic_name)
         return self._put(config)
-
-    def _check_loaded_name(self, name: str) -> None:
-        try:
-            validate_topic(name)
-        except InvalidTopicError as error:
-            log.warning("[config] %s: topic %r is not a valid name (%s); kept as loaded",
-                        self.FILE_NAME, name, error)
 
 
 class SubscriptionGroupTable(_BeanTable):
@@ -399,6 +402,7 @@ class SubscriptionGroupTable(_BeanTable):
     TABLE_FIELD = "subscriptionGroupTable"
     BEAN = SubscriptionGroupConfig
     NAME_ATTRIBUTE = "group_name"
+    validate_name = staticmethod(validate_group)
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, or None."""
@@ -406,15 +410,7 @@ class SubscriptionGroupTable(_BeanTable):
 
     def put(self, config: SubscriptionGroupConfig) -> bool:
         """Add or replace a group (name validated); False when it was already exactly so."""
-        validate_group(config.group_name)
         return self._put(config)
-
-    def _check_loaded_name(self, name: str) -> None:
-        try:
-            validate_group(name)
-        except InvalidMessageError as error:
-            log.warning("[config] %s: group %r is not a valid name (%s); kept as loaded",
-                        self.FILE_NAME, name, error)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,11 +1,17 @@
 """``MessageStore``: the facade that owns the files, the services and the public API.
 
-Open: take the ``lock`` file, load commit-log segments, consume queues and key-index files,
-recover (truncate the commit log after its last valid record, truncate queues that point past
-it, re-dispatch what the derived files miss), create the ``abort`` marker and start the dispatch
-service. Close: stop the service, dispatch the remainder, flush everything, write the checkpoint,
-remove ``abort`` (only when all of that succeeded) and release the lock. A store left with
-``abort`` present was not closed cleanly; the next open recovers from further back.
+Open: take the ``lock`` file, load the config stores, commit-log segments, consume queues,
+key-index files and the checkpoint, recover (``recovery.py``: truncate what is invalid, rebuild
+what the derived files miss), make the result durable and checkpoint it, create the ``abort``
+marker and start the services in order: commit-log flusher (group flush in SYNC mode, periodic
+in ASYNC), dispatch, consume-queue flusher (which persists the checkpoint), retention. Close:
+stop them in reverse, flush the log, dispatch the remainder, flush queues and index, write the
+checkpoint and config stores, remove ``abort`` (only when all of that succeeded) and release the
+lock. A store left with ``abort`` present was not closed cleanly; the next open recovers from
+the checkpoint.
+
+Fail-stop: when any service fails (an fdatasync error, a corrupt record under dispatch) the
+commit log refuses appends from then on; reads keep working and ``close`` writes nothing more.
 
 Thread-safety: every public method may be called from any thread. Appends are serialised by the
 commit log's put lock; reads take no lock.
