@@ -47,7 +47,7 @@ class Checkpoint:
     def __init__(self, root_dir: Path) -> None:
         self.path = root_dir / CHECKPOINT_FILE_NAME
         self.state = CheckpointState()
-        self._persisted = CheckpointState()
+        self._persisted: CheckpointState | None = None  # what the file holds (None: unknown)
         self._lock = threading.Lock()
 
     def load(self) -> CheckpointState:
@@ -59,10 +59,10 @@ class Checkpoint:
         if 0 < len(page) < CHECKPOINT_FILE_SIZE_BYTES:
             log.warning("[checkpoint] %s is %d bytes, expected %d: ignored", self.path,
                         len(page), CHECKPOINT_FILE_SIZE_BYTES)
-        state = (decode_checkpoint(page) if len(page) >= CHECKPOINT_FILE_SIZE_BYTES
-                 else CheckpointState())
-        self.state = self._persisted = state
-        return state
+        whole = len(page) >= CHECKPOINT_FILE_SIZE_BYTES
+        self.state = decode_checkpoint(page) if whole else CheckpointState()
+        self._persisted = self.state if whole else None  # None: the next persist writes
+        return self.state
 
     def update(self, **fields: int) -> None:
         """Change some fields in memory (``persist`` writes them)."""

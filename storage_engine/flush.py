@@ -81,10 +81,6 @@ class CommitLogFlushService(Service):
         with self._flushed:
             self._flushed.notify_all()
 
-    def final_flush(self) -> None:
-        """Flush everything (clean close); raises on an I/O error."""
-        self.flush(0)
-
 
 class GroupFlushService(CommitLogFlushService):
     """SYNC mode: flush whatever is written as soon as anything is, waking the waiters."""

@@ -44,7 +44,7 @@ from .flush import (
     PeriodicFlushService,
     QueueFlushService,
 )
-from .formats import PROPERTY_WAIT, CheckpointState, MessageView, encode_host
+from .formats import PROPERTY_WAIT, MessageView, encode_host
 from .fsutil import StoreLock, fsync_dir
 from .key_index import KeyIndex
 from .message import GetResult, Message, PutResult, PutStatus
@@ -83,11 +83,11 @@ class MessageStore:
         if config.key_index.enabled:
             dispatchers.append(KeyIndexDispatcher(self.key_index))
         self.dispatch = DispatchService(self.commit_log, dispatchers, clock, 0)
-        flusher_class = (GroupFlushService if config.flush.mode is FlushMode.SYNC
-                         else PeriodicFlushService)
+        self._sync_flush = config.flush.mode is FlushMode.SYNC
+        flusher_class = GroupFlushService if self._sync_flush else PeriodicFlushService
         self.log_flusher: CommitLogFlushService = flusher_class(self.commit_log, config.flush,
                                                                 clock)
-        if config.flush.mode is FlushMode.SYNC:  # consumers see only durable records
+        if self._sync_flush:  # consumers see only durable records
             self.dispatch.end_position = lambda: self.log_flusher.flushed_position
         self.queue_flusher = QueueFlushService(
             self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
@@ -105,7 +105,6 @@ class MessageStore:
         self._reader = MessageReader(self.commit_log, self.queues, self.key_index)
         self.recovery: RecoveryReport | None = None
         self._closed = True
-        self._sync_flush = config.flush.mode is FlushMode.SYNC
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -155,23 +154,20 @@ class MessageStore:
         self.recovery = recover(self.commit_log, self.queues, key_index, clean,
                                 self.checkpoint.state, self.clock.now_ms())
         self.dispatch.position = self.recovery.dispatch_start
-        self._flush_all(self.dispatch.drain)
+        self._flush_all()
         for (topic, queue_id), queue in self.queues.queues.items():
             self.commit_log.queue_offsets[(topic, queue_id)] = queue.max_offset
 
-    def _flush_all(self, drain) -> None:
-        """Flush the log, dispatch the rest (``drain``), flush queues and index, checkpoint."""
-        self.log_flusher.final_flush()
-        drain()
+    def _flush_all(self) -> None:
+        """Flush the log, dispatch the rest, flush queues and index, persist the checkpoint."""
+        self.log_flusher.flush(0)
+        self.dispatch.drain()
         self.queues.flush()
         self.key_index.flush()
-        stamp = self.commit_log.last_store_timestamp_ms
-        index_timestamp_ms, index_entry_count = self.key_index.durable_state
-        self.checkpoint.write(CheckpointState(
-            stamp, stamp, index_timestamp_ms, 0, self.log_flusher.flushed_position,
-            index_entry_count))
-        self.queue_flusher.queue_flushed_timestamp_ms = stamp
+        stamp = self.commit_log.last_store_timestamp_ms  # everything up to it is durable now
         self.log_flusher.flushed_timestamp_ms = stamp
+        self.queue_flusher.queue_flushed_timestamp_ms = stamp
+        self.queue_flusher.persist_checkpoint()
 
     def close(self) -> None:
         """Clean shutdown: flush, dispatch the rest, checkpoint, remove ``abort``, unlock.
@@ -186,7 +182,7 @@ class MessageStore:
             service.stop()
         try:
             if self.failure is None:
-                self._flush_all(self.dispatch.drain)
+                self._flush_all()
                 self.config_stores.persist_all()
                 (self.config.root_dir / ABORT_FILE_NAME).unlink(missing_ok=True)
                 fsync_dir(self.config.root_dir)
