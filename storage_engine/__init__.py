@@ -8,8 +8,21 @@ Everything else in the package is internal to the engine; ``storage_engine.forma
 public, for tools that decode store files (the Spark jobs, the CLI).
 """
 
+from .broker import Broker
+from .broker_types import (
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    ConsumeFrom,
+    QueueProgress,
+    SendBackOutcome,
+    SendBackResult,
+    SendReceipt,
+)
 from .clock import Clock, FakeClock, SystemClock
 from .config import (
+    BrokerConfig,
     BrokerRole,
     CommitLogConfig,
     ConsumeQueueConfig,
@@ -20,11 +33,13 @@ from .config import (
     RetentionConfig,
     StoreConfig,
 )
+from .config_beans import SubscriptionGroupConfig, TopicConfig
 from .errors import (
     ConfigError,
     ConfigMismatchError,
     CorruptionError,
     DiskFullError,
+    GroupNotFoundError,
     InvalidMessageError,
     InvalidMessageIdError,
     InvalidQueueError,
@@ -32,6 +47,7 @@ from .errors import (
     LimitExceededError,
     MessageNotFoundError,
     MessageTooLargeError,
+    NoPermissionError,
     PropertiesTooLargeError,
     StorageError,
     StorageIOError,
@@ -39,14 +55,20 @@ from .errors import (
     StoreLockedError,
     StoreNotWritableError,
     StoreStateError,
+    TopicNotFoundError,
 )
 from .formats import HostAddress, MessageView
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .store import MessageStore
 from .store_layout import infer_config
+from .topics import dead_letter_topic, retry_topic, validate_topic
 from .verify import verify_store
 
 __all__ = [
+    "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "Broker", "BrokerConfig",
+    "ConsumeFrom", "GroupNotFoundError", "NoPermissionError", "QueueProgress",
+    "SendBackOutcome", "SendBackResult", "SendReceipt", "SubscriptionGroupConfig",
+    "TopicConfig", "TopicNotFoundError",
     "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
     "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
     "FlushConfig",
@@ -56,5 +78,5 @@ __all__ = [
     "MessageTooLargeError", "MessageView", "PropertiesTooLargeError", "PutResult", "PutStatus",
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
-    "infer_config", "verify_store",
+    "dead_letter_topic", "infer_config", "retry_topic", "validate_topic", "verify_store",
 ]

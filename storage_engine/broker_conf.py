@@ -64,13 +64,17 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
     "diskSpaceWarningLevelRatio": ("retention", "disk_space_warning_level_ratio", _integer),
     "deleteFileBatchMax": ("retention", "delete_file_batch_max", _integer),
     "messageDelayLevel": ("delay", "levels_ms", parse_delay_levels),
+    "autoCreateTopicEnable": ("broker", "auto_create_topic", _boolean),
+    "defaultTopicQueueNums": ("broker", "default_topic_queue_count", _integer),
+    "autoCreateSubscriptionGroup": ("broker", "auto_create_subscription_group", _boolean),
+    "flushConsumerOffsetInterval": ("broker", "consumer_offset_persist_interval_ms", _integer),
+    "flushDelayOffsetInterval": ("broker", "delay_offset_persist_interval_ms", _integer),
     "brokerRole": (None, "broker_role", lambda text: BrokerRole(text.strip())),
 }
 
 # Broker keys that configure parts of a RocketMQ deployment an embedded store does not have.
 _BROKER_ONLY_KEYS = frozenset({
-    "brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "autoCreateTopicEnable",
-    "autoCreateSubscriptionGroup", "defaultTopicQueueNums", "brokerPermission", "listenPort",
+    "brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "brokerPermission", "listenPort",
     "brokerIP1", "brokerIP2", "haListenPort", "storePathCommitLog", "storePathConsumeQueue",
     "storePathIndex", "storeCheckpoint", "abortFile", "sendMessageThreadPoolNums",
     "pullMessageThreadPoolNums", "aclEnable", "enablePropertyFilter", "traceTopicEnable",

@@ -170,6 +170,36 @@ class DelayConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    """Broker semantics over the store (``Broker``): topics, groups, offsets, long polling."""
+
+    auto_create_topic: bool = True
+    """Create a topic on its first send (``autoCreateTopicEnable``)."""
+    default_topic_queue_count: int = 8
+    """Queues of an auto-created topic (``defaultTopicQueueNums``)."""
+    auto_create_subscription_group: bool = True
+    """Create a subscription group on first use (``autoCreateSubscriptionGroup``)."""
+    consumer_offset_persist_interval_ms: int = 5_000
+    """How often committed offsets reach ``consumerOffset.json``
+    (``flushConsumerOffsetInterval``)."""
+    delay_offset_persist_interval_ms: int = 10_000
+    """How often delay progress reaches ``delayOffset.json`` (``flushDelayOffsetInterval``)."""
+    long_polling_max_ms: int = 15_000
+    """Longest a pull may wait for a message (``BROKER_SUSPEND_MAX_TIME_MILLIS``)."""
+    consumer_expiry_ms: int = 120_000
+    """A consumer that sent no heartbeat for this long leaves its group."""
+    queue_lock_expiry_ms: int = 60_000
+    """An orderly consumer's queue lock lapses after this long without renewal."""
+
+    def __post_init__(self) -> None:
+        _require(1 <= self.default_topic_queue_count <= 1024,
+                 "broker.default_topic_queue_count", "must be in 1..1024")
+        for name in ("consumer_offset_persist_interval_ms", "delay_offset_persist_interval_ms",
+                     "long_polling_max_ms", "consumer_expiry_ms", "queue_lock_expiry_ms"):
+            _require(getattr(self, name) > 0, f"broker.{name}", "must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
 class StoreConfig:
     """Everything the store needs; pass it to ``MessageStore.open``."""
 
@@ -180,6 +210,7 @@ class StoreConfig:
     flush: FlushConfig = field(default_factory=FlushConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     delay: DelayConfig = field(default_factory=DelayConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     store_host: str = "127.0.0.1:10911"
     """Address written into every record's STOREHOST field and into offsetMsgIds."""

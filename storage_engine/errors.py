@@ -116,3 +116,21 @@ class MessageNotFoundError(StorageError, LookupError):
 class DiskFullError(StoreNotWritableError):
     """Disk usage is above ``retention.disk_space_warning_level_ratio``: writes are refused until
     retention frees space (reads keep working)."""
+
+
+class TopicNotFoundError(InvalidMessageError):
+    """A send names a topic that does not exist and ``broker.auto_create_topic`` is off."""
+
+
+class GroupNotFoundError(InvalidMessageError):
+    """A subscription group does not exist and ``broker.auto_create_subscription_group`` is
+    off."""
+
+
+class NoPermissionError(StorageError):
+    """A topic's ``perm`` bits refuse the operation (no PERM_WRITE for a send, no PERM_READ for
+    a pull), or a group's ``consume_enable`` is off."""
+
+    def __init__(self, message: str, *, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
