@@ -1,6 +1,35 @@
-"""Producer/consumer SDK applications embed (DESIGN §4). Built in a later issue.
+"""Postbox's producer/consumer SDK (DESIGN §4).
 
-May import only the public surface of ``storage_engine``.
+    from framework import App, RetryLater, DeadLetter
+
+    app = App(store_url="file:///var/lib/postbox")
+
+    @app.handler(topic="orders", consumer_group="billing", tags="paid || refund")
+    def bill(message):
+        ...
+
+    app.start(); app.producer.send("orders", b"...", tags="paid"); app.stop()
+
+Nothing connects at import or decoration time. ``framework.testing.InlineRunner`` drives the
+consumers deterministically in tests.
 """
 
-__all__: list[str] = []
+from .allocation import MessageQueue, strategy_by_name
+from .app import App
+from .consumed_message import ConsumedMessage
+from .consumer import Consumer, ConsumerOptions
+from .errors import AppStateError, ConfigurationError, FrameworkError, HandlerRegistrationError
+from .handlers import ConsumerGroupPlan, HandlerSpec
+from .message_id import UniqueKeyGenerator
+from .middleware import ConsumeContext, Middleware
+from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
+from .producer import Producer, SendResult, SendStatus
+from .transport import BrokerClient
+
+__all__ = [
+    "App", "AppStateError", "BrokerClient", "ConfigurationError", "ConsumeContext",
+    "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan", "ConsumerOptions",
+    "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec", "MessageQueue",
+    "Middleware", "OutcomeKind", "Producer", "RetryLater", "SendResult", "SendStatus",
+    "SkipMessage", "UniqueKeyGenerator", "strategy_by_name",
+]

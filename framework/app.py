@@ -1,0 +1,183 @@
+"""``App``: the object application code configures, decorates handlers on, starts and stops.
+
+Construction and ``@app.handler`` only record configuration — nothing opens, connects or starts
+a thread until ``start()`` (or the first use of ``app.producer``, which opens the store). The
+store URL is ``file:///path`` (embedded broker in this process) or, later, ``grpc://host:port``;
+``database_url``/``redis_url`` are kept for the outbox and idempotency layers. ``start()`` opens
+the broker, plans one consumer per consumer group and starts them; ``stop()`` drains them,
+persists offsets and closes what the app opened. Thread-safe after ``start()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
+
+from .consumer import Consumer, ConsumerOptions
+from .errors import AppStateError, ConfigurationError
+from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, plan_groups
+from .middleware import Middleware
+from .producer import Producer
+from .transport import BrokerClient, open_broker, store_config
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    """A Postbox application: one broker connection, a producer, and decorated handlers.
+
+    Args:
+        store_url: ``file:///var/lib/postbox`` (or a plain path) for the embedded store.
+        database_url: SQLAlchemy URL for the outbox and idempotency (optional).
+        redis_url: Redis URL for the idempotency fast path (optional).
+        broker_conf: RocketMQ ``broker.conf`` keys (a mapping or a file path) for the store.
+        broker: an already-open broker to share (several apps in one process, tests); the app
+            then never closes it.
+        clock: time source (tests pass a ``FakeClock``).
+        consumer_options: pull/consume tuning shared by every consumer of the app.
+        instance_name: stable name of this process among the group's consumers (broadcast
+            offsets are kept per instance).
+    """
+
+    def __init__(self, store_url: str | os.PathLike | None = None, *,
+                 database_url: str | None = None, redis_url: str | None = None,
+                 broker_conf: Mapping[str, str] | str | os.PathLike | None = None,
+                 broker: BrokerClient | None = None, clock: Clock | None = None,
+                 consumer_options: ConsumerOptions | None = None,
+                 instance_name: str | None = None) -> None:
+        if (store_url is None) == (broker is None):
+            raise ConfigurationError("App needs exactly one of store_url= or broker=")
+        self.store_url = store_url
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.broker_conf = broker_conf
+        self.clock = clock or SystemClock()
+        self.consumer_options = consumer_options or ConsumerOptions()
+        self.instance_name = instance_name
+        self.middleware: list[Middleware] = []
+        self.handlers: list[HandlerSpec] = []
+        self.consumers: list[Consumer] = []
+        self._client = broker
+        self._owns_client = broker is None
+        self._producer: Producer | None = None
+        self._lock = threading.RLock()
+        self._started = False
+        if store_url is not None:
+            store_config(store_url, broker_conf)  # validate the URL and conf now, open later
+
+    # ---- registration ------------------------------------------------------------------------
+
+    def handler(self, *, topic: str, consumer_group: str, tags: str = "*",
+                consume_from: str | ConsumeFrom = ConsumeFrom.LAST,
+                consume_timestamp_ms: int | None = None, orderly: bool = False,
+                broadcast: bool = False,
+                reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT,
+                batch_size: int = 1, idempotent: bool = False) -> Callable:
+        """Register the decorated function as the handler of ``topic`` for ``consumer_group``.
+
+        The function is returned unchanged. It receives a ``ConsumedMessage`` (a list of them
+        when ``batch_size`` > 1). Returning means success; raising ``RetryLater`` or any
+        exception retries it through ``%RETRY%group`` (delay level 3 + attempts, up to
+        ``reconsume_count_max`` times, then the DLQ); raising ``DeadLetter`` sends it to the
+        DLQ at once. ``orderly`` consumes each queue in order and retries in place;
+        ``broadcast`` delivers every message to every consumer of the group.
+        """
+
+        def register(function: Callable) -> Callable:
+            spec = HandlerSpec(function, topic, consumer_group, tags or "*", consume_from,
+                               consume_timestamp_ms, orderly, broadcast, reconsume_count_max,
+                               batch_size, idempotent)
+            with self._lock:
+                if self._started:
+                    raise AppStateError("register handlers before app.start()")
+                plan_groups([*self.handlers, spec])  # conflicts are reported at decoration
+                self.handlers.append(spec)
+            return function
+
+        return register
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Add a middleware (outermost first) to every consumer started afterwards."""
+        with self._lock:
+            if self._started:
+                raise AppStateError("add middleware before app.start()")
+            self.middleware.append(middleware)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> BrokerClient:
+        """The broker connection, opened on first use."""
+        with self._lock:
+            if self._client is None:
+                assert self.store_url is not None
+                config = store_config(self.store_url, self.broker_conf)
+                self._client = open_broker(config, self.clock)
+            return self._client
+
+    @property
+    def broker(self) -> Broker:
+        """The embedded broker (only for ``file://`` stores)."""
+        client = self.client
+        if not isinstance(client, Broker):
+            raise AppStateError("this app talks to a remote broker; there is no embedded one")
+        return client
+
+    @property
+    def producer(self) -> Producer:
+        """The app's producer (opens the store on first use)."""
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self.client, clock=self.clock)
+            return self._producer
+
+    def start(self, *, threads: bool = True) -> App:
+        """Open the broker and start one consumer per consumer group.
+
+        ``threads=False`` starts consumers without threads, for ``framework.testing``.
+        """
+        with self._lock:
+            if self._started:
+                return self
+            client = self.client
+            for plan in plan_groups(self.handlers):
+                consumer = Consumer(client, plan, clock=self.clock,
+                                    options=self.consumer_options,
+                                    middleware=self.middleware,
+                                    instance_name=self.instance_name)
+                self.consumers.append(consumer)
+            self._started = True
+        for consumer in self.consumers:
+            consumer.start(threads=threads)
+        return self
+
+    def stop(self) -> None:
+        """Drain consumers, persist offsets, and close the broker if this app opened it."""
+        with self._lock:
+            consumers, self.consumers = self.consumers, []
+            self._started = False
+        for consumer in reversed(consumers):
+            consumer.stop()
+        with self._lock:
+            if self._owns_client and self._client is not None:
+                self._client.close()
+                self._client = None
+                self._producer = None
+
+    def __enter__(self) -> App:
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def consumer(self, consumer_group: str) -> Consumer:
+        """The running consumer of a group."""
+        for consumer in self.consumers:
+            if consumer.group == consumer_group:
+                return consumer
+        raise KeyError(f"no running consumer for group {consumer_group!r}")

@@ -1,0 +1,276 @@
+"""How pulled messages become handler calls: concurrent and orderly consumption.
+
+``QueueState`` is one assigned message queue: its ``ProcessQueue`` (in-flight messages), the
+next offset to pull and, for orderly queues, local retry counts. ``ConsumeService`` runs
+handlers on a ``WorkerPool`` and decides what each outcome means:
+
+* concurrent — messages of a pulled batch are handed to threads a few at a time; a failure is
+  sent back through ``%RETRY%group`` (or dead-lettered); the committed offset is the smallest
+  still in flight, so a slow message never lets it skip (reference §12.4). If the send-back
+  itself fails the message stays in flight and is consumed again locally after
+  ``local_retry_delay_ms`` (RocketMQ's client does the same).
+* orderly — one task per queue at a time, in offset order; a failure puts the messages back and
+  suspends the queue for ``orderly_suspend_ms``, then retries them in place (§10.5). After
+  ``reconsume_count_max`` attempts (None: forever) the message is dead-lettered so the queue
+  can move on.
+* broadcast — like concurrent, but a failed message is logged and dropped (no retry topic).
+
+A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from storage_engine import Clock, MessageView
+
+from .allocation import MessageQueue
+from .consumed_message import ConsumedMessage
+from .handlers import ConsumerGroupPlan, HandlerSpec
+from .middleware import ConsumeContext, Middleware, invoke
+from .offset_store import OffsetStore
+from .outcomes import ConsumeOutcome, OutcomeKind
+from .process_queue import ProcessQueue
+from .scheduler import Scheduler
+from .transport import BrokerClient
+from .worker_pool import WorkerPool
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_LEVEL = -1  # send_back's "straight to the DLQ"
+
+
+@dataclass
+class QueueState:
+    """One message queue assigned to this consumer."""
+
+    queue: MessageQueue
+    process_queue: ProcessQueue
+    next_offset: int
+    tags: str
+    attempts: dict[int, int] = field(default_factory=dict)  # orderly: offset -> local retries
+    orderly_running: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class ConsumeStats:
+    """Counters a consumer exposes (``Consumer.stats``)."""
+
+    consumed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    send_back_failures: int = 0
+
+
+class ConsumeService:
+    """Runs handlers for one consumer group."""
+
+    def __init__(self, client: BrokerClient, plan: ConsumerGroupPlan, *,
+                 middleware: list[Middleware], offsets: OffsetStore, pool: WorkerPool,
+                 scheduler: Scheduler, clock: Clock, messages_per_task: int,
+                 orderly_suspend_ms: int, local_retry_delay_ms: int,
+                 on_retry_topic_used: Callable[[], None] | None = None) -> None:
+        self._client = client
+        self._plan = plan
+        self._group = plan.consumer_group
+        self._middleware = middleware
+        self._offsets = offsets
+        self._pool = pool
+        self._scheduler = scheduler
+        self._clock = clock
+        self._messages_per_task = messages_per_task
+        self._orderly_suspend_ms = orderly_suspend_ms
+        self._local_retry_delay_ms = local_retry_delay_ms
+        self.stats = ConsumeStats()
+        self._stats_lock = threading.Lock()
+        self.stopping = False
+
+    # ---- entry point from the pull loop ------------------------------------------------------
+
+    def submit(self, state: QueueState, views: list[MessageView]) -> None:
+        """Hand freshly pulled messages (already added to the process queue) to the threads."""
+        if self._plan.orderly:
+            self.schedule_orderly(state)
+            return
+        step = max(self._messages_per_task, self._batch_size(views[0]))
+        for start in range(0, len(views), step):
+            self._pool.submit(self._consume_concurrently, state, views[start:start + step])
+
+    def _batch_size(self, view: MessageView) -> int:
+        spec = self._handler_for(ConsumedMessage(view, self._group))
+        return spec.batch_size if spec else 1
+
+    def _handler_for(self, message: ConsumedMessage) -> HandlerSpec | None:
+        return self._plan.handlers.get(message.topic)
+
+    # ---- concurrent --------------------------------------------------------------------------
+
+    def _consume_concurrently(self, state: QueueState, views: list[MessageView]) -> None:
+        for chunk in self._chunks(views):
+            if state.process_queue.dropped or self.stopping:
+                return  # the new owner (or the next start) consumes them from the offset
+            messages = [ConsumedMessage(view, self._group) for view in chunk]
+            outcome = self._run_handler(messages)
+            if not outcome.succeeded and not self._handle_failure(messages, outcome):
+                self._retry_locally(state, chunk)
+                continue
+            self._finish(state, chunk)
+
+    def _chunks(self, views: list[MessageView]) -> list[list[MessageView]]:
+        """Groups of up to ``batch_size`` consecutive messages with the same handler."""
+        chunks: list[list[MessageView]] = []
+        current_topic = None
+        for view in views:
+            message = ConsumedMessage(view, self._group)
+            spec = self._handler_for(message)
+            size = spec.batch_size if spec else 1
+            if chunks and message.topic == current_topic and len(chunks[-1]) < size:
+                chunks[-1].append(view)
+            else:
+                chunks.append([view])
+                current_topic = message.topic
+        return chunks
+
+    def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:
+        spec = self._handler_for(messages[0])
+        self._count(consumed=len(messages))
+        if spec is None:
+            log.error("[consume] group %s has no handler for topic %s (message %s): "
+                      "dead-lettering it", self._group, messages[0].topic, messages[0].msg_id)
+            return ConsumeOutcome(OutcomeKind.DEAD_LETTER,
+                                  reason=f"no handler for topic {messages[0].topic}")
+        context = ConsumeContext(self._group, spec, messages)
+        return invoke(context, self._middleware)
+
+    def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:
+        """Send failed messages back (retry or DLQ); False when that failed (retry locally)."""
+        if self._plan.broadcast:
+            for message in messages:
+                log.warning("[consume] broadcast group %s dropped failed message %s: %s",
+                            self._group, message.msg_id, outcome.reason)
+            self._count(dropped=len(messages))
+            return True
+        spec = self._handler_for(messages[0])
+        level = DEAD_LETTER_LEVEL if outcome.kind is OutcomeKind.DEAD_LETTER else (
+            outcome.delay_level)
+        for message in messages:
+            try:
+                result = self._send_back(message, level, spec, outcome.reason)
+            except Exception as error:
+                log.warning("[consume] send-back of %s for group %s failed (%s): consuming it "
+                            "again in %d ms", message.msg_id, self._group, error,
+                            self._local_retry_delay_ms)
+                self._count(send_back_failures=1)
+                return False
+            dead = result.outcome.value == "dead_letter"
+            self._count(dead_lettered=1 if dead else 0, retried=0 if dead else 1)
+            if dead:
+                log.warning("[consume] group %s dead-lettered %s after %d attempts: %s",
+                            self._group, message.msg_id, message.reconsume_count + 1,
+                            outcome.reason)
+        return True
+
+    def _send_back(self, message: ConsumedMessage, level: int, spec: HandlerSpec | None,
+                   reason: str):
+        max_times = spec.reconsume_count_max if spec else None
+        kwargs = {"delay_level": level,
+                  "max_reconsume_times": (1 << 31) - 1 if max_times is None else max_times}
+        if reason:
+            kwargs["reason"] = reason[:512]
+        return self._client.send_back(self._group, message.view, **kwargs)
+
+    def _retry_locally(self, state: QueueState, views: list[MessageView]) -> None:
+        self._scheduler.call_later(self._local_retry_delay_ms,
+                                   lambda: self._pool.submit(self._consume_concurrently, state,
+                                                             views))
+
+    def _finish(self, state: QueueState, views: list[MessageView]) -> None:
+        offset = state.process_queue.remove(views)
+        self._count(succeeded=len(views))
+        if offset is not None and not state.process_queue.dropped:
+            self._offsets.update(state.queue, offset)
+
+    # ---- orderly -----------------------------------------------------------------------------
+
+    def schedule_orderly(self, state: QueueState) -> None:
+        """Make sure one (and only one) orderly task runs for ``state``."""
+        with state.lock:
+            if state.orderly_running:
+                return
+            state.orderly_running = True
+        self._pool.submit(self._consume_orderly, state)
+
+    def _consume_orderly(self, state: QueueState) -> None:
+        pq = state.process_queue
+        try:
+            while not pq.dropped and not self.stopping:
+                now_ms = self._clock.now_ms()
+                if pq.suspended_until_ms > now_ms:
+                    self._scheduler.call_at(pq.suspended_until_ms,
+                                            lambda: self.schedule_orderly(state))
+                    return
+                if not self._plan.broadcast and not pq.locked:
+                    return  # the rebalance re-schedules once the broker grants the lock
+                views = pq.take(self._orderly_batch_size(pq))
+                if not views:
+                    return
+                self._consume_orderly_batch(state, views, now_ms)
+        finally:
+            with state.lock:
+                state.orderly_running = False
+            if pq.count and not pq.dropped and not self.stopping and (
+                    pq.suspended_until_ms <= self._clock.now_ms()):
+                self.schedule_orderly(state)
+
+    def _orderly_batch_size(self, pq: ProcessQueue) -> int:
+        return max(spec.batch_size for spec in self._plan.handlers.values())
+
+    def _consume_orderly_batch(self, state: QueueState, views: list[MessageView],
+                               now_ms: int) -> None:
+        pq = state.process_queue
+        messages = [ConsumedMessage(v, self._group,
+                                    local_attempts=state.attempts.get(v.queue_offset, 0))
+                    for v in views]
+        outcome = self._run_handler(messages)
+        if outcome.succeeded:
+            self._commit_orderly(state, views, succeeded=True)
+            return
+        spec = self._handler_for(messages[0])
+        limit = spec.reconsume_count_max if spec else 0
+        exhausted = limit is not None and messages[0].reconsume_count >= limit
+        if outcome.kind is OutcomeKind.DEAD_LETTER or exhausted:
+            dead = ConsumeOutcome(OutcomeKind.DEAD_LETTER, outcome.error,
+                                  reason=outcome.reason)
+            if self._handle_failure(messages, dead):
+                self._commit_orderly(state, views, succeeded=False)
+                return
+        pq.make_reconsume_later(views)
+        for view in views:
+            state.attempts[view.queue_offset] = state.attempts.get(view.queue_offset, 0) + 1
+        self._count(retried=len(views))
+        pq.suspended_until_ms = now_ms + self._orderly_suspend_ms
+        log.info("[consume] orderly group %s suspends %s for %d ms after a failure (%s)",
+                 self._group, state.queue, self._orderly_suspend_ms, outcome.reason)
+
+    def _commit_orderly(self, state: QueueState, views: list[MessageView], *,
+                        succeeded: bool) -> None:
+        offset = state.process_queue.commit()
+        for view in views:
+            state.attempts.pop(view.queue_offset, None)
+        if succeeded:
+            self._count(succeeded=len(views))
+        if offset is not None and not state.process_queue.dropped:
+            self._offsets.update(state.queue, offset)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for name, delta in deltas.items():
+                setattr(self.stats, name, getattr(self.stats, name) + delta)

@@ -1,0 +1,392 @@
+"""``Consumer``: one consumer-group member — rebalance, pull loop, offsets, shutdown.
+
+Threads (``start``): one pull thread, a pool of consume threads (``ConsumeService``) and one
+housekeeping ``Scheduler`` (rebalance, heartbeat, offset persistence, orderly lock renewal).
+``start(threads=False)`` creates none of them: the inline test runner then calls
+``rebalance``/``pull_round``/``run_due`` itself, deterministically, on one thread.
+
+Pull loop: every assigned queue whose process queue has room (flow control: at most
+``queue_max_messages`` messages / ``queue_max_bytes`` in flight, reference §12.4) is pulled
+without waiting; when a whole round found nothing the thread long-polls the broker for any of
+its queues. Rebalance (clustering): queues of every subscribed topic plus ``%RETRY%group`` are
+split among the group's live members by the allocation strategy (averaging by default); a queue
+that leaves this consumer is dropped (its in-flight results are no longer committed) after its
+offset is persisted, so the next owner starts where this one stopped. Broadcasting: every
+consumer takes every queue and keeps its offsets in a local file.
+
+Shutdown (``stop``): stop pulling, let the consume threads finish what was already pulled (up to
+``drain_timeout_ms``), persist offsets, release orderly locks, leave the group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage_engine import Clock, GetStatus, MessageView, retry_topic
+
+from .allocation import MessageQueue, strategy_by_name
+from .consume_service import ConsumeService, QueueState
+from .errors import ConfigurationError
+from .handlers import ConsumerGroupPlan
+from .middleware import Middleware
+from .offset_store import BrokerOffsetStore, LocalFileOffsetStore
+from .process_queue import ProcessQueue
+from .scheduler import Scheduler
+from .transport import BrokerClient
+from .worker_pool import WorkerPool
+
+log = logging.getLogger(__name__)
+
+_instance_counter = itertools.count(1)
+_WAIT_WHEN_FULL_MS = 20  # all queues flow-controlled: look again this soon
+_NOTHING_NEW = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
+                GetStatus.NO_MATCHED_LOGIC_QUEUE)
+_CORRECTED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerOptions:
+    """Tuning for every consumer of an app (RocketMQ client defaults unless noted)."""
+
+    pull_batch_size: int = 32
+    consume_thread_count: int = 20
+    messages_per_task: int = 8
+    """Messages of one pulled batch handed to a consume thread together (Postbox)."""
+    queue_max_messages: int = 1000
+    queue_max_bytes: int = 100 * 1024 * 1024
+    long_polling_ms: int = 5_000
+    rebalance_interval_ms: int = 2_000
+    """RocketMQ rebalances every 20 s; an embedded broker makes it cheap to do it more often."""
+    heartbeat_interval_ms: int = 10_000
+    persist_interval_ms: int = 5_000
+    orderly_suspend_ms: int = 1_000
+    local_retry_delay_ms: int = 5_000
+    drain_timeout_ms: int = 30_000
+    allocation: str = "averaging"
+    offset_dir: Path | None = None
+    """Broadcasting: where each consumer keeps its offsets (default ``~/.postbox_offsets``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("pull_batch_size", "consume_thread_count", "messages_per_task",
+                     "queue_max_messages", "queue_max_bytes", "long_polling_ms",
+                     "rebalance_interval_ms", "heartbeat_interval_ms", "persist_interval_ms",
+                     "orderly_suspend_ms", "local_retry_delay_ms", "drain_timeout_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ConfigurationError(f"consumer option {name} must be a positive int, "
+                                         f"got {value!r}")
+        strategy_by_name(self.allocation)
+
+
+def new_client_id(instance_name: str | None = None) -> str:
+    """``host@pid@instance`` plus a counter so consumers in one process differ."""
+    name = instance_name or str(os.getpid())
+    return f"{socket.gethostname()}@{name}#{next(_instance_counter)}"
+
+
+class Consumer:
+    """One member of a consumer group, running the handlers of ``plan``."""
+
+    def __init__(self, client: BrokerClient, plan: ConsumerGroupPlan, *, clock: Clock,
+                 options: ConsumerOptions | None = None,
+                 middleware: list[Middleware] | None = None, client_id: str | None = None,
+                 instance_name: str | None = None) -> None:
+        self.client = client
+        self.plan = plan
+        self.group = plan.consumer_group
+        self.clock = clock
+        self.options = options or ConsumerOptions()
+        self.client_id = client_id or new_client_id(instance_name)
+        self._strategy = strategy_by_name(self.options.allocation)
+        self._middleware = list(middleware or [])
+        self._states: dict[MessageQueue, QueueState] = {}
+        self._states_lock = threading.RLock()
+        self._stopping = False
+        self._started = False
+        self._threads = False
+        self._reassigned = False
+        self._pull_thread: threading.Thread | None = None
+        self.scheduler = Scheduler(clock, f"consumer-{self.group}")
+        if plan.broadcast:
+            offset_dir = self.options.offset_dir or Path.home() / ".postbox_offsets"
+            self.offsets = LocalFileOffsetStore(offset_dir / self._instance_dir(instance_name),
+                                                self.group)
+        else:
+            self.offsets = BrokerOffsetStore(client, self.group)
+        self._pool: WorkerPool | None = None
+        self.consume: ConsumeService | None = None
+
+    def _instance_dir(self, instance_name: str | None) -> str:
+        return instance_name or self.client_id.split("#")[0].replace("@", "_")
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def topics(self) -> list[str]:
+        """Subscribed topics, plus ``%RETRY%group`` for clustering groups."""
+        topics = sorted(self.plan.handlers)
+        if not self.plan.broadcast:
+            topics.append(retry_topic(self.group))
+        return topics
+
+    def start(self, *, threads: bool = True) -> None:
+        """Join the group, take queues and (with ``threads``) start pulling and consuming."""
+        if self._started:
+            return
+        self._threads = threads
+        self._pool = WorkerPool(self.options.consume_thread_count, f"consume-{self.group}",
+                                inline=not threads)
+        o = self.options
+        self.consume = ConsumeService(
+            self.client, self.plan, middleware=self._middleware, offsets=self.offsets,
+            pool=self._pool, scheduler=self.scheduler, clock=self.clock,
+            messages_per_task=o.messages_per_task, orderly_suspend_ms=o.orderly_suspend_ms,
+            local_retry_delay_ms=o.local_retry_delay_ms)
+        self._ensure_topics()
+        self.client.add_membership_listener(self._on_membership_change)
+        self.heartbeat()
+        self._started = True
+        self.rebalance()
+        self.scheduler.call_every(o.rebalance_interval_ms, self.rebalance)
+        self.scheduler.call_every(o.heartbeat_interval_ms, self.heartbeat)
+        self.scheduler.call_every(o.persist_interval_ms, self.persist_offsets)
+        if threads:
+            self.scheduler.start()
+            self._pull_thread = threading.Thread(target=self._pull_loop,
+                                                 name=f"postbox-pull-{self.group}")
+            self._pull_thread.start()
+        log.info("[consumer] %s joined group %s (%s, topics %s)", self.client_id, self.group,
+                 "broadcast" if self.plan.broadcast else (
+                     "orderly" if self.plan.orderly else "concurrent"), self.topics)
+
+    def _ensure_topics(self) -> None:
+        """Subscribed topics exist before the first rebalance (auto-created with defaults);
+        the broker creates ``%RETRY%group`` on the first heartbeat."""
+        for topic in self.plan.handlers:
+            if self.client.topic_config(topic) is None:
+                self.client.create_topic(topic)
+
+    def stop(self) -> None:
+        """Graceful shutdown: finish pulled work, persist offsets, leave the group."""
+        if not self._started or self._stopping:
+            return
+        self._stopping = True
+        self.client.wake_waiters()
+        if self._pull_thread is not None:
+            self._pull_thread.join(self.options.long_polling_ms / 1000 + 10)
+        assert self._pool is not None and self.consume is not None
+        if not self._pool.wait_idle(self.options.drain_timeout_ms):
+            log.warning("[consumer] %s: in-flight work did not finish within %d ms; it will "
+                        "be consumed again after restart", self.client_id,
+                        self.options.drain_timeout_ms)
+        self.consume.stopping = True
+        self.scheduler.stop()
+        self._pool.shutdown()
+        with self._states_lock:
+            queues = list(self._states)
+        self.offsets.persist(queues)
+        if self.plan.orderly and not self.plan.broadcast:
+            self.client.unlock_queues(self.group, self.client_id,
+                                      [(q.topic, q.queue_id) for q in queues])
+        if not self.plan.broadcast:
+            self.client.unregister_consumer(self.group, self.client_id)
+        self._started = False
+        log.info("[consumer] %s left group %s", self.client_id, self.group)
+
+    # ---- membership and rebalance ------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Tell the broker this consumer is alive (keeps it in the group)."""
+        if not self.plan.broadcast:
+            self.client.register_consumer(self.group, self.client_id, self.topics)
+
+    def _on_membership_change(self, group: str) -> None:
+        if group == self.group and self._started and not self._stopping:
+            if self._threads:
+                self.scheduler.call_later(0, self.rebalance)
+            else:
+                self._reassigned = True
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        """Queues this consumer currently pulls, sorted."""
+        with self._states_lock:
+            return sorted(self._states)
+
+    def rebalance(self) -> bool:
+        """Recompute this consumer's queues; returns True when the assignment changed."""
+        if self._stopping:
+            return False
+        wanted = set(self._wanted_queues())
+        with self._states_lock:
+            current = set(self._states)
+            for queue in sorted(current - wanted):
+                self._release(queue)
+            for queue in sorted(wanted - current):
+                self._take(queue)
+            if self.plan.orderly and not self.plan.broadcast:
+                self._renew_locks()
+            changed = wanted != current
+        if changed:
+            log.info("[rebalance] %s in %s now has %d queues", self.client_id, self.group,
+                     len(wanted))
+            self._reassigned = True
+            if self._threads:
+                self.client.wake_waiters()
+        return changed
+
+    def _wanted_queues(self) -> list[MessageQueue]:
+        ids = [] if self.plan.broadcast else self.client.consumer_ids(self.group)
+        wanted: list[MessageQueue] = []
+        for topic in self.topics:
+            queues = [MessageQueue(topic, q) for q in self.client.queue_ids(topic)]
+            if self.plan.broadcast:
+                wanted.extend(queues)
+            else:
+                wanted.extend(self._strategy.allocate(self.group, self.client_id, queues, ids))
+        return wanted
+
+    def _take(self, queue: MessageQueue) -> None:
+        offset = self.offsets.read(queue)
+        if offset is None:
+            spec = self.plan.handlers.get(queue.topic) or next(iter(self.plan.handlers.values()))
+            offset = self.client.start_offset(self.group, queue.topic, queue.queue_id,
+                                              spec.consume_from, spec.consume_timestamp_ms)
+            self.offsets.update(queue, offset)
+        spec = self.plan.handlers.get(queue.topic)
+        tags = spec.tags if spec else "*"
+        process_queue: ProcessQueue = ProcessQueue()
+        self._states[queue] = QueueState(queue, process_queue, offset, tags)
+        log.info("[rebalance] %s takes %s from offset %d", self.client_id, queue, offset)
+
+    def _release(self, queue: MessageQueue) -> None:
+        state = self._states.pop(queue)
+        state.process_queue.drop()
+        self.offsets.persist([queue])
+        self.offsets.forget(queue)
+        if self.plan.orderly and not self.plan.broadcast:
+            self.client.unlock_queues(self.group, self.client_id, [(queue.topic,
+                                                                    queue.queue_id)])
+        log.info("[rebalance] %s releases %s", self.client_id, queue)
+
+    def _renew_locks(self) -> None:
+        keys = [(q.topic, q.queue_id) for q in self._states]
+        granted = self.client.lock_queues(self.group, self.client_id, keys) if keys else set()
+        now_ms = self.clock.now_ms()
+        for queue, state in self._states.items():
+            locked = (queue.topic, queue.queue_id) in granted
+            was_locked = state.process_queue.locked
+            state.process_queue.locked = locked
+            if locked:
+                state.process_queue.lock_renewed_ms = now_ms
+                if not was_locked and state.process_queue.count and self.consume:
+                    self.consume.schedule_orderly(state)
+
+    def persist_offsets(self) -> None:
+        """Commit the offsets of every assigned queue."""
+        with self._states_lock:
+            queues = list(self._states)
+        self.offsets.persist(queues)
+
+    # ---- pulling -----------------------------------------------------------------------------
+
+    def pull_round(self) -> tuple[int, dict[tuple[str, int], int], bool]:
+        """Pull every queue once without waiting.
+
+        Returns (messages or corrections made, idle queues → offset, whether some queue was
+        skipped by flow control).
+        """
+        progressed = 0
+        idle: dict[tuple[str, int], int] = {}
+        throttled = False
+        with self._states_lock:
+            states = list(self._states.values())
+        for state in states:
+            pq = state.process_queue
+            if pq.dropped:
+                continue
+            if pq.is_full(self.options.queue_max_messages, self.options.queue_max_bytes):
+                throttled = True
+                continue
+            result = self.client.pull(self.group, state.queue.topic, state.queue.queue_id,
+                                      state.next_offset, self.options.pull_batch_size,
+                                      tags=state.tags)
+            progressed += self._apply_pull(state, result, idle)
+        return progressed, idle, throttled
+
+    def _apply_pull(self, state: QueueState, result, idle: dict) -> int:
+        status = result.status
+        pq = state.process_queue
+        pq.last_pull_ms = self.clock.now_ms()
+        if status is GetStatus.FOUND:
+            views: list[MessageView] = result.messages
+            pq.add(views)
+            state.next_offset = result.next_offset
+            assert self.consume is not None
+            self.consume.submit(state, views)
+            return len(views)
+        if status in _NOTHING_NEW:
+            idle[(state.queue.topic, state.queue.queue_id)] = state.next_offset
+            return 0
+        if status in _CORRECTED:
+            log.warning("[pull] %s offset %d is illegal (%s): moving to %d", state.queue,
+                        state.next_offset, status.value, result.next_offset)
+            self._correct_offset(state, result.next_offset, reset=True)
+            return 1
+        # NO_MATCHED_MESSAGE / MESSAGE_WAS_REMOVING: skip what the filter or retention removed
+        if result.next_offset == state.next_offset:
+            idle[(state.queue.topic, state.queue.queue_id)] = state.next_offset
+            return 0
+        self._correct_offset(state, result.next_offset, reset=False)
+        return 1
+
+    def _correct_offset(self, state: QueueState, offset: int, *, reset: bool) -> None:
+        state.next_offset = offset
+        if state.process_queue.count == 0 and not state.process_queue.dropped:
+            if reset:
+                self.offsets.reset(state.queue, offset)
+            else:
+                self.offsets.update(state.queue, offset)
+
+    def _pull_loop(self) -> None:
+        try:
+            while not self._stopping:
+                self._reassigned = False
+                progressed, idle, throttled = self.pull_round()
+                if progressed or self._stopping:
+                    continue
+                wait_ms = _WAIT_WHEN_FULL_MS if throttled or not idle else (
+                    self.options.long_polling_ms)
+                if idle:
+                    self.client.wait_for_arrival(idle, wait_ms, cancel=self._should_wake)
+                else:
+                    threading.Event().wait(wait_ms / 1000)
+        except Exception:
+            log.exception("[pull] consumer %s stopped pulling", self.client_id)
+
+    def _should_wake(self) -> bool:
+        return self._stopping or self._reassigned
+
+    # ---- introspection -----------------------------------------------------------------------
+
+    def in_flight_count(self) -> int:
+        """Messages pulled and not yet finished."""
+        with self._states_lock:
+            return sum(state.process_queue.count for state in self._states.values())
+
+    def consumed_count(self) -> int:
+        """Handler invocations so far (messages)."""
+        return self.consume.stats.consumed if self.consume else 0
+
+    def stats(self) -> dict:
+        """A JSON-able summary of this consumer."""
+        consume = self.consume.stats if self.consume else None
+        return {"client_id": self.client_id, "group": self.group,
+                "queues": [str(q) for q in self.assigned_queues()],
+                "in_flight": self.in_flight_count(),
+                "consume": None if consume is None else vars(consume).copy()}

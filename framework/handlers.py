@@ -1,0 +1,118 @@
+"""Handler registrations: ``HandlerSpec`` (one ``@app.handler``) and ``ConsumerGroupPlan``
+(all handlers of one consumer group, which one ``Consumer`` runs).
+
+Registration is pure: it validates options and records them; nothing connects. Conflicts are
+found when the app starts: one group may handle several topics, but not the same topic twice,
+and all its handlers must agree on orderly/broadcast/consume-from (they share one consumer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from storage_engine import ConsumeFrom, validate_topic
+
+from .errors import ConfigurationError, HandlerRegistrationError
+
+RECONSUME_COUNT_MAX_DEFAULT = 16
+BATCH_SIZE_MAX = 1024
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """One registered handler and its options (see ``App.handler``)."""
+
+    function: Callable
+    topic: str
+    consumer_group: str
+    tags: str = "*"
+    consume_from: ConsumeFrom = ConsumeFrom.LAST
+    consume_timestamp_ms: int | None = None
+    orderly: bool = False
+    broadcast: bool = False
+    reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT
+    batch_size: int = 1
+    idempotent: bool = False
+
+    def __post_init__(self) -> None:
+        if not callable(self.function):
+            raise ConfigurationError(f"handler for {self.topic!r} is not callable")
+        try:
+            validate_topic(self.topic)
+        except ValueError as error:
+            raise ConfigurationError(f"handler topic: {error}") from error
+        if self.topic.startswith(("%RETRY%", "%DLQ%")):
+            raise ConfigurationError(f"handler topic {self.topic!r}: subscribe to the original "
+                                     "topic; retries are delivered to its handler")
+        if not isinstance(self.consumer_group, str) or not self.consumer_group:
+            raise ConfigurationError("handler consumer_group must be a non-empty string")
+        if not isinstance(self.consume_from, ConsumeFrom):
+            object.__setattr__(self, "consume_from", parse_consume_from(self.consume_from))
+        if self.reconsume_count_max is not None and (
+                type(self.reconsume_count_max) is not int or self.reconsume_count_max < 0):
+            raise ConfigurationError("reconsume_count_max must be an int >= 0 or None, got "
+                                     f"{self.reconsume_count_max!r}")
+        if type(self.batch_size) is not int or not 1 <= self.batch_size <= BATCH_SIZE_MAX:
+            raise ConfigurationError(f"batch_size must be in 1..{BATCH_SIZE_MAX}, got "
+                                     f"{self.batch_size!r}")
+        if self.orderly and self.broadcast:
+            raise ConfigurationError("a handler cannot be both orderly and broadcast")
+
+    @property
+    def name(self) -> str:
+        """``module.function`` for logs."""
+        function = self.function
+        return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+
+
+def parse_consume_from(value: object) -> ConsumeFrom:
+    """``"last"`` / ``"first"`` / ``"timestamp"`` (or the enum)."""
+    if isinstance(value, ConsumeFrom):
+        return value
+    try:
+        return ConsumeFrom(str(value).lower())
+    except ValueError:
+        choices = ", ".join(repr(c.value) for c in ConsumeFrom)
+        raise ConfigurationError(f"consume_from={value!r}; choose one of {choices}") from None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupPlan:
+    """Everything one consumer of a group runs: its handlers by topic and its mode."""
+
+    consumer_group: str
+    handlers: dict[str, HandlerSpec]
+
+    @property
+    def orderly(self) -> bool:
+        """Whether the group consumes each queue in order."""
+        return self._first.orderly
+
+    @property
+    def broadcast(self) -> bool:
+        """Whether every consumer of the group gets every message."""
+        return self._first.broadcast
+
+    @property
+    def _first(self) -> HandlerSpec:
+        return next(iter(self.handlers.values()))
+
+
+def plan_groups(specs: Iterable[HandlerSpec]) -> list[ConsumerGroupPlan]:
+    """Group handlers by consumer group, rejecting conflicts."""
+    by_group: dict[str, dict[str, HandlerSpec]] = {}
+    for spec in specs:
+        handlers = by_group.setdefault(spec.consumer_group, {})
+        if spec.topic in handlers:
+            raise HandlerRegistrationError(
+                f"group {spec.consumer_group!r} already has a handler for topic {spec.topic!r} "
+                f"({handlers[spec.topic].name}); one handler per topic and group")
+        for other in handlers.values():
+            for option in ("orderly", "broadcast", "consume_from"):
+                if getattr(other, option) != getattr(spec, option):
+                    raise HandlerRegistrationError(
+                        f"group {spec.consumer_group!r}: {spec.name} and {other.name} disagree "
+                        f"on {option}; handlers of one group share one consumer")
+        handlers[spec.topic] = spec
+    return [ConsumerGroupPlan(group, handlers) for group, handlers in by_group.items()]

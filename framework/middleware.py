@@ -1,0 +1,93 @@
+"""Middleware: hooks around every handler call, so cross-cutting behaviour (idempotency,
+metrics, tracing) plugs in without touching handlers.
+
+A middleware overrides ``before_consume`` / ``after_consume``, or ``around_consume`` for full
+control (run the handler inside a database transaction, skip it, change its arguments). The
+chain runs in registration order: the first middleware is the outermost. ``before_consume`` may
+raise ``SkipMessage`` to finish the message as a success without calling the handler; any other
+exception from a middleware is treated like a handler failure (the message is retried later,
+nothing is lost). Middleware instances are shared by all consume threads: keep them thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .consumed_message import ConsumedMessage
+from .outcomes import SUCCESS, ConsumeOutcome, OutcomeKind, SkipMessage
+
+if TYPE_CHECKING:
+    from .handlers import HandlerSpec
+
+NextCall = Callable[[], ConsumeOutcome]
+
+
+@dataclass
+class ConsumeContext:
+    """One handler invocation: the messages (one unless ``batch_size`` > 1) and its handler."""
+
+    consumer_group: str
+    handler: HandlerSpec
+    messages: list[ConsumedMessage]
+    handler_args: list[Any] = field(default_factory=list)
+    """Extra positional arguments for the handler after the message (e.g. a DB session)."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Scratch space middleware share during this invocation."""
+    skipped: bool = False
+
+    @property
+    def message(self) -> ConsumedMessage:
+        """The first (usually only) message."""
+        return self.messages[0]
+
+
+class Middleware:
+    """Base class: every hook does nothing."""
+
+    def before_consume(self, context: ConsumeContext) -> None:
+        """Called before the handler; raise ``SkipMessage`` to skip it."""
+
+    def after_consume(self, context: ConsumeContext, outcome: ConsumeOutcome) -> None:
+        """Called after the handler (or the skip) with its outcome."""
+
+    def around_consume(self, context: ConsumeContext, call_next: NextCall) -> ConsumeOutcome:
+        """Wrap the rest of the chain; the default calls the two hooks around it."""
+        try:
+            self.before_consume(context)
+        except SkipMessage:
+            context.skipped = True
+            outcome = SUCCESS
+        else:
+            outcome = call_next()
+        self.after_consume(context, outcome)
+        return outcome
+
+
+def invoke(context: ConsumeContext, middleware: list[Middleware]) -> ConsumeOutcome:
+    """Run the handler of ``context`` through ``middleware``; never raises."""
+
+    def call_handler() -> ConsumeOutcome:
+        spec = context.handler
+        argument: Any = context.messages if spec.batch_size > 1 else context.messages[0]
+        try:
+            spec.function(argument, *context.handler_args)
+        except Exception as error:  # the handler's failure is an outcome, not a crash
+            return ConsumeOutcome.from_error(error)
+        return SUCCESS
+
+    call: NextCall = call_handler
+    for layer in reversed(middleware):
+        call = _bind(layer, context, call)
+    try:
+        return call()
+    except SkipMessage:
+        context.skipped = True
+        return SUCCESS
+    except Exception as error:  # a middleware failed: retry later, lose nothing
+        return ConsumeOutcome(OutcomeKind.RETRY, error, reason=f"middleware: {error}")
+
+
+def _bind(layer: Middleware, context: ConsumeContext, call_next: NextCall) -> NextCall:
+    return lambda: layer.around_consume(context, call_next)

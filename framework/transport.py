@@ -1,0 +1,118 @@
+"""``BrokerClient``: the one interface the framework talks to, and how a store URL opens one.
+
+Two implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this
+process, which already has exactly these methods — and remote (gRPC, issue 8). ``open_broker``
+turns ``file:///path`` (or a plain path) plus optional broker.conf keys into an embedded broker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import unquote, urlparse
+
+from storage_engine import (
+    Broker,
+    Clock,
+    ConsumeFrom,
+    GetResult,
+    Message,
+    MessageView,
+    QueueProgress,
+    SendBackResult,
+    SendReceipt,
+    StoreConfig,
+    SubscriptionGroupConfig,
+    TopicConfig,
+)
+
+from .errors import ConfigurationError
+
+QueueKey = tuple[str, int]
+
+
+class BrokerClient(Protocol):
+    """Broker operations the producer and consumers use (embedded or remote)."""
+
+    def send(self, message: Message, *, queue_id: int | None = None,
+             sharding_key: str | None = None) -> SendReceipt: ...
+
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, *,
+             tags: str | None = None, suspend_timeout_ms: int = 0) -> GetResult: ...
+
+    def wait_for_arrival(self, positions: Mapping[QueueKey, int], timeout_ms: int,
+                         cancel: Callable[[], bool] | None = None) -> bool: ...
+
+    def wake_waiters(self) -> None: ...
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
+
+    def start_offset(self, group: str, topic: str, queue_id: int,
+                     consume_from: ConsumeFrom = ConsumeFrom.LAST,
+                     timestamp_ms: int | None = None) -> int: ...
+
+    def send_back(self, group: str, message: MessageView, *, delay_level: int = 0,
+                  max_reconsume_times: int | None = None) -> SendBackResult: ...
+
+    def create_topic(self, topic: str, queue_count: int | None = None, *, perm: int = 6,
+                     order: bool = False) -> TopicConfig: ...
+
+    def topic_config(self, topic: str) -> TopicConfig | None: ...
+
+    def queue_ids(self, topic: str) -> list[int]: ...
+
+    def subscription_group(self, group: str) -> SubscriptionGroupConfig: ...
+
+    def register_consumer(self, group: str, client_id: str, topics: Iterable[str]) -> bool: ...
+
+    def unregister_consumer(self, group: str, client_id: str) -> None: ...
+
+    def consumer_ids(self, group: str) -> list[str]: ...
+
+    def add_membership_listener(self, listener: Callable[[str], None]) -> None: ...
+
+    def lock_queues(self, group: str, client_id: str, queues: Iterable[QueueKey]
+                    ) -> set[QueueKey]: ...
+
+    def unlock_queues(self, group: str, client_id: str, queues: Iterable[QueueKey]) -> None: ...
+
+    def consumer_progress(self, group: str) -> list[QueueProgress]: ...
+
+    def close(self) -> None: ...
+
+
+def store_path(store_url: str | os.PathLike) -> Path:
+    """The directory a ``file://`` URL (or plain path) names."""
+    text = os.fspath(store_url)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path) if parsed.scheme else text
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigurationError(f"store URL {text!r}: file URLs name a local directory "
+                                     "(file:///var/lib/postbox)")
+        if not path:
+            raise ConfigurationError(f"store URL {text!r} names no directory")
+        return Path(path)
+    if parsed.scheme == "grpc":
+        raise ConfigurationError(f"store URL {text!r}: the remote (gRPC) transport is not "
+                                 "available in this version; use file:///path")
+    raise ConfigurationError(f"store URL {text!r}: scheme must be file:// (or grpc://)")
+
+
+def store_config(store_url: str | os.PathLike,
+                 broker_conf: Mapping[str, str] | str | os.PathLike | None = None,
+                 **overrides) -> StoreConfig:
+    """The store configuration for a URL plus optional RocketMQ broker.conf keys."""
+    root = store_path(store_url)
+    if broker_conf is None:
+        return StoreConfig(root_dir=root, **overrides)
+    return StoreConfig.from_broker_conf(broker_conf, root_dir=root, **overrides)
+
+
+def open_broker(config: StoreConfig, clock: Clock | None = None) -> Broker:
+    """Open an embedded broker (and its store) in this process."""
+    return Broker.open(config, clock=clock)

@@ -1,0 +1,124 @@
+"""Delayed messages through the framework, and middleware hooks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from framework import App, ConsumerOptions, Middleware, SkipMessage
+from framework.testing import InlineRunner
+from storage_engine import Broker
+from storage_engine.config import parse_delay_levels
+from tests.framework.conftest import MS_LEVELS
+
+
+def test_delayed_message_appears_no_earlier_than_its_level(open_broker):
+    broker = open_broker()
+    app = App(broker=broker, consumer_options=ConsumerOptions(long_polling_ms=100))
+    received: dict[str, float] = {}
+    done = threading.Event()
+
+    @app.handler(topic="timers", consumer_group="g")
+    def handle(message):
+        received[message.text] = time.monotonic()
+        if len(received) == 3:
+            done.set()
+
+    app.start()
+    levels_ms = parse_delay_levels(MS_LEVELS)
+    sent_at = {}
+    for level in (18, 5, 1):
+        sent_at[f"level{level}"] = (time.monotonic(), level)
+        result = app.producer.send("timers", f"level{level}", delay_level=level)
+        assert result.delay_level == level and result.topic == "timers"
+    assert done.wait(10)
+    app.stop()
+    for body, (sent, level) in sent_at.items():
+        assert (received[body] - sent) * 1000 >= levels_ms[level - 1] - 1, body
+    assert sorted(received, key=received.get) == ["level1", "level5", "level18"]
+
+
+def test_delayed_messages_survive_a_restart(open_broker, tmp_path):
+    broker = open_broker("s", levels="1s 2s 3s")
+    producer = App(broker=broker).producer
+    sent = producer.send("timers", b"later", delay_level=2)
+    assert sent.delay_level == 2
+    config = broker.store.config
+    broker.close()  # before the delay elapses
+    reopened = Broker.open(config)
+    try:
+        app = App(broker=reopened, consumer_options=ConsumerOptions(long_polling_ms=100))
+        got = threading.Event()
+        seen = []
+
+        @app.handler(topic="timers", consumer_group="g", consume_from="first")
+        def handle(message):
+            seen.append((message.msg_id, message.store_timestamp_ms))
+            got.set()
+
+        app.start()
+        assert got.wait(10)
+        app.stop()
+        assert seen[0][0] == sent.msg_id
+        assert seen[0][1] >= sent.store_timestamp_ms + 2_000
+    finally:
+        reopened.close()
+
+
+class Recording(Middleware):
+    def __init__(self, name: str, events: list) -> None:
+        self.name = name
+        self.events = events
+
+    def before_consume(self, context) -> None:
+        self.events.append((self.name, "before", context.message.text))
+        if context.message.text == "skip":
+            raise SkipMessage
+
+    def after_consume(self, context, outcome) -> None:
+        self.events.append((self.name, "after", outcome.kind.value, context.skipped))
+
+
+def test_middleware_hooks_wrap_each_message_in_order(open_broker, fake_clock):
+    broker = open_broker(clock=fake_clock)
+    app = App(broker=broker, clock=fake_clock)
+    events: list = []
+    app.add_middleware(Recording("outer", events))
+    app.add_middleware(Recording("inner", events))
+    handled: list[str] = []
+
+    @app.handler(topic="t", consumer_group="g", consume_from="first")
+    def handle(message):
+        handled.append(message.text)
+
+    app.producer.send("t", "run", queue_id=0)
+    app.producer.send("t", "skip", queue_id=0)
+    InlineRunner(app).run_until_idle()
+    app.stop()
+    assert handled == ["run"]
+    assert events[:4] == [("outer", "before", "run"), ("inner", "before", "run"),
+                          ("inner", "after", "success", False),
+                          ("outer", "after", "success", False)]
+    assert events[4:] == [("outer", "before", "skip"), ("outer", "after", "success", True)]
+
+
+def test_middleware_can_pass_extra_handler_arguments(open_broker, fake_clock):
+    broker = open_broker(clock=fake_clock)
+    app = App(broker=broker, clock=fake_clock)
+
+    class Session(Middleware):
+        def around_consume(self, context, call_next):
+            context.handler_args.append("session-object")
+            return call_next()
+
+    app.add_middleware(Session())
+    got = []
+
+    @app.handler(topic="t", consumer_group="g", consume_from="first")
+    def handle(message, session):
+        got.append(session)
+
+    app.producer.send("t", "x")
+    InlineRunner(app).run_until_idle()
+    app.stop()
+    assert got == ["session-object"]
