@@ -98,13 +98,9 @@ class ConsumeService:
         if self._plan.orderly:
             self.schedule_orderly(state)
             return
-        step = max(self._messages_per_task, self._batch_size(views[0]))
+        step = self._messages_per_task
         for start in range(0, len(views), step):
             self._pool.submit(self._consume_concurrently, state, views[start:start + step])
-
-    def _batch_size(self, view: MessageView) -> int:
-        spec = self._handler_for(ConsumedMessage(view, self._group))
-        return spec.batch_size if spec else 1
 
     def _handler_for(self, message: ConsumedMessage) -> HandlerSpec | None:
         return self._plan.handlers.get(message.topic)
@@ -112,29 +108,28 @@ class ConsumeService:
     # ---- concurrent --------------------------------------------------------------------------
 
     def _consume_concurrently(self, state: QueueState, views: list[MessageView]) -> None:
-        for chunk in self._chunks(views):
+        for chunk in self._chunks([ConsumedMessage(view, self._group) for view in views]):
             if state.process_queue.dropped or self.stopping:
                 return  # the new owner (or the next start) consumes them from the offset
-            messages = [ConsumedMessage(view, self._group) for view in chunk]
-            outcome = self._run_handler(messages)
-            if not outcome.succeeded and not self._handle_failure(messages, outcome):
-                self._retry_locally(state, chunk)
+            outcome = self._run_handler(chunk)
+            chunk_views = [message.view for message in chunk]
+            if not outcome.succeeded and not self._handle_failure(chunk, outcome):
+                self._retry_locally(state, chunk_views)
                 continue
-            self._finish(state, chunk)
+            self._finish(state, chunk_views)
 
-    def _chunks(self, views: list[MessageView]) -> list[list[MessageView]]:
-        """Groups of up to ``batch_size`` consecutive messages with the same handler."""
-        chunks: list[list[MessageView]] = []
-        current_topic = None
-        for view in views:
-            message = ConsumedMessage(view, self._group)
+    def _chunks(self, messages: list[ConsumedMessage]) -> list[list[ConsumedMessage]]:
+        """Runs of up to ``batch_size`` consecutive messages with the same handler (a retry
+        topic mixes the original topics of one group)."""
+        chunks: list[list[ConsumedMessage]] = []
+        limit = 0
+        for message in messages:
+            if chunks and message.topic == chunks[-1][0].topic and len(chunks[-1]) < limit:
+                chunks[-1].append(message)
+                continue
             spec = self._handler_for(message)
-            size = spec.batch_size if spec else 1
-            if chunks and message.topic == current_topic and len(chunks[-1]) < size:
-                chunks[-1].append(view)
-            else:
-                chunks.append([view])
-                current_topic = message.topic
+            limit = spec.batch_size if spec else 1
+            chunks.append([message])
         return chunks
 
     def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:

@@ -85,11 +85,14 @@ class Broker:
     ``Broker(store)`` (then the caller keeps owning the store).
 
     ``memory_bytes`` is the physical RAM used by the consume-from-last "message still in
-    memory" estimate (reference §12.2); it defaults to this machine's.
+    memory" estimate (reference §12.2); it defaults to this machine's. ``start_services=False``
+    runs neither the persist nor the delay thread (inspection tools: nothing is delivered or
+    persisted behind their back; ``close`` still persists the tables).
     """
 
     def __init__(self, store: MessageStore, *, clock: Clock | None = None,
-                 owns_store: bool = False, memory_bytes: int | None = None) -> None:
+                 owns_store: bool = False, memory_bytes: int | None = None,
+                 start_services: bool = True) -> None:
         self._store = store
         self._clock = clock or store.clock
         self._owns_store = owns_store
@@ -117,7 +120,7 @@ class Broker:
         store.add_arrival_listener(self._waiter.on_arrival)
         started: list[Service] = []
         try:
-            for service in self._services:
+            for service in self._services if start_services else ():
                 service.start()
                 started.append(service)
         except BaseException:

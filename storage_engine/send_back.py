@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from .formats import (
     PROPERTY_DELAY,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    PROPERTY_DLQ_REASON,
     PROPERTY_KEYS,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -32,8 +34,6 @@ from .formats import (
 )
 from .message import Message
 
-PROPERTY_DLQ_REASON = "DLQ_REASON"
-PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 DLQ_REASON_LENGTH_MAX = 1024
 
 # Passed to ``Message`` as fields, not as user properties (the encoder writes them itself).

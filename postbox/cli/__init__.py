@@ -1,4 +1,5 @@
-"""The ``postbox`` command line: a typer app with ``store``, ``query`` and ``bench`` sub-apps.
+"""The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq`` and
+``bench`` sub-apps.
 
 This package is the edge of the system: it may import any project package and nothing imports
 it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
@@ -15,7 +16,9 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from .bench_commands import bench_app
+from .consumer_commands import consumer_app
 from .demo import demo_command
+from .dlq_commands import dlq_app
 from .query_commands import query_app
 from .store_commands import store_app
 
@@ -27,6 +30,8 @@ app = typer.Typer(
 )
 app.add_typer(store_app)
 app.add_typer(query_app)
+app.add_typer(consumer_app)
+app.add_typer(dlq_app)
 app.add_typer(bench_app)
 app.command("demo")(demo_command)
 

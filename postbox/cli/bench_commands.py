@@ -66,3 +66,10 @@ def bench_store_command(ctx: typer.Context) -> None:
 def bench_durability_command(ctx: typer.Context) -> None:
     """SYNC flush, group commit and crash recovery (bench/durability_bench.py; try --help)."""
     _run_bench("bench.durability_bench", ctx)
+
+
+@bench_app.command("consume", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_consume_command(ctx: typer.Context) -> None:
+    """Framework end-to-end throughput and delay accuracy (bench/consume_bench.py; try --help)."""
+    _run_bench("bench.consume_bench", ctx)

@@ -5,6 +5,9 @@ Every command that touches a store takes the same four options (``--store``, ``-
 ``StoreOptions`` value. This is the edge of the system, so it is the one place that reads the
 ``POSTBOX_STORE`` environment variable.
 
+Commands that need broker semantics (consumer offsets, dead letters) use ``open_broker``: the
+store opened as above with a ``storage_engine.Broker`` over it for the length of the command.
+
 Output rules: with ``--json`` a command prints exactly one JSON document to stdout and nothing
 else; human output goes through rich. Errors (``StorageError``, ``CliError``, ``OSError``) become
 one red ``error: …`` line on stderr and exit code 2, never a traceback; "nothing found" is exit
@@ -28,7 +31,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from storage_engine import MessageStore, StorageError, StoreConfig, infer_config
+from storage_engine import Broker, MessageStore, StorageError, StoreConfig, infer_config
 
 DEFAULT_STORE_DIR = Path(".postbox/store")
 STORE_DIR_ENV_VAR = "POSTBOX_STORE"
@@ -106,6 +109,23 @@ def open_store(options: StoreOptions, *, wait_dispatched: bool = True) -> Iterat
             print_warning(f"dispatch did not catch up within {DISPATCH_WAIT_MS} ms; "
                           "queue and key queries may miss the newest messages")
         yield store
+
+
+@contextlib.contextmanager
+def open_broker(options: StoreOptions) -> Iterator[Broker]:
+    """Open the store (``open_store``, dispatch caught up) and run a ``Broker`` over it.
+
+    The broker does not own the store: on the way out it is closed first (its services stop and
+    its config tables, consumer offsets included, are persisted), then the store. The broker's
+    services do not run: an inspection never delivers due delayed messages behind the
+    operator's back.
+    """
+    with open_store(options) as message_store:
+        broker = Broker(message_store, start_services=False)
+        try:
+            yield broker
+        finally:
+            broker.close()
 
 
 def out_console() -> Console:

@@ -1,0 +1,246 @@
+"""``postbox dlq …``: list a consumer group's dead letters and re-send them to their topic.
+
+A group's dead letters are the messages ``Broker.send_back`` moved to ``%DLQ%group`` queue 0
+once their retries ran out (or at once, ``delay_level < 0``). Each keeps the topic it first
+failed on in its ``RETRY_TOPIC`` property and, when the consumer gave one, why in
+``DLQ_REASON``.
+
+``resend`` stores a new copy of each chosen dead letter in its original topic
+(``Broker.resend_dead_letter``: reconsume count 0, ``DLQ_ORIGIN_MESSAGE_ID`` naming the
+dead-letter record). The dead-letter queue is a log and keeps its records, so re-sending the
+same offset twice sends the message twice. Explicit ``--offset`` values are all checked before
+anything is sent: an offset with no dead letter sends nothing and exits with code 1. An error
+part-way through names how many messages were already re-sent.
+
+"Nothing found" (no dead letters, offsets that hold none) exits with code 1; bad arguments and
+storage errors print one ``error:`` line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from storage_engine import Broker, MessageView, SendReceipt, StorageError
+from storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
+
+from .common import (
+    EXIT_NOT_FOUND,
+    BrokerConfOption,
+    CliError,
+    JsonOption,
+    SegmentSizeOption,
+    StoreDirOption,
+    StoreOptions,
+    err_console,
+    open_broker,
+    out_console,
+    print_json,
+    print_note,
+    reports_errors,
+)
+from .render import body_preview, cell, format_time_ms, message_document
+
+dlq_app = typer.Typer(name="dlq", help="List and re-send a consumer group's dead letters.",
+                      no_args_is_help=True)
+
+"""Why a message was dead-lettered (``Broker.send_back(..., reason=...)``)."""
+DLQ_PAGE_SIZE = 256
+"""Dead letters read per ``Broker.dead_letters`` call (the broker allows up to 1024)."""
+LIST_LIMIT_DEFAULT = 100
+
+GroupOption = Annotated[str, typer.Option(
+    "--group", "-g", metavar="GROUP", show_default=False,
+    help="Consumer group whose %DLQ%group to read.")]
+
+
+def iter_dead_letters(broker: Broker, group: str, offset: int,
+                      page_size: int = DLQ_PAGE_SIZE) -> Iterator[MessageView]:
+    """The group's dead letters from ``offset`` (raised to the queue's min offset), in order."""
+    while True:
+        page = broker.dead_letters(group, offset=offset, max_count=page_size)
+        if not page:
+            return
+        yield from page
+        offset = page[-1].queue_offset + 1
+
+
+def original_topic(view: MessageView) -> str | None:
+    """The topic the dead letter first failed on (``RETRY_TOPIC``)."""
+    return view.properties.get(PROPERTY_RETRY_TOPIC)
+
+
+def dead_letter_document(view: MessageView) -> dict[str, Any]:
+    """``message_document`` plus ``original_topic`` and ``reason`` (None when absent)."""
+    return {**message_document(view), "original_topic": original_topic(view),
+            "reason": view.properties.get(PROPERTY_DLQ_REASON)}
+
+
+def dead_letters_table(views: list[MessageView], title: str) -> Table:
+    """One dead letter per row: DLQ offset, UNIQ_KEY, original topic, reason, body, ..."""
+    table = Table(title=Text(title), box=box.SIMPLE_HEAVY)
+    table.add_column("dlq offset", justify="right", no_wrap=True)
+    table.add_column("message id", no_wrap=True)
+    table.add_column("original topic")
+    table.add_column("reconsumes", justify="right")
+    table.add_column("reason", overflow="fold")
+    table.add_column("store time", no_wrap=True)
+    table.add_column("body", overflow="ellipsis", no_wrap=True)
+    for view in views:
+        table.add_row(str(view.queue_offset), cell(view.unique_key), cell(original_topic(view)),
+                      str(view.reconsume_count), cell(view.properties.get(PROPERTY_DLQ_REASON)),
+                      format_time_ms(view.store_timestamp_ms), body_preview(view.body))
+    return table
+
+
+def check_offset(name: str, value: int) -> int:
+    """``value`` if it is a queue offset (>= 0), else a ``CliError`` naming the option."""
+    if value < 0:
+        raise CliError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+@dlq_app.command("list")
+@reports_errors
+def list_command(
+    group: GroupOption,
+    offset: Annotated[int, typer.Option(
+        "--offset", metavar="N", help="First DLQ queue offset to show.")] = 0,
+    limit: Annotated[int, typer.Option(
+        "--limit", metavar="N", help="At most N dead letters (0 = all).")]
+    = LIST_LIMIT_DEFAULT,
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """List a group's dead letters: offset, UNIQ_KEY, original topic, reason, body."""
+    check_offset("--offset", offset)
+    if limit < 0:
+        raise CliError(f"--limit must be >= 0 (0 = all), got {limit}")
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    with open_broker(options) as broker:
+        views = iter_dead_letters(broker, group, offset, min(limit or DLQ_PAGE_SIZE,
+                                                             DLQ_PAGE_SIZE))
+        views = list(itertools.islice(views, limit) if limit else views)
+    if json_output:
+        print_json([dead_letter_document(view) for view in views])
+    elif views:
+        table = dead_letters_table(views, f"dead letters of {group}: {len(views)}")
+        if limit and len(views) == limit:
+            table.caption = (f"limit {limit} reached; continue with "
+                             f"--offset {views[-1].queue_offset + 1}")
+        out_console().print(table)
+    if not views:
+        print_note(f"no dead letters of group {group} from offset {offset}")
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def offsets_to_resend(broker: Broker, group: str, offsets: list[int],
+                      resend_all: bool) -> tuple[list[tuple[int, str]], list[int]]:
+    """The (DLQ offset, dead letter's msg id) pairs to re-send, and the asked-for offsets that
+    hold no dead letter. With ``resend_all`` every dead letter from ``offsets[0]`` (or 0)."""
+    if resend_all:
+        start = offsets[0] if offsets else 0
+        return [(view.queue_offset, view.msg_id)
+                for view in iter_dead_letters(broker, group, start)], []
+    found, missing = [], []
+    for offset in dict.fromkeys(offsets):  # each offset once, in the order given
+        page = broker.dead_letters(group, offset=offset, max_count=1)
+        if page and page[0].queue_offset == offset:
+            found.append((offset, page[0].msg_id))
+        else:
+            missing.append(offset)
+    return found, missing
+
+
+def resend_document(dlq_offset: int, dlq_msg_id: str, receipt: SendReceipt) -> dict[str, Any]:
+    """Where one dead letter was re-sent to."""
+    return {"dlq_offset": dlq_offset, "dlq_msg_id": dlq_msg_id, "topic": receipt.topic,
+            "queue_id": receipt.queue_id, "queue_offset": receipt.queue_offset,
+            "log_position": receipt.log_position, "msg_id": receipt.offset_msg_id,
+            "unique_key": receipt.unique_key, "status": receipt.status.value}
+
+
+def resend_line(document: dict[str, Any]) -> Text:
+    """``dlq offset 3 → orders queue 1 offset 12  msg id …  unique key …``."""
+    line = (f"dlq offset {document['dlq_offset']} → {document['topic']} queue "
+            f"{document['queue_id']} offset {document['queue_offset']}  msg id "
+            f"{document['msg_id']}  unique key {document['unique_key'] or '—'}")
+    if document["status"] != "PUT_OK":
+        line += f"  ({document['status']})"
+    return Text(line)
+
+
+def resend_each(broker: Broker, group: str, targets: list[tuple[int, str]],
+                console: Console, show_lines: bool) -> list[dict[str, Any]]:
+    """Re-send every target under a progress bar (on a terminal); a storage error names what
+    was already re-sent."""
+    documents: list[dict[str, Any]] = []
+    columns = (TextColumn(f"re-sending dead letters of {group}"), BarColumn(),
+               MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        task = progress.add_task("resend", total=len(targets))
+        for dlq_offset, dlq_msg_id in targets:
+            try:
+                receipt = broker.resend_dead_letter(group, dlq_offset)
+            except StorageError as error:
+                done = ", ".join(str(document["dlq_offset"]) for document in documents)
+                raise CliError(f"{error} (re-sent {len(documents)} of {len(targets)} before "
+                               f"it{': dlq offsets ' + done if done else ''})") from error
+            documents.append(resend_document(dlq_offset, dlq_msg_id, receipt))
+            if show_lines:
+                progress.console.print(resend_line(documents[-1]), highlight=False)
+            progress.advance(task)
+    return documents
+
+
+@dlq_app.command("resend")
+@reports_errors
+def resend_command(
+    group: GroupOption,
+    offsets: Annotated[list[int] | None, typer.Option(
+        "--offset", metavar="N", show_default=False,
+        help="DLQ queue offset to re-send (repeatable); with --all, the first one.")] = None,
+    resend_all: Annotated[bool, typer.Option(
+        "--all", help="Re-send every dead letter of the group from --offset (default 0).")]
+    = False,
+    store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
+    segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+) -> None:
+    """Re-send dead letters to their original topic; prints where each one went.
+
+    The DLQ keeps its records: re-sending an offset twice sends the message twice.
+    """
+    offsets = [check_offset("--offset", offset) for offset in offsets or []]
+    if not offsets and not resend_all:
+        raise CliError("give --offset N (repeatable) or --all")
+    if resend_all and len(offsets) > 1:
+        raise CliError("--all takes at most one --offset (the first DLQ offset to re-send)")
+    options = StoreOptions(store, broker_conf, segment_size, json_output)
+    with open_broker(options) as broker:
+        targets, missing = offsets_to_resend(broker, group, offsets, resend_all)
+        documents: list[dict[str, Any]] = []
+        if targets and not missing:
+            console = err_console() if json_output else out_console()
+            documents = resend_each(broker, group, targets, console,
+                                    show_lines=not json_output)
+    if json_output:
+        print_json(documents)
+    if missing:
+        print_note(f"no dead letter of group {group} at offset(s) "
+                   f"{', '.join(map(str, missing))}; nothing re-sent")
+        raise typer.Exit(EXIT_NOT_FOUND)
+    if not targets:
+        print_note(f"no dead letters of group {group} from offset {offsets[0] if offsets else 0}")
+        raise typer.Exit(EXIT_NOT_FOUND)
+    if not json_output:
+        out_console().print(f"re-sent {len(documents)} dead letter(s) of {group}; the DLQ keeps "
+                            "them (re-sending again sends again)", highlight=False)
