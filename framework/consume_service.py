@@ -84,7 +84,9 @@ class ConsumeService:
         self._pool = pool
         self._scheduler = scheduler
         self._clock = clock
-        self._messages_per_task = messages_per_task
+        # a task carries at least one full batch of the largest batch_size
+        self._task_size = max([messages_per_task,
+                               *(spec.batch_size for spec in plan.handlers.values())])
         self._orderly_suspend_ms = orderly_suspend_ms
         self._local_retry_delay_ms = local_retry_delay_ms
         self.stats = ConsumeStats()
@@ -98,7 +100,7 @@ class ConsumeService:
         if self._plan.orderly:
             self.schedule_orderly(state)
             return
-        step = self._messages_per_task
+        step = self._task_size
         for start in range(0, len(views), step):
             self._pool.submit(self._consume_concurrently, state, views[start:start + step])
 
@@ -108,15 +110,21 @@ class ConsumeService:
     # ---- concurrent --------------------------------------------------------------------------
 
     def _consume_concurrently(self, state: QueueState, views: list[MessageView]) -> None:
-        for chunk in self._chunks([ConsumedMessage(view, self._group) for view in views]):
-            if state.process_queue.dropped or self.stopping:
-                return  # the new owner (or the next start) consumes them from the offset
-            outcome = self._run_handler(chunk)
-            chunk_views = [message.view for message in chunk]
-            if not outcome.succeeded and not self._handle_failure(chunk, outcome):
-                self._retry_locally(state, chunk_views)
-                continue
-            self._finish(state, chunk_views)
+        consumed = succeeded = 0
+        try:
+            for chunk in self._chunks([ConsumedMessage(view, self._group) for view in views]):
+                if state.process_queue.dropped or self.stopping:
+                    return  # the new owner (or the next start) consumes them from the offset
+                consumed += len(chunk)
+                outcome = self._run_handler(chunk)
+                chunk_views = [message.view for message in chunk]
+                if not outcome.succeeded and not self._handle_failure(chunk, outcome):
+                    self._retry_locally(state, chunk_views)
+                    continue
+                succeeded += len(chunk)
+                self._finish(state, chunk_views)
+        finally:
+            self._count(consumed=consumed, succeeded=succeeded)
 
     def _chunks(self, messages: list[ConsumedMessage]) -> list[list[ConsumedMessage]]:
         """Runs of up to ``batch_size`` consecutive messages with the same handler (a retry
@@ -134,7 +142,6 @@ class ConsumeService:
 
     def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:
         spec = self._handler_for(messages[0])
-        self._count(consumed=len(messages))
         if spec is None:
             log.error("[consume] group %s has no handler for topic %s (message %s): "
                       "dead-lettering it", self._group, messages[0].topic, messages[0].msg_id)
@@ -187,7 +194,6 @@ class ConsumeService:
 
     def _finish(self, state: QueueState, views: list[MessageView]) -> None:
         offset = state.process_queue.remove(views)
-        self._count(succeeded=len(views))
         if offset is not None and not state.process_queue.dropped:
             self._offsets.update(state.queue, offset)
 
@@ -232,6 +238,7 @@ class ConsumeService:
         messages = [ConsumedMessage(v, self._group,
                                     local_attempts=state.attempts.get(v.queue_offset, 0))
                     for v in views]
+        self._count(consumed=len(messages))
         outcome = self._run_handler(messages)
         if outcome.succeeded:
             self._commit_orderly(state, views, succeeded=True)

@@ -62,6 +62,7 @@ from .service import Service
 from .store import MessageStore
 from .topic_manager import TopicManager, check_writable
 from .topics import (
+    DELAY_TOPIC,
     DLQ_TOPIC_PREFIX,
     RETRY_TOPIC_PREFIX,
     dead_letter_topic,
@@ -236,10 +237,15 @@ class Broker:
         key ``abs(java_hash(key)) % write_queue_nums``, else round-robin per topic), divert a
         ``DELAY`` property (level 1..18, clamped) to ``SCHEDULE_TOPIC_XXXX``."""
         self._check_open()
-        topic = validate_topic(message.topic)
-        if is_system_group_topic(topic) and self._topics.get(topic) is None:
-            self._system_group_topic(topic)
-        config = self._topics.for_send(topic)
+        topic = message.topic
+        config = self._topics.get(topic) if type(topic) is str else None
+        if config is None or topic == DELAY_TOPIC:  # known topics were validated on creation
+            topic = validate_topic(topic)
+            if is_system_group_topic(topic) and self._topics.get(topic) is None:
+                self._system_group_topic(topic)
+            config = self._topics.for_send(topic)
+        else:
+            check_writable(config)
         return self._put(message, self._topics.select_queue(config, queue_id, sharding_key))
 
     def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendReceipt:
