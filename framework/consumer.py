@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from .worker_pool import WorkerPool
 log = logging.getLogger(__name__)
 
 _instance_counter = itertools.count(1)
+_ORDERLY_HANDOVER_WAIT_MS = 1_000  # RocketMQ waits up to 1 s for the consume lock
 _WAIT_WHEN_FULL_MS = 20  # all queues flow-controlled: look again this soon
 _NOTHING_NEW = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
                 GetStatus.NO_MATCHED_LOGIC_QUEUE)
@@ -273,9 +275,21 @@ class Consumer:
         self.offsets.persist([queue])
         self.offsets.forget(queue)
         if self.plan.orderly and not self.plan.broadcast:
-            self.client.unlock_queues(self.group, self.client_id, [(queue.topic,
-                                                                    queue.queue_id)])
+            self._unlock_when_idle(state)
         log.info("[rebalance] %s releases %s", self.client_id, queue)
+
+    def _unlock_when_idle(self, state: QueueState) -> None:
+        """Hand an orderly queue over only once its running handler call finished; otherwise
+        keep the lock until it lapses, so two consumers never run one queue at once."""
+        deadline_s = time.monotonic() + _ORDERLY_HANDOVER_WAIT_MS / 1000
+        while state.orderly_running and time.monotonic() < deadline_s:
+            time.sleep(0.005)
+        if state.orderly_running:
+            log.warning("[rebalance] %s: %s is still consuming; its lock lapses instead",
+                        self.client_id, state.queue)
+            return
+        self.client.unlock_queues(self.group, self.client_id,
+                                  [(state.queue.topic, state.queue.queue_id)])
 
     def _renew_locks(self) -> None:
         keys = [(q.topic, q.queue_id) for q in self._states]

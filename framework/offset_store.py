@@ -45,7 +45,25 @@ class OffsetStore(Protocol):
         """Drop what is kept in memory for ``queue``."""
 
 
-class BrokerOffsetStore:
+class _InMemoryOffsets:
+    """The in-memory table both stores keep: ``_offsets`` guarded by ``_lock``."""
+
+    _offsets: dict[MessageQueue, int]
+    _lock: threading.Lock
+
+    def update(self, queue: MessageQueue, offset: int) -> None:
+        """Raise the offset (never lowers it: completions arrive out of order)."""
+        with self._lock:
+            if offset > self._offsets.get(queue, -1):
+                self._offsets[queue] = offset
+
+    def reset(self, queue: MessageQueue, offset: int) -> None:
+        """Set the offset unconditionally (an illegal offset corrected by the broker)."""
+        with self._lock:
+            self._offsets[queue] = offset
+
+
+class BrokerOffsetStore(_InMemoryOffsets):
     """Clustering: offsets committed to the broker (``consumerOffset.json``)."""
 
     def __init__(self, client: BrokerClient, consumer_group: str) -> None:
@@ -68,17 +86,6 @@ class BrokerOffsetStore:
                 self._persisted.setdefault(queue, stored)
         return stored
 
-    def update(self, queue: MessageQueue, offset: int) -> None:
-        """Raise the offset (never lowers it: completions arrive out of order)."""
-        with self._lock:
-            if offset > self._offsets.get(queue, -1):
-                self._offsets[queue] = offset
-
-    def reset(self, queue: MessageQueue, offset: int) -> None:
-        """Set the offset unconditionally (an illegal offset corrected by the broker)."""
-        with self._lock:
-            self._offsets[queue] = offset
-
     def persist(self, queues: Iterable[MessageQueue]) -> None:
         """Commit changed offsets of ``queues`` to the broker."""
         with self._lock:
@@ -96,7 +103,7 @@ class BrokerOffsetStore:
             self._persisted.pop(queue, None)
 
 
-class LocalFileOffsetStore:
+class LocalFileOffsetStore(_InMemoryOffsets):
     """Broadcasting: offsets in ``<directory>/<group>/offsets.json`` for this consumer only."""
 
     def __init__(self, directory: str | os.PathLike, consumer_group: str) -> None:
@@ -123,17 +130,6 @@ class LocalFileOffsetStore:
         """The next offset to consume from ``queue``, or None when unknown."""
         with self._lock:
             return self._offsets.get(queue)
-
-    def update(self, queue: MessageQueue, offset: int) -> None:
-        """Raise the offset of ``queue`` (never lowers it)."""
-        with self._lock:
-            if offset > self._offsets.get(queue, -1):
-                self._offsets[queue] = offset
-
-    def reset(self, queue: MessageQueue, offset: int) -> None:
-        """Set the offset of ``queue`` unconditionally."""
-        with self._lock:
-            self._offsets[queue] = offset
 
     def persist(self, queues: Iterable[MessageQueue]) -> None:
         """Write every known offset (the file is small: one entry per queue)."""

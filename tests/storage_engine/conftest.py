@@ -122,6 +122,15 @@ def open_store() -> Iterator[Callable[..., MessageStore]]:
 
 
 @pytest.fixture
+def brokers(tmp_path: Path, clock: FakeClock):
+    """Factory of brokers on tiny stores under ``tmp_path``; closed and verified at teardown."""
+    from tests.storage_engine.broker_support import BrokerFactory  # it imports this module
+
+    with BrokerFactory(tmp_path, clock) as factory:
+        yield factory
+
+
+@pytest.fixture
 def store(open_store, config: StoreConfig, clock: FakeClock) -> MessageStore:
     """An open tiny store on a fake clock; verified clean after the test."""
     return open_store(config, clock=clock)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -50,12 +49,6 @@ from tests.storage_engine.conftest import START_MS
 
 TOPIC = "orders"
 GROUP = "billing"
-
-
-@pytest.fixture
-def brokers(tmp_path: Path, clock: FakeClock):
-    with BrokerFactory(tmp_path, clock) as factory:
-        yield factory
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ message. Every broker is verified with ``verify_store`` after the test.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from storage_engine import (
@@ -45,12 +43,6 @@ TOPIC = "orders"
 GROUP = "billing"
 RETRY = f"%RETRY%{GROUP}"
 DLQ = f"%DLQ%{GROUP}"
-
-
-@pytest.fixture
-def brokers(tmp_path: Path, clock: FakeClock):
-    with BrokerFactory(tmp_path, clock) as factory:
-        yield factory
 
 
 @pytest.fixture

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from storage_engine import Broker, FakeClock, GetStatus, InvalidQueueError, Message
+from storage_engine import Broker, GetStatus, InvalidQueueError, Message
 from storage_engine.long_polling import ArrivalWaiter
 from tests.storage_engine.broker_support import Background, BrokerFactory, wait_until
 
@@ -22,12 +21,6 @@ TOPIC = "orders"
 GROUP = "billing"
 LONG_MS = 5_000  # a timeout the tests must never reach
 SHORT_MS = 150
-
-
-@pytest.fixture
-def brokers(tmp_path: Path, clock: FakeClock):
-    with BrokerFactory(tmp_path, clock) as factory:
-        yield factory
 
 
 @pytest.fixture
