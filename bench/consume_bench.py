@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import random
 import shutil
 import sys
@@ -66,7 +65,7 @@ from pathlib import Path
 
 from bench.consume_report import TARGETS, render
 from bench.delay_accuracy import measure_delay_accuracy
-from bench.peers import BenchError
+from bench.peers import BenchError, run_and_print
 from bench.store_bench import machine_facts, progress
 
 TOPIC = "bench"
@@ -434,16 +433,7 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m bench.consume_bench`` and ``postbox bench consume``."""
     args = parse_args(argv)
-    try:
-        report = run(args)
-    except BenchError as error:
-        print(f"[bench] FAILED: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(report)
-    return 0
+    return run_and_print(run, render, args)
 
 
 if __name__ == "__main__":

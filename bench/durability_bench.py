@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -50,7 +49,7 @@ from pathlib import Path
 from bench.crash_recovery import measure_recovery, recovery_writer
 from bench.durability_report import TARGETS, render
 from bench.group_commit import GroupCommitFile, WriteMode
-from bench.peers import BenchError
+from bench.peers import BenchError, run_and_print
 from bench.producers import run_producers
 from bench.store_bench import (
     body_pool,
@@ -371,19 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     created_dirs = [d for d in (Path(args.dir), *Path(args.dir).parents) if not d.exists()]
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     try:
-        report = run(args)
-    except BenchError as error:
-        print(f"[bench] FAILED: {error}", file=sys.stderr)
-        return 2
+        return run_and_print(run, render, args)
     finally:
         for directory in created_dirs:  # deepest first; only if empty (another run may use it)
             with contextlib.suppress(OSError):
                 directory.rmdir()
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(report)
-    return 0
 
 
 if __name__ == "__main__":

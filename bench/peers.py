@@ -27,13 +27,16 @@ Nothing here is thread-safe; each measurement opens a fresh adapter in a fresh d
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 SQLITE_COMMIT_ROWS = 1_000
 SQLITE_READ_BATCH = 32
@@ -41,6 +44,21 @@ SQLITE_READ_BATCH = 32
 
 class BenchError(Exception):
     """A measurement produced a wrong result (root error of the ``bench`` package)."""
+
+
+def run_and_print(run: Callable[[Any], dict], render: Callable[[dict], None], args: Any) -> int:
+    """The common tail of every benchmark's ``main``: run, then print the report as JSON
+    (``--json``) or tables; a ``BenchError`` becomes one ``[bench] FAILED`` line and exit 2."""
+    try:
+        report = run(args)
+    except BenchError as error:
+        print(f"[bench] FAILED: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
 
 
 class LiteQueuePeer:

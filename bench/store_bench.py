@@ -46,7 +46,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.peers import PEERS, BenchError, measure_peer, ratios
+from bench.peers import PEERS, BenchError, measure_peer, ratios, run_and_print
 from bench.report import NOTE, TARGETS, render
 
 TOPIC = "bench"
@@ -425,16 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_child:
         print(json.dumps(memory_child(args)))
         return 0
-    try:
-        report = run(args)
-    except BenchError as error:
-        print(f"[bench] FAILED: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(report)
-    return 0
+    return run_and_print(run, render, args)
 
 
 if __name__ == "__main__":

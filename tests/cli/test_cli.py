@@ -11,16 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from postbox.cli import app
 from storage_engine import CommitLogConfig, Message, MessageStore, StoreConfig
 from storage_engine.formats import UniqueKeyGenerator
+from tests.cli.cli_support import (
+    SEGMENT_SIZE_BYTES,
+    WIDE_TERMINAL,
+    assert_one_error_line,
+    run,
+    run_json,
+    store_args,
+)
 
-SEGMENT_SIZE_BYTES = 8192
 ORDER_COUNT = 24
 BINARY_BODY = bytes(range(256)) * 2
-WIDE_TERMINAL = {"COLUMNS": "250"}
 POSTBOX_SCRIPT = Path(sys.executable).with_name("postbox")
 BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "store_bench.py"
 
@@ -72,30 +76,12 @@ def written(tmp_path_factory) -> WrittenStore:
     return data
 
 
-def run(*args: str, env: dict[str, str] | None = None):
-    environment = {**WIDE_TERMINAL, "POSTBOX_STORE": None, **(env or {})}
-    return CliRunner().invoke(app, list(args), env=environment)
 
 
-def store_args(data: WrittenStore) -> list[str]:
-    return ["--store", str(data.root_dir), "--segment-size", str(SEGMENT_SIZE_BYTES)]
 
 
-def run_json(*args: str, expect_exit: int = 0, env: dict[str, str] | None = None):
-    result = run(*args, "--json", env=env)
-    assert result.exit_code == expect_exit, (result.stdout, result.stderr)
-    return json.loads(result.stdout)
 
 
-def assert_one_error_line(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 # --- store -------------------------------------------------------------------------------------

@@ -6,14 +6,11 @@ The state is built with the real ``Broker`` API (send, commit offsets, dead-lett
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from postbox.cli import app
 from storage_engine import (
     Broker,
     CommitLogConfig,
@@ -23,11 +20,16 @@ from storage_engine import (
     MessageView,
     StoreConfig,
 )
+from tests.cli.cli_support import (
+    SEGMENT_SIZE_BYTES,
+    assert_one_error_line,
+    run,
+    run_json,
+    store_args,
+)
 
-SEGMENT_SIZE_BYTES = 8192
 ORDER_COUNT = 10  # 5 per queue of "orders"
 AUDIT_COUNT = 3
-WIDE_TERMINAL = {"COLUMNS": "250"}
 DLQ_ORIGIN_PROPERTY = "DLQ_ORIGIN_MESSAGE_ID"
 
 
@@ -92,28 +94,12 @@ def fresh(tmp_path) -> ConsumerStore:
     return build_store(tmp_path / "store")
 
 
-def run(*args: str):
-    return CliRunner().invoke(app, list(args), env={**WIDE_TERMINAL, "POSTBOX_STORE": None})
 
 
-def store_args(data: ConsumerStore) -> list[str]:
-    return ["--store", str(data.root_dir), "--segment-size", str(SEGMENT_SIZE_BYTES)]
 
 
-def run_json(*args: str, expect_exit: int = 0):
-    result = run(*args, "--json")
-    assert result.exit_code == expect_exit, (result.stdout, result.stderr)
-    return json.loads(result.stdout)
 
 
-def assert_one_error_line(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 def read_back(data: ConsumerStore, topic: str, queue_id: int, offset: int) -> MessageView:

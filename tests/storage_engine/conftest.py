@@ -81,6 +81,17 @@ def read_queue(store: MessageStore, topic: str, queue_id: int = 0,
         offset = result.next_offset
 
 
+class DiskProbe:
+    """The store's injectable disk-usage probe, set by the test (a fixed ratio instead of a
+    real full disk)."""
+
+    def __init__(self, ratio: float = 0.2) -> None:
+        self.ratio = ratio
+
+    def __call__(self, path: Path) -> float:
+        return self.ratio
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     """A clock that moves only when the test advances it."""
@@ -95,7 +106,8 @@ def config(tmp_path: Path) -> StoreConfig:
 
 @pytest.fixture
 def open_store() -> Iterator[Callable[..., MessageStore]]:
-    """Factory: ``open_store(config, clock=None, verify=True)``.
+    """Factory: ``open_store(config, clock=None, verify=True, **open_kwargs)`` (the rest goes
+    to ``MessageStore.open``: ``disk_usage``, ``hour_of_day``).
 
     At teardown every store it opened is closed (in reverse order) and, unless ``verify=False``
     (tests that damage files on purpose), ``verify_store`` must report no problem.
@@ -103,8 +115,8 @@ def open_store() -> Iterator[Callable[..., MessageStore]]:
     opened: list[tuple[MessageStore, bool]] = []
 
     def factory(store_config: StoreConfig, *, clock: FakeClock | None = None,
-                verify: bool = True) -> MessageStore:
-        store = MessageStore.open(store_config, clock=clock)
+                verify: bool = True, **open_kwargs) -> MessageStore:
+        store = MessageStore.open(store_config, clock=clock, **open_kwargs)
         opened.append((store, verify))
         return store
 

@@ -19,7 +19,6 @@ from storage_engine import (
     DiskFullError,
     Message,
     MessageStore,
-    verify_store,
 )
 from storage_engine.config import parse_delay_levels
 from storage_engine.delay_service import (
@@ -35,7 +34,7 @@ from storage_engine.formats import (
     PROPERTY_WAIT,
 )
 from storage_engine.topics import DELAY_TOPIC
-from tests.storage_engine.conftest import put_all, read_queue, small_config
+from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 
 LEVELS_MS = parse_delay_levels("100ms 200ms 300ms")
 TOPIC = "orders"
@@ -275,33 +274,16 @@ def test_records_that_are_not_deliverable_are_skipped(dstore, clock):
     assert dstore.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0) == 0
 
 
-class DiskProbe:
-    """The store's injectable disk-usage probe, set by the test (not a full disk)."""
-
-    def __init__(self, ratio: float = 0.2) -> None:
-        self.ratio = ratio
-
-    def __call__(self, path: Path) -> float:
-        return self.ratio
-
-
 @pytest.fixture
-def probed(tmp_path, clock):
+def probed(open_store, tmp_path, clock):
     """Factory for a store opened with an injected disk probe and hour of day; closed and
     verified after the test."""
-    opened = []
 
     def factory(probe: DiskProbe, *, hour: int = 12, **config_fields) -> MessageStore:
-        store = MessageStore.open(delay_config(tmp_path / "store", **config_fields),
-                                  clock=clock, disk_usage=probe,
-                                  hour_of_day=lambda _now_ms: hour)
-        opened.append(store)
-        return store
+        return open_store(delay_config(tmp_path / "store", **config_fields), clock=clock,
+                          disk_usage=probe, hour_of_day=lambda _now_ms: hour)
 
-    yield factory
-    for store in opened:
-        store.close()
-        assert verify_store(store.root_dir, store.config) == []
+    return factory
 
 
 def test_a_failed_put_keeps_the_cursor_and_the_message_is_delivered_when_it_clears(probed,

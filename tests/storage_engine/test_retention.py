@@ -26,39 +26,23 @@ from storage_engine import (
     verify_store,
 )
 from storage_engine.retention import disk_used_ratio
-from tests.storage_engine.conftest import put_all, read_queue, small_config
+from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 
 TOPIC = "orders"
 HOUR_MS = 3_600_000
 
 
-class DiskProbe:
-    """A disk-usage probe the test sets (a fixed ratio instead of a real full disk)."""
-
-    def __init__(self, ratio: float = 0.2) -> None:
-        self.ratio = ratio
-
-    def __call__(self, path: Path) -> float:
-        return self.ratio
-
-
 @pytest.fixture
-def retained(tmp_path, clock):
+def retained(open_store, tmp_path, clock):
     """Factory for a tiny store with an injected hour of day and disk probe; closed and
     verified after the test."""
-    opened = []
 
     def factory(*, hour: int = 12, probe: DiskProbe | None = None, **retention) -> MessageStore:
         config = small_config(tmp_path / "store", retention=RetentionConfig(**retention))
-        store = MessageStore.open(config, clock=clock, disk_usage=probe or DiskProbe(),
-                                  hour_of_day=lambda _now_ms: hour)
-        opened.append(store)
-        return store
+        return open_store(config, clock=clock, disk_usage=probe or DiskProbe(),
+                          hour_of_day=lambda _now_ms: hour)
 
-    yield factory
-    for store in opened:
-        store.close()
-        assert verify_store(store.root_dir, store.config) == []
+    return factory
 
 
 def _fill(store: MessageStore, count: int = 400) -> list:
