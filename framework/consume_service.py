@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage_engine import Clock, MessageView
@@ -74,8 +73,7 @@ class ConsumeService:
     def __init__(self, client: BrokerClient, plan: ConsumerGroupPlan, *,
                  middleware: list[Middleware], offsets: OffsetStore, pool: WorkerPool,
                  scheduler: Scheduler, clock: Clock, messages_per_task: int,
-                 orderly_suspend_ms: int, local_retry_delay_ms: int,
-                 on_retry_topic_used: Callable[[], None] | None = None) -> None:
+                 orderly_suspend_ms: int, local_retry_delay_ms: int) -> None:
         self._client = client
         self._plan = plan
         self._group = plan.consumer_group
@@ -84,9 +82,9 @@ class ConsumeService:
         self._pool = pool
         self._scheduler = scheduler
         self._clock = clock
-        # a task carries at least one full batch of the largest batch_size
-        self._task_size = max([messages_per_task,
-                               *(spec.batch_size for spec in plan.handlers.values())])
+        # orderly: one handler call per batch; concurrent: a task carries at least one batch
+        self._orderly_batch_size = max(spec.batch_size for spec in plan.handlers.values())
+        self._task_size = max(messages_per_task, self._orderly_batch_size)
         self._orderly_suspend_ms = orderly_suspend_ms
         self._local_retry_delay_ms = local_retry_delay_ms
         self.stats = ConsumeStats()
@@ -218,7 +216,7 @@ class ConsumeService:
                     return
                 if not self._plan.broadcast and not pq.locked:
                     return  # the rebalance re-schedules once the broker grants the lock
-                views = pq.take(self._orderly_batch_size(pq))
+                views = pq.take(self._orderly_batch_size)
                 if not views:
                     return
                 self._consume_orderly_batch(state, views, now_ms)
@@ -228,9 +226,6 @@ class ConsumeService:
             if pq.count and not pq.dropped and not self.stopping and (
                     pq.suspended_until_ms <= self._clock.now_ms()):
                 self.schedule_orderly(state)
-
-    def _orderly_batch_size(self, pq: ProcessQueue) -> int:
-        return max(spec.batch_size for spec in self._plan.handlers.values())
 
     def _consume_orderly_batch(self, state: QueueState, views: list[MessageView],
                                now_ms: int) -> None:

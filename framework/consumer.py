@@ -115,7 +115,8 @@ class Consumer:
         self._stopping = False
         self._started = False
         self._threads = False
-        self._reassigned = False
+        self._reassigned = False  # wakes the pull loop's long poll
+        self._members_changed = False  # threads=False: the inline driver rebalances
         self._pull_thread: threading.Thread | None = None
         self.scheduler = Scheduler(clock, f"consumer-{self.group}")
         if plan.broadcast:
@@ -216,7 +217,19 @@ class Consumer:
             if self._threads:
                 self.scheduler.call_later(0, self.rebalance)
             else:
-                self._reassigned = True
+                self._members_changed = True
+
+    @property
+    def threaded(self) -> bool:
+        """Whether ``start`` created threads (False: an inline driver runs this consumer)."""
+        return self._threads
+
+    def rebalance_if_members_changed(self) -> bool:
+        """Without threads: rebalance when the group changed since the last call."""
+        if not self._members_changed:
+            return False
+        self._members_changed = False
+        return self.rebalance()
 
     def assigned_queues(self) -> list[MessageQueue]:
         """Queues this consumer currently pulls, sorted."""

@@ -26,7 +26,7 @@ class InlineRunner:
         if not app.consumers:
             app.start(threads=False)
         for consumer in app.consumers:
-            if consumer.consume is not None and consumer._threads:  # noqa: SLF001
+            if consumer.consume is not None and consumer.threaded:
                 raise AppStateError("InlineRunner needs an app started with threads=False")
         self.rounds = 0
 
@@ -46,9 +46,7 @@ class InlineRunner:
         for consumer in self.app.consumers:
             consumed_before = consumer.consumed_count()
             consumer.scheduler.run_due(now_ms)
-            if consumer._reassigned:  # noqa: SLF001 - membership changed since the last round
-                consumer._reassigned = False  # noqa: SLF001
-                consumer.rebalance()
+            consumer.rebalance_if_members_changed()
             progressed, _, _ = consumer.pull_round()
             work += progressed + consumer.consumed_count() - consumed_before
         self.rounds += 1
