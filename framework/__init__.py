@@ -25,11 +25,13 @@ from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import Producer, SendResult, SendStatus
 from .transport import BrokerClient
+from .validation import MAX_MESSAGE_SIZE_BYTES, InvalidMessageError, check_message
 
 __all__ = [
-    "App", "AppStateError", "BrokerClient", "ConfigurationError", "ConsumeContext",
-    "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan", "ConsumerOptions",
-    "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec", "MessageQueue",
-    "Middleware", "OutcomeKind", "Producer", "RetryLater", "SendResult", "SendStatus",
-    "SkipMessage", "UniqueKeyGenerator", "strategy_by_name",
+    "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
+    "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
+    "ConsumerOptions", "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec",
+    "InvalidMessageError", "MessageQueue", "Middleware", "OutcomeKind", "Producer", "RetryLater",
+    "SendResult", "SendStatus", "SkipMessage", "UniqueKeyGenerator", "check_message",
+    "strategy_by_name",
 ]

@@ -6,15 +6,22 @@ store URL is ``file:///path`` (embedded broker in this process) or, later, ``grp
 ``database_url``/``redis_url`` are kept for the outbox and idempotency layers. ``start()`` opens
 the broker, plans one consumer per consumer group and starts them; ``stop()`` drains them,
 persists offsets and closes what the app opened. Thread-safe after ``start()``.
+
+Layers above the framework (the outbox relay, the idempotency middleware) plug in without the
+framework importing them: ``on_start``/``on_stop`` run their services with the app,
+``resource`` shares one object per app (the database engine), and handlers registered with
+``idempotent=True`` get the middleware named ``idempotency`` in the ``postbox.middleware``
+entry-point group (the ``idempotency`` package registers it) unless one is already added.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
@@ -26,6 +33,13 @@ from .producer import Producer
 from .transport import BrokerClient, open_broker, store_config
 
 log = logging.getLogger(__name__)
+
+MIDDLEWARE_ENTRY_POINTS = "postbox.middleware"
+"""Entry-point group of middleware factories, each called with the app."""
+IDEMPOTENCY_MIDDLEWARE = "idempotency"
+"""Name of the factory that serves ``idempotent=True`` handlers."""
+
+T = TypeVar("T")
 
 
 class App:
@@ -67,6 +81,9 @@ class App:
         self._producer: Producer | None = None
         self._lock = threading.RLock()
         self._started = False
+        self._start_callbacks: list[Callable[[], None]] = []
+        self._stop_callbacks: list[Callable[[], None]] = []
+        self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
         if store_url is not None:
             store_config(store_url, broker_conf)  # validate the URL and conf now, open later
 
@@ -108,6 +125,29 @@ class App:
                 raise AppStateError("add middleware before app.start()")
             self.middleware.append(middleware)
 
+    def on_start(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after the consumers start (at once if the app is running)."""
+        with self._lock:
+            self._start_callbacks.append(callback)
+            running = self._started
+        if running:
+            callback()
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` at ``stop()``, after the consumers drained and before the broker
+        closes; callbacks run newest first."""
+        with self._lock:
+            self._stop_callbacks.append(callback)
+
+    def resource(self, name: str, factory: Callable[[], T], *,
+                 close: Callable[[T], None] | None = None) -> T:
+        """The app's shared object called ``name``, made by ``factory`` on first use and
+        closed with ``close`` at ``stop()``."""
+        with self._lock:
+            if name not in self._resources:
+                self._resources[name] = (factory(), close)
+            return self._resources[name][0]
+
     # ---- lifecycle ---------------------------------------------------------------------------
 
     @property
@@ -145,6 +185,7 @@ class App:
             if self._started:
                 return self
             client = self.client
+            self._add_idempotency_middleware()
             for plan in plan_groups(self.handlers):
                 consumer = Consumer(client, plan, clock=self.clock,
                                     options=self.consumer_options,
@@ -154,7 +195,26 @@ class App:
             self._started = True
         for consumer in self.consumers:
             consumer.start(threads=threads)
+        with self._lock:
+            callbacks = list(self._start_callbacks)
+        for callback in callbacks:
+            callback()
         return self
+
+    def _add_idempotency_middleware(self) -> None:
+        """Load the ``idempotency`` middleware when a handler needs it and none was added."""
+        if not any(spec.idempotent for spec in self.handlers):
+            return
+        if any(getattr(layer, "serves_idempotent_handlers", False) for layer in self.middleware):
+            return
+        found = importlib.metadata.entry_points(group=MIDDLEWARE_ENTRY_POINTS,
+                                                name=IDEMPOTENCY_MIDDLEWARE)
+        if not found:
+            raise ConfigurationError(
+                "a handler is idempotent=True but no idempotency middleware is installed "
+                "(install the postbox package, or app.add_middleware(...) one)")
+        factory = next(iter(found)).load()
+        self.middleware.append(factory(self))  # innermost: it runs the handler's transaction
 
     def stop(self) -> None:
         """Drain consumers, persist offsets, and close the broker if this app opened it."""
@@ -164,10 +224,25 @@ class App:
         for consumer in reversed(consumers):
             consumer.stop()
         with self._lock:
+            callbacks = list(self._stop_callbacks)
+            resources, self._resources = self._resources, {}
+        for callback in reversed(callbacks):
+            self._run_closer(callback)
+        for value, close in reversed(resources.values()):
+            if close is not None:
+                self._run_closer(lambda value=value, close=close: close(value))
+        with self._lock:
             if self._owns_client and self._client is not None:
                 self._client.close()
                 self._client = None
                 self._producer = None
+
+    @staticmethod
+    def _run_closer(callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:  # one failing closer must not keep the others from running
+            log.exception("stop callback %r failed", callback)
 
     def __enter__(self) -> App:
         return self.start()

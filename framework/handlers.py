@@ -56,6 +56,9 @@ class HandlerSpec:
         if type(self.batch_size) is not int or not 1 <= self.batch_size <= BATCH_SIZE_MAX:
             raise ConfigurationError(f"batch_size must be in 1..{BATCH_SIZE_MAX}, got "
                                      f"{self.batch_size!r}")
+        if self.idempotent and self.batch_size > 1:
+            raise ConfigurationError("an idempotent handler takes one message per call "
+                                     "(batch_size=1): each message commits on its own")
         if self.orderly and self.broadcast:
             raise ConfigurationError("a handler cannot be both orderly and broadcast")
 

@@ -1,0 +1,157 @@
+"""The Redis fast path: an advisory "someone has this message" mark per (group, message id).
+
+``acquire`` is one atomic ``SET key token NX PX ttl`` (never SETNX then EXPIRE, which leaves
+immortal keys when the second call is lost). The token is unique per attempt, so ``release``
+(after a failed handler) and ``mark_done`` (after a commit) are compare-and-act scripts that
+touch the key only while it still holds our token: an attempt whose mark expired and was taken
+over can never delete or overwrite its successor's.
+
+The mark is a hint and nothing more. A Redis error is never read as "duplicate": it answers
+``UNAVAILABLE`` and the caller decides on the database alone. After an error Redis is left alone
+for ``retry_after_error_ms`` so a dead server costs one failed call per interval rather than one
+per message; the first success afterwards is logged as the fast path resuming.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+
+log = logging.getLogger(__name__)
+
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) " \
+    "end return 0"
+_MARK_DONE = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
+    "return redis.call('set', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2]) end return 0"
+
+
+class GuardState(enum.Enum):
+    """What ``acquire`` found."""
+
+    ACQUIRED = "acquired"
+    HELD = "held"
+    """Another attempt (live, finished, or dead with its mark not yet expired) set the key."""
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass
+class GuardStats:
+    """Counters and ``acquire`` latencies (seconds) since the guard was made."""
+
+    acquired: int = 0
+    held: int = 0
+    unavailable: int = 0
+    errors: int = 0
+    acquire_latencies_s: list[float] = field(default_factory=list)
+    max_latency_samples: int = 100_000
+
+
+class RedisGuard:
+    """Advisory per-message marks in Redis.
+
+    Args:
+        client: a ``redis.Redis`` (or a function returning one, called on first use).
+        ttl_ms: life of an in-progress mark: longer than a handler normally runs. If a mark
+            expires while its handler still runs, a second attempt may start; the database
+            check still stops it from committing a second effect.
+        done_ttl_ms: life of the mark after a commit (duplicates seen within it cost one
+            database read, not a transaction).
+    """
+
+    def __init__(self, client: redis.Redis | Callable[[], redis.Redis], *,
+                 ttl_ms: int = 60_000, done_ttl_ms: int = 24 * 3_600_000,
+                 key_prefix: str = "postbox:idem:", retry_after_error_ms: int = 1_000,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._client_source = client
+        self._client: redis.Redis | None = client if isinstance(client, redis.Redis) else None
+        self.ttl_ms = ttl_ms
+        self.done_ttl_ms = done_ttl_ms
+        self.key_prefix = key_prefix
+        self.retry_after_error_ms = retry_after_error_ms
+        self._monotonic = monotonic
+        self._down_until_s = 0.0
+        self._down = False
+        self._lock = threading.Lock()
+        self.stats = GuardStats()
+
+    def key(self, consumer_group: str, message_id: str) -> str:
+        """The Redis key of (group, message id); the group's length keeps the pair unambiguous."""
+        return f"{self.key_prefix}{len(consumer_group)}:{consumer_group}:{message_id}"
+
+    def acquire(self, consumer_group: str, message_id: str, token: str) -> GuardState:
+        """``SET key token NX PX ttl``: ACQUIRED, HELD, or UNAVAILABLE on any Redis error."""
+        if self._skipping():
+            self.stats.unavailable += 1
+            return GuardState.UNAVAILABLE
+        started = time.perf_counter()
+        try:
+            created = self._redis().set(self.key(consumer_group, message_id), token, nx=True,
+                                        px=self.ttl_ms)
+        except redis.RedisError as error:
+            self._failed(error)
+            self.stats.unavailable += 1
+            return GuardState.UNAVAILABLE
+        self._succeeded(time.perf_counter() - started)
+        if created:
+            self.stats.acquired += 1
+            return GuardState.ACQUIRED
+        self.stats.held += 1
+        return GuardState.HELD
+
+    def release(self, consumer_group: str, message_id: str, token: str) -> None:
+        """Delete the mark if it is still ours (after a failed attempt)."""
+        self._run(_RELEASE, consumer_group, message_id, token)
+
+    def mark_done(self, consumer_group: str, message_id: str, token: str) -> None:
+        """Turn our in-progress mark into a "done" mark that lives ``done_ttl_ms``."""
+        self._run(_MARK_DONE, consumer_group, message_id, token, self.done_ttl_ms)
+
+    def close(self) -> None:
+        """Close the connection pool (reopened on next use)."""
+        client, self._client = self._client, None
+        if client is not None and not isinstance(self._client_source, redis.Redis):
+            client.close()
+
+    def _run(self, script: str, consumer_group: str, message_id: str, *args: object) -> None:
+        if self._skipping():
+            return
+        try:
+            self._redis().eval(script, 1, self.key(consumer_group, message_id), *args)
+        except redis.RedisError as error:
+            self._failed(error)
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            source = self._client_source
+            self._client = source if isinstance(source, redis.Redis) else source()
+        return self._client
+
+    def _skipping(self) -> bool:
+        return self._down and self._monotonic() < self._down_until_s
+
+    def _failed(self, error: Exception) -> None:
+        with self._lock:
+            self.stats.errors += 1
+            if not self._down:
+                log.warning("Redis is unavailable (%s): idempotency continues on the database "
+                            "alone, retrying Redis every %d ms", error, self.retry_after_error_ms)
+            self._down = True
+            self._down_until_s = self._monotonic() + self.retry_after_error_ms / 1000
+
+    def _succeeded(self, latency_s: float) -> None:
+        if len(self.stats.acquire_latencies_s) < self.stats.max_latency_samples:
+            self.stats.acquire_latencies_s.append(latency_s)
+        if self._down:
+            with self._lock:
+                if self._down:
+                    self._down = False
+                    log.warning("Redis is reachable again: the idempotency fast path resumed")
+
+
+__all__ = ["GuardState", "GuardStats", "RedisGuard"]

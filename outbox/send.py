@@ -1,0 +1,116 @@
+"""``outbox.send``: write a message stub inside the caller's own database transaction.
+
+The stub commits or rolls back with the business rows next to it, so a message exists exactly
+when the business change does. Nothing is published here: when a ``Relay`` watches the engine,
+the id is handed to it as the transaction commits (the after-commit hook); otherwise, and
+whenever the hook is missed, the relay's polling finds the stub. Everything is validated before
+the insert, so a bad message raises with nothing written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert
+from sqlalchemy.orm import Session
+
+from framework import UniqueKeyGenerator, check_message
+
+from .clock import utc_now
+from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError
+from .tables import MESSAGE_ID_LENGTH, StubStatus, message_stub
+
+RELAY_EXECUTION_OPTION = "postbox_outbox_relay"
+"""Engine execution option a watching ``Relay`` sets; ``send`` then queues ids for it."""
+PENDING_IDS_INFO_KEY = "postbox.outbox.pending"
+"""``Connection.info`` key of the ids written in the connection's current transaction."""
+
+
+def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
+         tags: str | None = None, keys: Iterable[str] | str | None = None,
+         delay_level: int | None = None, properties: Mapping[str, str] | None = None,
+         message_id: str | None = None, now: datetime | None = None) -> str:
+    """Insert a stub for a message in the caller's open transaction; return its message id.
+
+    Args:
+        session_or_connection: a SQLAlchemy ``Session`` or ``Connection`` with a transaction
+            in progress (``with Session.begin()``, ``with engine.begin()``, or after the
+            session's first statement). Without one this raises ``NoTransactionError``.
+        body: ``bytes``; ``str`` (sent as UTF-8); anything else is sent as compact JSON.
+        message_id: the ``UNIQ_KEY`` to use (default: a new one, as RocketMQ's clients make).
+        now: creation time (naive UTC); tests pass a fixed one.
+    """
+    connection = _transaction_connection(session_or_connection)
+    content = encode_body(body)
+    key_list = check_message(topic, content, tags=tags, keys=keys, properties=properties,
+                             delay_level=delay_level)
+    if message_id is None:
+        message_id = _id_generator(os.getpid()).next()
+    elif not isinstance(message_id, str) or not message_id.strip() or \
+            len(message_id) > MESSAGE_ID_LENGTH:
+        raise InvalidMessageError(f"message_id must be a non-empty string of at most "
+                                  f"{MESSAGE_ID_LENGTH} characters, got {message_id!r}")
+    created = now or utc_now()
+    connection.execute(insert(message_stub).values(
+        message_id=message_id, topic=topic, tags=tags, keys=" ".join(key_list) or None,
+        content=content, properties=json.dumps(dict(properties), sort_keys=True)
+        if properties else None, delay_level=delay_level or None,
+        status=StubStatus.UNCONFIRMED.value, send_count=0, next_resend_at=created,
+        created_at=created, updated_at=created))
+    if connection.get_execution_options().get(RELAY_EXECUTION_OPTION):
+        connection.info.setdefault(PENDING_IDS_INFO_KEY, []).append(message_id)
+    return message_id
+
+
+def encode_body(body: Any) -> bytes:
+    """The stored bytes of ``body`` (see ``send``)."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    if isinstance(body, str):
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise BodyNotSerializableError(f"body text is not valid Unicode: {error}") from error
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise BodyNotSerializableError(
+            f"body of type {type(body).__name__} is not bytes, text or JSON-serialisable: "
+            f"{error}") from error
+
+
+def _transaction_connection(target: Session | Connection) -> Connection:
+    if isinstance(target, Session):
+        if not target.in_transaction():
+            raise NoTransactionError("outbox.send needs an open transaction: use "
+                                     "`with Session.begin() as session:` (or session.begin())")
+        connection = target.connection()
+    elif isinstance(target, Connection):
+        if not target.in_transaction():
+            raise NoTransactionError("outbox.send needs an open transaction: use "
+                                     "`with engine.begin() as connection:`")
+        connection = target
+    else:
+        raise TypeError(f"outbox.send needs a SQLAlchemy Session or Connection, got "
+                        f"{type(target).__name__}")
+    if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        raise NoTransactionError("outbox.send needs a real transaction; this connection is in "
+                                 "AUTOCOMMIT mode, so the stub would commit on its own")
+    return connection
+
+
+@functools.cache
+def _id_generator(pid: int) -> UniqueKeyGenerator:
+    """One generator per process (keyed by pid, so a forked worker makes its own)."""
+    return UniqueKeyGenerator()
+
+
+__all__ = ["PENDING_IDS_INFO_KEY", "RELAY_EXECUTION_OPTION", "encode_body", "send"]

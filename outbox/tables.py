@@ -1,0 +1,139 @@
+"""The outbox's tables (DESIGN §5), in one SQLAlchemy ``MetaData`` that Alembic migrates.
+
+- ``message_stub``: one row per message the application sent through ``outbox.send``, written in
+  the application's own transaction. ``status`` goes ``unconfirmed`` → ``confirmed`` (a consumer
+  committed its effect) or ``void`` (given up; an operator decides). The relay records where
+  the message went (``queue_id``, ``queue_offset``, ``log_position``, ``offset_msg_id``) and
+  counts attempts in ``send_count`` before each one.
+- ``message_log``: one row per (consumer group, message) received and not yet confirmed — the
+  in-flight marker, deleted in the transaction that confirms the message.
+- ``message_processed``: one row per (consumer group, message) whose handler committed. It is
+  the consumer side's authority: a stub says "some consumer confirmed me", but with several
+  consumer groups on one topic, or the stub table in another database, only a row keyed by
+  (consumer group, message id) can say "this group already did it".
+
+Columns beyond DESIGN §5's list: ``delay_level``/``properties`` (the relay needs them to
+publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went), and
+``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub).
+Times are naive UTC. Column and constraint names follow ``NAMING_CONVENTION`` so migrations
+are stable across databases.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects import mysql
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+MESSAGE_ID_LENGTH = 128
+TOPIC_LENGTH = 255
+GROUP_LENGTH = 255
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class StubStatus(enum.StrEnum):
+    """Life of a stub."""
+
+    UNCONFIRMED = "unconfirmed"
+    CONFIRMED = "confirmed"
+    VOID = "void"
+
+
+def _timestamp(**kwargs: object) -> Column:
+    """A naive-UTC timestamp with microseconds on every database (MySQL's default drops them)."""
+    name = kwargs.pop("name")
+    kind = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    return Column(name, kind, **kwargs)
+
+
+_body = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+_long_text = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+message_stub = Table(
+    "message_stub", metadata,
+    Column("message_id", String(MESSAGE_ID_LENGTH), primary_key=True),
+    Column("topic", String(TOPIC_LENGTH), nullable=False),
+    Column("tags", String(255)),
+    Column("keys", String(1024)),
+    Column("content", _body, nullable=False),
+    Column("properties", _long_text),
+    Column("delay_level", SmallInteger),
+    Column("status", String(16), nullable=False, server_default=StubStatus.UNCONFIRMED.value),
+    Column("send_count", Integer, nullable=False, server_default="0"),
+    Column("queue_id", Integer),
+    Column("queue_offset", BigInteger),
+    Column("log_position", BigInteger),
+    Column("offset_msg_id", String(64)),
+    _timestamp(name="published_at"),
+    _timestamp(name="next_resend_at"),
+    Column("lease_owner", String(64)),
+    _timestamp(name="lease_until"),
+    _timestamp(name="created_at", nullable=False),
+    _timestamp(name="updated_at", nullable=False),
+    _timestamp(name="confirmed_at"),
+    Column("last_error", Text),
+    CheckConstraint("status IN ('unconfirmed', 'confirmed', 'void')", name="status"),
+    CheckConstraint("send_count >= 0", name="send_count"),
+    # relay and resend scans: due unconfirmed stubs
+    Index("ix_message_stub_status_next_resend_at", "status", "next_resend_at"),
+    # cleanup: confirmed stubs past retention
+    Index("ix_message_stub_status_confirmed_at", "status", "confirmed_at"),
+    # resend rule and reconciliation: stubs of one queue by offset
+    Index("ix_message_stub_topic_queue_id_queue_offset", "topic", "queue_id", "queue_offset"),
+)
+
+message_log = Table(
+    "message_log", metadata,
+    Column("consumer_group", String(GROUP_LENGTH), nullable=False),
+    Column("message_id", String(MESSAGE_ID_LENGTH), nullable=False),
+    Column("topic", String(TOPIC_LENGTH), nullable=False),
+    Column("queue_id", Integer),
+    Column("queue_offset", BigInteger),
+    _timestamp(name="created_at", nullable=False),
+    PrimaryKeyConstraint("consumer_group", "message_id"),
+    # resend rule: the group's highest logged offset per queue
+    Index("ix_message_log_consumer_group_topic_queue_id_queue_offset",
+          "consumer_group", "topic", "queue_id", "queue_offset"),
+    # cleanup: stale rows
+    Index("ix_message_log_created_at", "created_at"),
+)
+
+message_processed = Table(
+    "message_processed", metadata,
+    Column("consumer_group", String(GROUP_LENGTH), nullable=False),
+    Column("message_id", String(MESSAGE_ID_LENGTH), nullable=False),
+    Column("topic", String(TOPIC_LENGTH), nullable=False),
+    _timestamp(name="processed_at", nullable=False),
+    PrimaryKeyConstraint("consumer_group", "message_id"),
+    # cleanup: rows past retention
+    Index("ix_message_processed_processed_at", "processed_at"),
+)
+
+__all__ = [
+    "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "NAMING_CONVENTION", "TOPIC_LENGTH", "StubStatus",
+    "message_log", "message_processed", "message_stub", "metadata",
+]

@@ -1,0 +1,3 @@
+"""Plugins shared by every test package."""
+
+pytest_plugins = ["tests.support.services"]
