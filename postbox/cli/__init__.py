@@ -1,5 +1,5 @@
-"""The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq`` and
-``bench`` sub-apps.
+"""The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq``,
+``db`` and ``bench`` sub-apps.
 
 This package is the edge of the system: it may import any project package and nothing imports
 it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
@@ -17,6 +17,7 @@ from rich.logging import RichHandler
 
 from .bench_commands import bench_app
 from .consumer_commands import consumer_app
+from .db_commands import db_app
 from .demo import demo_command
 from .dlq_commands import dlq_app
 from .query_commands import query_app
@@ -32,6 +33,7 @@ app.add_typer(store_app)
 app.add_typer(query_app)
 app.add_typer(consumer_app)
 app.add_typer(dlq_app)
+app.add_typer(db_app)
 app.add_typer(bench_app)
 app.command("demo")(demo_command)
 

@@ -1,0 +1,134 @@
+"""``postbox db …``: create and migrate the outbox tables (``migrations``, Alembic).
+
+``upgrade [REVISION]`` (default ``head``), ``downgrade [REVISION]`` (default ``-1``: one step;
+``base`` drops the tables and their rows) and ``current`` (the database's revision and whether
+it is the newest). The database is ``--db URL``, else ``POSTBOX_DATABASE_URL``, else
+``sqlite:///.postbox/app.db``; for a relative SQLite file path the parent directory is created.
+
+Every command connects, does its work and disconnects. Unreachable databases, unparsable URLs,
+missing drivers and unknown revisions are one ``error:`` line (exit code 2); the URL is shown
+with its password hidden.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError
+
+import migrations
+from migrations.api import safe_url
+
+from .common import CliError, JsonOption, out_console, print_json, reports_errors
+
+DATABASE_URL_ENV_VAR = "POSTBOX_DATABASE_URL"
+DEFAULT_DATABASE_URL = "sqlite:///.postbox/app.db"
+
+db_app = typer.Typer(name="db", help="Create and migrate the outbox tables.",
+                     no_args_is_help=True)
+
+DatabaseUrlOption = Annotated[str, typer.Option(
+    "--db", metavar="URL", envvar=DATABASE_URL_ENV_VAR,
+    help="SQLAlchemy URL of the application database.")]
+
+
+def prepare_url(url: str) -> str:
+    """Check that ``url`` parses; for a relative SQLite file path, create its parent directory."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as error:
+        raise CliError(f"bad database URL {url!r}: {error}") from error
+    database = parsed.database or ""
+    if (parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
+            and not database.startswith("file:") and not Path(database).is_absolute()):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    return url
+
+
+@contextlib.contextmanager
+def reporting_migration_errors() -> Iterator[None]:
+    """Turn a ``MigrationError`` into a ``CliError`` (one ``error:`` line, exit code 2)."""
+    try:
+        yield
+    except migrations.MigrationError as error:
+        raise CliError(str(error)) from error
+
+
+def revision_label(revision: str | None, head: str) -> str:
+    """``0001 (head)``, ``0001`` or ``<base>`` for a database without tables."""
+    if revision is None:
+        return "<base>"
+    return f"{revision} (head)" if revision == head else revision
+
+
+def report_move(url: str, verb: str, before: str | None, after: str | None,
+                json_output: bool) -> None:
+    """Print where an upgrade or downgrade took the database."""
+    head = migrations.head()
+    if json_output:
+        print_json({"database": safe_url(url), "from": before, "to": after, "head": head,
+                    "is_head": after == head})
+    elif before == after:
+        out_console().print(f"{safe_url(url)}: already at {revision_label(after, head)}",
+                            highlight=False)
+    else:
+        out_console().print(f"{safe_url(url)}: {verb} from {revision_label(before, head)} "
+                            f"to {revision_label(after, head)}", highlight=False)
+
+
+@db_app.command("upgrade")
+@reports_errors
+def upgrade_command(
+        revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+        db: DatabaseUrlOption = DEFAULT_DATABASE_URL, json_output: JsonOption = False) -> None:
+    """Migrate the database up to REVISION (default: the newest)."""
+    url = prepare_url(db)
+    with reporting_migration_errors():
+        before = migrations.current(url)
+        migrations.upgrade(url, revision)
+        after = migrations.current(url)
+    report_move(url, "upgraded", before, after, json_output)
+
+
+@db_app.command("downgrade")
+@reports_errors
+def downgrade_command(
+        revision: Annotated[str, typer.Argument(
+            help="Target revision: -1 steps back once, base drops the outbox tables.")] = "-1",
+        db: DatabaseUrlOption = DEFAULT_DATABASE_URL, json_output: JsonOption = False) -> None:
+    """Migrate the database down to REVISION (default: one step back)."""
+    url = prepare_url(db)
+    with reporting_migration_errors():
+        before = migrations.current(url)
+        if before is None and revision != "base":
+            raise CliError(f"nothing to downgrade: {safe_url(url)} has no revision")
+        migrations.downgrade(url, revision)
+        after = migrations.current(url)
+    report_move(url, "downgraded", before, after, json_output)
+
+
+@db_app.command("current")
+@reports_errors
+def current_command(db: DatabaseUrlOption = DEFAULT_DATABASE_URL,
+                    json_output: JsonOption = False) -> None:
+    """Show the database's revision and whether it is the newest."""
+    url = prepare_url(db)
+    with reporting_migration_errors():
+        revision = migrations.current(url)
+    head = migrations.head()
+    document: dict[str, Any] = {"database": safe_url(url), "current": revision, "head": head,
+                                "is_head": revision == head}
+    if json_output:
+        print_json(document)
+    elif revision is None:
+        out_console().print(f"{safe_url(url)}: <base> (not migrated; head is {head})",
+                            highlight=False)
+    elif revision == head:
+        out_console().print(f"{safe_url(url)}: {revision} (head)", highlight=False)
+    else:
+        out_console().print(f"{safe_url(url)}: {revision} (head is {head})", highlight=False)
