@@ -28,12 +28,15 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 ENGINE_RESOURCE = "postbox.database"
 
 
-def create_database_engine(url: str | URL, **engine_options: Any) -> Engine:
-    """An engine for ``url`` with the settings described in the module docstring."""
+def create_database_engine(url: str | URL, *,
+                           sqlite_busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S,
+                           **engine_options: Any) -> Engine:
+    """An engine for ``url`` with the settings described in the module docstring
+    (``engine_options`` go to ``sqlalchemy.create_engine``)."""
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, engine_options)
+        return _sqlite_engine(parsed, sqlite_busy_timeout_s, engine_options)
     options: dict[str, Any] = {"pool_pre_ping": True}
     if backend in ("mysql", "mariadb"):
         options["isolation_level"] = "READ COMMITTED"
@@ -60,10 +63,10 @@ def supports_skip_locked(engine: Engine) -> bool:
     return dialect_name(engine) in ("postgresql", "mysql")
 
 
-def _sqlite_engine(url: URL, engine_options: dict[str, Any]) -> Engine:
+def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, Any]) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
     options: dict[str, Any] = {
-        "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+        "connect_args": {"timeout": busy_timeout_s, "check_same_thread": False},
     }
     if in_memory:
         options["poolclass"] = StaticPool
@@ -76,7 +79,7 @@ def _sqlite_engine(url: URL, engine_options: dict[str, Any]) -> Engine:
         cursor = dbapi_connection.cursor()
         if not in_memory:
             cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

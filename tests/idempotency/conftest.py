@@ -1,0 +1,50 @@
+"""Fixtures for idempotency tests: an app on a small real store, a real database with the
+outbox tables and a ``ledger`` business table, and real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+import outbox
+from framework import App
+from storage_engine import FakeClock
+from tests.storage_engine.conftest import START_MS
+from tests.support.consumer_process import BROKER_CONF
+from tests.support.idempotent_consumer import MS_DELAY_LEVELS, business, ledger
+
+__all__ = ["count_rows", "ledger"]
+
+
+def count_rows(engine, table) -> int:
+    with engine.connect() as connection:
+        return connection.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+@pytest.fixture
+def make_app(tmp_path: Path, migrated_database_url: str,
+             redis_url: str) -> Iterator[Callable[..., App]]:
+    """Factory: ``make_app(redis=..., clock=...)`` → an app on a small store under tmp_path;
+    stopped at teardown. The ledger table is created in the app's database."""
+    apps: list[App] = []
+
+    def factory(*, redis: str | None = redis_url, clock: FakeClock | None = None,
+                name: str = "store", database: str = migrated_database_url) -> App:
+        app = App(store_url=str(tmp_path / name), database_url=database, redis_url=redis,
+                  broker_conf={**BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS},
+                  clock=clock)
+        business.create_all(outbox.database_engine(app))
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in reversed(apps):
+        app.stop()
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock(START_MS)
