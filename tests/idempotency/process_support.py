@@ -1,0 +1,73 @@
+"""Helpers for the tests that run ``tests.support.idempotent_consumer`` as real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select
+
+import outbox
+from framework import Producer
+from storage_engine import Broker, StoreConfig
+from tests.support.consumer_process import BROKER_CONF
+from tests.support.idempotent_consumer import MS_DELAY_LEVELS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def store_config(root: Path) -> StoreConfig:
+    return StoreConfig.from_broker_conf({**BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS},
+                                        root_dir=root)
+
+
+def send_stubs(engine: Engine, count: int) -> list[str]:
+    """``count`` stubs written through ``outbox.send``, one business transaction each."""
+    ids = []
+    for index in range(count):
+        with engine.begin() as connection:
+            ids.append(outbox.send(connection, "orders", f"order-{index}"))
+    return ids
+
+
+def publish_copies(root: Path, ids: list[str], copies: int) -> None:
+    """Store every message ``copies`` times (round-robin puts the copies on other queues)."""
+    with Broker.open(store_config(root)) as broker:
+        producer = Producer(broker)
+        for _ in range(copies):
+            for index, message_id in enumerate(ids):
+                producer.send("orders", f"order-{index}", unique_key=message_id)
+
+
+def start_consumer(root: Path, database_url: str, redis_url: str, *extra: str,
+                   ) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.idempotent_consumer", "--store", str(root),
+         "--db", database_url, "--redis", redis_url, *extra],
+        cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == b"ready"
+    return process
+
+
+def stop_consumer(process: subprocess.Popen) -> None:
+    assert process.stdin is not None
+    process.stdin.close()
+    assert process.wait(60) == 0
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def stub_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as connection:
+        rows = connection.execute(select(outbox.message_stub.c.status, func.count())
+                                  .group_by(outbox.message_stub.c.status)).all()
+    return dict(rows)
