@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-database lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
@@ -23,6 +23,13 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
+# Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.
+DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations
+test-database: $(STAMP)
+	@test -n "$$POSTBOX_TEST_DATABASE_URL" || { echo "set POSTBOX_TEST_DATABASE_URL"; exit 2; }
+	$(BIN)/python -m pytest -q $(DATABASE_SUITES)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store_bench
