@@ -6,7 +6,8 @@ kills its sender cannot loop forever) and stamps them with a fresh claim token a
 ``lease_until``. Whatever the caller then records about the attempt is fenced by that token:
 if the lease ran out and someone else claimed the stub, the late writer changes nothing.
 
-Two strategies, one result:
+Candidates are taken in ``next_resend_at`` order, which the ``(status, next_resend_at)`` index
+serves, so a claim locks only the rows it takes. Two strategies, one result:
 - PostgreSQL, MySQL 8 and MariaDB 10.6+: ``SELECT … FOR UPDATE SKIP LOCKED`` then ``UPDATE``
   by id, so concurrent claimers take disjoint rows without waiting for each other.
 - SQLite (and any other database): one ``UPDATE … WHERE <condition> AND message_id IN
@@ -22,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Engine, and_, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, and_, or_, select, update
 
-from .database import supports_skip_locked
+from .database import run_transaction, supports_skip_locked
 from .tables import StubStatus, message_stub
 
 stub = message_stub.c
@@ -56,7 +57,7 @@ def lease_free(now: datetime) -> ColumnElement[bool]:
 
 def unpublished_due(now: datetime, max_send_count: int) -> ColumnElement[bool]:
     """Unconfirmed stubs never stored in the broker, due for an attempt."""
-    return and_(stub.status == StubStatus.UNCONFIRMED.value, stub.queue_offset.is_(None),
+    return and_(stub.status == StubStatus.UNCONFIRMED.value, stub.published_at.is_(None),
                 stub.send_count < max_send_count,
                 or_(stub.next_resend_at.is_(None), stub.next_resend_at <= now))
 
@@ -73,10 +74,11 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
         wanted = and_(wanted, stub.message_id.in_(list(message_ids)))
     stamp = {"send_count": stub.send_count + 1, "lease_owner": token,
              "lease_until": now + lease, "updated_at": now}
-    with engine.begin() as connection:
+
+    def claim(connection: Connection) -> Sequence[RowMapping]:
         if supports_skip_locked(engine):
             picked = connection.execute(
-                select(stub.message_id).where(wanted).order_by(stub.created_at).limit(limit)
+                select(stub.message_id).where(wanted).order_by(stub.next_resend_at).limit(limit)
                 .with_for_update(skip_locked=True)).scalars().all()
             if not picked:
                 return []
@@ -84,16 +86,18 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
                                .where(stub.message_id.in_(picked)).values(**stamp))
         else:
             candidates = select(stub.message_id).where(wanted).order_by(
-                stub.created_at).limit(limit).scalar_subquery()
+                stub.next_resend_at).limit(limit).scalar_subquery()
             result = connection.execute(update(message_stub).where(
                 wanted, stub.message_id.in_(candidates)).values(**stamp))
             if not result.rowcount:
                 return []
-        rows = connection.execute(
+        return connection.execute(
             select(stub.message_id, stub.topic, stub.tags, stub["keys"], stub.content,
                    stub.properties, stub.delay_level, stub.send_count, stub.queue_id,
                    stub.queue_offset)
-            .where(stub.lease_owner == token).order_by(stub.created_at)).mappings().all()
+            .where(stub.lease_owner == token).order_by(stub.next_resend_at)).mappings().all()
+
+    rows = run_transaction(engine, claim)
     return [ClaimedStub(row["message_id"], row["topic"], row["tags"], row["keys"],
                         bytes(row["content"]),
                         json.loads(row["properties"]) if row["properties"] else {},

@@ -16,16 +16,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from framework import App, ConfigurationError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 ENGINE_RESOURCE = "postbox.database"
+TRANSACTION_ATTEMPTS = 5
+"""How often ``run_transaction`` runs a transaction the database rolled back on a deadlock."""
+_DEADLOCK_CODES = frozenset({1213})  # MySQL/MariaDB ER_LOCK_DEADLOCK
+_DEADLOCK_SQLSTATES = frozenset({"40P01"})  # PostgreSQL deadlock_detected
+
+T = TypeVar("T")
 
 
 def create_database_engine(url: str | URL, *,
@@ -63,6 +73,33 @@ def supports_skip_locked(engine: Engine) -> bool:
     return dialect_name(engine) in ("postgresql", "mysql")
 
 
+def run_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """``work(connection)`` in a transaction of its own, run again (up to
+    ``TRANSACTION_ATTEMPTS`` times) when the database broke a deadlock by rolling it back.
+
+    MariaDB's ``FOR UPDATE SKIP LOCKED`` still waits for the secondary-index entries another
+    relay's record ``UPDATE`` just wrote, so claims and records can deadlock; the rolled-back
+    one wrote nothing and is safe to repeat.
+    """
+    for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+        try:
+            with engine.begin() as connection:
+                return work(connection)
+        except DBAPIError as error:
+            if attempt == TRANSACTION_ATTEMPTS or not is_deadlock(error):
+                raise
+            time.sleep(random.uniform(0, 0.005 * attempt))
+    raise AssertionError("unreachable")
+
+
+def is_deadlock(error: DBAPIError) -> bool:
+    """Whether ``error`` is the database rolling the transaction back to break a deadlock."""
+    orig = error.orig
+    code = orig.args[0] if orig is not None and orig.args else None
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code in _DEADLOCK_CODES or sqlstate in _DEADLOCK_SQLSTATES
+
+
 def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, Any]) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
     options: dict[str, Any] = {
@@ -90,6 +127,6 @@ def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, An
 
 
 __all__ = [
-    "ENGINE_RESOURCE", "create_database_engine", "database_engine", "dialect_name",
-    "supports_skip_locked",
+    "ENGINE_RESOURCE", "TRANSACTION_ATTEMPTS", "create_database_engine", "database_engine",
+    "dialect_name", "is_deadlock", "run_transaction", "supports_skip_locked",
 ]

@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, event, select, update
+from sqlalchemy import Connection, Engine, bindparam, event, select, update
 
 from framework import Producer
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
 from .clock import NowFunction, utc_now
+from .database import run_transaction
 from .send import PENDING_IDS_INFO_KEY, RELAY_EXECUTION_OPTION
 from .tables import StubStatus, message_stub
 
@@ -205,8 +206,11 @@ class Relay:
             except Exception as error:  # the broker refused or failed: record, retry later
                 failed.append((item, f"{type(error).__name__}: {error}"))
                 continue
+            # a delayed message's offset is in the delay topic until the delay service moves
+            # it: only the real queue is recorded, the offset stays unknown (NULL)
+            offset = None if result.delay_level > 0 else result.queue_offset
             done.append({"b_id": item.message_id, "b_token": item.token,
-                         "b_queue_id": result.queue_id, "b_queue_offset": result.queue_offset,
+                         "b_queue_id": result.queue_id, "b_queue_offset": offset,
                          "b_position": result.log_position,
                          "b_offset_msg_id": result.offset_msg_id})
         self._record(done, failed)
@@ -216,7 +220,8 @@ class Relay:
     def _record(self, done: list[dict[str, Any]], failed: list[tuple[ClaimedStub, str]]) -> None:
         now = self._now()
         fence = (stub.message_id == bindparam("b_id"), stub.lease_owner == bindparam("b_token"))
-        with self.engine.begin() as connection:
+
+        def write(connection: Connection) -> None:
             if done:
                 connection.execute(update(message_stub).where(*fence).values(
                     queue_id=bindparam("b_queue_id"), queue_offset=bindparam("b_queue_offset"),
@@ -226,23 +231,24 @@ class Relay:
                     next_resend_at=now + timedelta(milliseconds=self.options.resend_check_ms)),
                     done)
             for item, error in failed:
-                exhausted = item.send_count >= self.options.max_send_count
                 values: dict[str, Any] = {
                     "last_error": error[:2000], "lease_owner": None, "lease_until": None,
                     "updated_at": now, "next_resend_at": now + self._retry_delay(item.send_count)}
-                if exhausted:
+                if item.send_count >= self.options.max_send_count:
                     values["status"] = StubStatus.VOID.value
                 connection.execute(update(message_stub).where(
                     stub.message_id == item.message_id, stub.lease_owner == item.token)
                     .values(**values))
-                if exhausted:
-                    self.stats.voided += 1
-                    log.error("stub %s is void after %d failed publish attempts (last: %s); "
-                              "an operator must re-arm it", item.message_id, item.send_count,
-                              error)
-                else:
-                    log.warning("publishing stub %s failed (attempt %d): %s", item.message_id,
-                                item.send_count, error)
+
+        run_transaction(self.engine, write)
+        for item, error in failed:
+            if item.send_count >= self.options.max_send_count:
+                self.stats.voided += 1
+                log.error("stub %s is void after %d failed publish attempts (last: %s); "
+                          "an operator must re-arm it", item.message_id, item.send_count, error)
+            else:
+                log.warning("publishing stub %s failed (attempt %d): %s", item.message_id,
+                            item.send_count, error)
         self.stats.failed += len(failed)
 
     def _retry_delay(self, attempts: int) -> timedelta:

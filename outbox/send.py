@@ -52,9 +52,10 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
     if message_id is None:
         message_id = _id_generator(os.getpid()).next()
     elif not isinstance(message_id, str) or not message_id.strip() or \
-            len(message_id) > MESSAGE_ID_LENGTH:
+            len(message_id) > MESSAGE_ID_LENGTH or "\x01" in message_id or "\x02" in message_id:
         raise InvalidMessageError(f"message_id must be a non-empty string of at most "
-                                  f"{MESSAGE_ID_LENGTH} characters, got {message_id!r}")
+                                  f"{MESSAGE_ID_LENGTH} characters without U+0001/U+0002 "
+                                  f"(record framing), got {message_id!r}")
     created = now or utc_now()
     connection.execute(insert(message_stub).values(
         message_id=message_id, topic=topic, tags=tags, keys=" ".join(key_list) or None,

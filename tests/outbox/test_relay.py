@@ -1,0 +1,387 @@
+"""The relay: committed stubs reach the broker once, with where they went recorded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, func, select, update
+
+import outbox
+from framework import App, Producer
+from outbox import Outbox, Relay, RelayOptions, StubStatus, claim_stubs, message_stub
+from outbox.claims import unpublished_due
+from outbox.clock import utc_now
+from outbox.database import run_transaction
+from storage_engine import Broker
+from storage_engine.topics import DELAY_TOPIC
+from tests.outbox.conftest import (
+    add_order,
+    stored_records,
+    stub_count,
+    stub_row,
+    stub_rows,
+    wait_for,
+)
+
+FAST_POLL = RelayOptions(poll_interval_ms=50)
+
+
+class Clock:
+    """A database time the test moves (naive UTC, as the relay reads it)."""
+
+    def __init__(self) -> None:
+        self.now = utc_now()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def send_stubs(engine: Engine, count: int, topic: str = "orders", first_order: int = 1
+               ) -> list[str]:
+    """Commit ``count`` orders, each with its stub, in one transaction; return the ids."""
+    with engine.begin() as connection:
+        ids = []
+        for number in range(first_order, first_order + count):
+            add_order(connection, number)
+            ids.append(outbox.send(connection, topic, f"order {number}",
+                                   keys=f"order-{number}"))
+    return ids
+
+
+def unpublished(engine: Engine) -> int:
+    """How many stubs are not recorded as stored in the broker yet."""
+    with engine.connect() as connection:
+        return connection.execute(select(func.count()).select_from(message_stub).where(
+            message_stub.c.published_at.is_(None))).scalar_one()
+
+
+def assert_published_as_stored(engine: Engine, broker: Broker, message_id: str) -> None:
+    """The stub records exactly where the one stored record of its message is."""
+    row = stub_row(engine, message_id)
+    assert row["status"] == "unconfirmed"
+    assert row["send_count"] == 1
+    assert row["published_at"] is not None
+    assert row["lease_owner"] is None and row["lease_until"] is None
+    assert row["last_error"] is None
+    assert row["next_resend_at"] > row["published_at"]
+    broker.store.wait_dispatched()
+    [record] = broker.store.query_by_unique_key(row["topic"], message_id)
+    assert record.unique_key == message_id
+    assert record.topic == row["topic"]
+    assert bytes(record.body) == bytes(row["content"])
+    assert record.tags == row["tags"]
+    assert " ".join(record.keys) == (row["keys"] or "")
+    assert (record.queue_id, record.queue_offset, record.log_position) == (
+        row["queue_id"], row["queue_offset"], row["log_position"])
+    assert broker.store.view_message_by_id(row["offset_msg_id"]).log_position == \
+        row["log_position"]
+
+
+# ---- the after-commit hook and polling ------------------------------------------------------
+
+
+def test_committed_send_is_published_promptly_by_the_after_commit_hook(
+        app: App, broker: Broker, make_engine: Callable[[], Engine]):
+    box = Outbox(app, options=RelayOptions(poll_interval_ms=60_000))
+    # a stub from another process, found by the relay thread's first poll at start
+    [polled_id] = send_stubs(make_engine(), 1, first_order=100)
+    app.start()
+    wait_for(lambda: box.relay.stats.published_by_poll == 1, what="the first poll")
+
+    properties = {"source": "shop"}
+    with box.session.begin() as session:
+        add_order(session, 1)
+        message_id = outbox.send(session, "orders", {"order": 1}, tags="created",
+                                 keys=["order-1", "customer-7"], properties=properties)
+    # the next poll is a minute away: only the hook can publish it within the deadline
+    wait_for(lambda: stub_row(box.engine, message_id)["published_at"], timeout_s=5,
+             what="the hook's publish")
+
+    assert box.relay.stats.published_by_hook == 1
+    assert box.relay.stats.published_by_poll == 1
+    assert_published_as_stored(box.engine, broker, message_id)
+    assert_published_as_stored(box.engine, broker, polled_id)
+    [record] = broker.store.query_by_unique_key("orders", message_id)
+    assert bytes(record.body) == b'{"order":1}'
+    assert record.properties["source"] == "shop"
+    assert [view.unique_key for view in stored_records(broker, "orders")].count(message_id) == 1
+
+
+def test_sends_before_start_are_remembered_and_published_at_start(app: App, broker: Broker):
+    box = Outbox(app, options=RelayOptions(poll_interval_ms=60_000))
+    with box.session.begin() as session:
+        add_order(session, 1)
+        message_id = outbox.send(session, "orders", "before start")
+    app.start()
+    wait_for(lambda: stub_row(box.engine, message_id)["published_at"], what="the publish")
+    assert_published_as_stored(box.engine, broker, message_id)
+
+
+def test_polling_publishes_stubs_the_hook_never_saw(app: App, broker: Broker,
+                                                    make_engine: Callable[[], Engine]):
+    other_process = make_engine()  # no relay attached: nobody hears these commits
+    ids = send_stubs(other_process, 5)
+    with other_process.begin() as connection:
+        chosen = outbox.send(connection, "orders", b"chosen", message_id="order-9:created")
+    relay = Relay(app.producer, make_engine(), options=RelayOptions(batch_size=4))
+
+    assert relay.publish_due() == 4  # one batch, oldest first
+    assert relay.publish_due() == 2
+    assert relay.publish_due() == 0
+
+    assert relay.stats.published == relay.stats.published_by_poll == 6
+    for message_id in [*ids, chosen]:
+        assert_published_as_stored(other_process, broker, message_id)
+    assert Counter(view.unique_key for view in stored_records(broker, "orders")) == \
+        Counter({message_id: 1 for message_id in [*ids, chosen]})
+
+
+def test_running_relay_polls_within_its_interval(app: App, make_engine: Callable[[], Engine]):
+    box = Outbox(app, options=FAST_POLL)
+    app.start()
+    ids = send_stubs(make_engine(), 3)
+    wait_for(lambda: all(stub_row(box.engine, message_id)["published_at"]
+                         for message_id in ids), what="the polled publishes")
+    assert box.relay.stats.published_by_poll == 3
+
+
+def test_several_relays_never_publish_a_stub_twice(app: App, broker: Broker,
+                                                   make_engine: Callable[[], Engine]):
+    total = 300
+    writer = make_engine()
+    ids = [message_id for first in range(1, total + 1, 100)
+           for message_id in send_stubs(writer, 100, first_order=first)]
+    producer = app.producer
+    relays = [Relay(producer, make_engine(), options=RelayOptions(batch_size=10),
+                    owner=f"relay-{number}") for number in range(3)]
+    start = threading.Barrier(len(relays))
+    errors: list[BaseException] = []
+
+    def drain(relay: Relay) -> None:
+        """Publish until no stub is left unpublished (a pass may find every due stub locked
+        or leased by the others; that relay then tries again)."""
+        try:
+            start.wait()
+            deadline = time.monotonic() + 30
+            while relay.publish_due() or unpublished(relay.engine):
+                assert time.monotonic() < deadline, "the relays did not finish"
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=drain, args=(relay,)) for relay in relays]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+
+    counted = Counter(view.unique_key for view in stored_records(broker, "orders"))
+    assert counted == Counter({message_id: 1 for message_id in ids})
+    rows = stub_rows(writer)
+    assert len(rows) == total
+    assert all(row["send_count"] == 1 and row["queue_offset"] is not None and
+               row["lease_owner"] is None for row in rows)
+    assert sum(relay.stats.published for relay in relays) == total
+    assert all(relay.stats.failed == 0 for relay in relays)
+
+
+# ---- failures, leases, delays ---------------------------------------------------------------
+
+
+def closed_broker_producer(open_broker) -> Producer:
+    """A real producer over a broker that has been closed: every send raises."""
+    broker = open_broker("closed-store")
+    producer = Producer(broker)
+    broker.close()
+    return producer
+
+
+def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, open_broker):
+    [message_id] = send_stubs(engine, 1)
+    clock = Clock()
+    relay = Relay(closed_broker_producer(open_broker), engine, now=clock,
+                  options=RelayOptions(retry_delay_ms=1_000, max_send_count=3))
+
+    assert relay.publish_due() == 0
+    row = stub_row(engine, message_id)
+    assert row["send_count"] == 1
+    assert row["status"] == "unconfirmed"
+    assert "closed" in row["last_error"] and "StoreClosedError" in row["last_error"]
+    assert row["lease_owner"] is None and row["lease_until"] is None
+    assert row["queue_offset"] is None and row["published_at"] is None
+    assert row["next_resend_at"] == clock.now + timedelta(seconds=1)
+    assert relay.stats.failed == 1
+
+    clock.advance(milliseconds=500)  # not due yet: nobody claims it
+    assert relay.publish_due() == 0
+    assert stub_row(engine, message_id)["send_count"] == 1
+
+    clock.advance(milliseconds=600)  # due: the second attempt doubles the wait
+    assert relay.publish_due() == 0
+    row = stub_row(engine, message_id)
+    assert row["send_count"] == 2 and row["status"] == "unconfirmed"
+    assert row["next_resend_at"] == clock.now + timedelta(seconds=2)
+
+
+def test_stub_is_void_after_max_send_count_failed_attempts(engine: Engine, open_broker):
+    [message_id] = send_stubs(engine, 1)
+    relay = Relay(closed_broker_producer(open_broker), engine,
+                  options=RelayOptions(max_send_count=2, retry_delay_ms=0))
+
+    relay.publish_due()
+    assert stub_row(engine, message_id)["status"] == "unconfirmed"
+    relay.publish_due()
+    row = stub_row(engine, message_id)
+    assert row["status"] == StubStatus.VOID.value
+    assert row["send_count"] == 2
+    assert "StoreClosedError" in row["last_error"]
+    assert row["lease_owner"] is None
+    assert relay.stats.failed == 2 and relay.stats.voided == 1
+
+    relay.publish_due()  # a void stub is left for an operator
+    assert stub_row(engine, message_id)["send_count"] == 2
+
+
+def test_a_dead_claimers_lease_blocks_others_until_it_expires(
+        app: App, broker: Broker, engine: Engine, make_engine: Callable[[], Engine]):
+    [message_id] = send_stubs(engine, 1)
+    clock = Clock()
+    [claimed] = claim_stubs(engine, unpublished_due(clock.now, 5), owner="dead", now=clock.now,
+                            lease=timedelta(seconds=30), limit=10)
+    # the claim counts the attempt before anything is published
+    row = stub_row(engine, message_id)
+    assert claimed.message_id == message_id and claimed.send_count == 1
+    assert row["send_count"] == 1 and row["lease_owner"] == claimed.token
+    assert row["lease_until"] == clock.now + timedelta(seconds=30)
+
+    survivor = Relay(app.producer, make_engine(), now=clock)
+    clock.advance(seconds=29)
+    assert survivor.publish_due() == 0
+    assert survivor.publish_ids([message_id]) == (0, [])  # present, but leased
+    assert stub_row(engine, message_id)["lease_owner"] == claimed.token
+    assert stored_records(broker, "orders") == []
+
+    clock.advance(seconds=2)  # the lease ran out
+    assert survivor.publish_due() == 1
+    published = stub_row(engine, message_id)
+    assert published["send_count"] == 2
+    assert published["lease_owner"] is None
+
+    # the dead claimer wakes up and records its attempt: fenced by its old token, nothing moves
+    dead = Relay(app.producer, engine, owner="dead", now=clock)
+    dead._record([{"b_id": message_id, "b_token": claimed.token, "b_queue_id": 7,
+                   "b_queue_offset": 999, "b_position": 123_456,
+                   "b_offset_msg_id": "DEAD"}], [])
+    dead._record([], [(claimed, "TimeoutError: too late")])
+    with engine.begin() as connection:
+        late = connection.execute(update(message_stub).where(
+            message_stub.c.message_id == message_id,
+            message_stub.c.lease_owner == claimed.token).values(status="void"))
+        assert late.rowcount == 0
+    assert dict(stub_row(engine, message_id)) == dict(published)
+    assert [view.unique_key for view in stored_records(broker, "orders")] == [message_id]
+    assert_published_as_stored_after_retry(engine, broker, message_id)
+
+
+def assert_published_as_stored_after_retry(engine: Engine, broker: Broker,
+                                           message_id: str) -> None:
+    row = stub_row(engine, message_id)
+    [record] = broker.store.query_by_unique_key("orders", message_id)
+    assert (record.queue_id, record.queue_offset, record.log_position) == (
+        row["queue_id"], row["queue_offset"], row["log_position"])
+    assert row["last_error"] is None and row["status"] == "unconfirmed"
+
+
+def test_delayed_message_goes_through_the_delay_topic(app: App, broker: Broker, engine: Engine):
+    with engine.begin() as connection:
+        add_order(connection, 1)
+        message_id = outbox.send(connection, "orders", b"later", delay_level=2,
+                                 tags="reminder")
+    assert stub_row(engine, message_id)["delay_level"] == 2
+    relay = Relay(app.producer, engine)
+    assert relay.publish_due() == 1
+
+    row = stub_row(engine, message_id)
+    # published (log position, offsetMsgId, real queue) but its offset in the real queue is
+    # unknown until the delay service delivers it: never a delay-topic offset under a real queue
+    assert row["send_count"] == 1 and row["published_at"] is not None
+    assert row["queue_offset"] is None
+    scheduled = broker.store.read_message(row["log_position"])
+    assert scheduled.topic == DELAY_TOPIC
+    assert scheduled.queue_id == 2 - 1  # the delay topic's queue of level 2
+    assert scheduled.unique_key == message_id
+    assert scheduled.properties["DELAY"] == "2"
+    assert scheduled.properties["REAL_TOPIC"] == "orders"
+    assert int(scheduled.properties["REAL_QID"]) == row["queue_id"]
+    assert broker.store.view_message_by_id(row["offset_msg_id"]).log_position == \
+        row["log_position"]
+
+    # the delay service delivers it to the real topic (levels are milliseconds here)
+    [delivered] = wait_for(lambda: broker.store.query_by_unique_key("orders", message_id),
+                           what="the delayed delivery")
+    assert bytes(delivered.body) == b"later" and delivered.tags == "reminder"
+    assert delivered.queue_id == row["queue_id"]
+    assert stub_count(engine) == 1
+
+
+@pytest.mark.parametrize("level", [0, None])
+def test_no_delay_level_publishes_straight_to_the_topic(app: App, broker: Broker,
+                                                       engine: Engine, level: int | None):
+    with engine.begin() as connection:
+        message_id = outbox.send(connection, "orders", b"now", delay_level=level)
+    assert stub_row(engine, message_id)["delay_level"] is None
+    assert Relay(app.producer, engine).publish_due() == 1
+    assert broker.store.read_message(stub_row(engine, message_id)["log_position"]).topic == \
+        "orders"
+
+
+# ---- deadlocks ----------------------------------------------------------------------------
+
+
+def test_a_transaction_rolled_back_to_break_a_deadlock_is_run_again(
+        engine: Engine, make_engine: Callable[[], Engine]):
+    """Claims and records run through ``run_transaction``: on MariaDB a claim's ``SKIP LOCKED``
+    scan can deadlock with another relay's record. Two transactions that lock two stubs in
+    opposite orders deadlock for real; the victim is run again and both take effect."""
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): no deadlock to break")
+    first, second = send_stubs(engine, 2)
+    both_hold_one = threading.Barrier(2, timeout=10)
+    attempts: Counter[str] = Counter()
+    errors: list[BaseException] = []
+
+    def bump(connection, message_id: str) -> None:
+        connection.execute(update(message_stub).where(message_stub.c.message_id == message_id)
+                           .values(send_count=message_stub.c.send_count + 1))
+
+    def transfer(name: str, one: str, other: str) -> None:
+        def work(connection) -> None:
+            attempts[name] += 1
+            bump(connection, one)
+            if attempts[name] == 1:
+                both_hold_one.wait()
+            bump(connection, other)
+
+        try:
+            run_transaction(make_engine(), work)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=transfer, args=("a", first, second)),
+               threading.Thread(target=transfer, args=("b", second, first))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert sorted(attempts.values()) == [1, 2]  # exactly one victim, run once more
+    assert [row["send_count"] for row in stub_rows(engine)] == [2, 2]
