@@ -77,6 +77,20 @@ class _Rollback(Exception):  # noqa: N818 - control flow: leave the transaction 
         self.outcome = outcome
 
 
+class _Duplicate(Exception):  # noqa: N818 - control flow: another attempt owns the effect
+    pass
+
+
+def _flush(session: Session) -> ConsumeOutcome:
+    """Flush what the handler added; a failure here (a unique key of its own, say) is the
+    handler's failure — never mistaken for a duplicate delivery."""
+    try:
+        session.flush()
+    except SQLAlchemyError as error:
+        return ConsumeOutcome.from_error(error)
+    return SUCCESS
+
+
 class IdempotencyMiddleware(Middleware):
     """Exactly-once effects for ``idempotent=True`` handlers (other handlers pass through).
 
@@ -147,9 +161,14 @@ class IdempotencyMiddleware(Middleware):
                     duplicate = True
                 else:
                     duplicate = False
-                    ledger.claim_processing(session, group, message, self._now())
+                    try:
+                        ledger.claim_processing(session, group, message, self._now())
+                    except IntegrityError as error:  # a concurrent attempt committed first
+                        raise _Duplicate() from error
                     context.handler_args = [session, *context.handler_args]
                     outcome = call_next()
+                    if outcome.succeeded:
+                        outcome = _flush(session)  # the handler's pending rows, as its outcome
                     if not outcome.succeeded:
                         raise _Rollback(outcome)
                     ledger.confirm(session, group, message_id, self._now())
@@ -158,8 +177,7 @@ class IdempotencyMiddleware(Middleware):
             if owns_mark:
                 self.guard.release(group, message_id, token)
             return rollback.outcome
-        except IntegrityError:
-            # a concurrent attempt committed the processed row first
+        except _Duplicate:
             return self._duplicate_after_race(context, group, message_id)
         except SQLAlchemyError as error:
             if owns_mark:

@@ -9,6 +9,7 @@ import logging
 import pytest
 import redis
 from sqlalchemy import Column, MetaData, String, Table, create_engine, insert, select, text
+from sqlalchemy.orm import DeclarativeBase
 
 import outbox
 from framework import App, ConfigurationError, DeadLetter, RetryLater
@@ -357,3 +358,34 @@ def test_the_database_check_runs_in_the_handlers_transaction(make_app, fake_cloc
     InlineRunner(app).run_until_idle(advance_clock=True)
     assert seen == [("unconfirmed", "1")]  # processed row claimed, stub not yet confirmed
     assert _stub(app, message_id)["status"] == "confirmed"
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class LedgerEntry(_Base):
+    __table__ = ledger
+
+
+def test_a_handlers_own_integrity_error_is_a_failure_not_a_duplicate(make_app, fake_clock):
+    """A business unique key the handler violates surfaces at flush; the message is retried
+    (here: to the DLQ), never acknowledged as if another attempt had done it."""
+    app = make_app(clock=fake_clock)
+
+    @app.handler(topic="orders", consumer_group="billing", consume_from="first",
+                 idempotent=True, reconsume_count_max=1)
+    def bill(message, session) -> None:
+        session.add(LedgerEntry(message_id="always-the-same", pid="1"))  # flushed later
+
+    with outbox.database_engine(app).begin() as connection:
+        connection.execute(insert(ledger).values(message_id="always-the-same", pid="0"))
+    message_id = _send_stub(app)
+    _publish(app, message_id)
+    InlineRunner(app).run_until_idle(advance_clock=True)
+
+    stats = _middleware(app).stats
+    assert stats.duplicates_by_database == 0 and stats.failures == 2
+    assert len(app.broker.dead_letters("billing")) == 1
+    assert _stub(app, message_id)["status"] == "unconfirmed"
+    assert count_rows(outbox.database_engine(app), outbox.message_processed) == 0
