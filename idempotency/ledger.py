@@ -15,9 +15,21 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, delete, exists, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -31,61 +43,94 @@ log_table = message_log.c
 processed = message_processed.c
 
 
+# Statements are built once with bind parameters: building ``insert(...).values(**literals)``
+# per message costs more CPU than the database round trip it describes.
+_IS_PROCESSED = select(exists().where(processed.consumer_group == bindparam("consumer_group"),
+                                      processed.message_id == bindparam("message_id")))
+_LOCK_STUB = select(stub.status).where(stub.message_id == bindparam("message_id")) \
+    .with_for_update()
+_CONFIRM_STUB = update(message_stub).where(
+    stub.message_id == bindparam("b_message_id"),
+    stub.status != StubStatus.CONFIRMED.value).values(
+    status=StubStatus.CONFIRMED.value, confirmed_at=bindparam("b_now"),
+    updated_at=bindparam("b_now"))
+_FORGET_RECEIPT = delete(message_log).where(
+    log_table.consumer_group == bindparam("consumer_group"),
+    log_table.message_id == bindparam("message_id"))
+
+
+_IGNORING_DIALECTS = frozenset({"postgresql", "sqlite", "mysql"})
+
+
+@functools.cache
+def _insert_ignoring_duplicates(table: Table, dialect: str) -> Insert:
+    """``INSERT`` that does nothing when the primary key exists (rowcount 0)."""
+    if dialect == "postgresql":  # psycopg reports no rowcount here: RETURNING tells instead
+        return postgresql.insert(table).on_conflict_do_nothing().returning(
+            *table.primary_key.columns)
+    if dialect == "sqlite":
+        return insert(table).prefix_with("OR IGNORE")
+    if dialect == "mysql":
+        return insert(table).prefix_with("IGNORE")
+    return insert(table)
+
+
+def _insert_once(target: Session | Connection, dialect: str, table: Table,
+                 values: dict) -> bool:
+    """Insert ``values`` unless the key exists; return whether a row was inserted."""
+    statement = _insert_ignoring_duplicates(table, dialect)
+    if dialect == "postgresql":
+        return target.execute(statement, values).first() is not None
+    if dialect in _IGNORING_DIALECTS:
+        return target.execute(statement, values).rowcount == 1
+    try:
+        with target.begin_nested():
+            target.execute(statement, values)
+    except IntegrityError:
+        return False
+    return True
+
+
 def record_receipt(engine: Engine, consumer_group: str, message: ConsumedMessage,
                    now: datetime) -> None:
     """Insert the message-log row (nothing if it is already there) and commit."""
-    values = {"consumer_group": consumer_group, "message_id": message.msg_id,
-              "topic": message.stored_topic, "queue_id": message.queue_id,
-              "queue_offset": message.queue_offset, "created_at": now}
-    dialect = dialect_name(engine)
-    if dialect == "postgresql":
-        statement = postgresql.insert(message_log).values(values).on_conflict_do_nothing()
-    elif dialect == "sqlite":
-        statement = insert(message_log).values(values).prefix_with("OR IGNORE")
-    elif dialect == "mysql":
-        statement = insert(message_log).values(values).prefix_with("IGNORE")
-    else:
-        statement = insert(message_log).values(values)
-    try:
-        with engine.begin() as connection:
-            connection.execute(statement)
-    except IntegrityError:
-        pass  # other databases: the row of an earlier delivery is already there
+    with engine.begin() as connection:
+        _insert_once(connection, dialect_name(engine), message_log, {
+            "consumer_group": consumer_group, "message_id": message.msg_id,
+            "topic": message.stored_topic, "queue_id": message.queue_id,
+            "queue_offset": message.queue_offset, "created_at": now})
 
 
 def is_processed(target: Session | Connection, consumer_group: str, message_id: str) -> bool:
     """Whether the group's effect for the message has committed."""
-    return bool(target.execute(select(exists().where(
-        processed.consumer_group == consumer_group,
-        processed.message_id == message_id))).scalar())
+    return bool(target.execute(_IS_PROCESSED, {"consumer_group": consumer_group,
+                                               "message_id": message_id}).scalar())
 
 
 def lock_stub(session: Session, message_id: str) -> str | None:
     """Lock the local stub row (where the database can) and return its status, or None."""
-    return session.execute(select(stub.status).where(stub.message_id == message_id)
-                           .with_for_update()).scalar()
+    return session.execute(_LOCK_STUB, {"message_id": message_id}).scalar()
 
 
-def claim_processing(session: Session, consumer_group: str, message: ConsumedMessage,
-                     now: datetime) -> None:
-    """Insert the group's processed row; raises ``IntegrityError`` if another attempt did."""
-    session.execute(insert(message_processed).values(
-        consumer_group=consumer_group, message_id=message.msg_id, topic=message.topic,
-        processed_at=now))
+def claim_processing(session: Session, dialect: str, consumer_group: str,
+                     message: ConsumedMessage, now: datetime) -> bool:
+    """Insert the group's processed row; False if another attempt's row exists (committed —
+    a concurrent uncommitted one is waited for on PostgreSQL and MariaDB)."""
+    return _insert_once(session, dialect, message_processed, {
+        "consumer_group": consumer_group, "message_id": message.msg_id,
+        "topic": message.topic, "processed_at": now})
 
 
 def confirm(session: Session, consumer_group: str, message_id: str, now: datetime) -> None:
     """Mark the local stub confirmed and delete the log row (same transaction as the effect)."""
-    session.execute(update(message_stub).where(
-        stub.message_id == message_id, stub.status != StubStatus.CONFIRMED.value).values(
-        status=StubStatus.CONFIRMED.value, confirmed_at=now, updated_at=now))
+    session.execute(_CONFIRM_STUB, {"b_message_id": message_id, "b_now": now})
     forget_receipt(session, consumer_group, message_id)
 
 
 def forget_receipt(target: Session | Connection, consumer_group: str, message_id: str) -> None:
     """Delete the message-log row."""
-    target.execute(delete(message_log).where(log_table.consumer_group == consumer_group,
-                                             log_table.message_id == message_id))
+    target.execute(_FORGET_RECEIPT, {"consumer_group": consumer_group,
+                                     "message_id": message_id})
 
 
 __all__ = ["claim_processing", "confirm", "forget_receipt", "is_processed", "lock_stub",

@@ -10,11 +10,12 @@ The decision flow (DESIGN §5), for each message:
      rejection of a duplicate). Not done → go on to 3: the holder may be running right now,
      or may have died holding the mark; the database lock in 3 tells them apart safely.
    - *Redis error* → go on to 3 on the database alone (logged once). Never "duplicate".
-3. **Handler transaction.** Lock the local stub (``FOR UPDATE`` where supported), check
-   ``message_processed`` (done → delete the log row, success), insert the processed row (a
-   concurrent attempt now waits for us, then sees it), run the handler with this transaction's
-   ``Session`` as its second argument, mark the stub ``confirmed`` and delete the log row,
-   commit; then turn the Redis mark into a "done" mark.
+3. **Handler transaction.** Lock the local stub (``FOR UPDATE`` where supported), then check
+   and claim in one statement: insert the processed row unless it exists (``ON CONFLICT DO
+   NOTHING`` / ``INSERT IGNORE`` / ``OR IGNORE``; a concurrent attempt's uncommitted row is
+   waited for). Already there → delete the log row, success. Else run the handler with this
+   transaction's ``Session`` as its second argument, mark the stub ``confirmed`` and delete
+   the log row, commit; then turn the Redis mark into a "done" mark.
 4. **Failure.** Handler error → roll back, compare-and-delete our Redis mark, and let the
    framework retry (or dead-letter) as the handler asked. Database error → the same, as
    "retry later"; an ambiguous commit is safe because the retry finds the processed row.
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from framework import (
@@ -47,6 +48,7 @@ from framework import (
     RetryLater,
 )
 from outbox.clock import NowFunction, utc_now
+from outbox.database import dialect_name
 
 from . import ledger
 from .redis_guard import GuardState, RedisGuard
@@ -77,10 +79,6 @@ class _Rollback(Exception):  # noqa: N818 - control flow: leave the transaction 
         self.outcome = outcome
 
 
-class _Duplicate(Exception):  # noqa: N818 - control flow: another attempt owns the effect
-    pass
-
-
 def _flush(session: Session) -> ConsumeOutcome:
     """Flush what the handler added; a failure here (a unique key of its own, say) is the
     handler's failure — never mistaken for a duplicate delivery."""
@@ -109,6 +107,7 @@ class IdempotencyMiddleware(Middleware):
                  retry_delay_level: int | None = None, now: NowFunction = utc_now,
                  on_close: Callable[[], None] | None = None) -> None:
         self.engine = engine
+        self._dialect = dialect_name(engine)
         self.guard = guard
         self.retry_delay_level = retry_delay_level
         self._now = now
@@ -156,15 +155,11 @@ class IdempotencyMiddleware(Middleware):
         try:
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
                 ledger.lock_stub(session, message_id)
-                if ledger.is_processed(session, group, message_id):
+                duplicate = not ledger.claim_processing(session, self._dialect, group, message,
+                                                        self._now())
+                if duplicate:  # processed already (or by the attempt we waited for)
                     ledger.forget_receipt(session, group, message_id)
-                    duplicate = True
                 else:
-                    duplicate = False
-                    try:
-                        ledger.claim_processing(session, group, message, self._now())
-                    except IntegrityError as error:  # a concurrent attempt committed first
-                        raise _Duplicate() from error
                     context.handler_args = [session, *context.handler_args]
                     outcome = call_next()
                     if outcome.succeeded:
@@ -177,8 +172,6 @@ class IdempotencyMiddleware(Middleware):
             if owns_mark:
                 self.guard.release(group, message_id, token)
             return rollback.outcome
-        except _Duplicate:
-            return self._duplicate_after_race(context, group, message_id)
         except SQLAlchemyError as error:
             if owns_mark:
                 self.guard.release(group, message_id, token)
@@ -190,17 +183,6 @@ class IdempotencyMiddleware(Middleware):
         self.stats.processed += 1
         if owns_mark:
             self.guard.mark_done(group, message_id, token)
-        return SUCCESS
-
-    def _duplicate_after_race(self, context: ConsumeContext, group: str,
-                              message_id: str) -> ConsumeOutcome:
-        try:
-            with self.engine.begin() as connection:
-                ledger.forget_receipt(connection, group, message_id)
-        except SQLAlchemyError as error:
-            return self._database_error("cleaning up after", message_id, error)
-        self.stats.duplicates_by_database += 1
-        context.skipped = True
         return SUCCESS
 
     def _database_error(self, doing: str, message_id: str,

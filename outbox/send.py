@@ -29,6 +29,9 @@ RELAY_EXECUTION_OPTION = "postbox_outbox_relay"
 """Engine execution option a watching ``Relay`` sets; ``send`` then queues ids for it."""
 PENDING_IDS_INFO_KEY = "postbox.outbox.pending"
 """``Connection.info`` key of the ids written in the connection's current transaction."""
+_INSERT_STUB = insert(message_stub)
+"""Built once; the values travel as parameters (building ``.values(...)`` per call costs more
+CPU than the insert)."""
 
 
 def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
@@ -57,12 +60,13 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
                                   f"{MESSAGE_ID_LENGTH} characters without U+0001/U+0002 "
                                   f"(record framing), got {message_id!r}")
     created = now or utc_now()
-    connection.execute(insert(message_stub).values(
-        message_id=message_id, topic=topic, tags=tags, keys=" ".join(key_list) or None,
-        content=content, properties=json.dumps(dict(properties), sort_keys=True)
-        if properties else None, delay_level=delay_level or None,
-        status=StubStatus.UNCONFIRMED.value, send_count=0, next_resend_at=created,
-        created_at=created, updated_at=created))
+    connection.execute(_INSERT_STUB, {
+        "message_id": message_id, "topic": topic, "tags": tags,
+        "keys": " ".join(key_list) or None, "content": content,
+        "properties": json.dumps(dict(properties), sort_keys=True) if properties else None,
+        "delay_level": delay_level or None, "status": StubStatus.UNCONFIRMED.value,
+        "send_count": 0, "next_resend_at": created, "created_at": created,
+        "updated_at": created})
     if connection.get_execution_options().get(RELAY_EXECUTION_OPTION):
         connection.info.setdefault(PENDING_IDS_INFO_KEY, []).append(message_id)
     return message_id
