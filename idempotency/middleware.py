@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -104,14 +103,12 @@ class IdempotencyMiddleware(Middleware):
     serves_idempotent_handlers = True
 
     def __init__(self, engine: Engine, guard: RedisGuard | None = None, *,
-                 retry_delay_level: int | None = None, now: NowFunction = utc_now,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 retry_delay_level: int | None = None, now: NowFunction = utc_now) -> None:
         self.engine = engine
         self._dialect = dialect_name(engine)
         self.guard = guard
         self.retry_delay_level = retry_delay_level
         self._now = now
-        self._on_close = on_close
         self.stats = IdempotencyStats()
 
     def around_consume(self, context: ConsumeContext, call_next) -> ConsumeOutcome:  # noqa: ANN001
@@ -194,11 +191,9 @@ class IdempotencyMiddleware(Middleware):
             self.retry_delay_level, reason=f"database unavailable while {doing} the message"))
 
     def close(self) -> None:
-        """Release Redis connections (and whatever ``on_close`` owns)."""
+        """Release Redis connections."""
         if self.guard is not None:
             self.guard.close()
-        if self._on_close is not None:
-            self._on_close()
 
 
 __all__ = ["IdempotencyMiddleware", "IdempotencyStats"]

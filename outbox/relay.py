@@ -69,12 +69,16 @@ class RelayOptions:
 class RelayStats:
     """Counters since the relay was made."""
 
-    published: int = 0
     published_by_hook: int = 0
     published_by_poll: int = 0
     failed: int = 0
     voided: int = 0
     errors: int = 0
+
+    @property
+    def published(self) -> int:
+        """Stubs published, by hook and by poll."""
+        return self.published_by_hook + self.published_by_poll
 
 
 @dataclass(order=True)
@@ -157,20 +161,13 @@ class Relay:
     def publish_due(self, limit: int | None = None) -> int:
         """One polling pass: claim and publish due, never-published stubs; return how many
         were published."""
-        now = self._now()
-        claimed = claim_stubs(self.engine, unpublished_due(now, self.options.max_send_count),
-                              owner=self.owner, now=now, lease=self._lease(),
-                              limit=limit or self.options.batch_size)
-        published = self._publish(claimed)
+        published = self._publish(self._claim(limit or self.options.batch_size))
         self.stats.published_by_poll += published
         return published
 
     def publish_ids(self, message_ids: list[str]) -> tuple[int, list[str]]:
         """Claim and publish these stubs; return (published, ids not in the table)."""
-        now = self._now()
-        claimed = claim_stubs(self.engine, unpublished_due(now, self.options.max_send_count),
-                              owner=self.owner, now=now, lease=self._lease(),
-                              limit=len(message_ids), message_ids=message_ids)
+        claimed = self._claim(len(message_ids), message_ids)
         published = self._publish(claimed)
         self.stats.published_by_hook += published
         taken = {item.message_id for item in claimed}
@@ -191,6 +188,13 @@ class Relay:
         for start in range(0, len(batch), self.options.batch_size):
             published += self.publish_ids(batch[start:start + self.options.batch_size])[0]
         return published + self.publish_due()
+
+    def _claim(self, limit: int, message_ids: list[str] | None = None) -> list[ClaimedStub]:
+        """Claim due, never-published stubs (only ``message_ids`` when given)."""
+        now = self._now()
+        return claim_stubs(self.engine, unpublished_due(now, self.options.max_send_count),
+                           owner=self.owner, now=now, lease=self._lease(), limit=limit,
+                           message_ids=message_ids)
 
     def _publish(self, claimed: list[ClaimedStub]) -> int:
         if not claimed:
@@ -214,7 +218,6 @@ class Relay:
                          "b_position": result.log_position,
                          "b_offset_msg_id": result.offset_msg_id})
         self._record(done, failed)
-        self.stats.published += len(done)
         return len(done)
 
     def _record(self, done: list[dict[str, Any]], failed: list[tuple[ClaimedStub, str]]) -> None:
