@@ -11,10 +11,16 @@
   the consumer side's authority: a stub says "some consumer confirmed me", but with several
   consumer groups on one topic, or the stub table in another database, only a row keyed by
   (consumer group, message id) can say "this group already did it".
+- ``outbox_task``: one row per periodic outbox task (``relay_pending``, ``resend_due``,
+  ``cleanup``, ``dead_letters``): the lease that lets only one run act at a time however many
+  beats or workers fire it, when runs started and finished, and the task's own small state
+  (the dead-letter scan's cursors).
 
 Columns beyond DESIGN §5's list: ``delay_level``/``properties`` (the relay needs them to
-publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went), and
-``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub).
+publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went),
+``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub) and
+``overtaken_at`` (when the resend check first saw a consumer group past the stub's offset
+without it: the start of the grace period before the stub is declared lost).
 Times are naive UTC. Column and constraint names follow ``NAMING_CONVENTION`` so migrations
 are stable across databases.
 """
@@ -96,6 +102,7 @@ message_stub = Table(
     _timestamp(name="updated_at", nullable=False),
     _timestamp(name="confirmed_at"),
     Column("last_error", Text),
+    _timestamp(name="overtaken_at"),
     CheckConstraint("status IN ('unconfirmed', 'confirmed', 'void')", name="status"),
     CheckConstraint("send_count >= 0", name="send_count"),
     # relay and resend scans: due unconfirmed stubs
@@ -133,7 +140,21 @@ message_processed = Table(
     Index("ix_message_processed_processed_at", "processed_at"),
 )
 
+outbox_task = Table(
+    "outbox_task", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("lease_owner", String(64)),
+    _timestamp(name="lease_until"),
+    _timestamp(name="last_started_at"),
+    _timestamp(name="last_finished_at"),
+    Column("last_scheduler", String(128)),
+    Column("runs", Integer, nullable=False, server_default="0"),
+    Column("skipped", Integer, nullable=False, server_default="0"),
+    Column("state", _long_text),
+    _timestamp(name="updated_at", nullable=False),
+)
+
 __all__ = [
     "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "NAMING_CONVENTION", "TOPIC_LENGTH", "StubStatus",
-    "message_log", "message_processed", "message_stub", "metadata",
+    "message_log", "message_processed", "message_stub", "metadata", "outbox_task",
 ]

@@ -28,6 +28,7 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
 )
 from sqlalchemy.exc import DBAPIError
 
@@ -38,7 +39,7 @@ from outbox.tables import message_stub, metadata
 from tests.cli.cli_support import assert_one_error_line, run, run_json
 from tests.support.services import database_backend
 
-OUTBOX_TABLES = {"message_stub", "message_log", "message_processed"}
+OUTBOX_TABLES = {"message_stub", "message_log", "message_processed", "outbox_task"}
 UNREACHABLE_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
 NO_ENV = {"POSTBOX_DATABASE_URL": None}
 
@@ -71,8 +72,8 @@ def modified_columns(diffs: list) -> set[tuple[str, str]]:
 
 # --- the Python API ---------------------------------------------------------------------------
 
-def test_head_is_the_first_revision() -> None:
-    assert migrations.head() == "0001"
+def test_head_is_the_resend_revision() -> None:
+    assert migrations.head() == "0002"
 
 
 def test_upgrade_creates_the_outbox_tables(database_url: str, engine: Engine) -> None:
@@ -95,24 +96,34 @@ def test_downgrade_to_base_removes_them_and_upgrade_works_again(
     assert not OUTBOX_TABLES & table_names(engine)
 
     migrations.upgrade(database_url, "head")
-    assert migrations.current(database_url) == "0001"
+    assert migrations.current(database_url) == "0002"
     assert table_names(engine) >= OUTBOX_TABLES
     assert drift(engine, metadata) == []
 
 
-def test_downgrade_one_step(database_url: str, engine: Engine) -> None:
+def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -> None:
     migrations.upgrade(database_url)
+    now = datetime.datetime(2025, 1, 2, 3, 4, 5)
+    with engine.begin() as connection:
+        connection.execute(insert(message_stub).values(
+            message_id="kept", topic="orders", content=b"x", created_at=now, updated_at=now,
+            overtaken_at=now))
 
     migrations.downgrade(database_url, "-1")
 
-    assert migrations.current(database_url) is None
-    assert not OUTBOX_TABLES & table_names(engine)
+    assert migrations.current(database_url) == "0001"
+    assert "outbox_task" not in table_names(engine)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT message_id FROM message_stub")).scalars().all() \
+            == ["kept"]
+    migrations.upgrade(database_url)
+    assert drift(engine, metadata) == []
 
 
 def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
     migrations.upgrade(database_url)
     migrations.upgrade(database_url)
-    assert migrations.current(database_url) == "0001"
+    assert migrations.current(database_url) == "0002"
 
 
 def test_unknown_revision_is_a_migration_error(database_url: str) -> None:
@@ -224,13 +235,13 @@ def test_autogenerate_writes_an_empty_revision(database_url: str, tmp_path: Path
     config.set_main_option("path_separator", "newline")
     config.set_main_option("version_locations", f"{SCRIPT_LOCATION / 'versions'}\n{tmp_path}")
 
-    script = command.revision(config, message="probe", autogenerate=True, rev_id="0002",
+    script = command.revision(config, message="probe", autogenerate=True, rev_id="0099",
                               version_path=str(tmp_path))
 
     source = Path(script.path).read_text()
     compile(source, script.path, "exec")
-    assert Path(script.path).name == "0002_probe.py"
-    assert "down_revision = '0001'" in source
+    assert Path(script.path).name == "0099_probe.py"
+    assert "down_revision = '0002'" in source
     assert "op." not in source
 
 
@@ -243,20 +254,23 @@ def test_script_template_ships_with_the_package() -> None:
 
 def test_cli_upgrade_current_downgrade(database_url: str, engine: Engine) -> None:
     before = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (before["current"], before["head"], before["is_head"]) == (None, "0001", False)
+    assert (before["current"], before["head"], before["is_head"]) == (None, "0002", False)
 
     upgraded = run_json("db", "upgrade", "--db", database_url, env=NO_ENV)
-    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0001", True)
+    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0002", True)
     assert table_names(engine) >= OUTBOX_TABLES
 
     after = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (after["current"], after["is_head"]) == ("0001", True)
+    assert (after["current"], after["is_head"]) == ("0002", True)
     human = run("db", "current", "--db", database_url, env=NO_ENV)
     assert human.exit_code == 0, human.stderr
-    assert "0001 (head)" in human.stdout
+    assert "0002 (head)" in human.stdout
 
     downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
-    assert (downgraded["from"], downgraded["to"]) == ("0001", None)
+    assert (downgraded["from"], downgraded["to"]) == ("0002", "0001")
+    assert "outbox_task" not in table_names(engine)
+    to_base = run_json("db", "downgrade", "base", "--db", database_url, env=NO_ENV)
+    assert (to_base["from"], to_base["to"]) == ("0001", None)
     assert not OUTBOX_TABLES & table_names(engine)
 
 
@@ -264,11 +278,11 @@ def test_cli_human_output_and_env_var(database_url: str) -> None:
     env = {"POSTBOX_DATABASE_URL": database_url}
     result = run("db", "upgrade", env=env)
     assert result.exit_code == 0, result.stderr
-    assert "upgraded from <base> to 0001 (head)" in result.stdout
+    assert "upgraded from <base> to 0002 (head)" in result.stdout
     again = run("db", "upgrade", env=env)
-    assert "already at 0001 (head)" in again.stdout
+    assert "already at 0002 (head)" in again.stdout
     down = run("db", "downgrade", "base", env=env)
-    assert "downgraded from 0001 (head) to <base>" in down.stdout
+    assert "downgraded from 0002 (head) to <base>" in down.stdout
 
 
 def test_cli_default_database_creates_its_directory(
@@ -306,4 +320,4 @@ def test_cli_bad_url_is_one_error_line(url: str, fragment: str) -> None:
 def test_cli_json_is_one_document(database_url: str) -> None:
     result = run("db", "upgrade", "--db", database_url, "--json", env=NO_ENV)
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["to"] == "0001"
+    assert json.loads(result.stdout)["to"] == "0002"
