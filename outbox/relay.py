@@ -117,6 +117,9 @@ class Relay:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._attached = False
+        self.on_void: Callable[[list[tuple[ClaimedStub, str]]], None] | None = None
+        """Called (after the commit) with the stubs this relay voided and their last error —
+        the resend worker raises its alerts here."""
 
     # ---- the after-commit hook ---------------------------------------------------------------
 
@@ -197,15 +200,29 @@ class Relay:
                            message_ids=message_ids)
 
     def _publish(self, claimed: list[ClaimedStub]) -> int:
+        return self.publish_claimed(claimed)
+
+    def publish_claimed(self, claimed: list[ClaimedStub], *,
+                        check_after: Callable[[int], timedelta] | None = None,
+                        keep_delay: bool = True) -> int:
+        """Publish stubs claimed with ``claims.claim_stubs`` and record where each went (or
+        why it failed); return how many were published.
+
+        ``check_after(send_count)`` is the wait before the resend rule looks at a published
+        stub again (default ``resend_check_ms``); ``keep_delay=False`` publishes a delayed
+        stub for immediate delivery (a resend: its delay has long passed).
+        """
         if not claimed:
             return 0
         producer = self._producer()
+        now = self._now()
         done: list[dict[str, Any]] = []
         failed: list[tuple[ClaimedStub, str]] = []
         for item in claimed:
+            delay_level = item.delay_level if keep_delay else None
             try:
                 result = producer.send(item.topic, item.content, tags=item.tags, keys=item.keys,
-                                       delay_level=item.delay_level, properties=item.properties,
+                                       delay_level=delay_level, properties=item.properties,
                                        unique_key=item.message_id)
             except Exception as error:  # the broker refused or failed: record, retry later
                 failed.append((item, f"{type(error).__name__}: {error}"))
@@ -213,10 +230,12 @@ class Relay:
             # a delayed message's offset is in the delay topic until the delay service moves
             # it: only the real queue is recorded, the offset stays unknown (NULL)
             offset = None if result.delay_level > 0 else result.queue_offset
+            wait = check_after(item.send_count) if check_after else timedelta(
+                milliseconds=self.options.resend_check_ms)
             done.append({"b_id": item.message_id, "b_token": item.token,
                          "b_queue_id": result.queue_id, "b_queue_offset": offset,
                          "b_position": result.log_position,
-                         "b_offset_msg_id": result.offset_msg_id})
+                         "b_offset_msg_id": result.offset_msg_id, "b_next": now + wait})
         self._record(done, failed)
         return len(done)
 
@@ -231,7 +250,7 @@ class Relay:
                     log_position=bindparam("b_position"),
                     offset_msg_id=bindparam("b_offset_msg_id"), published_at=now,
                     lease_owner=None, lease_until=None, last_error=None, updated_at=now,
-                    next_resend_at=now + timedelta(milliseconds=self.options.resend_check_ms)),
+                    overtaken_at=None, next_resend_at=bindparam("b_next")),
                     done)
             for item, error in failed:
                 values: dict[str, Any] = {
@@ -244,6 +263,7 @@ class Relay:
                     .values(**values))
 
         run_transaction(self.engine, write)
+        voided = [item for item, _ in failed if item.send_count >= self.options.max_send_count]
         for item, error in failed:
             if item.send_count >= self.options.max_send_count:
                 self.stats.voided += 1
@@ -253,6 +273,9 @@ class Relay:
                 log.warning("publishing stub %s failed (attempt %d): %s", item.message_id,
                             item.send_count, error)
         self.stats.failed += len(failed)
+        if voided and self.on_void is not None:
+            errors = dict(failed)
+            self.on_void([(item, errors[item]) for item in voided])
 
     def _retry_delay(self, attempts: int) -> timedelta:
         delay_ms = min(self.options.retry_delay_ms * 2 ** max(attempts - 1, 0),

@@ -260,6 +260,12 @@ class Broker:
             unique_key=message.unique_key, store_timestamp_ms=result.store_timestamp_ms,
             delay_level=level, status=result.status)
 
+    def find_by_unique_key(self, topic: str, unique_key: str) -> list[MessageView]:
+        """Messages stored in ``topic`` with this ``UNIQ_KEY`` (through the key index), e.g. a
+        delayed message once the delay service delivered it to its real topic."""
+        self._check_open()
+        return self._store.query_by_unique_key(validate_topic(topic), unique_key)
+
     # ---- pull and long polling ---------------------------------------------------------------
 
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, *,

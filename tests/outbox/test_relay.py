@@ -280,7 +280,7 @@ def test_a_dead_claimers_lease_blocks_others_until_it_expires(
     dead = Relay(app.producer, engine, owner="dead", now=clock)
     dead._record([{"b_id": message_id, "b_token": claimed.token, "b_queue_id": 7,
                    "b_queue_offset": 999, "b_position": 123_456,
-                   "b_offset_msg_id": "DEAD"}], [])
+                   "b_offset_msg_id": "DEAD", "b_next": clock()}], [])
     dead._record([], [(claimed, "TimeoutError: too late")])
     with engine.begin() as connection:
         late = connection.execute(update(message_stub).where(

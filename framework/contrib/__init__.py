@@ -1,0 +1,1 @@
+"""Integrations of the framework with other tools (Celery)."""

@@ -1,0 +1,289 @@
+"""Cleanup: deleting outbox rows nobody needs any more, in bounded batches.
+
+What goes, each past its own retention (``CleanupPolicy``):
+- **confirmed stubs** whose ``confirmed_at`` is older than ``confirmed_retention``;
+- **void stubs** whose ``updated_at`` (when they went void, or an operator last touched them)
+  is older than ``void_retention`` — only when that is set: by default void stubs wait for an
+  operator;
+- **orphaned log rows**: ``message_log`` rows whose ``created_at`` is older than
+  ``log_retention`` and whose message has no *unconfirmed* stub in this database (the stub is
+  confirmed, void, already cleaned, or lives in another database). A log row of an unconfirmed
+  stub marks a message still in flight and is never deleted here, however old;
+- **dedup records**: ``message_processed`` rows whose ``processed_at`` is older than
+  ``processed_retention``.
+
+Every retention must exceed the redelivery horizon (the longest a message can still arrive
+again: resend schedule + consumer retries + margin), checked by ``CleanupPolicy.validate``:
+a dedup record deleted while its message can still be redelivered turns that redelivery into a
+second effect.
+
+Bounded work, never one unbounded ``DELETE``. Each batch is one short transaction
+(``run_transaction``, so a deadlock victim is retried): select up to ``batch_size`` primary
+keys matching the condition in the order of the table's time index, then ``DELETE … WHERE
+<primary key> IN (those keys) AND <the condition again>`` — a row that changed in between (a
+stub re-armed, a log row whose stub became unconfirmed) stays. Composite keys use row values,
+``(consumer_group, message_id) IN (…)``, on PostgreSQL, MySQL/MariaDB and SQLite ≥ 3.15, and an
+``OR`` of ``AND``s elsewhere. Deleting by primary key under ``READ COMMITTED`` (what
+``create_database_engine`` sets on MySQL/MariaDB) takes no gap locks on the time index, the usual
+source of cleanup deadlocks. A run stops a table after ``max_batches`` batches and reports
+``complete=False``; the next run carries on from the oldest rows left.
+
+Nothing here holds state between calls: ``run_cleanup`` is safe to call from several threads or
+processes at once (they delete disjoint rows or find them gone). A crash loses at most the
+batch in flight, which rolls back and is found again by the next run. An unreachable database
+raises SQLAlchemy's ``OperationalError`` from the first batch; the periodic task layer retries
+at its next run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    and_,
+    delete,
+    exists,
+    false,
+    or_,
+    select,
+    tuple_,
+)
+
+from framework import ConfigurationError
+
+from .clock import utc_now
+from .database import dialect_name, run_transaction
+from .tables import StubStatus, message_log, message_processed, message_stub
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_SIZE = 10_000
+"""Upper bound of ``CleanupPolicy.batch_size``: a composite key costs two bind parameters, and
+SQLite allows 32 766 per statement; a longer transaction also holds its locks longer."""
+_ROW_VALUE_DIALECTS = frozenset({"postgresql", "mysql", "sqlite"})
+_SQLITE_ROW_VALUES = (3, 15, 0)
+
+stub = message_stub.c
+log_row = message_log.c
+processed = message_processed.c
+
+
+@dataclass(frozen=True)
+class CleanupPolicy:
+    """How old rows must be before cleanup deletes them, and how much one run may do.
+
+    Batch limits are checked on creation; the retentions against the redelivery horizon by
+    ``validate``, which the caller runs once it knows the horizon.
+    """
+
+    confirmed_retention: timedelta = timedelta(days=7)
+    """Confirmed stubs whose ``confirmed_at`` is older than this are deleted."""
+    log_retention: timedelta = timedelta(days=7)
+    """Orphaned ``message_log`` rows whose ``created_at`` is older than this are deleted."""
+    processed_retention: timedelta = timedelta(days=7)
+    """``message_processed`` rows (dedup records) whose ``processed_at`` is older than this are
+    deleted."""
+    void_retention: timedelta | None = None
+    """Void stubs whose ``updated_at`` is older than this are deleted; None keeps them until an
+    operator acts."""
+    batch_size: int = 500
+    """Rows per ``DELETE`` statement, and per transaction (1 … ``MAX_BATCH_SIZE``)."""
+    max_batches: int = 200
+    """Batches per table per run, so one run is bounded in time too."""
+
+    def __post_init__(self) -> None:
+        self._check_limits()
+
+    def validate(self, redelivery_horizon: timedelta) -> None:
+        """Raise ``ConfigurationError`` unless every retention exceeds ``redelivery_horizon``
+        (the longest time a message can still be redelivered) and the batch limits hold."""
+        self._check_limits()
+        if redelivery_horizon < timedelta(0):
+            raise ConfigurationError(f"redelivery horizon must not be negative, "
+                                     f"got {redelivery_horizon}")
+        retentions = [("confirmed_retention", self.confirmed_retention),
+                      ("log_retention", self.log_retention),
+                      ("processed_retention", self.processed_retention)]
+        if self.void_retention is not None:
+            retentions.append(("void_retention", self.void_retention))
+        for name, retention in retentions:
+            if retention <= redelivery_horizon:
+                raise ConfigurationError(
+                    f"CleanupPolicy.{name} ({retention}) must exceed the redelivery horizon "
+                    f"({redelivery_horizon}): a row deleted while its message can still be "
+                    f"redelivered breaks deduplication; raise {name}")
+
+    def _check_limits(self) -> None:
+        for name in ("batch_size", "max_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"CleanupPolicy.{name} must be an integer >= 1, "
+                                         f"got {value!r}")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ConfigurationError(f"CleanupPolicy.batch_size must be at most "
+                                     f"{MAX_BATCH_SIZE}, got {self.batch_size}")
+        for name in ("confirmed_retention", "log_retention", "processed_retention",
+                     "void_retention"):
+            value = getattr(self, name)
+            if value is None and name == "void_retention":
+                continue
+            if not isinstance(value, timedelta):
+                raise ConfigurationError(f"CleanupPolicy.{name} must be a timedelta, "
+                                         f"got {value!r}")
+
+
+@dataclass
+class CleanupReport:
+    """What one run deleted (row counts per kind) and how."""
+
+    stubs: int = 0
+    """Confirmed stubs."""
+    logs: int = 0
+    """Orphaned ``message_log`` rows."""
+    processed: int = 0
+    """``message_processed`` rows."""
+    void_stubs: int = 0
+    batches: int = 0
+    """``DELETE`` statements run, over all tables."""
+    largest_batch: int = 0
+    """Most rows one ``DELETE`` removed."""
+    complete: bool = True
+    """False when ``max_batches`` stopped some table with rows still due."""
+
+    @property
+    def deleted(self) -> int:
+        """Rows deleted, all tables together."""
+        return self.stubs + self.logs + self.processed + self.void_stubs
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """One kind of row to delete: the report field it counts in, its table and primary key,
+    the time column whose index orders the batches, and the condition a row must meet."""
+
+    field: str
+    table: Table
+    key: tuple[Column[Any], ...]
+    time_column: Column[Any]
+    condition: ColumnElement[bool]
+
+
+@dataclass(frozen=True)
+class _Batch:
+    selected: int
+    deleted: int
+
+
+def run_cleanup(engine: Engine, policy: CleanupPolicy, *,
+                now: datetime | None = None) -> CleanupReport:
+    """Delete what ``policy`` says is past retention at ``now`` (naive UTC; default: the current
+    time), in batches of at most ``policy.batch_size`` rows, at most ``policy.max_batches`` per
+    table. Database errors (``sqlalchemy.exc.OperationalError`` when unreachable) propagate."""
+    now = now or utc_now()
+    started = time.monotonic()
+    report = CleanupReport()
+    for sweep in _sweeps(policy, now):
+        _sweep_table(engine, sweep, policy, report)
+    elapsed_ms = (time.monotonic() - started) * 1000
+    log.info("[cleanup] deleted stubs=%d void_stubs=%d logs=%d processed=%d in batches=%d "
+             "largest_batch=%d complete=%s (batch_size=%d max_batches=%d) elapsed_ms=%.0f",
+             report.stubs, report.void_stubs, report.logs, report.processed, report.batches,
+             report.largest_batch, report.complete, policy.batch_size, policy.max_batches,
+             elapsed_ms)
+    return report
+
+
+def _sweeps(policy: CleanupPolicy, now: datetime) -> list[_Sweep]:
+    """The kinds of rows ``policy`` deletes at ``now``, stubs before the log rows they orphan."""
+    in_flight = exists().where(stub.message_id == log_row.message_id,
+                               stub.status == StubStatus.UNCONFIRMED.value)
+    sweeps = [_Sweep("stubs", message_stub, (stub.message_id,), stub.confirmed_at, and_(
+        stub.status == StubStatus.CONFIRMED.value,
+        stub.confirmed_at < now - policy.confirmed_retention))]
+    if policy.void_retention is not None:
+        sweeps.append(_Sweep("void_stubs", message_stub, (stub.message_id,), stub.updated_at,
+                             and_(stub.status == StubStatus.VOID.value,
+                                  stub.updated_at < now - policy.void_retention)))
+    sweeps.append(_Sweep("logs", message_log, (log_row.consumer_group, log_row.message_id),
+                         log_row.created_at,
+                         and_(log_row.created_at < now - policy.log_retention, ~in_flight)))
+    sweeps.append(_Sweep("processed", message_processed,
+                         (processed.consumer_group, processed.message_id),
+                         processed.processed_at,
+                         processed.processed_at < now - policy.processed_retention))
+    return sweeps
+
+
+def _sweep_table(engine: Engine, sweep: _Sweep, policy: CleanupPolicy,
+                 report: CleanupReport) -> None:
+    """Run up to ``policy.max_batches`` batches of ``sweep``, adding them to ``report``."""
+    work = functools.partial(_delete_batch, sweep=sweep, limit=policy.batch_size,
+                             row_values=_supports_row_values(engine))
+    for _ in range(policy.max_batches):
+        batch = run_transaction(engine, work)
+        if batch.selected:
+            setattr(report, sweep.field, getattr(report, sweep.field) + batch.deleted)
+            report.batches += 1
+            report.largest_batch = max(report.largest_batch, batch.deleted)
+        if batch.selected < policy.batch_size:
+            return
+    if _has_more(engine, sweep):
+        report.complete = False
+
+
+def _delete_batch(connection: Connection, *, sweep: _Sweep, limit: int,
+                  row_values: bool) -> _Batch:
+    """One batch, in the caller's transaction: pick up to ``limit`` keys, delete those rows
+    that still match."""
+    keys = connection.execute(select(*sweep.key).where(sweep.condition)
+                              .order_by(sweep.time_column).limit(limit)).all()
+    if not keys:
+        return _Batch(0, 0)
+    assert len(keys) <= limit, (sweep.field, len(keys), limit)
+    result = connection.execute(delete(sweep.table).where(
+        _key_in(sweep.key, keys, row_values), sweep.condition))
+    return _Batch(len(keys), result.rowcount)
+
+
+def _has_more(engine: Engine, sweep: _Sweep) -> bool:
+    """Whether some row still matches ``sweep`` (one indexed probe)."""
+    with engine.connect() as connection:
+        return connection.execute(
+            select(sweep.key[0]).where(sweep.condition).limit(1)).first() is not None
+
+
+def _key_in(columns: tuple[Column[Any], ...], keys: Sequence[Any],
+            row_values: bool) -> ColumnElement[bool]:
+    """``<primary key> IN keys``: a plain ``IN`` for one column; row values, or an ``OR`` of
+    ``AND``s where the database has none, for a composite key."""
+    if len(columns) == 1:
+        return columns[0].in_([key[0] for key in keys])
+    if row_values:
+        return tuple_(*columns).in_([tuple(key) for key in keys])
+    if not keys:
+        return false()
+    return or_(*(and_(*(column == value for column, value in zip(columns, key, strict=True)))
+                 for key in keys))
+
+
+def _supports_row_values(engine: Engine) -> bool:
+    """Whether ``(a, b) IN ((…), (…))`` works on ``engine``'s database."""
+    name = dialect_name(engine)
+    if name == "sqlite":
+        version = getattr(engine.dialect.dbapi, "sqlite_version_info", (0,))
+        return tuple(version) >= _SQLITE_ROW_VALUES
+    return name in _ROW_VALUE_DIALECTS
+
+
+__all__ = ["MAX_BATCH_SIZE", "CleanupPolicy", "CleanupReport", "run_cleanup"]

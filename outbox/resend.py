@@ -1,0 +1,461 @@
+"""The resend rule: find stubs whose message a consumer group moved past without, and send them
+again — or give up on them (``void``) and raise an alert for manual handling.
+
+A published stub is examined once its ``next_resend_at`` is due. For each consumer group of its
+topic (``ResendRules.consumer_groups``, else every group the broker knows on the topic):
+
+- *done* — the group's ``message_processed`` row exists;
+- *in flight* — the group's ``message_log`` row exists (received, not yet confirmed);
+- *lost* — neither, and the group's progress on the stub's queue is past the stub's offset.
+  Progress is the larger of the committed consumer offset and the highest offset the group
+  logged + 1; a message-log row is written on receipt, before the handler runs, so a message
+  being worked on is never *lost*.
+
+Then:
+
+=====================================  ======================================================
+every group *done*                     the stub is confirmed (its consumer's database said so
+                                       while the stub's did not — e.g. they are different
+                                       databases)
+some group *lost*, first seen          ``overtaken_at`` = now: the grace period starts
+                                       (an offset assigned early may become visible late;
+                                       concurrent consumers log out of order)
+some group *lost* for ``grace``        resend: claim (``send_count + 1``), publish again with
+                                       the same message id, record the new queue offset and
+                                       position; ``next_resend_at`` = now + backoff
+… and ``send_count >= max``            ``void`` + alert ``exhausted``
+otherwise                              look again after ``recheck``
+=====================================  ======================================================
+
+A delayed stub's offset in its real queue is unknown until the delay service delivers it; it
+is looked up by message id in the store's key index, and the stub waits until it is found.
+
+Dead letters: a message that a consumer group dead-lettered (retries exhausted, or the handler
+raised ``DeadLetter``) is in ``%DLQ%group``. ``void_dead_lettered`` reads each group's
+dead-letter queue from a cursor, turns the stubs of those messages ``void`` with the
+dead-letter reason, and raises alert ``dead_lettered``. Both are the manual-handling cases:
+``postbox outbox list --status void`` shows them and ``postbox outbox rearm`` sends them again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, select, update
+
+from framework import App, ConfigurationError
+
+from .alerts import Alert, Alerter, AlertKind, AlertReport
+from .claims import ClaimedStub, claim_stubs, lease_free
+from .clock import NowFunction, utc_now
+from .database import run_transaction
+from .relay import Relay, RelayOptions
+from .tables import StubStatus, message_log, message_processed, message_stub
+
+log = logging.getLogger(__name__)
+stub = message_stub.c
+logged = message_log.c
+processed = message_processed.c
+
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+DLQ_REASON = "DLQ_REASON"
+RETRY_TOPIC = "RETRY_TOPIC"
+DLQ_TOPIC_PREFIX = "%DLQ%"
+DEAD_LETTER_PAGE = 100
+DEAD_LETTER_PAGES_PER_RUN = 20
+
+
+@dataclass(frozen=True)
+class ResendRules:
+    """When a published, unconfirmed stub is sent again (defaults documented in the README).
+
+    The wait after the n-th send is ``backoff_schedule_ms[n-1]`` (the last entry repeating)
+    when a schedule is given, else ``backoff_ms * backoff_multiplier ** (n-1)`` capped at
+    ``backoff_max_ms``.
+    """
+
+    max_send_count: int = 5
+    grace_ms: int = 30_000
+    """How long a group must have been past a stub without it before the stub is lost."""
+    backoff_ms: int = 60_000
+    backoff_multiplier: float = 2.0
+    backoff_max_ms: int = 30 * 60_000
+    backoff_schedule_ms: tuple[int, ...] = ()
+    recheck_ms: int = 30_000
+    """Wait before looking again at a stub no group has moved past yet."""
+    consumer_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Topic → consumer groups whose progress decides; topics not listed use every group the
+    broker knows consuming them."""
+    batch_size: int = 200
+    lease_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_send_count", "batch_size", "lease_ms", "backoff_ms", "recheck_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"ResendRules.{name} must be at least 1")
+        if self.grace_ms < 0 or self.backoff_max_ms < self.backoff_ms:
+            raise ConfigurationError("ResendRules needs grace_ms >= 0 and "
+                                     "backoff_max_ms >= backoff_ms")
+        if self.backoff_multiplier < 1 or any(wait < 1 for wait in self.backoff_schedule_ms):
+            raise ConfigurationError("ResendRules needs backoff_multiplier >= 1 and positive "
+                                     "backoff_schedule_ms entries")
+
+    def backoff(self, send_count: int) -> timedelta:
+        """The wait after the ``send_count``-th send before the rule looks again."""
+        attempt = max(send_count, 1)
+        if self.backoff_schedule_ms:
+            schedule = self.backoff_schedule_ms
+            return timedelta(milliseconds=schedule[min(attempt, len(schedule)) - 1])
+        wait = self.backoff_ms * self.backoff_multiplier ** (attempt - 1)
+        return timedelta(milliseconds=min(wait, self.backoff_max_ms))
+
+    def relay_options(self, base: RelayOptions | None = None) -> RelayOptions:
+        """``base`` (default ``RelayOptions()``) with this rule's ``max_send_count`` and first
+        wait, so a stub's first resend check comes ``backoff(1)`` after its first publish."""
+        return replace(base or RelayOptions(), max_send_count=self.max_send_count,
+                       resend_check_ms=int(self.backoff(1) / timedelta(milliseconds=1)))
+
+    def horizon(self) -> timedelta:
+        """The longest a stub can go on being resent: every backoff plus every grace period."""
+        waits = sum((self.backoff(n) for n in range(1, self.max_send_count + 1)), timedelta())
+        return waits + timedelta(milliseconds=self.grace_ms) * self.max_send_count
+
+
+@dataclass
+class ResendReport:
+    """What one pass did."""
+
+    examined: int = 0
+    resent: int = 0
+    exhausted: int = 0
+    """Stubs made void because ``max_send_count`` sends were not enough."""
+    dead_lettered: int = 0
+    """Stubs made void because their message was dead-lettered."""
+    confirmed: int = 0
+    grace_started: int = 0
+    waiting: int = 0
+    """Lost stubs still inside their grace period, and delayed stubs not delivered yet."""
+    rechecked: int = 0
+    alerts: list[AlertReport] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    message_id: str
+    topic: str
+    queue_id: int | None
+    queue_offset: int | None
+    send_count: int
+    overtaken_at: datetime | None
+
+
+@dataclass
+class _Plan:
+    confirm: list[str] = field(default_factory=list)
+    start_grace: list[str] = field(default_factory=list)
+    resend: list[str] = field(default_factory=list)
+    exhaust: list[tuple[_Candidate, list[str]]] = field(default_factory=list)
+    recheck: list[str] = field(default_factory=list)
+    wait_until: dict[str, datetime] = field(default_factory=dict)
+
+
+class Resender:
+    """Applies the resend rule and the dead-letter rule to one database's stubs.
+
+    Args:
+        app: the application whose broker holds the messages (its producer publishes).
+        engine: the database with ``message_stub``.
+        relay: publishes (and records) the resent stubs; shares the app's producer.
+        rules: the resend rule.
+        alerter: where void stubs are reported.
+        log_engine: the consumers' database (``message_log``/``message_processed``) when it
+            is not ``engine``.
+        owner: lease owner name for claims.
+        now: database time source (naive UTC).
+    """
+
+    def __init__(self, app: App, engine: Engine, relay: Relay, *, rules: ResendRules,
+                 alerter: Alerter, log_engine: Engine | None = None, owner: str,
+                 now: NowFunction = utc_now) -> None:
+        self.app = app
+        self.engine = engine
+        self.log_engine = log_engine or engine
+        self.relay = relay
+        self.rules = rules
+        self.alerter = alerter
+        self.owner = owner
+        self._now = now
+
+    # ---- the resend rule ---------------------------------------------------------------------
+
+    def resend_due(self) -> ResendReport:
+        """One pass over up to ``batch_size`` due stubs."""
+        report = ResendReport()
+        now = self._now()
+        candidates = self._due(now)
+        report.examined = len(candidates)
+        if not candidates:
+            return report
+        candidates = self._locate_delayed(candidates, now, report)
+        plan = self._plan(candidates, now)
+        self._apply(plan, now, report)
+        if plan.resend:
+            claimed = claim_stubs(
+                self.engine, and_(self._published_unconfirmed(),
+                                  stub.send_count < self.rules.max_send_count),
+                owner=self.owner, now=now, lease=timedelta(milliseconds=self.rules.lease_ms),
+                limit=len(plan.resend), message_ids=plan.resend)
+            report.resent = self.relay.publish_claimed(claimed, check_after=self.rules.backoff,
+                                                       keep_delay=False)
+            if claimed:
+                log.info("resent %d stubs a consumer group moved past (of %d due)",
+                         report.resent, len(claimed))
+        if plan.exhaust:
+            alerts = self._exhaust(plan.exhaust, now)
+            report.exhausted = len(alerts)
+            report.alerts.append(self.alerter.fire(alerts))
+        return report
+
+    @staticmethod
+    def _published_unconfirmed() -> Any:
+        return and_(stub.status == StubStatus.UNCONFIRMED.value, stub.published_at.is_not(None))
+
+    def _due(self, now: datetime) -> list[_Candidate]:
+        query = (select(stub.message_id, stub.topic, stub.queue_id, stub.queue_offset,
+                        stub.send_count, stub.overtaken_at)
+                 .where(self._published_unconfirmed(), stub.next_resend_at <= now,
+                        lease_free(now))
+                 .order_by(stub.next_resend_at).limit(self.rules.batch_size))
+        with self.engine.connect() as connection:
+            return [_Candidate(*row) for row in connection.execute(query)]
+
+    def _locate_delayed(self, candidates: list[_Candidate], now: datetime,
+                        report: ResendReport) -> list[_Candidate]:
+        """Fill in the real-queue offset of delayed stubs the delay service delivered."""
+        located: list[_Candidate] = []
+        found: list[dict[str, Any]] = []
+        for item in candidates:
+            if item.queue_offset is not None:
+                located.append(item)
+                continue
+            views = [view for view in self.app.client.find_by_unique_key(item.topic,
+                                                                         item.message_id)
+                     if view.topic == item.topic]
+            if not views:
+                report.waiting += 1  # still in the delay topic (or the index lags)
+                continue
+            view = min(views, key=lambda found_view: found_view.queue_offset)
+            found.append({"b_id": item.message_id, "b_queue_id": view.queue_id,
+                          "b_queue_offset": view.queue_offset})
+            located.append(_Candidate(item.message_id, item.topic, view.queue_id,
+                                      view.queue_offset, item.send_count, item.overtaken_at))
+        if found:
+            run_transaction(self.engine, lambda connection: connection.execute(
+                update(message_stub).where(stub.message_id == bindparam("b_id"),
+                                           stub.queue_offset.is_(None))
+                .values(queue_id=bindparam("b_queue_id"),
+                        queue_offset=bindparam("b_queue_offset"), updated_at=now), found))
+        return located
+
+    def _plan(self, candidates: list[_Candidate], now: datetime) -> _Plan:
+        topics = sorted({item.topic for item in candidates})
+        groups = {topic: self._groups(topic) for topic in topics}
+        all_groups = sorted({group for names in groups.values() for group in names})
+        ids = [item.message_id for item in candidates]
+        progress = self._progress(all_groups, topics)
+        with self.log_engine.connect() as connection:
+            in_flight = _pairs(connection, message_log, ids, all_groups)
+            done = _pairs(connection, message_processed, ids, all_groups)
+        grace = timedelta(milliseconds=self.rules.grace_ms)
+        plan = _Plan()
+        for item in candidates:
+            names = groups[item.topic]
+            key = item.message_id
+            if names and all((group, key) in done for group in names):
+                plan.confirm.append(key)
+                continue
+            lost = [group for group in names
+                    if (group, key) not in done and (group, key) not in in_flight
+                    and progress.get((group, item.topic, item.queue_id), -1) > item.queue_offset]
+            if not lost:
+                plan.recheck.append(key)
+            elif item.overtaken_at is None:
+                plan.start_grace.append(key)
+            elif now - item.overtaken_at < grace:
+                plan.wait_until[key] = item.overtaken_at + grace
+            elif item.send_count >= self.rules.max_send_count:
+                plan.exhaust.append((item, lost))
+            else:
+                plan.resend.append(key)
+        return plan
+
+    def _groups(self, topic: str) -> list[str]:
+        configured = self.rules.consumer_groups.get(topic)
+        if configured is not None:
+            return list(configured)
+        return self._discovered_groups().get(topic, [])
+
+    def _discovered_groups(self) -> dict[str, list[str]]:
+        by_topic: dict[str, list[str]] = defaultdict(list)
+        for group in self.app.client.consumer_groups():
+            for topic in {queue.topic for queue in self.app.client.consumer_progress(group)}:
+                by_topic[topic].append(group)
+        return by_topic
+
+    def _progress(self, groups: list[str], topics: list[str]) -> dict[tuple[str, str, int], int]:
+        """(group, topic, queue id) → the next offset the group will read there."""
+        progress: dict[tuple[str, str, int], int] = {}
+        wanted = set(topics)
+        for group in groups:
+            for queue in self.app.client.consumer_progress(group):
+                if queue.topic in wanted and queue.committed_offset is not None:
+                    progress[(group, queue.topic, queue.queue_id)] = queue.committed_offset
+        if groups:
+            query = (select(logged.consumer_group, logged.topic, logged.queue_id,
+                            func.max(logged.queue_offset))
+                     .where(logged.consumer_group.in_(groups), logged.topic.in_(topics),
+                            logged.queue_offset.is_not(None))
+                     .group_by(logged.consumer_group, logged.topic, logged.queue_id))
+            with self.log_engine.connect() as connection:
+                for group, topic, queue_id, highest in connection.execute(query):
+                    key = (group, topic, queue_id)
+                    progress[key] = max(progress.get(key, -1), highest + 1)
+        return progress
+
+    def _apply(self, plan: _Plan, now: datetime, report: ResendReport) -> None:
+        recheck_at = now + timedelta(milliseconds=self.rules.recheck_ms)
+        grace_ends = now + timedelta(milliseconds=self.rules.grace_ms)
+        fence = (self._published_unconfirmed(), lease_free(now))
+
+        def write(connection: Connection) -> None:
+            if plan.confirm:
+                connection.execute(update(message_stub).where(
+                    stub.message_id.in_(plan.confirm), *fence).values(
+                    status=StubStatus.CONFIRMED.value, confirmed_at=now, updated_at=now))
+            if plan.start_grace:
+                connection.execute(update(message_stub).where(
+                    stub.message_id.in_(plan.start_grace), *fence).values(
+                    overtaken_at=now, next_resend_at=grace_ends, updated_at=now))
+            if plan.recheck:
+                connection.execute(update(message_stub).where(
+                    stub.message_id.in_(plan.recheck), *fence).values(
+                    overtaken_at=None, next_resend_at=recheck_at, updated_at=now))
+            for message_id, due in plan.wait_until.items():
+                connection.execute(update(message_stub).where(
+                    stub.message_id == message_id, *fence).values(next_resend_at=due))
+
+        run_transaction(self.engine, write)
+        report.confirmed = len(plan.confirm)
+        report.grace_started = len(plan.start_grace)
+        report.rechecked = len(plan.recheck)
+        report.waiting += len(plan.wait_until)
+
+    def _exhaust(self, exhausted: list[tuple[_Candidate, list[str]]],
+                 now: datetime) -> list[Alert]:
+        alerts: list[Alert] = []
+
+        def write(connection: Connection) -> None:
+            alerts.clear()
+            for item, groups in exhausted:
+                reason = (f"not confirmed after {item.send_count} sends: consumer group(s) "
+                          f"{', '.join(groups)} moved past queue {item.queue_id} offset "
+                          f"{item.queue_offset} without it")
+                changed = connection.execute(update(message_stub).where(
+                    stub.message_id == item.message_id, self._published_unconfirmed(),
+                    stub.send_count >= self.rules.max_send_count, lease_free(now)).values(
+                    status=StubStatus.VOID.value, last_error=reason, updated_at=now,
+                    lease_owner=None, lease_until=None)).rowcount
+                if changed:
+                    alerts.append(Alert(AlertKind.EXHAUSTED, item.message_id, item.topic,
+                                        item.send_count, reason, now, groups[0]))
+
+        run_transaction(self.engine, write)
+        return alerts
+
+    def relay_voided(self, voided: list[tuple[ClaimedStub, str]]) -> None:
+        """Alert on stubs the relay voided after ``max_send_count`` failed publishes."""
+        now = self._now()
+        self.alerter.fire([Alert(AlertKind.EXHAUSTED, item.message_id, item.topic,
+                                 item.send_count, f"publishing failed {item.send_count} "
+                                 f"times; last error: {error}", now) for item, error in voided])
+
+    # ---- the dead-letter rule ----------------------------------------------------------------
+
+    def void_dead_lettered(self, cursors: dict[str, int]) -> ResendReport:
+        """Void the stubs of messages dead-lettered since ``cursors`` (group → next DLQ
+        offset; updated in place) and alert on them."""
+        report = ResendReport()
+        now = self._now()
+        alerts: list[Alert] = []
+        for group in self.app.client.consumer_groups():
+            offset = cursors.get(group, 0)
+            for _ in range(DEAD_LETTER_PAGES_PER_RUN):
+                letters = self.app.client.dead_letters(group, offset, DEAD_LETTER_PAGE)
+                if not letters:
+                    break
+                report.examined += len(letters)
+                alerts.extend(self._void_letters(group, letters, now))
+                offset = letters[-1].queue_offset + 1
+            cursors[group] = offset
+        report.dead_lettered = len(alerts)
+        if alerts:
+            report.alerts.append(self.alerter.fire(alerts))
+        return report
+
+    def _void_letters(self, group: str, letters: Sequence[Any], now: datetime) -> list[Alert]:
+        reasons: dict[str, tuple[str, str]] = {}
+        for letter in letters:
+            properties: Mapping[str, str] = letter.properties
+            reason = properties.get(DLQ_REASON) or "retries exhausted"
+            topic = properties.get(RETRY_TOPIC) or letter.topic
+            for message_id in {letter.unique_key, properties.get(ORIGIN_MESSAGE_ID)}:
+                if message_id:
+                    reasons[message_id] = (topic, reason)
+        alerts: list[Alert] = []
+
+        def write(connection: Connection) -> None:
+            alerts.clear()
+            rows: Sequence[RowMapping] = connection.execute(
+                select(stub.message_id, stub.topic, stub.send_count).where(
+                    stub.message_id.in_(list(reasons)),
+                    stub.status == StubStatus.UNCONFIRMED.value)).mappings().all()
+            for row in rows:
+                reason = f"dead-lettered by consumer group {group}: " \
+                         f"{reasons[row['message_id']][1]}"
+                changed = connection.execute(update(message_stub).where(
+                    stub.message_id == row["message_id"],
+                    stub.status == StubStatus.UNCONFIRMED.value).values(
+                    status=StubStatus.VOID.value, last_error=reason[:2000], updated_at=now,
+                    lease_owner=None, lease_until=None)).rowcount
+                if changed:
+                    alerts.append(Alert(AlertKind.DEAD_LETTERED, row["message_id"],
+                                        row["topic"], row["send_count"], reason, now, group))
+
+        if reasons:
+            run_transaction(self.engine, write)
+        return alerts
+
+
+def _pairs(connection: Connection, table: Any, ids: list[str],
+           groups: list[str]) -> set[tuple[str, str]]:
+    """(group, message id) rows of ``table`` among ``ids`` × ``groups``."""
+    if not ids or not groups:
+        return set()
+    columns = table.c
+    rows = connection.execute(select(columns.consumer_group, columns.message_id).where(
+        columns.message_id.in_(ids), columns.consumer_group.in_(groups)))
+    return {(group, message_id) for group, message_id in rows}
+
+
+def retention_horizon(rules: ResendRules, consumer_retry: timedelta,
+                      margin: timedelta = timedelta(hours=1)) -> timedelta:
+    """How long a message may still arrive after it was first sent: every resend, each
+    followed by the consumer's whole retry schedule, plus ``margin`` for clock skew."""
+    return rules.horizon() + consumer_retry * rules.max_send_count + margin
+
+__all__ = ["ResendReport", "ResendRules", "Resender", "retention_horizon"]
