@@ -61,7 +61,9 @@ def build_worker(config: PaymentsConfig, app: App | None = None) -> OutboxWorker
                         schedule=config.schedule,
                         cleanup=CleanupPolicy(confirmed_retention=retention,
                                               log_retention=retention,
-                                              processed_retention=retention))
+                                              processed_retention=retention,
+                                              batch_size=config.cleanup_batch_size,
+                                              max_batches=config.cleanup_max_batches))
 
 
 __all__ = ["build_app", "build_outbox", "build_worker", "prepare_database"]

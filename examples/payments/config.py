@@ -31,6 +31,8 @@ class PaymentsConfig:
         grace_ms=500, backoff_ms=1_000, backoff_max_ms=4_000, recheck_ms=500))
     schedule: TaskSchedule = field(default_factory=lambda: TaskSchedule(
         relay_pending_s=2.0, resend_due_s=2.0, cleanup_s=60.0))
+    cleanup_batch_size: int = 500
+    cleanup_max_batches: int = 200
 
     @property
     def broker_conf(self) -> dict[str, str]:
@@ -40,7 +42,9 @@ class PaymentsConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> PaymentsConfig:
         """``POSTBOX_STORE``, ``POSTBOX_DATABASE_URL``, ``POSTBOX_REDIS_URL``,
-        ``PAYMENTS_FAST`` (1/0), ``PAYMENTS_TASK_PERIOD_S`` (relay and resend period)."""
+        ``PAYMENTS_FAST`` (1/0), ``PAYMENTS_TASK_PERIOD_S`` (relay and resend period),
+        ``PAYMENTS_CLEANUP_PERIOD_S``, ``PAYMENTS_CLEANUP_BATCH_SIZE`` and
+        ``PAYMENTS_CLEANUP_MAX_BATCHES``."""
         default = cls()
         period = float(env.get("PAYMENTS_TASK_PERIOD_S", default.schedule.resend_due_s))
         return cls(store_dir=Path(env.get("POSTBOX_STORE", default.store_dir)),
@@ -49,7 +53,11 @@ class PaymentsConfig:
                    fast=env.get("PAYMENTS_FAST", "1") != "0",
                    schedule=TaskSchedule(relay_pending_s=period, resend_due_s=period,
                                          cleanup_s=float(env.get("PAYMENTS_CLEANUP_PERIOD_S",
-                                                                 default.schedule.cleanup_s))))
+                                                                 default.schedule.cleanup_s))),
+                   cleanup_batch_size=int(env.get("PAYMENTS_CLEANUP_BATCH_SIZE",
+                                                  default.cleanup_batch_size)),
+                   cleanup_max_batches=int(env.get("PAYMENTS_CLEANUP_MAX_BATCHES",
+                                                   default.cleanup_max_batches)))
 
 
 __all__ = ["FAST_DELAY_LEVELS", "PaymentsConfig"]

@@ -56,8 +56,16 @@ def celery_broker_url(redis_url: str | None = None, *, directory: Path | None = 
     """``redis_url``, else ``POSTBOX_REDIS_URL``, else the embedded Redis of ``directory``."""
     url = redis_url or os.environ.get(REDIS_URL_ENV_VAR)
     if url:
-        return url
+        return kombu_redis_url(url)
     return embedded_redis_url(directory or state_dir())
+
+
+def kombu_redis_url(url: str) -> str:
+    """``url`` as Celery's Redis transport spells it (redis-py's ``unix:///path`` is
+    ``redis+socket:///path`` there)."""
+    if url.startswith("unix://"):
+        return "redis+socket://" + url.removeprefix("unix://")
+    return url
 
 
 def embedded_redis_url(directory: Path) -> str:
@@ -81,7 +89,8 @@ def create_celery(name: str, *, broker_url: str | None = None,
                   directory: Path | None = None, **settings: Any) -> Celery:
     """A Celery app configured for Postbox's periodic tasks (``settings`` override)."""
     directory = directory or state_dir()
-    app = Celery(name, broker=broker_url or celery_broker_url(directory=directory))
+    broker = kombu_redis_url(broker_url) if broker_url else celery_broker_url(directory=directory)
+    app = Celery(name, broker=broker)
     app.conf.update(
         timezone="UTC",
         enable_utc=True,
@@ -151,4 +160,5 @@ def scheduler_identity() -> str:
 
 
 __all__ = ["celery_broker_url", "create_celery", "embedded_redis_url", "host_app",
+           "kombu_redis_url",
            "scheduler_identity", "state_dir"]

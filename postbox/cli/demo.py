@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -65,6 +67,9 @@ def demo_command(
         console.print_json(json.dumps({**dataclasses.asdict(report), "passed": report.passed,
                                        "directory": str(root)}))
     else:
+        # warnings (dead letters, alerts) print above the progress bars, not through them
+        logging.basicConfig(level=logging.WARNING, force=True, format="%(message)s",
+                            handlers=[RichHandler(console=console, show_path=False)])
         report = _run_with_progress(console, config, options)
         render(console, report, root)
     if not report.passed:

@@ -343,12 +343,12 @@ def test_help_lists_the_sub_apps():
         assert name in result.stdout
 
 
-# --- demo --------------------------------------------------------------------------------------
+# --- store tour --------------------------------------------------------------------------------
 
-def test_demo_runs_and_is_repeatable(tmp_path):
+def test_store_tour_runs_and_is_repeatable(tmp_path):
     store_dir = tmp_path / "demo-store"
     for _ in range(2):
-        result = run("demo", "--store", str(store_dir))
+        result = run("store", "tour", "--store", str(store_dir))
         assert result.exit_code == 0, (result.stdout, result.stderr)
         assert "1000 messages" in result.stdout
         assert "checks passed" in result.stdout
@@ -358,11 +358,11 @@ def test_demo_runs_and_is_repeatable(tmp_path):
     assert sum(queue["max_offset"] for queue in topics[0]["queues"]) == 1000
 
 
-def test_demo_refuses_to_delete_a_directory_that_is_not_a_store(tmp_path):
+def test_store_tour_refuses_to_delete_a_directory_that_is_not_a_store(tmp_path):
     keep = tmp_path / "precious"
     keep.mkdir()
     (keep / "notes.txt").write_text("keep me", encoding="utf-8")
-    assert_one_error_line(run("demo", "--store", str(keep)), "refusing")
+    assert_one_error_line(run("store", "tour", "--store", str(keep)), "refusing")
     assert (keep / "notes.txt").exists()
 
 
@@ -414,7 +414,7 @@ def test_python_dash_m_postbox():
 
 def test_store_verify_reports_a_clean_store_and_a_damaged_one(tmp_path):
     store_dir = tmp_path / "demo-store"
-    assert run("demo", "--store", str(store_dir), "--messages", "200").exit_code == 0
+    assert run("store", "tour", "--store", str(store_dir), "--messages", "200").exit_code == 0
     clean = run_json("store", "verify", "--store", str(store_dir))
     assert clean["problems"] == []
     segment = store_dir / "commitlog" / "00000000000000000000"

@@ -1,0 +1,50 @@
+"""``postbox demo``: the payments example end to end on embedded defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.cli.cli_support import assert_one_error_line, run, run_json
+
+
+def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    report = run_json("demo", "--dir", str(directory), "--orders", "300")
+
+    assert report["passed"] is True
+    assert report["settled"] is True
+    assert report["sent"] == 300
+    # every sent message ends confirmed or void
+    assert report["confirmed"] + report["void_dead_lettered"] + report["void_exhausted"] == 300
+    # every dead-lettered message's stub is void, and only those
+    assert report["dead_letters"] == report["void_dead_lettered"] > 0
+    assert report["void_exhausted"] == 0
+    # exactly once: one ledger row per confirmed order
+    assert report["ledger_rows"] == report["confirmed"]
+    # every injected duplicate rejected, every lost message found again
+    assert report["duplicates_rejected"] == report["duplicates_injected"] > 0
+    assert report["lost_on_purpose"] > 0
+    assert report["resent"] >= report["lost_on_purpose"]
+    assert report["retried"] > 0
+    assert [check["passed"] for check in report["checks"]] == [True] * 5
+    assert (directory / "store" / "commitlog").is_dir()
+    assert (directory / "payments.db").is_file()
+
+
+def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    for _ in range(2):  # the second run deletes the first one's directory
+        result = run("demo", "--dir", str(directory), "--orders", "100")
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert "all checks passed" in result.stdout
+        assert "FAIL" not in result.stdout
+        for label in ("sent", "confirmed", "retried", "resent", "void: dead-lettered", "DLQ"):
+            assert label in result.stdout
+
+
+def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    keep = tmp_path / "precious"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("keep me", encoding="utf-8")
+    assert_one_error_line(run("demo", "--dir", str(keep)), "refusing")
+    assert (keep / "notes.txt").read_text(encoding="utf-8") == "keep me"
