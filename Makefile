@@ -26,7 +26,7 @@ test: lint
 
 # The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
 # Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.
-DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations
+DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations tests/examples
 test-database: $(STAMP)
 	@test -n "$$POSTBOX_TEST_DATABASE_URL" || { echo "set POSTBOX_TEST_DATABASE_URL"; exit 2; }
 	$(BIN)/python -m pytest -q $(DATABASE_SUITES)

@@ -1,5 +1,6 @@
 """Transactional outbox (DESIGN §5): the stub table written in the caller's transaction, the
-relay that publishes stubs to the broker, and the schema both share.
+relay that publishes stubs to the broker, the resend rule, alerts and cleanup run by
+``OutboxWorker`` (as Celery tasks through ``outbox.celery_app``), and the schema they share.
 
     import outbox
     box = outbox.Outbox(app)                       # engine + relay, started with the app
@@ -10,17 +11,23 @@ relay that publishes stubs to the broker, and the schema both share.
 May import the public API of ``framework``; never ``idempotency`` or ``storage_engine``.
 """
 
+from .alerts import Alert, Alerter, AlertKind, AlertSettings
 from .claims import ClaimedStub, claim_stubs
+from .cleanup import CleanupPolicy, CleanupReport, run_cleanup
 from .database import create_database_engine, database_engine
 from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError, OutboxError
 from .facade import Outbox
 from .relay import Relay, RelayOptions, RelayStats
+from .resend import Resender, ResendReport, ResendRules
 from .send import send
-from .tables import StubStatus, message_log, message_processed, message_stub, metadata
+from .tables import StubStatus, message_log, message_processed, message_stub, metadata, outbox_task
+from .worker import OutboxWorker, TaskSchedule
 
 __all__ = [
-    "BodyNotSerializableError", "ClaimedStub", "InvalidMessageError", "NoTransactionError",
-    "Outbox", "OutboxError", "Relay", "RelayOptions", "RelayStats", "StubStatus", "claim_stubs",
+    "Alert", "AlertKind", "AlertSettings", "Alerter", "BodyNotSerializableError", "ClaimedStub",
+    "CleanupPolicy", "CleanupReport", "InvalidMessageError", "NoTransactionError", "Outbox",
+    "OutboxError", "OutboxWorker", "Relay", "RelayOptions", "RelayStats", "ResendReport",
+    "ResendRules", "Resender", "StubStatus", "TaskSchedule", "claim_stubs",
     "create_database_engine", "database_engine", "message_log", "message_processed",
-    "message_stub", "metadata", "send",
+    "message_stub", "metadata", "outbox_task", "run_cleanup", "send",
 ]
