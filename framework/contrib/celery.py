@@ -10,7 +10,8 @@ inside a Celery worker.
 - ``host_app``: the worker process runs the Postbox ``App`` (its embedded store, its consumers)
   from ``worker_ready`` to ``worker_shutdown``. An embedded store belongs to one process, so the
   worker must use the ``solo`` or ``threads`` pool (``solo`` is the default set here); a
-  ``prefork`` pool is refused at start-up with a clear error. Celery beat never starts the app.
+  ``prefork`` pool is refused at start-up with a clear error (the worker exits). Celery beat
+  never starts the app.
 
     celery = create_celery("payments")
     current_app = host_app(celery, build_app)     # build_app() -> framework.App
@@ -128,10 +129,11 @@ def host_app(celery: Celery, factory: Callable[[], App]) -> Callable[[], App]:
         pool = getattr(sender, "pool_cls", None)
         pool_name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
         if not any(name in str(pool_name) for name in EMBEDDED_POOLS):
-            raise ConfigurationError(
-                f"the Postbox app hosted by this worker has an embedded store, which one "
-                f"process owns: start the worker with --pool=solo or --pool=threads "
-                f"(got {pool_name})")
+            message = (f"the Postbox app hosted by this worker has an embedded store, which one "
+                       f"process owns: start the worker with --pool=solo or --pool=threads "
+                       f"(got {pool_name})")
+            log.critical(message)
+            raise SystemExit(message)  # celery only logs an Exception raised by a signal handler
 
     @signals.worker_ready.connect(weak=False)
     def start(sender: Any = None, **_: Any) -> None:
