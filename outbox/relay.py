@@ -274,8 +274,8 @@ class Relay:
                             item.send_count, error)
         self.stats.failed += len(failed)
         if voided and self.on_void is not None:
-            errors = dict(failed)
-            self.on_void([(item, errors[item]) for item in voided])
+            self.on_void([(item, error) for item, error in failed
+                          if item.send_count >= self.options.max_send_count])
 
     def _retry_delay(self, attempts: int) -> timedelta:
         delay_ms = min(self.options.retry_delay_ms * 2 ** max(attempts - 1, 0),

@@ -40,6 +40,7 @@ dead-letter reason, and raises alert ``dead_lettered``. Both are the manual-hand
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -62,12 +63,12 @@ stub = message_stub.c
 logged = message_log.c
 processed = message_processed.c
 
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 DLQ_REASON = "DLQ_REASON"
 RETRY_TOPIC = "RETRY_TOPIC"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 DEAD_LETTER_PAGE = 100
 DEAD_LETTER_PAGES_PER_RUN = 20
+GROUP_EVIDENCE_TTL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,9 @@ class ResendRules:
     recheck_ms: int = 30_000
     """Wait before looking again at a stub no group has moved past yet."""
     consumer_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    """Topic → consumer groups whose progress decides; topics not listed use every group the
-    broker knows consuming them."""
+    """Topic → consumer groups whose progress decides. Topics not listed use every group the
+    broker knows consuming them that has logged or processed a message of the topic (an
+    idempotent consumer); list the groups when one filters by tags the stubs do not carry."""
     batch_size: int = 200
     lease_ms: int = 60_000
 
@@ -104,6 +106,10 @@ class ResendRules:
         if self.backoff_multiplier < 1 or any(wait < 1 for wait in self.backoff_schedule_ms):
             raise ConfigurationError("ResendRules needs backoff_multiplier >= 1 and positive "
                                      "backoff_schedule_ms entries")
+        for topic, groups in self.consumer_groups.items():
+            if isinstance(groups, str) or not all(isinstance(group, str) for group in groups):
+                raise ConfigurationError(f"ResendRules.consumer_groups[{topic!r}] must be a "
+                                         f"list of group names, got {groups!r}")
 
     def backoff(self, send_count: int) -> timedelta:
         """The wait after the ``send_count``-th send before the rule looks again."""
@@ -190,6 +196,7 @@ class Resender:
         self.alerter = alerter
         self.owner = owner
         self._now = now
+        self._evidence: dict[tuple[str, str], bool | float] = {}
 
     # ---- the resend rule ---------------------------------------------------------------------
 
@@ -205,9 +212,13 @@ class Resender:
         plan = self._plan(candidates, now)
         self._apply(plan, now, report)
         if plan.resend:
+            # still lost past its grace, as planned: an overlapping pass that resent it first
+            # has cleared overtaken_at and moved next_resend_at on
+            grace = timedelta(milliseconds=self.rules.grace_ms)
             claimed = claim_stubs(
                 self.engine, and_(self._published_unconfirmed(),
-                                  stub.send_count < self.rules.max_send_count),
+                                  stub.send_count < self.rules.max_send_count,
+                                  stub.next_resend_at <= now, stub.overtaken_at <= now - grace),
                 owner=self.owner, now=now, lease=timedelta(milliseconds=self.rules.lease_ms),
                 limit=len(plan.resend), message_ids=plan.resend)
             report.resent = self.relay.publish_claimed(claimed, check_after=self.rules.backoff,
@@ -239,6 +250,7 @@ class Resender:
         """Fill in the real-queue offset of delayed stubs the delay service delivered."""
         located: list[_Candidate] = []
         found: list[dict[str, Any]] = []
+        undelivered: list[str] = []
         for item in candidates:
             if item.queue_offset is not None:
                 located.append(item)
@@ -248,6 +260,7 @@ class Resender:
                      if view.topic == item.topic]
             if not views:
                 report.waiting += 1  # still in the delay topic (or the index lags)
+                undelivered.append(item.message_id)
                 continue
             view = min(views, key=lambda found_view: found_view.queue_offset)
             found.append({"b_id": item.message_id, "b_queue_id": view.queue_id,
@@ -260,6 +273,12 @@ class Resender:
                                            stub.queue_offset.is_(None))
                 .values(queue_id=bindparam("b_queue_id"),
                         queue_offset=bindparam("b_queue_offset"), updated_at=now), found))
+        if undelivered:  # look again after recheck, not at the head of every pass
+            recheck_at = now + timedelta(milliseconds=self.rules.recheck_ms)
+            run_transaction(self.engine, lambda connection: connection.execute(
+                update(message_stub).where(stub.message_id.in_(undelivered),
+                                           stub.queue_offset.is_(None), lease_free(now))
+                .values(next_resend_at=recheck_at, updated_at=now)))
         return located
 
     def _plan(self, candidates: list[_Candidate], now: datetime) -> _Plan:
@@ -298,7 +317,26 @@ class Resender:
         configured = self.rules.consumer_groups.get(topic)
         if configured is not None:
             return list(configured)
-        return self._discovered_groups().get(topic, [])
+        return [group for group in self._discovered_groups().get(topic, [])
+                if self._logs_topic(group, topic)]
+
+    def _logs_topic(self, group: str, topic: str) -> bool:
+        """Whether ``group`` has ever logged or processed a message of ``topic`` here — an
+        idempotent consumer whose progress means something. A plain consumer moves past
+        stubs without a trace and must not make them look lost. Positive answers are kept;
+        negative ones are asked again after ``GROUP_EVIDENCE_TTL_S``."""
+        key = (group, topic)
+        seen = self._evidence.get(key)
+        now_s = time.monotonic()
+        if seen is True or (seen is not None and now_s - seen < GROUP_EVIDENCE_TTL_S):
+            return seen is True
+        with self.log_engine.connect() as connection:
+            found = any(connection.execute(
+                select(table.c.message_id).where(table.c.consumer_group == group,
+                                                 table.c.topic == topic).limit(1)).first()
+                        for table in (message_log, message_processed))
+        self._evidence[key] = True if found else now_s
+        return found
 
     def _discovered_groups(self) -> dict[str, list[str]]:
         by_topic: dict[str, list[str]] = defaultdict(list)
@@ -381,8 +419,9 @@ class Resender:
         """Alert on stubs the relay voided after ``max_send_count`` failed publishes."""
         now = self._now()
         self.alerter.fire([Alert(AlertKind.EXHAUSTED, item.message_id, item.topic,
-                                 item.send_count, f"publishing failed {item.send_count} "
-                                 f"times; last error: {error}", now) for item, error in voided])
+                                 item.send_count, f"send {item.send_count} of "
+                                 f"{item.send_count} failed to publish: {error}", now)
+                           for item, error in voided])
 
     # ---- the dead-letter rule ----------------------------------------------------------------
 
@@ -413,9 +452,8 @@ class Resender:
             properties: Mapping[str, str] = letter.properties
             reason = properties.get(DLQ_REASON) or "retries exhausted"
             topic = properties.get(RETRY_TOPIC) or letter.topic
-            for message_id in {letter.unique_key, properties.get(ORIGIN_MESSAGE_ID)}:
-                if message_id:
-                    reasons[message_id] = (topic, reason)
+            if letter.unique_key:  # the stub's id: copies keep the UNIQ_KEY of the original
+                reasons[letter.unique_key] = (topic, reason)
         alerts: list[Alert] = []
 
         def write(connection: Connection) -> None:

@@ -143,12 +143,13 @@ class OutboxWorker:
 
     def _relay_pending(self, state: dict[str, Any]) -> dict[str, Any]:
         published = 0
+        failed_before = self.relay.stats.failed  # the relay's counters span all its runs
         for _ in range(MAX_PASSES_PER_RUN):
             count = self.relay.publish_due()
             published += count
             if count < self.relay.options.batch_size:
                 break
-        return {"published": published, "failed": self.relay.stats.failed}
+        return {"published": published, "failed": self.relay.stats.failed - failed_before}
 
     def _resend_due(self, state: dict[str, Any]) -> dict[str, Any]:
         cursors = state.setdefault("dead_letter_cursors", {})
