@@ -7,9 +7,9 @@ topic (``ResendRules.consumer_groups``, else every group the broker knows on the
 - *done* — the group's ``message_processed`` row exists;
 - *in flight* — the group's ``message_log`` row exists (received, not yet confirmed);
 - *lost* — neither, and the group's progress on the stub's queue is past the stub's offset.
-  Progress is the larger of the committed consumer offset and the highest offset the group
-  logged + 1; a message-log row is written on receipt, before the handler runs, so a message
-  being worked on is never *lost*.
+  Progress is the group's committed consumer offset, or, on a queue where it never committed,
+  the highest offset it logged + 1; a message-log row is written on receipt, before the
+  handler runs, so a message being worked on is never *lost*.
 
 Then:
 
@@ -346,7 +346,8 @@ class Resender:
         return by_topic
 
     def _progress(self, groups: list[str], topics: list[str]) -> dict[tuple[str, str, int], int]:
-        """(group, topic, queue id) → the next offset the group will read there."""
+        """(group, topic, queue id) → the group's progress there: the committed offset, else
+        the highest logged offset + 1."""
         progress: dict[tuple[str, str, int], int] = {}
         wanted = set(topics)
         for group in groups:
@@ -361,8 +362,10 @@ class Resender:
                      .group_by(logged.consumer_group, logged.topic, logged.queue_id))
             with self.log_engine.connect() as connection:
                 for group, topic, queue_id, highest in connection.execute(query):
-                    key = (group, topic, queue_id)
-                    progress[key] = max(progress.get(key, -1), highest + 1)
+                    # only where no offset was committed: a committed offset is the consumer's
+                    # own word, while a log row stays behind a failing message and later
+                    # offsets may simply not have been received yet
+                    progress.setdefault((group, topic, queue_id), highest + 1)
         return progress
 
     def _apply(self, plan: _Plan, now: datetime, report: ResendReport) -> None:
