@@ -11,7 +11,7 @@ def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     report = run_json("demo", "--dir", str(directory), "--orders", "300")
 
-    assert report["passed"] is True
+    assert report["passed"] is True, report
     assert report["settled"] is True
     assert report["sent"] == 300
     # every sent message ends confirmed or void
