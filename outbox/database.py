@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -103,6 +104,17 @@ def is_deadlock(error: DBAPIError) -> bool:
     return code in _DEADLOCK_CODES or sqlstate in _DEADLOCK_SQLSTATES
 
 
+def sqlite_file(url: str | URL) -> Path | None:
+    """The database file of a file-backed SQLite URL (as written: maybe relative); None for
+    other databases, in-memory SQLite and ``file:`` URIs. Raises what ``make_url`` raises."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or \
+            database.startswith("file:"):
+        return None
+    return Path(database)
+
+
 def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, Any]) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
     options: dict[str, Any] = {
@@ -131,5 +143,5 @@ def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, An
 
 __all__ = [
     "ENGINE_RESOURCE", "TRANSACTION_ATTEMPTS", "create_database_engine", "database_engine",
-    "dialect_name", "is_deadlock", "run_transaction", "supports_skip_locked",
+    "dialect_name", "is_deadlock", "run_transaction", "sqlite_file", "supports_skip_locked",
 ]

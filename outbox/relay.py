@@ -164,14 +164,14 @@ class Relay:
     def publish_due(self, limit: int | None = None) -> int:
         """One polling pass: claim and publish due, never-published stubs; return how many
         were published."""
-        published = self._publish(self._claim(limit or self.options.batch_size))
+        published = self.publish_claimed(self._claim(limit or self.options.batch_size))
         self.stats.published_by_poll += published
         return published
 
     def publish_ids(self, message_ids: list[str]) -> tuple[int, list[str]]:
         """Claim and publish these stubs; return (published, ids not in the table)."""
         claimed = self._claim(len(message_ids), message_ids)
-        published = self._publish(claimed)
+        published = self.publish_claimed(claimed)
         self.stats.published_by_hook += published
         taken = {item.message_id for item in claimed}
         unseen = [message_id for message_id in message_ids if message_id not in taken]
@@ -198,9 +198,6 @@ class Relay:
         return claim_stubs(self.engine, unpublished_due(now, self.options.max_send_count),
                            owner=self.owner, now=now, lease=self._lease(), limit=limit,
                            message_ids=message_ids)
-
-    def _publish(self, claimed: list[ClaimedStub]) -> int:
-        return self.publish_claimed(claimed)
 
     def publish_claimed(self, claimed: list[ClaimedStub], *,
                         check_after: Callable[[int], timedelta] | None = None,
@@ -263,19 +260,19 @@ class Relay:
                     .values(**values))
 
         run_transaction(self.engine, write)
-        voided = [item for item, _ in failed if item.send_count >= self.options.max_send_count]
+        voided = [(item, error) for item, error in failed
+                  if item.send_count >= self.options.max_send_count]
         for item, error in failed:
             if item.send_count >= self.options.max_send_count:
-                self.stats.voided += 1
                 log.error("stub %s is void after %d failed publish attempts (last: %s); "
                           "an operator must re-arm it", item.message_id, item.send_count, error)
             else:
                 log.warning("publishing stub %s failed (attempt %d): %s", item.message_id,
                             item.send_count, error)
         self.stats.failed += len(failed)
+        self.stats.voided += len(voided)
         if voided and self.on_void is not None:
-            self.on_void([(item, error) for item, error in failed
-                          if item.send_count >= self.options.max_send_count])
+            self.on_void(voided)
 
     def _retry_delay(self, attempts: int) -> timedelta:
         delay_ms = min(self.options.retry_delay_ms * 2 ** max(attempts - 1, 0),

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -283,10 +282,11 @@ class Resender:
 
     def _plan(self, candidates: list[_Candidate], now: datetime) -> _Plan:
         topics = sorted({item.topic for item in candidates})
-        groups = {topic: self._groups(topic) for topic in topics}
+        queues: dict[str, list[Any]] = {}  # group → its QueueProgress, read once per pass
+        groups = {topic: self._groups(topic, queues) for topic in topics}
         all_groups = sorted({group for names in groups.values() for group in names})
         ids = [item.message_id for item in candidates]
-        progress = self._progress(all_groups, topics)
+        progress = self._progress(all_groups, topics, queues)
         with self.log_engine.connect() as connection:
             in_flight = _pairs(connection, message_log, ids, all_groups)
             done = _pairs(connection, message_processed, ids, all_groups)
@@ -313,12 +313,19 @@ class Resender:
                 plan.resend.append(key)
         return plan
 
-    def _groups(self, topic: str) -> list[str]:
+    def _queues(self, group: str, queues: dict[str, list[Any]]) -> list[Any]:
+        """The group's ``QueueProgress`` list, asked of the broker once per pass."""
+        if group not in queues:
+            queues[group] = self.app.client.consumer_progress(group)
+        return queues[group]
+
+    def _groups(self, topic: str, queues: dict[str, list[Any]]) -> list[str]:
         configured = self.rules.consumer_groups.get(topic)
         if configured is not None:
             return list(configured)
-        return [group for group in self._discovered_groups().get(topic, [])
-                if self._logs_topic(group, topic)]
+        return [group for group in self.app.client.consumer_groups()
+                if any(queue.topic == topic for queue in self._queues(group, queues))
+                and self._logs_topic(group, topic)]
 
     def _logs_topic(self, group: str, topic: str) -> bool:
         """Whether ``group`` has ever logged or processed a message of ``topic`` here — an
@@ -338,20 +345,14 @@ class Resender:
         self._evidence[key] = True if found else now_s
         return found
 
-    def _discovered_groups(self) -> dict[str, list[str]]:
-        by_topic: dict[str, list[str]] = defaultdict(list)
-        for group in self.app.client.consumer_groups():
-            for topic in {queue.topic for queue in self.app.client.consumer_progress(group)}:
-                by_topic[topic].append(group)
-        return by_topic
-
-    def _progress(self, groups: list[str], topics: list[str]) -> dict[tuple[str, str, int], int]:
+    def _progress(self, groups: list[str], topics: list[str],
+                  queues: dict[str, list[Any]]) -> dict[tuple[str, str, int], int]:
         """(group, topic, queue id) → the group's progress there: the committed offset, else
         the highest logged offset + 1."""
         progress: dict[tuple[str, str, int], int] = {}
         wanted = set(topics)
         for group in groups:
-            for queue in self.app.client.consumer_progress(group):
+            for queue in self._queues(group, queues):
                 if queue.topic in wanted and queue.committed_offset is not None:
                     progress[(group, queue.topic, queue.queue_id)] = queue.committed_offset
         if groups:

@@ -65,6 +65,8 @@ class TaskLease:
         self.engine = engine
         self.owner = owner
         self._now = now
+        self._known: set[str] = set()
+        """Task rows this object has seen exist (rows are never deleted)."""
 
     def begin(self, name: str, *, lease: timedelta, min_interval: timedelta = timedelta(0),
               scheduler: str | None = None) -> TaskRun | None:
@@ -132,15 +134,17 @@ class TaskLease:
         self.finish(run, run.state)
 
     def _ensure_row(self, name: str) -> None:
+        if name in self._known:
+            return
         with self.engine.connect() as connection:
-            if connection.execute(select(task.name).where(task.name == name)).first():
-                return
-            try:
-                connection.execute(insert(outbox_task).values(name=name,
-                                                              updated_at=self._now()))
-                connection.commit()
-            except IntegrityError:  # another process inserted it first
-                connection.rollback()
+            if not connection.execute(select(task.name).where(task.name == name)).first():
+                try:
+                    connection.execute(insert(outbox_task).values(name=name,
+                                                                  updated_at=self._now()))
+                    connection.commit()
+                except IntegrityError:  # another process inserted it first
+                    connection.rollback()
+        self._known.add(name)
 
 
 __all__ = ["TaskLease", "TaskRun"]

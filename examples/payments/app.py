@@ -4,15 +4,12 @@ worker that runs the periodic outbox tasks."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
-
-from sqlalchemy.engine import make_url
 
 import migrations
 from framework import App, ConsumerOptions
 from outbox import Outbox
 from outbox.cleanup import CleanupPolicy
-from outbox.database import create_database_engine, database_engine
+from outbox.database import create_database_engine, sqlite_file
 from outbox.worker import OutboxWorker
 
 from .billing import register_billing
@@ -25,9 +22,9 @@ FAST_CONSUMER_OPTIONS = ConsumerOptions(persist_interval_ms=200, long_polling_ms
 
 def prepare_database(config: PaymentsConfig) -> None:
     """Migrate the outbox tables and create the example's own tables."""
-    url = make_url(config.database_url)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    database = sqlite_file(config.database_url)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(config.database_url)
     engine = create_database_engine(config.database_url)
     try:
@@ -57,7 +54,7 @@ def build_worker(config: PaymentsConfig, app: App | None = None) -> OutboxWorker
     """The periodic outbox tasks for ``app`` (built from ``config`` when not given)."""
     app = app if app is not None else build_app(config, faults=FaultInjector())
     retention = timedelta(days=7)
-    return OutboxWorker(app, engine=database_engine(app), rules=config.rules,
+    return OutboxWorker(app, rules=config.rules,
                         schedule=config.schedule,
                         cleanup=CleanupPolicy(confirmed_retention=retention,
                                               log_retention=retention,

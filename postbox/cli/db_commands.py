@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
 import migrations
 from migrations.api import safe_url
+from outbox.database import sqlite_file
 
 from .common import CliError, JsonOption, out_console, print_json, reports_errors
 
@@ -40,13 +39,11 @@ DatabaseUrlOption = Annotated[str, typer.Option(
 def prepare_url(url: str) -> str:
     """Check that ``url`` parses; for a relative SQLite file path, create its parent directory."""
     try:
-        parsed = make_url(url)
+        database = sqlite_file(url)
     except (ArgumentError, ValueError) as error:
         raise CliError(f"bad database URL {url!r}: {error}") from error
-    database = parsed.database or ""
-    if (parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
-            and not database.startswith("file:") and not Path(database).is_absolute()):
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    if database is not None and not database.is_absolute():
+        database.parent.mkdir(parents=True, exist_ok=True)
     return url
 
 
