@@ -107,6 +107,7 @@ def run_scenario(config: PaymentsConfig, options: ScenarioOptions = ScenarioOpti
         report.place_s = time.monotonic() - started
         report.sent = len(ids)
         clean = [message_id for number, message_id in enumerate(ids) if number not in marked]
+        worker.run("relay_pending", scheduled=False)  # what the hook has not published yet
         report.duplicates_injected = _publish_duplicates(
             app, box, random.Random(options.seed).sample(clean, min(options.duplicates,
                                                                    len(clean))))
