@@ -42,15 +42,26 @@ def publish_copies(root: Path, ids: list[str], copies: int) -> None:
                 producer.send("orders", f"order-{index}", unique_key=message_id)
 
 
-def start_consumer(root: Path, database_url: str, redis_url: str, *extra: str,
+def spawn_consumer(root: Path, database_url: str, redis_url: str, *extra: str,
                    ) -> subprocess.Popen:
-    process = subprocess.Popen(
+    """Start a consumer process without waiting for it (see ``wait_ready``)."""
+    return subprocess.Popen(
         [sys.executable, "-m", "tests.support.idempotent_consumer", "--store", str(root),
          "--db", database_url, "--redis", redis_url, *extra],
         cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def wait_ready(process: subprocess.Popen) -> subprocess.Popen:
+    """Wait until the consumer process says it consumes."""
     assert process.stdout is not None
     assert process.stdout.readline().strip() == b"ready"
     return process
+
+
+def start_consumer(root: Path, database_url: str, redis_url: str, *extra: str,
+                   ) -> subprocess.Popen:
+    """Start a consumer process and wait until it consumes."""
+    return wait_ready(spawn_consumer(root, database_url, redis_url, *extra))
 
 
 def stop_consumer(process: subprocess.Popen) -> None:

@@ -17,9 +17,10 @@ from tests.idempotency.conftest import count_rows
 from tests.idempotency.process_support import (
     publish_copies,
     send_stubs,
-    start_consumer,
+    spawn_consumer,
     stop_consumer,
     stub_counts,
+    wait_ready,
     wait_until,
 )
 from tests.support.idempotent_consumer import business, ledger
@@ -37,8 +38,11 @@ def test_two_processes_eight_threads_duplicates_and_failures(tmp_path, migrated_
     for root in roots:
         publish_copies(root, ids, COPIES)
 
-    processes = [start_consumer(root, migrated_database_url, redis_url, "--fail-rate", "0.2",
+    # both start together: one started after the other was ready could find all the work done
+    processes = [spawn_consumer(root, migrated_database_url, redis_url, "--fail-rate", "0.2",
                                 "--seed", str(seed)) for seed, root in enumerate(roots)]
+    for process in processes:
+        wait_ready(process)
     try:
         wait_until(lambda: stub_counts(engine).get("confirmed") == MESSAGES
                    and count_rows(engine, outbox.message_log) == 0, 180,
