@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,7 +26,8 @@ test: lint
 
 # The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
 # Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.
-DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations tests/examples
+DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations tests/examples \
+                   tests/spark_reconcile/test_framework_scenario.py
 test-database: $(STAMP)
 	@test -n "$$POSTBOX_TEST_DATABASE_URL" || { echo "set POSTBOX_TEST_DATABASE_URL"; exit 2; }
 	$(BIN)/python -m pytest -q $(DATABASE_SUITES)

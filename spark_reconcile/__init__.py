@@ -1,6 +1,65 @@
-"""PySpark reconciliation jobs (DESIGN §6). Built in a later issue.
+"""PySpark reconciliation (DESIGN §6): every outbox stub classified against consumer logs,
+committed offsets and dead letters, with a report.
 
-May import only ``storage_engine.formats`` and ``outbox.tables`` (names).
+    from spark_reconcile import ReconcileOptions, run_reconciliation
+    result = run_reconciliation(ReconcileOptions(store_dir=Path("store"),
+                                                 database_url="sqlite:///app.db",
+                                                 out_dir=Path("report")))
+    result.summary.counts["lost"], result.report_path, result.exit_code
+
+May import only ``storage_engine.formats`` (to decode store files) and ``outbox.tables``
+(names). PySpark is imported lazily by the job, so importing this package needs only the
+``spark`` extra's pyarrow for the export.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .classes import ALL_CLASSES, STUB_CLASSES, MessageClass
+from .errors import (
+    DatabaseUnavailableError,
+    EmptyStoreError,
+    MissingTableError,
+    ReconcileError,
+    SparkUnavailableError,
+    StoreNotFoundError,
+)
+from .options import (
+    DEFAULT_THRESHOLDS,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_THRESHOLD_EXCEEDED,
+    ReconcileOptions,
+    ReconcileResult,
+)
+from .results import ReconcileSummary
+from .session import DEFAULT_MASTER
+
+if TYPE_CHECKING:
+    from .job import run_reconciliation
+
+
+def __getattr__(name: str) -> Any:
+    """``run_reconciliation``, imported on first use: it needs PySpark and pyarrow.
+
+    Raises:
+        SparkUnavailableError: they are not installed.
+    """
+    if name != "run_reconciliation":
+        raise AttributeError(name)
+    try:
+        from .job import run_reconciliation
+    except ImportError as error:
+        raise SparkUnavailableError(f"the reconciliation needs PySpark and pyarrow ({error}): "
+                                    "pip install 'postbox[spark]'") from error
+    return run_reconciliation
+
+
+__all__ = [
+    "ALL_CLASSES", "DEFAULT_MASTER", "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE", "EXIT_OK",
+    "EXIT_THRESHOLD_EXCEEDED", "DatabaseUnavailableError", "EmptyStoreError",
+    "MessageClass", "MissingTableError", "ReconcileError", "ReconcileOptions",
+    "ReconcileResult", "ReconcileSummary", "STUB_CLASSES", "SparkUnavailableError",
+    "StoreNotFoundError", "run_reconciliation",
+]

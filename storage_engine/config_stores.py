@@ -50,15 +50,11 @@ from .config_beans import (
 )
 from .config_file import ConfigFile, ConfigFileError
 from .errors import InvalidMessageError, InvalidQueueError, InvalidTopicError
+from .formats.directory import CONFIG_DIR_NAME, CONSUMER_OFFSET_FILE_NAME, TOPIC_GROUP_SEPARATOR
 from .formats.fastjson import encode_config_json
 from .topics import validate_topic
 
 log = logging.getLogger(__name__)
-
-CONFIG_DIR_NAME = "config"
-"""The config directory under a store root: ``{root}/config``."""
-
-TOPIC_GROUP_SEPARATOR = "@"
 
 __all__ = [
     "CONFIG_DIR_NAME", "ConfigFileError", "ConfigStores", "ConsumerFilterTable",
@@ -159,7 +155,7 @@ class ConsumerOffsetTable(_ConfigTable):
     The stored offset is the next one to consume ("consume from here").
     """
 
-    FILE_NAME = "consumerOffset.json"
+    FILE_NAME = CONSUMER_OFFSET_FILE_NAME
 
     def commit(self, topic: str, group: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes from ``topic``/``queue_id``.

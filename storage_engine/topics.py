@@ -10,12 +10,11 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidTopicError
+from .formats.directory import DELAY_TOPIC as DELAY_TOPIC  # re-exported
+from .formats.directory import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 
 TOPIC_LENGTH_MAX = 127
 SYSTEM_TOPIC_LENGTH_MAX = 255
-RETRY_TOPIC_PREFIX = "%RETRY%"
-DLQ_TOPIC_PREFIX = "%DLQ%"
-DELAY_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_%|-]+")
 

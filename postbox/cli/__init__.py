@@ -1,5 +1,5 @@
 """The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq``,
-``outbox``, ``db`` and ``bench`` sub-apps.
+``outbox``, ``db`` and ``bench`` sub-apps, and the ``demo`` and ``reconcile`` commands.
 
 This package is the edge of the system: it may import any project package and nothing imports
 it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
@@ -22,6 +22,7 @@ from .demo import demo_command
 from .dlq_commands import dlq_app
 from .outbox_commands import outbox_app
 from .query_commands import query_app
+from .reconcile_command import reconcile_command
 from .store_commands import store_app
 from .store_tour import tour_command
 
@@ -40,6 +41,7 @@ app.add_typer(outbox_app)
 app.add_typer(db_app)
 app.add_typer(bench_app)
 app.command("demo")(demo_command)
+app.command("reconcile")(reconcile_command)
 
 
 @app.callback()

@@ -30,6 +30,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from storage_engine import Broker, MessageStore, StorageError, StoreConfig, infer_config
 
@@ -161,6 +162,24 @@ def print_warning(message: str) -> None:
 def print_note(message: str) -> None:
     """A plain informational line on stderr (keeps stdout clean for ``--json``)."""
     err_console().print(escape(message), highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def step_progress(console: Console, *, label_width: int = 16, transient: bool = False
+                  ) -> Iterator[Callable[[str, int, int], None]]:
+    """Progress bars, one per named step, driven by the ``progress(step, done, total)``
+    callback this yields (the callback shape of the demo and the reconciliation)."""
+    columns = (TextColumn(f"{{task.description:<{label_width}}}"), BarColumn(),
+               MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=transient) as progress:
+        tasks: dict[str, Any] = {}
+
+        def update(step: str, done: int, total: int) -> None:
+            if step not in tasks:
+                tasks[step] = progress.add_task(step, total=total)
+            progress.update(tasks[step], completed=done, total=total)
+
+        yield update
 
 
 CommandT = TypeVar("CommandT", bound=Callable[..., Any])

@@ -6,7 +6,9 @@ made it) gets an embedded store, a SQLite database and an embedded Redis. The or
 places ``--orders`` orders, one transaction each; some messages are lost on purpose, some
 handlers fail once or always, and duplicates are published; the billing consumer and the
 periodic outbox tasks run until every message is confirmed or void. The summary counts what
-happened; the checks prove it is consistent. Exit code 1 when a check fails.
+happened; the checks prove it is consistent. Then the Spark reconciliation classifies every
+stub against the store and writes its report (``DIR/reconcile/report.html``); its counts must
+agree with the demo's. Exit code 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -22,14 +24,23 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from examples.payments.config import PaymentsConfig
-from examples.payments.scenario import ScenarioOptions, ScenarioReport, run_scenario
+from examples.payments.scenario import Check, ScenarioOptions, ScenarioReport, run_scenario
+from spark_reconcile import ReconcileError, ReconcileOptions, ReconcileResult
 
-from .common import EXIT_NOT_FOUND, CliError, JsonOption, out_console, reports_errors
+from .common import (
+    EXIT_NOT_FOUND,
+    CliError,
+    JsonOption,
+    out_console,
+    print_warning,
+    reports_errors,
+    step_progress,
+)
+from .reconcile_command import render_result, run_with_progress
 
 DEMO_DIR = Path(".postbox/demo")
 DEMO_MARKER = ".postbox-demo"
@@ -48,6 +59,9 @@ def demo_command(
     ] = None,
     timeout: Annotated[float, typer.Option(
         "--timeout", min=1.0, help="Seconds to wait for every message to settle.")] = 45.0,
+    reconcile: Annotated[bool, typer.Option(
+        "--reconcile/--no-reconcile", help="End with the Spark reconciliation and its report.")
+    ] = True,
     json_output: JsonOption = False,
 ) -> None:
     """Run the payments example end to end: orders, losses, failures, duplicates, resends."""
@@ -62,18 +76,69 @@ def demo_command(
                               poison=max(1, round(10 * scale)),
                               duplicates=max(2, round(50 * scale)), timeout_s=timeout)
     console = out_console()
+    reconciliation = None
     if json_output:
         report = run_scenario(config, options)
-        console.print_json(json.dumps({**dataclasses.asdict(report), "passed": report.passed,
-                                       "directory": str(root)}))
+        if reconcile and report.settled:
+            reconciliation = reconcile_demo(root, config, report, None)
+        console.print_json(json.dumps({
+            **dataclasses.asdict(report), "passed": report.passed, "directory": str(root),
+            "reconciliation": reconciliation and {
+                **reconciliation.summary.to_json(),
+                "report": str(reconciliation.report_path)}}))
     else:
         # warnings (dead letters, alerts) print above the progress bars, not through them
         logging.basicConfig(level=logging.WARNING, force=True, format="%(message)s",
                             handlers=[RichHandler(console=console, show_path=False)])
         report = _run_with_progress(console, config, options)
+        if reconcile and report.settled:
+            reconciliation = reconcile_demo(root, config, report, console)
         render(console, report, root)
+        if reconciliation is not None:
+            render_result(console, reconciliation)
     if not report.passed:
         raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def reconcile_demo(root: Path, config: PaymentsConfig, report: ScenarioReport,
+                   console: Console | None) -> ReconcileResult | None:
+    """Reconcile the demo's store and database; add the check that the counts agree.
+
+    Returns None (after a warning) when Spark cannot run here: the payments checks stand alone.
+    """
+    import spark_reconcile
+
+    options = ReconcileOptions(
+        store_dir=config.store_dir, database_url=config.database_url, out_dir=root / "reconcile",
+        master="local[2]", grace_ms=config.rules.grace_ms,
+        thresholds={"lost": 0, "dead_lettered": report.void_dead_lettered})
+    try:
+        if console is None:
+            result = spark_reconcile.run_reconciliation(options)
+        else:
+            result = run_with_progress(console, options)
+    except spark_reconcile.SparkUnavailableError as error:
+        print_warning(f"reconciliation skipped: {error}")
+        return None
+    except ReconcileError as error:
+        report.checks.append(Check("the reconciliation ran", False, str(error)))
+        return None
+    report.checks.append(_agreement(report, result))
+    return result
+
+
+def _agreement(report: ScenarioReport, result: ReconcileResult) -> Check:
+    counts = result.summary.counts
+    expected = {"confirmed": report.confirmed, "dead_lettered": report.void_dead_lettered,
+                "exhausted": report.void_exhausted, "in_flight": 0, "lost": 0, "pending": 0,
+                "orphan_log": 0, "dlq_without_stub": 0}
+    wrong = {name: (counts.get(name, 0), want) for name, want in expected.items()
+             if counts.get(name, 0) != want}
+    detail = ("; ".join(f"{name}: {got} (expected {want})" for name, (got, want)
+                        in wrong.items()) or f"{result.summary.stubs} stubs classified as the "
+              "demo counted them")
+    return Check("the Spark reconciliation agrees with the demo", not wrong and
+                 result.summary.complete, detail)
 
 
 def reset_demo_dir(root: Path) -> None:
@@ -88,16 +153,7 @@ def reset_demo_dir(root: Path) -> None:
 
 def _run_with_progress(console: Console, config: PaymentsConfig,
                        options: ScenarioOptions) -> ScenarioReport:
-    columns = (TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        tasks: dict[str, int] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = progress.add_task(phase, total=total)
-            progress.update(tasks[phase], completed=done)
-
+    with step_progress(console) as update:
         return run_scenario(config, options, update)
 
 

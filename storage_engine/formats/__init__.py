@@ -18,6 +18,8 @@ from .checkpoint_layout import (
 )
 from .constants import *  # noqa: F403  (the constants are part of the format surface)
 from .constants import __all__ as _constant_names
+from .directory import *  # noqa: F403  (the store's file and system-topic names)
+from .directory import __all__ as _directory_names
 from .fastjson import NESTING_DEPTH_MAX as NESTING_DEPTH_MAX
 from .fastjson import decode_config_json as decode_config_json
 from .fastjson import encode_config_json as encode_config_json
@@ -71,6 +73,7 @@ from .record import (
     record_size,
     seal_property_crc,
     takes_queue_offset,
+    topic_and_properties,
     unpack_record,
     uses_v2,
     utf16_length,
@@ -78,6 +81,7 @@ from .record import (
 
 __all__ = [
     *_constant_names,
+    *_directory_names,
     "CHECKPOINT",
     "CHECKPOINT_FILE_SIZE_BYTES",
     "CONSUME_QUEUE_UNIT",
@@ -133,6 +137,7 @@ __all__ = [
     "split_keys",
     "tag_hash",
     "takes_queue_offset",
+    "topic_and_properties",
     "unpack_record",
     "uses_v2",
     "utf16_length",

@@ -26,9 +26,17 @@ def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
     assert report["lost_on_purpose"] > 0
     assert report["resent"] >= report["lost_on_purpose"]
     assert report["retried"] > 0
-    assert [check["passed"] for check in report["checks"]] == [True] * 5
+    assert [check["passed"] for check in report["checks"]] == [True] * 6
     assert (directory / "store" / "commitlog").is_dir()
     assert (directory / "payments.db").is_file()
+    # the demo ends with a reconciliation that agrees with it
+    reconciliation = report["reconciliation"]
+    assert reconciliation["counts"]["confirmed"] == report["confirmed"]
+    assert reconciliation["counts"]["dead_lettered"] == report["void_dead_lettered"]
+    assert reconciliation["counts"]["lost"] == 0
+    assert reconciliation["complete"] is True and reconciliation["exceeded"] == []
+    assert Path(reconciliation["report"]) == directory / "reconcile" / "report.html"
+    assert (directory / "reconcile" / "report.html").is_file()
 
 
 def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
@@ -38,7 +46,8 @@ def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
         assert result.exit_code == 0, (result.stdout, result.stderr)
         assert "all checks passed" in result.stdout
         assert "FAIL" not in result.stdout
-        for label in ("sent", "confirmed", "retried", "resent", "void: dead-lettered", "DLQ"):
+        for label in ("sent", "confirmed", "retried", "resent", "void: dead-lettered", "DLQ",
+                      "Reconciliation", "report.html"):
             assert label in result.stdout
 
 

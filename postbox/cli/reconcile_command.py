@@ -1,0 +1,143 @@
+"""``postbox reconcile``: classify every outbox stub against the store (DESIGN §6).
+
+Reads ``message_stub``/``message_log`` from ``--db`` (a chunked Parquet export by default, Spark
+JDBC with ``--jdbc-jar``) and the consumer offsets, consume queues and dead-letter/retry topics
+from ``--store`` (read only; a copy of a live store works), runs the Spark job on ``--master``
+and writes ``report.html``, ``classification/`` (Parquet), ``classification.csv`` and
+``summary.json`` under ``--out``.
+
+Exit codes: 0 every count within its threshold; 1 ``lost`` or ``dead_lettered`` above its
+threshold (``--max-lost``, ``--max-dead-lettered``); 2 the inputs could not be read (no report
+written); 3 some store file could not be read (report written, marked incomplete).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+import spark_reconcile
+from spark_reconcile import (
+    ALL_CLASSES,
+    DEFAULT_MASTER,
+    ReconcileError,
+    ReconcileOptions,
+    ReconcileResult,
+)
+
+from .common import (
+    DEFAULT_STORE_DIR,
+    CliError,
+    JsonOption,
+    StoreDirOption,
+    err_console,
+    out_console,
+    print_error,
+    reports_errors,
+    step_progress,
+)
+from .db_commands import DEFAULT_DATABASE_URL, DatabaseUrlOption
+
+DEFAULT_OUT_DIR = Path(".postbox/reconcile")
+CLASS_MEANINGS = {
+    "confirmed": "a consumer committed its effect",
+    "dead_lettered": "in a %DLQ% topic: needs a human",
+    "exhausted": "void: given up after the maximum sends",
+    "in_flight": "received (logged) or being retried, not confirmed yet",
+    "lost": "a consumer moved past it without it: a resend candidate",
+    "pending": "not published, or no consumer past it yet",
+    "orphan_log": "message_log row without a stub",
+    "dlq_without_stub": "dead letter that matches no stub",
+}
+
+
+@reports_errors
+def reconcile_command(
+    store: StoreDirOption = None,
+    db: DatabaseUrlOption = DEFAULT_DATABASE_URL,
+    out: Annotated[Path, typer.Option(
+        "--out", metavar="DIR", file_okay=False, help="Where the report and data go.")
+    ] = DEFAULT_OUT_DIR,
+    master: Annotated[str, typer.Option(
+        "--master", metavar="URL", help="Spark master (local[N], spark://host:port, …).")
+    ] = DEFAULT_MASTER,
+    grace_ms: Annotated[int, typer.Option(
+        "--grace-ms", min=0, help="How long a consumer must be past a stub before it is lost.")
+    ] = 30_000,
+    max_lost: Annotated[int, typer.Option(
+        "--max-lost", min=0, help="Largest acceptable number of lost stubs (else exit 1).")
+    ] = 0,
+    max_dead_lettered: Annotated[int, typer.Option(
+        "--max-dead-lettered", min=0,
+        help="Largest acceptable number of dead-lettered stubs (else exit 1).")] = 0,
+    jdbc_jar: Annotated[list[Path] | None, typer.Option(
+        "--jdbc-jar", metavar="JAR", exists=True, dir_okay=False,
+        help="JDBC driver jar (repeatable): read the tables through Spark JDBC instead of the "
+             "Parquet export.")] = None,
+    chunk_rows: Annotated[int, typer.Option(
+        "--chunk-rows", min=100, help="Rows per chunk of the Parquet export.")] = 50_000,
+    json_output: JsonOption = False,
+) -> None:
+    """Reconcile outbox stubs against consumer logs, offsets and dead letters (Spark)."""
+    options = ReconcileOptions(
+        store_dir=store or DEFAULT_STORE_DIR, database_url=db, out_dir=out, master=master,
+        grace_ms=grace_ms, thresholds={"lost": max_lost, "dead_lettered": max_dead_lettered},
+        jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows)
+    console = out_console()
+    try:
+        if json_output:
+            result = spark_reconcile.run_reconciliation(options)
+        else:
+            result = run_with_progress(err_console(), options)  # stdout: the result only
+    except ReconcileError as error:
+        raise CliError(str(error)) from error
+    if json_output:
+        console.print_json(json.dumps({**result.summary.to_json(),
+                                       "report": str(result.report_path),
+                                       "exit_code": result.exit_code}))
+    else:
+        render_result(console, result)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def run_with_progress(console: Console, options: ReconcileOptions) -> ReconcileResult:
+    """Run the job with one progress bar per step, drawn on ``console``."""
+    # bars on a terminal; nothing in a log file or pipe (cron reads the summary and exit code)
+    with step_progress(console, label_width=24, transient=not console.is_terminal) as update:
+        return spark_reconcile.run_reconciliation(options, update)
+
+
+def render_result(console: Console, result: ReconcileResult) -> None:
+    """The counts, the verdict and where the report is."""
+    summary = result.summary
+    table = Table(title="Reconciliation", box=box.SIMPLE_HEAVY)
+    table.add_column("class", style="bold")
+    table.add_column("messages", justify="right")
+    table.add_column("threshold", justify="right")
+    table.add_column("what it means")
+    for name in ALL_CLASSES:
+        limit = summary.thresholds.get(name)
+        count = summary.counts.get(name, 0)
+        style = "bold red" if name in summary.exceeded else ""
+        table.add_row(name, f"[{style}]{count:,}[/]" if style else f"{count:,}",
+                      "" if limit is None else f"{limit:,}", CLASS_MEANINGS[name])
+    console.print(table)
+    for problem in summary.problems:
+        where = f" at {problem.position}" if problem.position is not None else ""
+        print_error(f"incomplete: {problem.file}{where}: {problem.reason}")
+    if summary.exceeded:
+        console.print(f"[bold red]above threshold:[/] {', '.join(summary.exceeded)}")
+    elif summary.complete:
+        console.print("[bold green]every count within its threshold[/]")
+    console.print(f"{summary.stubs:,} stubs reconciled in {summary.duration_s:.1f} s; "
+                  f"report: {result.report_path}")
+
+
+__all__ = ["DEFAULT_OUT_DIR", "reconcile_command", "render_result", "run_with_progress"]

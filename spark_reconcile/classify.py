@@ -1,0 +1,183 @@
+"""The classification (DESIGN §6) as Spark DataFrame transformations: every stub gets exactly
+one class (see ``MessageClass`` for the rules and their order), plus rows for log entries and
+dead-lettered messages without a stub. Joins against the small inputs (offsets, dead letters,
+retries) are broadcast; only stubs × logs is shuffled."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .classes import MessageClass as C
+from .inputs import Inputs
+from .store_decode import DELIVERED, DLQ, RETRY
+
+CLASSIFICATION_COLUMNS = ("message_id", "classification", "topic", "consumer_group", "queue_id",
+                          "queue_offset", "status", "send_count", "created_at", "hour", "detail")
+
+
+def classify(inputs: Inputs, as_of: datetime, grace_ms: int) -> DataFrame:
+    """One row per stub, log row without a stub, and dead letter without a stub."""
+    stubs = _resolve_offsets(inputs.stubs, inputs.store_rows)
+    dead = _by_message(inputs.store_rows, DLQ, "dlq")
+    logged = _logged(inputs.logs)
+    matched = (stubs
+               .join(F.broadcast(dead), "message_id", "left")
+               .join(F.broadcast(_by_message(inputs.store_rows, RETRY, "retry")), "message_id",
+                     "left")
+               .join(logged, "message_id", "left")
+               .join(_overtaken(stubs, inputs), "message_id", "left"))
+    cutoff = _utc_literal(as_of - timedelta(milliseconds=grace_ms))
+    since = F.coalesce("overtaken_at", "published_at", "updated_at", "created_at")
+    classification = (
+        F.when(F.col("status") == "confirmed", C.CONFIRMED.value)
+        .when(F.col("dlq_group").isNotNull(), C.DEAD_LETTERED.value)
+        .when(F.col("status") == "void", C.EXHAUSTED.value)
+        .when(F.col("log_group").isNotNull() | F.col("retry_group").isNotNull(),
+              C.IN_FLIGHT.value)
+        .when(F.col("past_group").isNotNull() & (since <= cutoff), C.LOST.value)
+        .otherwise(C.PENDING.value))
+    classified = matched.withColumn("classification", classification)
+    # ids of the small sides that matched a stub: found from the stub side, so the (large)
+    # stub table is never shuffled against them again
+    known = stubs.select("message_id")
+    return _unify(
+        classified.withColumn("consumer_group", _group_column())
+        .withColumn("detail", _detail_column(since)),
+        _orphan_logs(inputs.logs, known.join(logged.select("message_id"), "message_id",
+                                             "left_semi")),
+        _dead_letters_without_stub(inputs.store_rows, known.join(
+            F.broadcast(dead.select("message_id")), "message_id", "left_semi")))
+
+
+def _utc_literal(moment: datetime) -> Column:
+    """A naive-UTC time as a Spark literal. Not ``F.lit(moment)``: PySpark reads a naive
+    datetime in the Python process's local time zone, which would move the cutoff off UTC."""
+    return F.lit(moment.strftime("%Y-%m-%d %H:%M:%S.%f")).cast("timestamp_ntz")
+
+
+def _resolve_offsets(stubs: DataFrame, store_rows: DataFrame) -> DataFrame:
+    """A delayed stub's offset is recorded only once the delay service delivered it: find its
+    copy in the real topic (it carries REAL_TOPIC) by UNIQ_KEY."""
+    delivered = (store_rows.where(F.col("kind") == DELIVERED)
+                 .groupBy(F.col("unique_key").alias("message_id"), "topic")
+                 .agg(F.max(F.struct("queue_offset", "queue_id")).alias("delivered")))
+    return (stubs.join(F.broadcast(delivered), ["message_id", "topic"], "left")
+            .withColumn("queue_id", F.coalesce("queue_id", "delivered.queue_id"))
+            .withColumn("queue_offset", F.coalesce("queue_offset", "delivered.queue_offset"))
+            .drop("delivered"))
+
+
+def _by_message(store_rows: DataFrame, kind: str, prefix: str) -> DataFrame:
+    """Message id → the group (and reason) of its ``kind`` copies, by UNIQ_KEY or origin id."""
+    rows = store_rows.where(F.col("kind") == kind)
+    ids = (rows.select(F.col("unique_key").alias("message_id"), "consumer_group", "reason")
+           .unionByName(rows.select(F.col("origin_message_id").alias("message_id"),
+                                    "consumer_group", "reason"))
+           .where(F.col("message_id").isNotNull()))
+    return ids.groupBy("message_id").agg(F.min("consumer_group").alias(f"{prefix}_group"),
+                                         F.max("reason").alias(f"{prefix}_reason"))
+
+
+def _logged(logs: DataFrame) -> DataFrame:
+    return logs.groupBy("message_id").agg(F.min("consumer_group").alias("log_group"))
+
+
+def _overtaken(stubs: DataFrame, inputs: Inputs) -> DataFrame:
+    """Unconfirmed stubs some consumer group of their topic has committed past without
+    processing them (only they can be lost or pending)."""
+    placed = stubs.where(F.col("queue_offset").isNotNull()
+                         & (F.col("status") == "unconfirmed")).select(
+        "message_id", "topic", "queue_id", "queue_offset")
+    past = (placed.join(F.broadcast(inputs.offsets), ["topic", "queue_id"])
+            .where(F.col("committed_offset") > F.col("queue_offset"))
+            .join(inputs.processed, ["consumer_group", "message_id"], "left_anti"))
+    return past.groupBy("message_id").agg(
+        F.min("consumer_group").alias("past_group"),
+        F.max("committed_offset").alias("past_committed"))
+
+
+def _group_column() -> Column:
+    kind = F.col("classification")
+    return (F.when(kind == C.DEAD_LETTERED.value, F.col("dlq_group"))
+            .when(kind == C.IN_FLIGHT.value, F.coalesce("log_group", "retry_group"))
+            .when(kind.isin(C.LOST.value, C.PENDING.value), F.col("past_group")))
+
+
+def _detail_column(since: Column) -> Column:
+    kind = F.col("classification")
+    offset = F.col("queue_offset")
+    return (
+        F.when(kind == C.CONFIRMED.value,
+               F.concat(F.lit("confirmed at "), F.coalesce(F.col("confirmed_at").cast("string"),
+                                                           F.lit("an unknown time"))))
+        .when(kind == C.DEAD_LETTERED.value,
+              F.concat(F.lit("in %DLQ%"), F.col("dlq_group"), F.lit(": "),
+                       F.coalesce("dlq_reason", F.lit("no reason recorded"))))
+        .when(kind == C.EXHAUSTED.value,
+              F.format_string("void after %d sends: %s", F.col("send_count"),
+                              F.coalesce("last_error", F.lit("no error recorded"))))
+        .when((kind == C.IN_FLIGHT.value) & F.col("log_group").isNotNull(),
+              F.concat(F.lit("logged by "), F.col("log_group"),
+                       F.lit(": received, not confirmed yet")))
+        .when(kind == C.IN_FLIGHT.value,
+              F.concat(F.lit("being redelivered through %RETRY%"), F.col("retry_group")))
+        .when(kind == C.LOST.value,
+              F.format_string("group %s committed offset %d, past queue offset %d, without "
+                              "it since %s", F.col("past_group"), F.col("past_committed"),
+                              offset, since.cast("string")))
+        .when(offset.isNull() & ((F.col("send_count") == 0) | F.col("published_at").isNull()),
+              F.lit("not published yet"))
+        .when(offset.isNull(),
+              F.format_string("delayed (level %d): not delivered to its topic yet",
+                              F.coalesce("delay_level", F.lit(0))))
+        .when(F.col("past_group").isNotNull(),
+              F.format_string("group %s is past it since %s: within the grace period",
+                              F.col("past_group"), since.cast("string")))
+        .otherwise(F.lit("no consumer group past it yet")))
+
+
+def _orphan_logs(logs: DataFrame, logged_stub_ids: DataFrame) -> DataFrame:
+    return (logs.join(F.broadcast(logged_stub_ids), "message_id", "left_anti")
+            .withColumn("classification", F.lit(C.ORPHAN_LOG.value))
+            .withColumn("status", F.lit(None).cast("string"))
+            .withColumn("send_count", F.lit(None).cast("int"))
+            .withColumn("detail", F.concat(F.lit("logged by "), F.col("consumer_group"),
+                                           F.lit(" but no stub has this id"))))
+
+
+def _dead_letters_without_stub(store_rows: DataFrame, dead_stub_ids: DataFrame) -> DataFrame:
+    ids = F.broadcast(dead_stub_ids.withColumnRenamed("message_id", "stub_id"))
+    dead = store_rows.where(F.col("kind") == DLQ)
+    for column in ("unique_key", "origin_message_id"):  # null ids never match: kept
+        dead = dead.join(ids, F.col(column) == F.col("stub_id"), "left_anti")
+    created = F.timestamp_millis("store_timestamp_ms")
+    return (dead.select(
+        F.coalesce("unique_key", "origin_message_id",
+                   F.concat(F.lit("position "), F.col("log_position").cast("string"))
+                   ).alias("message_id"),
+        F.lit(C.DLQ_WITHOUT_STUB.value).alias("classification"),
+        F.coalesce("original_topic", "topic").alias("topic"), "consumer_group", "queue_id",
+        "queue_offset", F.lit(None).cast("string").alias("status"),
+        F.lit(None).cast("int").alias("send_count"), created.alias("created_at"),
+        F.concat(F.lit("in %DLQ%"), F.col("consumer_group"), F.lit(" with no stub: "),
+                 F.coalesce("reason", F.lit("no reason recorded"))).alias("detail"))
+        .dropDuplicates(["message_id", "consumer_group"]))
+
+
+def _unify(*frames: DataFrame) -> DataFrame:
+    """One frame; times as wall-clock UTC without a zone (``timestamp_ntz``), so they come back
+    to Python as the naive UTC datetimes they are, whatever the local time zone."""
+    columns = [name for name in CLASSIFICATION_COLUMNS if name != "hour"]
+    unified = None
+    for frame in frames:
+        part = frame.withColumn("created_at", F.col("created_at").cast("timestamp_ntz"))
+        unified = part.select(*columns) if unified is None else unified.unionByName(
+            part.select(*columns))
+    hour = F.date_trunc("hour", F.col("created_at")).cast("timestamp_ntz")
+    return unified.withColumn("hour", hour).select(*CLASSIFICATION_COLUMNS)
+
+
+__all__ = ["CLASSIFICATION_COLUMNS", "classify"]

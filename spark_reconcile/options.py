@@ -1,0 +1,64 @@
+"""What a reconciliation is asked to do, and what a finished one returns (no PySpark here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .classes import MessageClass
+from .results import ReconcileSummary
+from .session import DEFAULT_MASTER
+
+EXIT_OK = 0
+EXIT_THRESHOLD_EXCEEDED = 1
+EXIT_INCOMPLETE = 3
+DEFAULT_THRESHOLDS = {MessageClass.LOST.value: 0, MessageClass.DEAD_LETTERED.value: 0}
+
+
+@dataclass(frozen=True)
+class ReconcileOptions:
+    """What to reconcile and how."""
+
+    store_dir: Path
+    database_url: str
+    out_dir: Path
+    master: str = DEFAULT_MASTER
+    grace_ms: int = 30_000
+    """How long a consumer group must have been past a stub before it counts as lost."""
+    as_of: datetime | None = None
+    """The reconciliation's "now" (naive UTC); the current time when None."""
+    thresholds: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    """Class → largest acceptable count; above it the exit code is 1."""
+    jdbc_jars: Sequence[str] = ()
+    """JDBC driver jars: when given, the tables are read through Spark JDBC, not exported."""
+    export_chunk_rows: int = 50_000
+    check_crc: bool = True
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """A finished run: its summary and where the outputs are."""
+
+    summary: ReconcileSummary
+    out_dir: Path
+
+    @property
+    def report_path(self) -> Path:
+        """``report.html``."""
+        return self.out_dir / "report.html"
+
+    @property
+    def exit_code(self) -> int:
+        """0 fine; 1 a threshold exceeded; 3 some store file unreadable (report incomplete)."""
+        if self.summary.exceeded:
+            return EXIT_THRESHOLD_EXCEEDED
+        return EXIT_OK if self.summary.complete else EXIT_INCOMPLETE
+
+
+__all__ = [
+    "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE", "EXIT_OK", "EXIT_THRESHOLD_EXCEEDED",
+    "ReconcileOptions", "ReconcileResult",
+]

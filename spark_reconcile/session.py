@@ -1,0 +1,66 @@
+"""The Spark session a reconciliation runs in: ``local[*]`` by default, any cluster by master URL.
+
+On a cluster, the executors read the store files by path, so the store must be on a file system
+they all see (or be a copy placed there), and they need Postbox installed (``pip install
+postbox[spark]``) to decode the files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+
+from .errors import SparkUnavailableError
+
+DEFAULT_MASTER = "local[*]"
+
+
+def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "postbox-reconcile",
+                  jars: Sequence[str] = (), conf: Mapping[str, str] | None = None):
+    """Get or create the session (PySpark keeps one per process: a running session is
+    returned as it is, so ``jars`` and ``conf`` only apply to a new one).
+
+    Local masters bind the driver to loopback and run the Python workers with this
+    interpreter; the UI is off (a batch job has nobody to look at it).
+
+    Raises:
+        SparkUnavailableError: PySpark is not installed, Java is missing, or Spark fails to start.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as error:
+        raise SparkUnavailableError("PySpark is not installed: pip install 'postbox[spark]'"
+                                    ) from error
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise SparkUnavailableError("Spark needs Java 17 or newer: install a JDK (java on PATH "
+                                    "or JAVA_HOME set)")
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               # JDBC reads zone-less database times in the JVM's zone: make that UTC too
+               .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+               .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.sql.adaptive.enabled", "true"))
+    if master.startswith("local"):
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.pyspark.python", sys.executable)
+                   .config("spark.pyspark.driver.python", sys.executable))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        return session
+    except Exception as error:  # py4j / JVM start-up failures have no common base class
+        raise SparkUnavailableError(f"Spark did not start on master {master}: {error}"
+                                    ) from error
+
+
+__all__ = ["DEFAULT_MASTER", "spark_session"]

@@ -1,0 +1,153 @@
+"""Export the outbox tables to Parquet through SQLAlchemy, in bounded chunks (the default input).
+
+Works with every database SQLAlchemy reaches (SQLite included) and needs no JDBC driver: rows
+are streamed with a server-side cursor where the database has one, ``chunk_rows`` at a time,
+and each chunk becomes one Parquet row group, so memory stays bounded however large the table.
+
+Order matters for a consistent picture without a cross-table snapshot: ``message_log`` is read
+before ``message_stub`` (the consumer deletes a log row in the transaction that confirms the
+stub, so a message confirmed between the two reads is seen as confirmed, never as lost), and the
+caller reads the consumer offsets before both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+from outbox.tables import message_log, message_processed, message_stub
+
+from .errors import DatabaseUnavailableError, MissingTableError
+
+Progress = Callable[[str, int, int], None]
+"""``progress(step, done, total)``: how the job reports each step."""
+
+_TIMESTAMP = pa.timestamp("us")
+
+STUB_COLUMNS = {
+    "message_id": pa.string(), "topic": pa.string(), "tags": pa.string(),
+    "status": pa.string(), "send_count": pa.int32(), "queue_id": pa.int32(),
+    "queue_offset": pa.int64(), "delay_level": pa.int32(), "published_at": _TIMESTAMP,
+    "created_at": _TIMESTAMP, "updated_at": _TIMESTAMP, "confirmed_at": _TIMESTAMP,
+    "overtaken_at": _TIMESTAMP, "last_error": pa.string(),
+}
+"""The stub columns the classification reads (never the message body)."""
+LOG_COLUMNS = {
+    "consumer_group": pa.string(), "message_id": pa.string(), "topic": pa.string(),
+    "queue_id": pa.int32(), "queue_offset": pa.int64(), "created_at": _TIMESTAMP,
+}
+PROCESSED_COLUMNS = {"consumer_group": pa.string(), "message_id": pa.string()}
+
+TABLES = (  # in reading order, see the module docstring
+    (message_log, LOG_COLUMNS, True),
+    (message_processed, PROCESSED_COLUMNS, False),
+    (message_stub, STUB_COLUMNS, True),
+)
+"""(table, columns, required)"""
+
+
+@dataclass(frozen=True)
+class ExportedTable:
+    """One table written as Parquet."""
+
+    name: str
+    path: Path
+    rows: int
+
+
+def describe_url(database_url: str) -> str:
+    """The URL with its password masked, for messages and reports."""
+    try:
+        return sa.make_url(database_url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "<unparseable database URL>"
+
+
+def present_tables(database_url: str) -> set[str]:
+    """The tables of the database, checked for the ones the reconciliation needs.
+
+    Raises:
+        DatabaseUnavailableError: the database cannot be reached.
+        MissingTableError: ``message_stub`` or ``message_log`` does not exist.
+    """
+    with _connection(database_url) as connection:
+        return _check_tables(connection, describe_url(database_url))
+
+
+def export_tables(database_url: str, work_dir: Path, chunk_rows: int = 50_000,
+                  progress: Progress | None = None) -> dict[str, ExportedTable]:
+    """Write ``message_log``, ``message_processed`` (when present) and ``message_stub``.
+
+    Raises:
+        DatabaseUnavailableError: the database cannot be reached or a read fails.
+        MissingTableError: ``message_stub`` or ``message_log`` does not exist.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with _connection(database_url) as connection:
+        present = _check_tables(connection, describe_url(database_url))
+        return {table.name: _export(connection, table, columns, work_dir, chunk_rows, progress)
+                for table, columns, _ in TABLES if table.name in present}
+
+
+@contextmanager
+def _connection(database_url: str) -> Iterator[sa.Connection]:
+    where = describe_url(database_url)
+    try:
+        engine = sa.create_engine(database_url)
+    except (SQLAlchemyError, ImportError, ValueError) as error:
+        raise DatabaseUnavailableError(f"cannot use database {where}: {error}") from error
+    try:
+        with engine.connect() as connection:
+            yield connection
+    except SQLAlchemyError as error:
+        raise DatabaseUnavailableError(f"cannot read database {where}: "
+                                       f"{error.__class__.__name__}: {error}") from error
+    finally:
+        engine.dispose()
+
+
+def _check_tables(connection: sa.Connection, where: str) -> set[str]:
+    present = set(sa.inspect(connection).get_table_names())
+    missing = [table.name for table, _, required in TABLES
+               if required and table.name not in present]
+    if missing:
+        raise MissingTableError(
+            f"database {where} has no table {', '.join(missing)}: run `postbox db upgrade "
+            "--db URL` (or point --db at the application's database)")
+    return present
+
+
+def _export(connection, table: sa.Table, columns: dict[str, pa.DataType], work_dir: Path,
+            chunk_rows: int, progress: Progress | None) -> ExportedTable:
+    schema = pa.schema(list(columns.items()))
+    path = work_dir / f"{table.name}.parquet"
+    total = connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+    statement = sa.select(*(table.c[name] for name in columns))
+    rows = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        result = connection.execution_options(stream_results=True,
+                                              yield_per=chunk_rows).execute(statement)
+        for chunk in result.partitions(chunk_rows):
+            batch = list(zip(*chunk, strict=True))
+            writer.write_table(pa.table(
+                [pa.array(values, type=kind) for values, kind in zip(batch, schema.types,
+                                                                     strict=True)],
+                schema=schema))
+            rows += len(chunk)
+            if progress:
+                progress(f"export {table.name}", rows, max(total, rows))
+        if rows == 0:
+            writer.write_table(schema.empty_table())
+    if progress:
+        progress(f"export {table.name}", rows, max(total, rows))
+    return ExportedTable(table.name, path, rows)
+
+
+__all__ = ["ExportedTable", "describe_url", "export_tables", "present_tables"]

@@ -1,0 +1,92 @@
+"""The reconciliation of a store and database the real framework put in a known state."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spark_reconcile.job import ReconcileOptions, run_reconciliation
+from tests.spark_reconcile.framework_scenario import ScenarioCounts, build_scenario
+from tests.support.services import DATABASE_URL_ENV, reset_database
+
+COUNTS = ScenarioCounts()
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory, redis_server_url: str) -> dict:
+    """The scenario on SQLite, or on the database CI names (exported through SQLAlchemy)."""
+    base = tmp_path_factory.mktemp("scenario")
+    database_url = os.environ.get(DATABASE_URL_ENV)
+    if database_url:
+        reset_database(database_url)
+    else:
+        database_url = f"sqlite:///{base / 'app.db'}"
+    live_copy = base / "live-copy"
+    ids = build_scenario(base / "store", database_url, redis_server_url, COUNTS,
+                         during=lambda app: shutil.copytree(base / "store", live_copy))
+    return {"base": base, "database_url": database_url, "ids": ids, "live_copy": live_copy}
+
+
+def reconcile(spark, scenario: dict, store: Path, out: Path, **options):  # noqa: ANN001
+    return run_reconciliation(ReconcileOptions(store_dir=store,
+                                               database_url=scenario["database_url"],
+                                               out_dir=out, grace_ms=0, **options),
+                              spark=spark)
+
+
+def test_every_class_is_found_exactly(spark, scenario: dict, tmp_path: Path) -> None:  # noqa: ANN001
+    result = reconcile(spark, scenario, scenario["base"] / "store", tmp_path / "out")
+
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["counts"] == COUNTS.expected()
+    assert summary["complete"] is True and summary["problems"] == []
+    assert result.summary.exceeded == ["lost", "dead_lettered"]
+    assert result.exit_code == 1
+    rows = list(csv.DictReader((tmp_path / "out" / "classification.csv").open()))
+    by_id = {row["message_id"]: row for row in rows if row["classification"] != "orphan_log"}
+    ids = scenario["ids"]
+    for kind, expected in (("ok", "confirmed"), ("poison", "dead_lettered"),
+                           ("stuck", "in_flight"), ("lose_exhausted", "exhausted"),
+                           ("lose_lost", "lost"), ("audit", "pending"),
+                           ("plain_poison", "dlq_without_stub")):
+        assert {by_id[message_id]["classification"] for message_id in ids[kind]} == {expected}
+    orphans = {row["message_id"] for row in rows if row["classification"] == "orphan_log"}
+    assert orphans == set(ids["plain_stuck"]) | set(ids["plain_poison"])
+    for message_id in ids["lose_lost"]:
+        assert by_id[message_id]["consumer_group"] == "billing"
+        assert "past queue offset" in by_id[message_id]["detail"]
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert list((tmp_path / "out" / "classification").glob("*.parquet"))
+
+
+def test_thresholds_decide_the_exit_code(spark, scenario: dict, tmp_path: Path) -> None:  # noqa: ANN001
+    result = reconcile(spark, scenario, scenario["base"] / "store", tmp_path / "out",
+                       thresholds={"lost": COUNTS.lose_lost,
+                                   "dead_lettered": COUNTS.poison + COUNTS.plain_poison})
+    assert result.summary.exceeded == []
+    assert result.exit_code == 0
+
+
+def test_a_grace_period_keeps_recent_overtaken_stubs_pending(spark, scenario: dict,  # noqa: ANN001
+                                                             tmp_path: Path) -> None:
+    result = run_reconciliation(ReconcileOptions(
+        store_dir=scenario["base"] / "store", database_url=scenario["database_url"],
+        out_dir=tmp_path / "out", grace_ms=3_600_000), spark=spark)
+    expected = COUNTS.expected()
+    assert result.summary.counts["lost"] == 0
+    assert result.summary.counts["pending"] == expected["pending"] + expected["lost"]
+
+
+def test_a_copy_of_the_live_store_is_reconciled(spark, scenario: dict, tmp_path: Path) -> None:  # noqa: ANN001
+    result = reconcile(spark, scenario, scenario["live_copy"], tmp_path / "out")
+    assert result.summary.complete is True
+    counts = result.summary.counts
+    # the copy was taken with every message in place; offsets may lag the final ones
+    assert counts["confirmed"] == COUNTS.ok
+    assert counts["dead_lettered"] == COUNTS.poison
+    assert counts["lost"] + counts["pending"] == COUNTS.lose_lost + COUNTS.audit
