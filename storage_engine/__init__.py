@@ -29,12 +29,14 @@ from .config import (
     DelayConfig,
     FlushConfig,
     FlushMode,
+    HAConfig,
     KeyIndexConfig,
     RetentionConfig,
     StoreConfig,
 )
 from .config_beans import SubscriptionGroupConfig, TopicConfig
 from .errors import (
+    BrokerUnavailableError,
     ConfigError,
     ConfigMismatchError,
     CorruptionError,
@@ -48,7 +50,9 @@ from .errors import (
     MessageNotFoundError,
     MessageTooLargeError,
     NoPermissionError,
+    NotMasterError,
     PropertiesTooLargeError,
+    ReplicationError,
     StorageError,
     StorageIOError,
     StoreClosedError,
@@ -66,12 +70,13 @@ from .verify import verify_store
 
 __all__ = [
     "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "Broker", "BrokerConfig",
+    "BrokerUnavailableError",
     "ConsumeFrom", "GroupNotFoundError", "NoPermissionError", "QueueProgress",
     "SendBackOutcome", "SendBackResult", "SendReceipt", "SubscriptionGroupConfig",
     "TopicConfig", "TopicNotFoundError",
     "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
     "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
-    "FlushConfig",
+    "FlushConfig", "HAConfig", "NotMasterError", "ReplicationError",
     "FlushMode", "GetResult", "GetStatus", "HostAddress", "InvalidMessageError",
     "InvalidMessageIdError", "InvalidQueueError", "InvalidTopicError", "KeyIndexConfig",
     "LimitExceededError", "Message", "MessageNotFoundError", "MessageStore",

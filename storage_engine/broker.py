@@ -11,7 +11,9 @@ same operations later; the framework talks to either through the same method nam
 
 Services: the persist service, then the delay service, started in that order by the constructor
 and stopped in reverse by ``close``, which then persists every config table and closes the store
-when the broker owns it (``Broker.open``).
+when the broker owns it (``Broker.open``). On a SLAVE store the delay service does not run (the
+master delivers; its deliveries reach the slave by replication), and sends and send-backs raise
+``NotMasterError`` before touching any table.
 
 Errors: invalid input (group and topic names, negative offsets, queue ids outside a topic)
 raises a ``StorageError`` subclass naming the value; normal outcomes (no message yet, offset out
@@ -41,7 +43,7 @@ from .broker_types import (
     SendReceipt,
 )
 from .clock import Clock
-from .config import StoreConfig
+from .config import BrokerRole, StoreConfig
 from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
 from .consumer_registry import ConsumerRegistry, MembershipListener, validate_client_id
 from .delay_service import DelayService, schedule_delayed
@@ -51,6 +53,7 @@ from .errors import (
     InvalidQueueError,
     MessageNotFoundError,
     NoPermissionError,
+    NotMasterError,
     StoreClosedError,
 )
 from .formats import PROPERTY_RETRY_TOPIC, MessageView
@@ -117,7 +120,10 @@ class Broker:
                                                     self._registry.expire)
         self.delay_service = DelayService(store, self._tables.delay_offsets, self._levels_ms,
                                           self._clock)
-        self._services: list[Service] = [self.persist_service, self.delay_service]
+        self._is_slave = store.config.broker_role is BrokerRole.SLAVE
+        self._services: list[Service] = [self.persist_service]
+        if not self._is_slave:  # a slave's commit log is written by replication only
+            self._services.append(self.delay_service)
         store.add_arrival_listener(self._waiter.on_arrival)
         started: list[Service] = []
         try:
@@ -171,6 +177,11 @@ class Broker:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"broker on {self._store.root_dir} is closed")
+
+    def _check_master(self) -> None:
+        if self._is_slave:
+            raise NotMasterError(f"broker on {self._store.root_dir} is a SLAVE: it refuses "
+                                 "sends and send-backs (send to the master)")
 
     # ---- topics and groups -------------------------------------------------------------------
 
@@ -235,8 +246,13 @@ class Broker:
              sharding_key: str | None = None) -> SendReceipt:
         """Store a message: auto-create the topic, pick the queue (explicit, else by sharding
         key ``abs(java_hash(key)) % write_queue_nums``, else round-robin per topic), divert a
-        ``DELAY`` property (level 1..18, clamped) to ``SCHEDULE_TOPIC_XXXX``."""
+        ``DELAY`` property (level 1..18, clamped) to ``SCHEDULE_TOPIC_XXXX``.
+
+        Raises:
+            NotMasterError: the store is a SLAVE.
+        """
         self._check_open()
+        self._check_master()
         topic = message.topic
         config = self._topics.get(topic) if type(topic) is str else None
         if config is None or topic == DELAY_TOPIC:  # known topics were validated on creation
@@ -375,8 +391,10 @@ class Broker:
         Raises:
             GroupNotFoundError: the group does not exist and cannot be auto-created.
             NoPermissionError: the retry or dead-letter topic is not writable.
+            NotMasterError: the store is a SLAVE.
         """
         self._check_open()
+        self._check_master()
         config = self.subscription_group(group)
         if type(delay_level) is not int:
             raise InvalidMessageError(f"delay_level must be an integer, got {delay_level!r}")

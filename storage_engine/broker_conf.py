@@ -70,12 +70,19 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
     "flushConsumerOffsetInterval": ("broker", "consumer_offset_persist_interval_ms", _integer),
     "flushDelayOffsetInterval": ("broker", "delay_offset_persist_interval_ms", _integer),
     "brokerRole": (None, "broker_role", lambda text: BrokerRole(text.strip())),
+    "haListenPort": ("ha", "ha_listen", lambda text: f"0.0.0.0:{_integer(text)}"),
+    "haMasterAddress": ("ha", "master_address", str.strip),
+    "haSendHeartbeatInterval": ("ha", "heartbeat_interval_ms", _integer),
+    "haHousekeepingInterval": ("ha", "housekeeping_interval_ms", _integer),
+    "haTransferBatchSize": ("ha", "transfer_batch_bytes", _integer),
+    "haSlaveFallbehindMax": ("ha", "slave_fall_behind_max_bytes", _integer),
+    "slaveTimeout": ("ha", "slave_timeout_ms", _integer),
 }
 
 # Broker keys that configure parts of a RocketMQ deployment an embedded store does not have.
 _BROKER_ONLY_KEYS = frozenset({
     "brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "brokerPermission", "listenPort",
-    "brokerIP1", "brokerIP2", "haListenPort", "storePathCommitLog", "storePathConsumeQueue",
+    "brokerIP1", "brokerIP2", "storePathCommitLog", "storePathConsumeQueue",
     "storePathIndex", "storeCheckpoint", "abortFile", "sendMessageThreadPoolNums",
     "pullMessageThreadPoolNums", "aclEnable", "enablePropertyFilter", "traceTopicEnable",
     "slaveReadEnable", "transientStorePoolEnable", "useReentrantLockWhenPutMessage",

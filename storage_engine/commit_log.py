@@ -6,9 +6,13 @@ position, encode the record and copy it into the last segment. A record must lea
 to the start of a new segment (reference §1.3). Reads by position validate magic, lengths and the
 body CRC and raise ``CorruptionError`` with the position when they do not hold.
 
-Thread-safety: ``append`` is serialised by the put lock; ``read`` may run concurrently from any
-thread for positions below ``max_position``. What survives a crash: flushed bytes; recovery
-(``recover_end``) scans from a safe segment and truncates the torn or corrupt tail.
+A slave's log grows by ``append_replicated`` instead: raw bytes from the master, written at the
+same positions (reference §14.1), possibly ending inside a record until the next frame.
+
+Thread-safety: ``append`` and ``append_replicated`` are serialised by the put lock; ``read`` may
+run concurrently from any thread for positions below ``max_position``. What survives a crash:
+flushed bytes; recovery (``recover_end``) scans from a safe segment and truncates the torn or
+corrupt tail.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .config import CommitLogConfig
 from .errors import (
     CorruptionError,
     InvalidMessageError,
+    ReplicationError,
     StorageIOError,
     StoreNotWritableError,
     invariant,
@@ -256,6 +261,44 @@ class CommitLog:
             log.error("[append] cannot create a new commit-log segment after position=%d",
                       self.max_position)
             raise
+
+    def append_replicated(self, position: int, data: bytes | memoryview) -> int:
+        """Slave: copy bytes received from the master to ``position``, the end of this log.
+
+        The bytes are raw log content (records, parts of records, blank tails) and are written
+        as they came, so every record keeps its master position; segments are created when the
+        last one is full. An empty log starts at ``position``, which must be a segment start.
+        Returns the new end of the log.
+
+        Raises:
+            ReplicationError: ``position`` is not where this log ends.
+            StoreNotWritableError: the log failed earlier (fail-stop).
+        """
+        segment_size = self.config.segment_size_bytes
+        with self._lock:
+            if self.failure is not None:
+                raise StoreNotWritableError(
+                    f"commit log stopped accepting writes after an I/O error: {self.failure}")
+            end = self.max_position
+            if not self.segments.segments:
+                if position % segment_size:
+                    raise ReplicationError(
+                        f"an empty log can only start at a segment start, not at "
+                        f"position={position}", log_position=position)
+            elif position != end:
+                raise ReplicationError(f"data for position={position} but the log ends at {end}",
+                                       log_position=position)
+            view = memoryview(data)
+            while view:
+                segment = self.segments.last
+                if segment is None:
+                    segment = self.segments.create_next(position)
+                elif segment.is_full:
+                    segment = self.segments.create_next()
+                chunk = view[:segment.remaining_bytes]
+                segment.write(chunk)
+                view = view[len(chunk):]
+            return self.max_position
 
     def fail(self, error: BaseException) -> None:
         """Enter fail-stop: every later append raises ``StoreNotWritableError``."""

@@ -34,7 +34,12 @@ class FlushMode(enum.Enum):
 
 
 class BrokerRole(enum.Enum):
-    """Replication role (RocketMQ ``brokerRole``)."""
+    """Replication role (RocketMQ ``brokerRole``; docs/replication.md).
+
+    ASYNC_MASTER: puts return after local handling; connected slaves are fed best effort.
+    SYNC_MASTER: a put also waits (``ha.slave_timeout_ms``) until a slave acknowledged it.
+    SLAVE: copies the master's commit log over ``ha.master_address``; refuses producer writes.
+    """
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -200,6 +205,57 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HAConfig:
+    """Master/slave replication of the commit log (reference §14; docs/replication.md).
+
+    Off by default: without ``ha_listen`` a master opens no port, and without
+    ``master_address`` a slave replicates nothing (it still serves reads).
+    """
+
+    ha_listen: str | None = None
+    """Master: ``host:port`` the HA service listens on (``haListenPort``, RocketMQ 10912);
+    port 0 binds any free port (``MessageStore.ha_listen_address`` tells which). Ignored on a
+    slave, so a slave's config can carry the address it will use once promoted."""
+    master_address: str | None = None
+    """Slave: the master's HA ``host:port`` (``haMasterAddress``)."""
+    heartbeat_interval_ms: int = 5_000
+    """The slave reports its position at least this often, and the master sends an empty
+    frame after this long without data (``haSendHeartbeatInterval``)."""
+    housekeeping_interval_ms: int = 20_000
+    """Either side closes a connection silent for this long (``haHousekeepingInterval``)."""
+    transfer_batch_bytes: int = 32 * 1024
+    """Largest frame body the master sends (``haTransferBatchSize``)."""
+    slave_timeout_ms: int = 3_000
+    """SYNC_MASTER: longest a put waits for a slave's acknowledgement (``slaveTimeout``)."""
+    slave_fall_behind_max_bytes: int = 256 * MIB
+    """SYNC_MASTER: a slave further behind than this is not waited for: puts return
+    ``SLAVE_NOT_AVAILABLE`` at once (``haSlaveFallbehindMax``)."""
+
+    def __post_init__(self) -> None:
+        if self.ha_listen is not None:
+            _parse_host_port(self.ha_listen, "ha.ha_listen")
+        if self.master_address is not None:
+            _parse_host_port(self.master_address, "ha.master_address")
+        for name in ("heartbeat_interval_ms", "housekeeping_interval_ms",
+                     "transfer_batch_bytes", "slave_timeout_ms",
+                     "slave_fall_behind_max_bytes"):
+            _require(getattr(self, name) > 0, f"ha.{name}", "must be positive")
+        _require(self.housekeeping_interval_ms > self.heartbeat_interval_ms,
+                 "ha.housekeeping_interval_ms", "must be longer than ha.heartbeat_interval_ms")
+
+    @property
+    def listen_address(self) -> tuple[str, int] | None:
+        """``ha_listen`` split into (host, port), or None."""
+        return None if self.ha_listen is None else _parse_host_port(self.ha_listen)
+
+    @property
+    def master_host_port(self) -> tuple[str, int] | None:
+        """``master_address`` split into (host, port), or None."""
+        return (None if self.master_address is None
+                else _parse_host_port(self.master_address))
+
+
+@dataclass(frozen=True, kw_only=True)
 class StoreConfig:
     """Everything the store needs; pass it to ``MessageStore.open``."""
 
@@ -211,7 +267,10 @@ class StoreConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     delay: DelayConfig = field(default_factory=DelayConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
+    ha: HAConfig = field(default_factory=HAConfig)
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    """Replication role; SLAVE refuses producer writes and replicates from
+    ``ha.master_address``."""
     store_host: str = "127.0.0.1:10911"
     """Address written into every record's STOREHOST field and into offsetMsgIds."""
     queue_id_max: int = 1023
@@ -249,11 +308,11 @@ class StoreConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _parse_host_port(text: str) -> tuple[str, int]:
-    host, separator, port = text.rpartition(":")
+def _parse_host_port(text: str, name: str = "store_host") -> tuple[str, int]:
+    host, separator, port = str(text).rpartition(":")
     host = host.strip("[]")
-    if not separator or not port.isdigit() or not host:
-        raise ConfigError(f"store_host {text!r} must look like 10.0.0.1:10911")
+    if not separator or not port.isdigit() or not host or int(port) > 65535:
+        raise ConfigError(f"{name} {text!r} must look like 10.0.0.1:10911")
     return host, int(port)
 
 

@@ -41,8 +41,32 @@ class StoreLockedError(StoreStateError):
         self.path = path
 
 
+class BrokerUnavailableError(StoreStateError):
+    """A remote broker could not be reached or did not answer in time (connection refused,
+    deadline exceeded, server shutting down). Nothing is known about the call's effect on the
+    broker: a send may or may not have been stored."""
+
+    def __init__(self, message: str, *, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+
 class StoreNotWritableError(StoreStateError):
     """The store refuses writes (fail-stop after an I/O error, or disk full)."""
+
+
+class NotMasterError(StoreStateError):
+    """A producer write reached a store whose role is SLAVE: slaves only copy the master's
+    log (they serve reads). Send to the master, or promote this store (docs/replication.md)."""
+
+
+class ReplicationError(StorageError):
+    """The replication protocol broke (a frame at a position the slave's log does not end at,
+    an impossible frame size). The connection is closed and the slave reconnects."""
+
+    def __init__(self, message: str, *, log_position: int | None = None) -> None:
+        super().__init__(message)
+        self.log_position = log_position
 
 
 class InvalidMessageError(StorageError, ValueError):

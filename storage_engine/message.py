@@ -70,6 +70,8 @@ class PutStatus(enum.Enum):
 
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, not confirmed durable (SYNC mode)
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # stored; no slave acknowledged it in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # stored; SYNC_MASTER had no usable slave
 
 
 class PutResult:
@@ -97,7 +99,7 @@ class PutResult:
 
     @property
     def is_durable_confirmed(self) -> bool:
-        """False when a SYNC flush did not confirm the write in time."""
+        """False when a SYNC flush or a SYNC_MASTER's slave did not confirm the write."""
         return self.status is PutStatus.PUT_OK
 
     def __repr__(self) -> str:

@@ -10,6 +10,13 @@ checkpoint and config stores, remove ``abort`` (only when all of that succeeded)
 lock. A store left with ``abort`` present was not closed cleanly; the next open recovers from
 the checkpoint.
 
+Replication (``ha/``, docs/replication.md) follows ``config.broker_role``: a master with
+``ha.ha_listen`` runs the HA service last (so it starts after, and stops before, the others) and
+a SYNC_MASTER put also waits for a slave's acknowledgement (``PutStatus.FLUSH_SLAVE_TIMEOUT``
+after ``ha.slave_timeout_ms``, ``SLAVE_NOT_AVAILABLE`` without a usable slave); a SLAVE refuses
+puts (``NotMasterError``), copies the master's log through its HA client and dispatches only
+whole records; at a clean close it trims a partial last record, which the master resends.
+
 Fail-stop: when any service fails (an fdatasync error, a corrupt record under dispatch) the
 commit log refuses appends from then on; reads keep working and ``close`` writes nothing more.
 
@@ -27,7 +34,7 @@ from pathlib import Path
 from .checkpoint import Checkpoint
 from .clock import Clock, SystemClock
 from .commit_log import CommitLog
-from .config import FlushMode, StoreConfig
+from .config import BrokerRole, FlushMode, StoreConfig
 from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consume_queue_set import ConsumeQueueSet
 from .dispatch import (
@@ -37,7 +44,7 @@ from .dispatch import (
     DispatchService,
     KeyIndexDispatcher,
 )
-from .errors import DiskFullError, StorageIOError, StoreClosedError
+from .errors import DiskFullError, NotMasterError, StorageIOError, StoreClosedError
 from .flush import (
     CommitLogFlushService,
     GroupFlushService,
@@ -46,6 +53,7 @@ from .flush import (
 )
 from .formats import PROPERTY_WAIT, MessageView, encode_host
 from .fsutil import StoreLock, fsync_dir
+from .ha import HAMasterService, HASlaveClient, LogTimestampDispatcher, RecordBoundary
 from .key_index import KeyIndex
 from .message import GetResult, Message, PutResult, PutStatus
 from .message_encoder import MessageEncoder
@@ -82,6 +90,11 @@ class MessageStore:
             ConsumeQueueDispatcher(self.queues, config.delay.levels_ms, self._listeners)]
         if config.key_index.enabled:
             dispatchers.append(KeyIndexDispatcher(self.key_index))
+        self.role = config.broker_role
+        self._is_slave = self.role is BrokerRole.SLAVE
+        self._sync_master = self.role is BrokerRole.SYNC_MASTER
+        if self._is_slave:
+            dispatchers.append(LogTimestampDispatcher(self.commit_log))
         self.dispatch = DispatchService(self.commit_log, dispatchers, clock, 0)
         self._sync_flush = config.flush.mode is FlushMode.SYNC
         flusher_class = GroupFlushService if self._sync_flush else PeriodicFlushService
@@ -89,6 +102,12 @@ class MessageStore:
                                                                 clock)
         if self._sync_flush:  # consumers see only durable records
             self.dispatch.end_position = lambda: self.log_flusher.flushed_position
+        self._replica_boundary: RecordBoundary | None = None
+        if self._is_slave:  # replicated bytes may end inside a record: dispatch whole ones
+            self._replica_boundary = boundary = RecordBoundary(
+                self.commit_log, lambda: self.dispatch.position)
+            log_end = self.dispatch.end_position
+            self.dispatch.end_position = lambda: boundary.advance(log_end())
         self.queue_flusher = QueueFlushService(
             self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
             lambda: self.dispatch.dispatched_timestamp_ms,
@@ -101,10 +120,37 @@ class MessageStore:
                                          self.retention]
         for service in self._services:
             service.failure_listeners.append(self._fail)
+        self._ha_master: HAMasterService | None = None
+        self._ha_slave: HASlaveClient | None = None
+        self._add_ha_service()  # last, and not fail-stop: replication is not a durability path
         self._encoder = MessageEncoder(config, self._store_host)
         self._reader = MessageReader(self.commit_log, self.queues, self.key_index)
         self.recovery: RecoveryReport | None = None
         self._closed = True
+
+    def _add_ha_service(self) -> None:
+        """The HA master service or slave client that ``broker_role`` and ``ha`` ask for."""
+        ha = self.config.ha
+        if self._is_slave:
+            if ha.master_address is None:
+                log.warning("[ha] role SLAVE without ha.master_address: this store serves "
+                            "reads and replicates nothing")
+                return
+            self._ha_slave = HASlaveClient(self.commit_log, ha, self.clock,
+                                           self._replica_applied)
+            self._services.append(self._ha_slave)
+        elif ha.ha_listen is not None:
+            self._ha_master = HAMasterService(self.commit_log, ha, self.clock)
+            self._services.append(self._ha_master)
+        elif self._sync_master:
+            log.warning("[ha] role SYNC_MASTER without ha.ha_listen: no slave can connect, "
+                        "every put reports SLAVE_NOT_AVAILABLE")
+
+    def _replica_applied(self) -> None:
+        """Slave: bytes arrived from the master (wake dispatch and, in SYNC mode, the flush)."""
+        self.dispatch.wakeup()
+        if self._sync_flush:
+            self.log_flusher.wakeup()
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -182,6 +228,8 @@ class MessageStore:
             service.stop()
         try:
             if self.failure is None:
+                if self._replica_boundary is not None:
+                    self._replica_boundary.trim_tail()
                 self._flush_all()
                 self.config_stores.persist_all()
                 (self.config.root_dir / ABORT_FILE_NAME).unlink(missing_ok=True)
@@ -231,14 +279,23 @@ class MessageStore:
 
         In SYNC flush mode this returns once a group flush made the batch durable; after
         ``flush.sync_timeout_ms`` the results say ``PutStatus.FLUSH_DISK_TIMEOUT`` (stored, not
-        confirmed durable). A message whose ``WAIT`` property is ``"false"`` does not wait.
+        confirmed durable). A SYNC_MASTER also waits until a slave acknowledged the batch:
+        ``FLUSH_SLAVE_TIMEOUT`` after ``ha.slave_timeout_ms``, ``SLAVE_NOT_AVAILABLE`` at once
+        without a connected slave within ``ha.slave_fall_behind_max_bytes``; a replication
+        status wins over a flush status. A message whose ``WAIT`` property is ``"false"`` does
+        not wait.
 
         Raises:
+            NotMasterError: this store is a SLAVE.
             StoreNotWritableError: the store is in fail-stop after an I/O error.
             StorageIOError: the batch was stored but its flush failed (the store is now in
                 fail-stop; the messages may or may not survive a power loss).
         """
         self._check_open()
+        if self._is_slave:
+            raise NotMasterError(
+                f"store {self.config.root_dir} is a SLAVE of {self.config.ha.master_address}: "
+                "it refuses producer writes (send to the master, or promote this store)")
         if self.retention.disk_full:
             raise DiskFullError(
                 f"store {self.config.root_dir}: disk {self.retention.disk_used_ratio:.0%} used, "
@@ -248,11 +305,19 @@ class MessageStore:
         prepare = self._encoder.prepare
         batch = [prepare(message, queue_id) for message in messages]
         appended = self.commit_log.append(batch)
+        if self._ha_master is not None:
+            self._ha_master.notify_appended(push=self._sync_master)
         status = PutStatus.PUT_OK
-        if self._sync_flush and appended and self._wants_wait(batch):
+        if (self._sync_flush or self._sync_master) and appended and self._wants_wait(batch):
             end = appended[-1].log_position + batch[-1].size
-            if not self.log_flusher.wait_flushed(end, self.config.flush.sync_timeout_ms):
+            started_ms = self.clock.now_ms()
+            if self._sync_flush and not self.log_flusher.wait_flushed(
+                    end, self.config.flush.sync_timeout_ms):
                 status = self._flush_wait_failed(end)
+            if self._sync_master:
+                replicated = self._wait_replicated(end, started_ms)
+                if replicated is not PutStatus.PUT_OK:
+                    status = replicated
         host = self._store_host
         return [PutResult(p.topic, p.queue_id, a.queue_offset, a.log_position, p.size,
                           a.store_timestamp_ms, host, status)
@@ -271,6 +336,18 @@ class MessageStore:
         log.warning("[flush] group flush did not reach position=%d within %d ms", end,
                     self.config.flush.sync_timeout_ms)
         return PutStatus.FLUSH_DISK_TIMEOUT
+
+    def _wait_replicated(self, end: int, started_ms: int) -> PutStatus:
+        """SYNC_MASTER: wait (from ``started_ms``) until a slave acknowledged ``end``."""
+        ha = self._ha_master
+        if ha is None or not ha.slave_available(end):
+            return PutStatus.SLAVE_NOT_AVAILABLE
+        timeout_ms = self.config.ha.slave_timeout_ms - (self.clock.now_ms() - started_ms)
+        if ha.wait_acked(end, timeout_ms):
+            return PutStatus.PUT_OK
+        log.warning("[ha] no slave acknowledged position=%d within %d ms", end,
+                    self.config.ha.slave_timeout_ms)
+        return PutStatus.FLUSH_SLAVE_TIMEOUT
 
     # ---- read --------------------------------------------------------------------------------
 
@@ -336,6 +413,23 @@ class MessageStore:
         """Call ``listener(topic, queue_id, max_offset)`` whenever dispatch grows a queue."""
         self._listeners.append(listener)
 
+    @property
+    def ha_listen_address(self) -> tuple[str, int] | None:
+        """(host, port) the HA service listens on (the real port for ``ha_listen`` port 0)."""
+        return None if self._ha_master is None else self._ha_master.listen_address
+
+    def ha_status(self) -> dict:
+        """JSON-able replication state: role, and the master's slaves (acknowledged positions,
+        bytes behind) or the slave's master connection; ``max_position`` is this log's end."""
+        status = {"role": self.role.value, "max_position": self.commit_log.max_position}
+        if self._ha_master is not None:
+            status.update(self._ha_master.status())
+        if self._ha_slave is not None:
+            status.update(self._ha_slave.status())
+        elif self._is_slave:
+            status.update({"master_address": None, "connected": False})
+        return status
+
     def topics(self) -> dict[str, list[int]]:
         """Topic → queue ids that hold (or held) messages."""
         return self.queues.topics()
@@ -355,6 +449,7 @@ class MessageStore:
             },
             "dispatch_position": self.dispatch.position,
             "flush_mode": self.config.flush.mode.value,
+            "ha": self.ha_status(),
             "flush": {"flushed_position": self.log_flusher.flushed_position,
                       "flush_count": self.log_flusher.flush_count,
                       "checkpoint": self.checkpoint.state._asdict()},
