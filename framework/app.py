@@ -2,10 +2,12 @@
 
 Construction and ``@app.handler`` only record configuration — nothing opens, connects or starts
 a thread until ``start()`` (or the first use of ``app.producer``, which opens the store). The
-store URL is ``file:///path`` (embedded broker in this process) or, later, ``grpc://host:port``;
-``database_url``/``redis_url`` are kept for the outbox and idempotency layers. ``start()`` opens
-the broker, plans one consumer per consumer group and starts them; ``stop()`` drains them,
-persists offsets and closes what the app opened. Thread-safe after ``start()``.
+store URL is ``file:///path`` (embedded broker in this process) or ``grpc://host:port`` (a
+network broker, ``docs/remote-transport.md``; ``access_key``/``secret_key`` when it enforces
+access control); ``database_url``/``redis_url`` are kept for the outbox and idempotency
+layers. ``start()`` opens the broker, plans one consumer per consumer group and starts them;
+``stop()`` drains them, persists offsets and closes what the app opened. Thread-safe after
+``start()``.
 
 Layers above the framework (the outbox relay, the idempotency middleware) plug in without the
 framework importing them: ``on_start``/``on_stop`` run their services with the app,
@@ -30,7 +32,7 @@ from .errors import AppStateError, ConfigurationError
 from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, plan_groups
 from .middleware import Middleware
 from .producer import Producer
-from .transport import BrokerClient, open_broker, store_config
+from .transport import BrokerClient, check_store_url, open_client
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +48,19 @@ class App:
     """A Postbox application: one broker connection, a producer, and decorated handlers.
 
     Args:
-        store_url: ``file:///var/lib/postbox`` (or a plain path) for the embedded store.
+        store_url: ``file:///var/lib/postbox`` (or a plain path) for the embedded store, or
+            ``grpc://host:port`` for a network broker.
         database_url: SQLAlchemy URL for the outbox and idempotency (optional).
         redis_url: Redis URL for the idempotency fast path (optional).
-        broker_conf: RocketMQ ``broker.conf`` keys (a mapping or a file path) for the store.
+        broker_conf: RocketMQ ``broker.conf`` keys (a mapping or a file path) for the embedded
+            store (a network broker is configured where it runs).
         broker: an already-open broker to share (several apps in one process, tests); the app
             then never closes it.
         clock: time source (tests pass a ``FakeClock``).
         consumer_options: pull/consume tuning shared by every consumer of the app.
         instance_name: stable name of this process among the group's consumers (broadcast
             offsets are kept per instance).
+        access_key, secret_key: credentials for a ``grpc://`` broker with access control.
     """
 
     def __init__(self, store_url: str | os.PathLike | None = None, *,
@@ -63,7 +68,8 @@ class App:
                  broker_conf: Mapping[str, str] | str | os.PathLike | None = None,
                  broker: BrokerClient | None = None, clock: Clock | None = None,
                  consumer_options: ConsumerOptions | None = None,
-                 instance_name: str | None = None) -> None:
+                 instance_name: str | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         if (store_url is None) == (broker is None):
             raise ConfigurationError("App needs exactly one of store_url= or broker=")
         self.store_url = store_url
@@ -73,6 +79,7 @@ class App:
         self.clock = clock or SystemClock()
         self.consumer_options = consumer_options or ConsumerOptions()
         self.instance_name = instance_name
+        self._credentials = (access_key, secret_key)
         self.middleware: list[Middleware] = []
         self.handlers: list[HandlerSpec] = []
         self.consumers: list[Consumer] = []
@@ -84,8 +91,11 @@ class App:
         self._start_callbacks: list[Callable[[], None]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
-        if store_url is not None:
-            store_config(store_url, broker_conf)  # validate the URL and conf now, open later
+        if store_url is not None:  # validate the URL and options now, open later
+            check_store_url(store_url, broker_conf, access_key=access_key,
+                            secret_key=secret_key)
+        elif access_key is not None or secret_key is not None:
+            raise ConfigurationError("access_key=/secret_key= go with a grpc:// store_url")
 
     # ---- registration ------------------------------------------------------------------------
 
@@ -156,13 +166,14 @@ class App:
         with self._lock:
             if self._client is None:
                 assert self.store_url is not None
-                config = store_config(self.store_url, self.broker_conf)
-                self._client = open_broker(config, self.clock)
+                access_key, secret_key = self._credentials
+                self._client = open_client(self.store_url, self.broker_conf, clock=self.clock,
+                                           access_key=access_key, secret_key=secret_key)
             return self._client
 
     @property
     def broker(self) -> Broker:
-        """The embedded broker (only for ``file://`` stores)."""
+        """The embedded broker (only for ``file://`` stores, or an embedded ``broker=``)."""
         client = self.client
         if not isinstance(client, Broker):
             raise AppStateError("this app talks to a remote broker; there is no embedded one")

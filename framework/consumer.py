@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage_engine import Clock, GetStatus, MessageView, retry_topic
+from storage_engine import BrokerUnavailableError, Clock, GetStatus, MessageView, retry_topic
 
 from .allocation import MessageQueue, strategy_by_name
 from .consume_service import ConsumeService, QueueState
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 _instance_counter = itertools.count(1)
 _ORDERLY_HANDOVER_WAIT_MS = 1_000  # RocketMQ waits up to 1 s for the consume lock
 _WAIT_WHEN_FULL_MS = 20  # all queues flow-controlled: look again this soon
+_UNAVAILABLE_BACKOFF_MS = 1_000  # a remote broker did not answer: pull again after this
 _NOTHING_NEW = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
                 GetStatus.NO_MATCHED_LOGIC_QUEUE)
 _CORRECTED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY)
@@ -113,6 +114,7 @@ class Consumer:
         self._states: dict[MessageQueue, QueueState] = {}
         self._states_lock = threading.RLock()
         self._stopping = False
+        self._stop_requested = threading.Event()
         self._started = False
         self._threads = False
         self._reassigned = False  # wakes the pull loop's long poll
@@ -183,6 +185,7 @@ class Consumer:
         if not self._started or self._stopping:
             return
         self._stopping = True
+        self._stop_requested.set()
         self.client.wake_waiters()
         if self._pull_thread is not None:
             self._pull_thread.join(self.options.long_polling_ms / 1000 + 10)
@@ -386,18 +389,26 @@ class Consumer:
     def _pull_loop(self) -> None:
         try:
             while not self._stopping:
-                self._reassigned = False
-                progressed, idle, throttled = self.pull_round()
-                if progressed or self._stopping:
-                    continue
-                wait_ms = _WAIT_WHEN_FULL_MS if throttled or not idle else (
-                    self.options.long_polling_ms)
-                if idle:
-                    self.client.wait_for_arrival(idle, wait_ms, cancel=self._should_wake)
-                else:
-                    threading.Event().wait(wait_ms / 1000)
+                try:
+                    self._pull_once()
+                except BrokerUnavailableError as error:  # remote transport: wait, try again
+                    log.warning("[pull] consumer %s: %s; pulling again in %d ms",
+                                self.client_id, error, _UNAVAILABLE_BACKOFF_MS)
+                    self._stop_requested.wait(_UNAVAILABLE_BACKOFF_MS / 1000)
         except Exception:
             log.exception("[pull] consumer %s stopped pulling", self.client_id)
+
+    def _pull_once(self) -> None:
+        """One pull round, then a wait when it found nothing."""
+        self._reassigned = False
+        progressed, idle, throttled = self.pull_round()
+        if progressed or self._stopping:
+            return
+        wait_ms = _WAIT_WHEN_FULL_MS if throttled or not idle else self.options.long_polling_ms
+        if idle:
+            self.client.wait_for_arrival(idle, wait_ms, cancel=self._should_wake)
+        else:
+            self._stop_requested.wait(wait_ms / 1000)
 
     def _should_wake(self) -> bool:
         return self._stopping or self._reassigned

@@ -25,6 +25,8 @@ class SendStatus(enum.Enum):
 
     SEND_OK = "SEND_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but a SYNC flush did not confirm it
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # stored; SYNC_MASTER: no slave ack in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # stored; SYNC_MASTER: no slave in sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class SendResult:
     def from_receipt(cls, receipt: SendReceipt, msg_id: str) -> SendResult:
         """Build from the broker's receipt and the message id."""
         status = (SendStatus.SEND_OK if receipt.status is PutStatus.PUT_OK
-                  else SendStatus.FLUSH_DISK_TIMEOUT)
+                  else SendStatus(receipt.status.value))
         return cls(msg_id, receipt.offset_msg_id, receipt.topic, receipt.queue_id,
                    receipt.queue_offset, receipt.log_position, receipt.store_timestamp_ms,
                    receipt.delay_level, status)

@@ -6,6 +6,10 @@ deliveries due now, and one pull round per consumer whose handlers run inline. I
 round does nothing. With ``advance_clock=True`` and a ``FakeClock``, an idle round jumps the
 clock to the next pending delayed delivery (or suspended orderly queue), so a message retried 16
 times through the real delay levels (10 s … 2 h) reaches the DLQ in milliseconds, in order.
+
+The delay service driven is the app's embedded broker's; an app talking to a remote broker
+that is served from this process (tests of the gRPC transport) passes that broker as
+``broker=``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ _ROUND_LIMIT = 100_000
 class InlineRunner:
     """Deterministic, single-threaded driver for an ``App``'s consumers."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, broker: Broker | None = None) -> None:
         self.app = app
+        self._embedded = broker
         if not app.consumers:
             app.start(threads=False)
         for consumer in app.consumers:
@@ -32,6 +37,8 @@ class InlineRunner:
 
     @property
     def _broker(self) -> Broker | None:
+        if self._embedded is not None:
+            return self._embedded
         client = self.app.client
         return client if isinstance(client, Broker) else None
 

@@ -1,8 +1,12 @@
 """``BrokerClient``: the one interface the framework talks to, and how a store URL opens one.
 
 Two implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this
-process, which already has exactly these methods — and remote (gRPC, issue 8). ``open_broker``
-turns ``file:///path`` (or a plain path) plus optional broker.conf keys into an embedded broker.
+process, which already has exactly these methods — and remote —
+``storage_engine.remoting.client.RemoteBroker``, the same methods over gRPC to a network broker
+(``docs/remote-transport.md``). ``open_client`` turns a store URL into one: ``file:///path`` (or
+a plain path) plus optional broker.conf keys opens an embedded broker (``open_broker``);
+``grpc://host:port`` connects to a remote one (``open_remote_broker``; grpcio is imported only
+then, so the framework works without it), with optional access-key credentials.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from storage_engine import (
 from .errors import ConfigurationError
 
 QueueKey = tuple[str, int]
+GRPC_SCHEME = "grpc"
 
 
 class BrokerClient(Protocol):
@@ -104,10 +109,29 @@ def store_path(store_url: str | os.PathLike) -> Path:
         if not path:
             raise ConfigurationError(f"store URL {text!r} names no directory")
         return Path(path)
-    if parsed.scheme == "grpc":
-        raise ConfigurationError(f"store URL {text!r}: the remote (gRPC) transport is not "
-                                 "available in this version; use file:///path")
-    raise ConfigurationError(f"store URL {text!r}: scheme must be file:// (or grpc://)")
+    if parsed.scheme == GRPC_SCHEME:
+        raise ConfigurationError(f"store URL {text!r} names a remote broker, not a directory")
+    raise ConfigurationError(f"store URL {text!r}: scheme must be file:// or grpc://")
+
+
+def remote_address(store_url: str | os.PathLike) -> str | None:
+    """``host:port`` of a ``grpc://host:port`` URL; None for a ``file://`` URL or a path."""
+    text = os.fspath(store_url)
+    parsed = urlparse(text)
+    if parsed.scheme != GRPC_SCHEME:
+        return None
+    if parsed.username is not None or parsed.password is not None:
+        raise ConfigurationError(f"store URL {text!r}: pass credentials as App(access_key=, "
+                                 "secret_key=), not in the URL (URLs end up in logs)")
+    try:
+        port = parsed.port
+    except ValueError as error:
+        raise ConfigurationError(f"store URL {text!r}: {error}") from error
+    if not parsed.hostname or port is None or parsed.path not in ("", "/") or parsed.query \
+            or parsed.fragment:
+        raise ConfigurationError(f"store URL {text!r}: a remote broker URL is "
+                                 "grpc://host:port (nothing after the port)")
+    return parsed.netloc
 
 
 def store_config(store_url: str | os.PathLike,
@@ -120,6 +144,52 @@ def store_config(store_url: str | os.PathLike,
     return StoreConfig.from_broker_conf(broker_conf, root_dir=root, **overrides)
 
 
+def check_store_url(store_url: str | os.PathLike,
+                    broker_conf: Mapping[str, str] | str | os.PathLike | None = None, *,
+                    access_key: str | None = None, secret_key: str | None = None) -> None:
+    """Validate a store URL with the options that go with it, opening nothing."""
+    if (access_key is None) != (secret_key is None):
+        raise ConfigurationError("access_key= and secret_key= go together")
+    if remote_address(store_url) is None:
+        if access_key is not None:
+            raise ConfigurationError("access_key=/secret_key= are for a grpc:// broker; an "
+                                     "embedded store has no access control")
+        store_config(store_url, broker_conf)
+    elif broker_conf is not None:
+        raise ConfigurationError("broker_conf= configures an embedded store; a grpc:// broker "
+                                 "is configured where it runs")
+
+
+def open_client(store_url: str | os.PathLike,
+                broker_conf: Mapping[str, str] | str | os.PathLike | None = None, *,
+                clock: Clock | None = None, access_key: str | None = None,
+                secret_key: str | None = None) -> BrokerClient:
+    """The broker a store URL names: embedded (``file://``) or remote (``grpc://``)."""
+    check_store_url(store_url, broker_conf, access_key=access_key, secret_key=secret_key)
+    address = remote_address(store_url)
+    if address is None:
+        return open_broker(store_config(store_url, broker_conf), clock)
+    return open_remote_broker(address, access_key=access_key, secret_key=secret_key)
+
+
 def open_broker(config: StoreConfig, clock: Clock | None = None) -> Broker:
     """Open an embedded broker (and its store) in this process."""
     return Broker.open(config, clock=clock)
+
+
+def open_remote_broker(address: str, *, access_key: str | None = None,
+                       secret_key: str | None = None) -> BrokerClient:
+    """Connect to the broker at ``host:port`` over gRPC (needs grpcio: ``postbox[server]``).
+
+    Connecting is lazy: an unreachable broker is reported by the first call
+    (``BrokerUnavailableError``), not here.
+    """
+    try:
+        from storage_engine.remoting import Credentials, RemoteBroker
+    except ImportError as error:
+        raise ConfigurationError(f"the grpc:// transport needs grpcio ({error}); install it "
+                                 "with pip install 'postbox[server]'") from error
+    credentials = None
+    if access_key is not None:
+        credentials = Credentials(access_key=access_key, secret_key=secret_key)
+    return RemoteBroker(address, credentials=credentials)

@@ -34,7 +34,6 @@ from celery import Celery, signals
 
 from ..app import App
 from ..errors import ConfigurationError
-from ..transport import store_path
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,7 @@ def host_app(celery: Celery, factory: Callable[[], App]) -> Callable[[], App]:
         app = current()
         app.start()
         log.info("postbox app started in the celery worker (store %s)",
-                 store_path(app.store_url) if app.store_url else "remote")
+                 app.store_url if app.store_url else "shared broker")
 
     @signals.worker_shutdown.connect(weak=False)
     def stop(sender: Any = None, **_: Any) -> None:

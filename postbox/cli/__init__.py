@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from .bench_commands import bench_app
+from .broker_command import broker_app
 from .consumer_commands import consumer_app
 from .db_commands import db_app
 from .demo import demo_command
@@ -40,6 +41,7 @@ app.add_typer(dlq_app)
 app.add_typer(outbox_app)
 app.add_typer(db_app)
 app.add_typer(bench_app)
+app.add_typer(broker_app)
 app.command("demo")(demo_command)
 app.command("reconcile")(reconcile_command)
 

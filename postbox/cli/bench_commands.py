@@ -73,3 +73,24 @@ def bench_durability_command(ctx: typer.Context) -> None:
 def bench_consume_command(ctx: typer.Context) -> None:
     """Framework end-to-end throughput and delay accuracy (bench/consume_bench.py; try --help)."""
     _run_bench("bench.consume_bench", ctx)
+
+
+@bench_app.command("remote", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_remote_command(ctx: typer.Context) -> None:
+    """The official RocketMQ 5 client against a broker process (bench/remote_bench.py)."""
+    _run_bench("bench.remote_bench", ctx)
+
+
+@bench_app.command("transport", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_transport_command(ctx: typer.Context) -> None:
+    """The framework over grpc:// vs embedded (bench/transport_bench.py; try --help)."""
+    _run_bench("bench.transport_bench", ctx)
+
+
+@bench_app.command("replication", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_replication_command(ctx: typer.Context) -> None:
+    """SYNC/ASYNC_MASTER put latency with a slave process (bench/replication_bench.py)."""
+    _run_bench("bench.replication_bench", ctx)

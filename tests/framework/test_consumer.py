@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from framework import App, ConsumerOptions
+from framework import App, BrokerClient, ConsumerOptions
 from framework.testing import InlineRunner
 from storage_engine import Broker
 
@@ -38,35 +38,36 @@ class Recorder:
             return sum(self.bodies.values())
 
 
-def _consumer_app(broker: Broker, recorder: Recorder, group: str = "g", **handler) -> App:
-    app = App(broker=broker, consumer_options=FAST)
+def _consumer_app(client: BrokerClient, recorder: Recorder, group: str = "g",
+                  **handler) -> App:
+    app = App(broker=client, consumer_options=FAST)
     app.handler(topic="events", consumer_group=group, **handler)(recorder)
     return app
 
 
-def test_restart_resumes_from_committed_offset(open_broker):
+def test_restart_resumes_from_committed_offset(open_broker, client):
     broker = open_broker()
     first = Recorder()
-    app = _consumer_app(broker, first).start()
+    app = _consumer_app(client(broker), first).start()
     for i in range(100):
         app.producer.send("events", f"m{i}")
     _wait_for(lambda: first.count() == 100)
     app.stop()  # drains and persists offsets
-    producer = App(broker=broker).producer
+    producer = App(broker=client(broker)).producer
     for i in range(100, 150):
         producer.send("events", f"m{i}")
     second = Recorder()
-    app2 = _consumer_app(broker, second).start()
+    app2 = _consumer_app(client(broker), second).start()
     _wait_for(lambda: second.count() == 50)
     app2.stop()
     assert set(second.bodies) == {f"m{i}" for i in range(100, 150)}
     assert max(first.bodies.values()) == 1 and max(second.bodies.values()) == 1
 
 
-def test_offsets_survive_broker_reopen(open_broker, tmp_path):
+def test_offsets_survive_broker_reopen(open_broker, client, tmp_path):
     broker = open_broker("s1")
     recorder = Recorder()
-    app = _consumer_app(broker, recorder).start()
+    app = _consumer_app(client(broker), recorder).start()
     for i in range(40):
         app.producer.send("events", f"m{i}")
     _wait_for(lambda: recorder.count() == 40)
@@ -76,7 +77,7 @@ def test_offsets_survive_broker_reopen(open_broker, tmp_path):
     reopened = Broker.open(config)
     try:
         later = Recorder()
-        app2 = _consumer_app(reopened, later).start()
+        app2 = _consumer_app(client(reopened), later).start()
         app2.producer.send("events", "after")
         _wait_for(lambda: later.count() == 1)
         app2.stop()
@@ -85,11 +86,11 @@ def test_offsets_survive_broker_reopen(open_broker, tmp_path):
         reopened.close()
 
 
-def test_rebalancing_one_three_two_consumers_processes_everything(open_broker):
+def test_rebalancing_one_three_two_consumers_processes_everything(open_broker, client):
     broker = open_broker()
     recorders = [Recorder() for _ in range(3)]
-    apps = [_consumer_app(broker, recorders[0]).start()]
-    producer = App(broker=broker).producer
+    apps = [_consumer_app(client(broker), recorders[0]).start()]
+    producer = App(broker=client(broker)).producer
     sent = 0
 
     def send(count: int) -> None:
@@ -102,7 +103,7 @@ def test_rebalancing_one_three_two_consumers_processes_everything(open_broker):
         return sum(r.count() for r in recorders)
 
     send(200)
-    apps += [_consumer_app(broker, recorders[i]).start() for i in (1, 2)]
+    apps += [_consumer_app(client(broker), recorders[i]).start() for i in (1, 2)]
     _wait_for(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
     send(200)
     _wait_for(lambda: all(r.count() for r in recorders) and total() >= 400)
@@ -125,9 +126,9 @@ def test_rebalancing_one_three_two_consumers_processes_everything(open_broker):
         assert item.committed_offset == item.max_offset  # every queue fully committed
 
 
-def test_consume_from_first_last_and_timestamp(open_broker, fake_clock):
+def test_consume_from_first_last_and_timestamp(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock)
-    producer = App(broker=broker, clock=fake_clock).producer
+    producer = App(broker=client(broker), clock=fake_clock).producer
     for i in range(5):
         producer.send("events", f"old{i}", queue_id=0)
         fake_clock.advance(1_000)
@@ -139,10 +140,10 @@ def test_consume_from_first_last_and_timestamp(open_broker, fake_clock):
     for mode, extra in (("first", {}), ("last", {}),
                         ("timestamp", {"consume_timestamp_ms": middle_ms})):
         recorder = Recorder()
-        app = App(broker=broker, clock=fake_clock)
+        app = App(broker=client(broker), clock=fake_clock)
         app.handler(topic="events", consumer_group=f"g-{mode}", consume_from=mode,
                     **extra)(recorder)
-        InlineRunner(app).run_until_idle()
+        InlineRunner(app, broker=broker).run_until_idle()
         app.stop()
         results[mode] = sorted(recorder.bodies)
     assert results["first"] == sorted([f"old{i}" for i in range(5)] + [f"new{i}" for i in
@@ -152,13 +153,13 @@ def test_consume_from_first_last_and_timestamp(open_broker, fake_clock):
     assert results["last"] == results["first"]
 
 
-def test_broadcast_delivers_every_message_to_every_consumer(open_broker, tmp_path):
+def test_broadcast_delivers_every_message_to_every_consumer(open_broker, client, tmp_path):
     broker = open_broker()
     recorders = [Recorder(), Recorder()]
     apps = []
     for index, recorder in enumerate(recorders):
         options = ConsumerOptions(long_polling_ms=200, offset_dir=tmp_path / "offsets")
-        app = App(broker=broker, consumer_options=options, instance_name=f"node{index}")
+        app = App(broker=client(broker), consumer_options=options, instance_name=f"node{index}")
         app.handler(topic="events", consumer_group="cache", broadcast=True,
                     consume_from="first")(recorder)
         apps.append(app.start())
@@ -171,7 +172,7 @@ def test_broadcast_delivers_every_message_to_every_consumer(open_broker, tmp_pat
     assert (tmp_path / "offsets" / "node1" / "cache" / "offsets.json").exists()
     # a restarted broadcast consumer resumes from its own file
     again = Recorder()
-    app = App(broker=broker, consumer_options=ConsumerOptions(
+    app = App(broker=client(broker), consumer_options=ConsumerOptions(
         long_polling_ms=200, offset_dir=tmp_path / "offsets"), instance_name="node0")
     app.handler(topic="events", consumer_group="cache", broadcast=True,
                 consume_from="first")(again)
@@ -182,9 +183,9 @@ def test_broadcast_delivers_every_message_to_every_consumer(open_broker, tmp_pat
     assert list(again.bodies) == ["late"]
 
 
-def test_tag_filter_and_batches(open_broker, fake_clock):
+def test_tag_filter_and_batches(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     batches: list[list[str]] = []
 
     @app.handler(topic="events", consumer_group="g", tags="paid || refund", batch_size=4,
@@ -195,19 +196,19 @@ def test_tag_filter_and_batches(open_broker, fake_clock):
     for i in range(30):
         app.producer.send("events", f"m{i}", tags=("paid", "refund", "other")[i % 3],
                           queue_id=0)
-    InlineRunner(app).run_until_idle()
+    InlineRunner(app, broker=broker).run_until_idle()
     app.stop()
     tags = [t for batch in batches for t in batch]
     assert len(tags) == 20 and set(tags) == {"paid", "refund"}
     assert max(len(batch) for batch in batches) == 4
 
 
-def test_graceful_stop_drains_in_flight_work(open_broker):
+def test_graceful_stop_drains_in_flight_work(open_broker, client):
     broker = open_broker()
     started = threading.Event()
     finished: list[str] = []
 
-    app = App(broker=broker, consumer_options=FAST)
+    app = App(broker=client(broker), consumer_options=FAST)
 
     @app.handler(topic="events", consumer_group="g", consume_from="first")
     def slow(message):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from storage_engine import Broker, Message, StoreConfig
 from tests.support.consumer_process import BROKER_CONF
+from tests.support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MESSAGE_COUNT = 3_000
 
 

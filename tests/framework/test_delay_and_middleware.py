@@ -12,9 +12,9 @@ from storage_engine.config import parse_delay_levels
 from tests.framework.conftest import MS_LEVELS
 
 
-def test_delayed_message_appears_no_earlier_than_its_level(open_broker):
+def test_delayed_message_appears_no_earlier_than_its_level(open_broker, client):
     broker = open_broker()
-    app = App(broker=broker, consumer_options=ConsumerOptions(long_polling_ms=100))
+    app = App(broker=client(broker), consumer_options=ConsumerOptions(long_polling_ms=100))
     received: dict[str, float] = {}
     done = threading.Event()
 
@@ -38,16 +38,16 @@ def test_delayed_message_appears_no_earlier_than_its_level(open_broker):
     assert sorted(received, key=received.get) == ["level1", "level5", "level18"]
 
 
-def test_delayed_messages_survive_a_restart(open_broker, tmp_path):
+def test_delayed_messages_survive_a_restart(open_broker, client, tmp_path):
     broker = open_broker("s", levels="1s 2s 3s")
-    producer = App(broker=broker).producer
+    producer = App(broker=client(broker)).producer
     sent = producer.send("timers", b"later", delay_level=2)
     assert sent.delay_level == 2
     config = broker.store.config
     broker.close()  # before the delay elapses
     reopened = Broker.open(config)
     try:
-        app = App(broker=reopened, consumer_options=ConsumerOptions(long_polling_ms=100))
+        app = App(broker=client(reopened), consumer_options=ConsumerOptions(long_polling_ms=100))
         got = threading.Event()
         seen = []
 
@@ -79,9 +79,9 @@ class Recording(Middleware):
         self.events.append((self.name, "after", outcome.kind.value, context.skipped))
 
 
-def test_middleware_hooks_wrap_each_message_in_order(open_broker, fake_clock):
+def test_middleware_hooks_wrap_each_message_in_order(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     events: list = []
     app.add_middleware(Recording("outer", events))
     app.add_middleware(Recording("inner", events))
@@ -93,7 +93,7 @@ def test_middleware_hooks_wrap_each_message_in_order(open_broker, fake_clock):
 
     app.producer.send("t", "run", queue_id=0)
     app.producer.send("t", "skip", queue_id=0)
-    InlineRunner(app).run_until_idle()
+    InlineRunner(app, broker=broker).run_until_idle()
     app.stop()
     assert handled == ["run"]
     assert events[:4] == [("outer", "before", "run"), ("inner", "before", "run"),
@@ -102,9 +102,9 @@ def test_middleware_hooks_wrap_each_message_in_order(open_broker, fake_clock):
     assert events[4:] == [("outer", "before", "skip"), ("outer", "after", "success", True)]
 
 
-def test_middleware_can_pass_extra_handler_arguments(open_broker, fake_clock):
+def test_middleware_can_pass_extra_handler_arguments(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
 
     class Session(Middleware):
         def around_consume(self, context, call_next):
@@ -119,6 +119,6 @@ def test_middleware_can_pass_extra_handler_arguments(open_broker, fake_clock):
         got.append(session)
 
     app.producer.send("t", "x")
-    InlineRunner(app).run_until_idle()
+    InlineRunner(app, broker=broker).run_until_idle()
     app.stop()
     assert got == ["session-object"]

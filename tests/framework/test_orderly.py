@@ -20,9 +20,9 @@ def _send_sharded(app: App, accounts: int, per_account: int) -> dict[str, list[s
     return expected
 
 
-def test_orderly_retries_in_place_and_never_reorders(open_broker, fake_clock):
+def test_orderly_retries_in_place_and_never_reorders(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     log: list[tuple[str, int]] = []
     failures = defaultdict(int)
 
@@ -34,7 +34,7 @@ def test_orderly_retries_in_place_and_never_reorders(open_broker, fake_clock):
             raise RuntimeError("transient")
 
     expected = _send_sharded(app, accounts=5, per_account=8)
-    InlineRunner(app).run_until_idle(advance_clock=True)
+    InlineRunner(app, broker=broker).run_until_idle(advance_clock=True)
     app.stop()
 
     by_account: dict[str, list[str]] = defaultdict(list)
@@ -51,10 +51,10 @@ def test_orderly_retries_in_place_and_never_reorders(open_broker, fake_clock):
     assert broker.store.max_offset("%RETRY%posting", 0) == 0  # no send-back for orderly
 
 
-def test_orderly_with_threads_keeps_per_key_order(open_broker):
+def test_orderly_with_threads_keeps_per_key_order(open_broker, client):
     broker = open_broker()
     options = ConsumerOptions(orderly_suspend_ms=30, long_polling_ms=200)
-    app = App(broker=broker, consumer_options=options)
+    app = App(broker=client(broker), consumer_options=options)
     seen: dict[str, list[int]] = defaultdict(list)
     lock = threading.Lock()
     done = threading.Event()
@@ -79,9 +79,9 @@ def test_orderly_with_threads_keeps_per_key_order(open_broker):
         assert steps == list(range(20)), account
 
 
-def test_orderly_gives_up_after_reconsume_count_max(open_broker, fake_clock):
+def test_orderly_gives_up_after_reconsume_count_max(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     seen: list[str] = []
 
     @app.handler(topic="ledger", consumer_group="posting", orderly=True, reconsume_count_max=2)
@@ -92,13 +92,13 @@ def test_orderly_gives_up_after_reconsume_count_max(open_broker, fake_clock):
 
     for body in ("a", "bad", "c"):
         app.producer.send("ledger", body, sharding_key="k")
-    InlineRunner(app).run_until_idle(advance_clock=True)
+    InlineRunner(app, broker=broker).run_until_idle(advance_clock=True)
     app.stop()
     assert seen == ["a", "bad", "bad", "bad", "c"]
     assert [v.body for v in broker.dead_letters("posting")] == [b"bad"]
 
 
-def test_orderly_order_holds_across_a_rebalance(open_broker):
+def test_orderly_order_holds_across_a_rebalance(open_broker, client):
     broker = open_broker()
     options = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=50)
     seen: dict[str, list[int]] = defaultdict(list)
@@ -110,7 +110,7 @@ def test_orderly_order_holds_across_a_rebalance(open_broker):
             seen[account].append(int(step))
 
     def start_app() -> App:
-        app = App(broker=broker, consumer_options=options)
+        app = App(broker=client(broker), consumer_options=options)
         app.handler(topic="ledger", consumer_group="posting", orderly=True)(post)
         return app.start()
 

@@ -10,9 +10,10 @@ from storage_engine.config import parse_delay_levels
 from tests.framework.conftest import DEFAULT_LEVELS
 
 
-def test_failing_handler_sees_delays_in_level_order_then_lands_in_dlq(open_broker, fake_clock):
+def test_failing_handler_sees_delays_in_level_order_then_lands_in_dlq(open_broker, client,
+                                                                     fake_clock):
     broker = open_broker(clock=fake_clock, levels=DEFAULT_LEVELS)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     attempts: list[tuple[int, int, str]] = []
 
     @app.handler(topic="orders", consumer_group="billing")
@@ -21,7 +22,7 @@ def test_failing_handler_sees_delays_in_level_order_then_lands_in_dlq(open_broke
         raise RuntimeError("payment provider down")
 
     sent = app.producer.send("orders", b"order-1", tags="paid", keys=["o-1"])
-    InlineRunner(app).run_until_idle(advance_clock=True)
+    InlineRunner(app, broker=broker).run_until_idle(advance_clock=True)
     app.stop()
 
     assert [count for _, count, _ in attempts] == list(range(17))  # first try + 16 retries
@@ -37,9 +38,9 @@ def test_failing_handler_sees_delays_in_level_order_then_lands_in_dlq(open_broke
     assert broker.store.max_offset("orders", sent.queue_id) == 1  # never copied back to the topic
 
 
-def test_retry_later_with_explicit_level_and_dead_letter_request(open_broker, fake_clock):
+def test_retry_later_with_explicit_level_and_dead_letter_request(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock, levels=DEFAULT_LEVELS)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     seen: list[tuple[str, int, int]] = []
 
     @app.handler(topic="jobs", consumer_group="workers")
@@ -53,7 +54,7 @@ def test_retry_later_with_explicit_level_and_dead_letter_request(open_broker, fa
     app.producer.send("jobs", "later")
     app.producer.send("jobs", "poison")
     start_ms = fake_clock.now_ms()
-    InlineRunner(app).run_until_idle(advance_clock=True)
+    InlineRunner(app, broker=broker).run_until_idle(advance_clock=True)
     app.stop()
 
     later = [entry for entry in seen if entry[0] == "later"]
@@ -65,9 +66,9 @@ def test_retry_later_with_explicit_level_and_dead_letter_request(open_broker, fa
     assert dead[0].properties.get("DLQ_REASON") == "cannot parse"
 
 
-def test_reconsume_count_max_per_handler(open_broker, fake_clock):
+def test_reconsume_count_max_per_handler(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock, levels=DEFAULT_LEVELS)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     counts: list[int] = []
 
     @app.handler(topic="jobs", consumer_group="workers", reconsume_count_max=2)
@@ -76,15 +77,15 @@ def test_reconsume_count_max_per_handler(open_broker, fake_clock):
         raise RuntimeError("no")
 
     app.producer.send("jobs", b"x")
-    InlineRunner(app).run_until_idle(advance_clock=True)
+    InlineRunner(app, broker=broker).run_until_idle(advance_clock=True)
     app.stop()
     assert counts == [0, 1, 2]
     assert len(broker.dead_letters("workers")) == 1
 
 
-def test_dead_letter_resend_reaches_the_handler_again(open_broker, fake_clock):
+def test_dead_letter_resend_reaches_the_handler_again(open_broker, client, fake_clock):
     broker = open_broker(clock=fake_clock, levels=DEFAULT_LEVELS)
-    app = App(broker=broker, clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
     fixed = threading.Event()
     delivered: list[str] = []
 
@@ -95,7 +96,7 @@ def test_dead_letter_resend_reaches_the_handler_again(open_broker, fake_clock):
         delivered.append(message.msg_id)
 
     sent = app.producer.send("jobs", b"x")
-    runner = InlineRunner(app)
+    runner = InlineRunner(app, broker=broker)
     runner.run_until_idle(advance_clock=True)
     fixed.set()
     broker.resend_dead_letter("workers", 0)
@@ -104,9 +105,9 @@ def test_dead_letter_resend_reaches_the_handler_again(open_broker, fake_clock):
     assert delivered == [sent.msg_id]  # same message id after the resend
 
 
-def test_real_threads_retry_with_millisecond_levels(open_broker):
+def test_real_threads_retry_with_millisecond_levels(open_broker, client):
     broker = open_broker()
-    app = App(broker=broker, consumer_options=ConsumerOptions(long_polling_ms=200))
+    app = App(broker=client(broker), consumer_options=ConsumerOptions(long_polling_ms=200))
     done = threading.Event()
     counts: list[int] = []
 

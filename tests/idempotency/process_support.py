@@ -15,8 +15,7 @@ from framework import Producer
 from storage_engine import Broker, StoreConfig
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO_ROOT
 
 
 def store_config(root: Path) -> StoreConfig:

@@ -57,8 +57,8 @@ from tests.support.crash_writer import (
     read_acks,
     unique_key,
 )
+from tests.support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
 KILL_DELAY_S = (0.05, 0.6)  # after the writer said ready
 EARLY_KILL_CHANCE = 0.15  # kill during start-up instead

@@ -1,0 +1,294 @@
+"""Transport benchmark: the framework's producer and consumer over gRPC vs embedded, one run.
+
+Run ``python -m bench.transport_bench`` (``--quick`` for a short run, ``--json`` for one JSON
+document on stdout; progress goes to stderr). Every message has a 100-byte body (one seeded
+body); each transport gets a fresh broker (ASYNC flush) in a temp dir, removed afterwards.
+
+* **embedded**: ``App(broker=Broker.open(...))`` in this process.
+* **grpc**: a broker process (this module with ``--serve DIR``: ``Broker.open`` plus
+  ``BrokerServer`` on ``127.0.0.1:0``: both services, as ``postbox broker start`` runs them) and
+  ``App(store_url="grpc://127.0.0.1:PORT")`` here, so client and broker each have their own
+  interpreter, as deployed. ``--server inprocess`` serves from this process instead (one GIL
+  for both sides: the transport's CPU cost shows in full).
+
+Per transport, with ``--messages`` N (default 20 000; quick 4 000):
+
+* *send*: ``--producers`` threads (default 4) call ``app.producer.send(topic, body)`` N/threads
+  times each through one app (one channel); the clock runs from the start until the last send
+  returned.
+* *consume*: a new group with a no-op handler (``consume_from="first"``, default
+  ``ConsumerOptions``) consumes those N: the clock runs from ``app.start()`` until
+  ``persist_offsets()`` plus ``consumer_progress(group)`` show every queue of the topic
+  committed to its max offset (polled every 20 ms through the app's own client, so over gRPC
+  for the grpc run) and the handler saw at least N.
+
+Ratios are grpc / embedded of the same run. A wrong result raises ``BenchError`` (exit 2).
+One repetition (about a minute at the defaults on 2 cores); VM noise is easily +-20 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.peers import BenchError, run_and_print
+from bench.store_bench import machine_facts, progress
+
+TOPIC = "bench"
+BODY_BYTES = 100
+QUEUE_COUNT = 8
+MIB = 1 << 20
+POLL_INTERVAL_S = 0.02
+COMMIT_TIMEOUT_S = 300.0
+SERVER_START_TIMEOUT_S = 60.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(prog="python -m bench.transport_bench",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="short run: 4 000 messages")
+    p.add_argument("--messages", type=int, help="messages per run (default 20 000)")
+    p.add_argument("--producers", type=int, default=4, help="producer threads")
+    p.add_argument("--server", choices=("process", "inprocess"), default="process",
+                   help="where the grpc broker runs")
+    p.add_argument("--segment-mib", type=int, default=64, help="commit-log segment size")
+    p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
+    p.add_argument("--seed", type=int, default=20240601, help="seed for the body")
+    p.add_argument("--json", action="store_true", help="print one JSON document, no table")
+    p.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)  # the broker process
+    args = p.parse_args(argv)
+    if args.messages is None:
+        args.messages = 4_000 if args.quick else 20_000
+    if min(args.messages, args.producers, args.segment_mib) < 1:
+        p.error("--messages, --producers and --segment-mib must be positive")
+    return args
+
+
+# ---------------------------------------------------------------- brokers
+
+
+def store_config(root: Path, segment_mib: int, message_count: int):
+    """ASYNC flush, ``segment_mib`` segments, a key index sized for ``message_count``."""
+    from storage_engine import CommitLogConfig, KeyIndexConfig, StoreConfig
+
+    return StoreConfig(root_dir=root,
+                       commit_log=CommitLogConfig(segment_size_bytes=segment_mib * MIB),
+                       key_index=KeyIndexConfig(slot_count_max=max(1024, message_count),
+                                                entry_count_max=2 * message_count + 1024))
+
+
+def start_server(broker):
+    """A started broker server for ``broker`` on 127.0.0.1; returns (server, port)."""
+    from storage_engine.remoting import BrokerServer
+
+    server = BrokerServer(broker, "127.0.0.1:0")
+    server.start()
+    return server, server.port
+
+
+def serve(root: str, segment_mib: int, message_count: int) -> int:
+    """The broker process: serve a broker on ``root`` until stdin closes."""
+    from storage_engine import Broker
+
+    with Broker.open(store_config(Path(root), segment_mib, message_count)) as broker:
+        server, port = start_server(broker)
+        print(f"port {port}", flush=True)
+        sys.stdin.read()
+        server.stop(grace_s=0)
+    return 0
+
+
+@contextlib.contextmanager
+def temp_root(args: argparse.Namespace, label: str) -> Iterator[Path]:
+    """A new directory under ``--dir``, removed on exit."""
+    root = Path(tempfile.mkdtemp(prefix=f"postbox-transport-{label}-", dir=args.dir))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def broker_url(args: argparse.Namespace, transport: str) -> Iterator:
+    """What an ``App`` is given for ``transport``: an open broker, or a grpc:// URL."""
+    from storage_engine import Broker
+
+    with temp_root(args, transport) as root:
+        if transport == "embedded":
+            with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
+                yield {"broker": broker}
+        elif args.server == "inprocess":
+            with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
+                server, port = start_server(broker)
+                try:
+                    yield {"store_url": f"grpc://127.0.0.1:{port}"}
+                finally:
+                    server.stop(grace_s=0)
+        else:
+            with broker_process(args, root) as port:
+                yield {"store_url": f"grpc://127.0.0.1:{port}"}
+
+
+@contextlib.contextmanager
+def broker_process(args: argparse.Namespace, root: Path) -> Iterator[int]:
+    """This module with ``--serve``; yields its port; stopped (stdin closed) on exit."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.transport_bench", "--serve", str(root),
+         "--segment-mib", str(args.segment_mib), "--messages", str(args.messages)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().decode().split()
+        if line[:1] != ["port"]:
+            raise BenchError(f"the broker process did not start: {line!r}")
+        yield int(line[1])
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            process.wait(SERVER_START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def send_all(app, body: bytes, count: int, threads: int) -> dict:
+    """``threads`` threads send ``count`` messages in all through ``app.producer``."""
+    producer = app.producer
+    producer.send(TOPIC, body)  # connect, create the topic: not part of the clock
+    shares = [count // threads + (1 if index < count % threads else 0)
+              for index in range(threads)]
+    failures: list[BaseException] = []
+    start_line = threading.Barrier(threads + 1)
+
+    def run(share: int) -> None:
+        start_line.wait()
+        try:
+            for _ in range(share):
+                producer.send(TOPIC, body)
+        except BaseException as error:  # reported below, the run is then wrong
+            failures.append(error)
+
+    workers = [threading.Thread(target=run, args=(share,)) for share in shares]
+    for worker in workers:
+        worker.start()
+    gc.collect()
+    start_line.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - start
+    if failures:
+        raise BenchError(f"a producer thread failed: {failures[0]!r}")
+    return {"count": count, "seconds": seconds, "per_s": count / seconds, "threads": threads}
+
+
+def consume_all(app_options: dict, count: int) -> dict:
+    """A new group consumes the topic from the first offset until it committed everything."""
+    from framework import App
+
+    consumed = [0]
+    app = App(**app_options)
+
+    @app.handler(topic=TOPIC, consumer_group="bench-consume", consume_from="first")
+    def handle(message) -> None:
+        consumed[0] += 1
+
+    try:
+        gc.collect()
+        start = time.perf_counter()
+        app.start()
+        deadline = start + COMMIT_TIMEOUT_S
+        while not committed_all(app, "bench-consume", count + 1):
+            if time.perf_counter() > deadline:
+                raise BenchError(f"not committed within {COMMIT_TIMEOUT_S:.0f} s")
+            time.sleep(POLL_INTERVAL_S)
+        seconds = time.perf_counter() - start
+    finally:
+        app.stop()
+    if consumed[0] < count + 1:
+        raise BenchError(f"committed everything but the handler saw only {consumed[0]}")
+    return {"count": count + 1, "seconds": seconds, "per_s": (count + 1) / seconds,
+            "handled": consumed[0]}
+
+
+def committed_all(app, group: str, count: int) -> bool:
+    """Persist the consumer's offsets; True once they cover ``count`` messages of ``TOPIC``."""
+    app.consumers[0].persist_offsets()
+    rows = [row for row in app.client.consumer_progress(group) if row.topic == TOPIC]
+    return (sum(row.max_offset for row in rows) >= count
+            and all(row.committed_offset == row.max_offset for row in rows))
+
+
+def measure(args: argparse.Namespace, transport: str, body: bytes) -> dict:
+    """Send then consume ``--messages`` over one transport."""
+    from framework import App
+
+    with broker_url(args, transport) as options:
+        progress(args, f"{transport}: send {args.messages:,} x {BODY_BYTES} B, "
+                       f"{args.producers} threads")
+        app = App(**options)
+        try:
+            sent = send_all(app, body, args.messages, args.producers)
+        finally:
+            app.stop()
+        progress(args, f"{transport}: consume {args.messages + 1:,}")
+        consumed = consume_all(options, args.messages)
+    return {"send": sent, "consume": consumed}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Both transports, embedded first; returns the report as plain data."""
+    body = random.Random(args.seed).randbytes(BODY_BYTES)
+    report = {"machine": machine_facts(args),
+              "settings": {name: getattr(args, name) for name in (
+                  "messages", "producers", "server", "segment_mib", "seed")}}
+    for transport in ("embedded", "grpc"):
+        report[transport] = measure(args, transport, body)
+    report["ratio"] = {part: report["grpc"][part]["per_s"] / report["embedded"][part]["per_s"]
+                       for part in ("send", "consume")}
+    return report
+
+
+def render(report: dict) -> None:
+    """The figures as a small table."""
+    machine = report["machine"]
+    settings = report["settings"]
+    print(f"\nTransport benchmark: {settings['messages']:,} messages x {BODY_BYTES} B, "
+          f"{settings['producers']} producer threads, grpc broker: {settings['server']}")
+    print(f"machine: {machine.get('cpu_model')}, {machine.get('cpu_affinity')} cores, "
+          f"Python {machine.get('python', '?')}\n")
+    print(f"{'':10} {'embedded msgs/s':>16} {'grpc msgs/s':>12} {'grpc/embedded':>14}")
+    for part in ("send", "consume"):
+        embedded = report["embedded"][part]["per_s"]
+        grpc_rate = report["grpc"][part]["per_s"]
+        print(f"{part:10} {embedded:>16,.0f} {grpc_rate:>12,.0f} "
+              f"{report['ratio'][part]:>14.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (``python -m bench.transport_bench``)."""
+    args = parse_args(argv)
+    if args.serve:
+        return serve(args.serve, args.segment_mib, args.messages)
+    return run_and_print(run, render, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

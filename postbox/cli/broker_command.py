@@ -1,0 +1,154 @@
+"""``postbox broker start``: run the network broker (gRPC) over a store until SIGTERM/SIGINT.
+
+The store is opened with a ``storage_engine.Broker`` (its persist and delay services run), the
+``BrokerServer`` binds ``--listen`` (loopback by default; port 0 picks a free port) and one
+line ``listening on HOST:PORT`` goes to stdout once clients can connect (then
+``ha listening on HOST:PORT`` when ``--ha-listen`` opened a master's replication port).
+SIGTERM or SIGINT stops it cleanly: new calls are refused, long polls end, running calls get
+``--grace`` seconds, then the broker closes (consumer offsets persisted, store closed without
+``abort``) and the command exits 0 after printing ``stopped``.
+
+grpc and the RocketMQ protocol modules are imported only when the command runs (the
+``server`` extra). ``store_config`` builds the ``StoreConfig`` from the options in one place,
+so options that change the store configuration are added there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
+
+from .common import (
+    BrokerConfOption,
+    CliError,
+    SegmentSizeOption,
+    StoreDirOption,
+    StoreOptions,
+    build_config,
+    print_note,
+    reports_errors,
+)
+
+DEFAULT_LISTEN = "127.0.0.1:8081"
+
+broker_app = typer.Typer(name="broker", help="Run the network broker (RocketMQ 5 gRPC).",
+                         no_args_is_help=True)
+
+ListenOption = Annotated[str, typer.Option(
+    "--listen", metavar="HOST:PORT",
+    help="Address to serve on (port 0: any free port; the bound address is printed).")]
+AclOption = Annotated[Path | None, typer.Option(
+    "--acl", metavar="FILE", exists=True, dir_okay=False, readable=True,
+    help="JSON file of access keys and their rights (docs/remoting.md); without it every "
+         "caller is trusted.")]
+WorkersOption = Annotated[int, typer.Option(
+    "--workers", min=4, help="Most calls served at once (each Telemetry stream and each "
+                             "long-polling receive holds one).")]
+MaxRequestOption = Annotated[int | None, typer.Option(
+    "--max-request-bytes", min=1024, help="Largest request accepted \\[default: the store's "
+                                          "max message size + 1 MiB].")]
+GraceOption = Annotated[float, typer.Option(
+    "--grace", min=0.0, help="Seconds running calls get to finish at shutdown.")]
+RoleOption = Annotated[BrokerRole | None, typer.Option(
+    "--role", case_sensitive=False,
+    help="Replication role (docs/replication.md) \\[default: brokerRole of --broker-conf, "
+         "else ASYNC_MASTER].")]
+HAListenOption = Annotated[str | None, typer.Option(
+    "--ha-listen", metavar="HOST:PORT",
+    help="Master: address slaves replicate from (port 0: any free port; printed).")]
+MasterHAOption = Annotated[str | None, typer.Option(
+    "--master-ha", metavar="HOST:PORT", help="Slave: the master's --ha-listen address.")]
+SlaveTimeoutOption = Annotated[int | None, typer.Option(
+    "--slave-timeout-ms", min=1,
+    help="SYNC_MASTER: longest a send waits for the slave's acknowledgement \\[default: 3000].")]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicationOptions:
+    """The replication flags of ``broker start``; None leaves the broker.conf (or default) value."""
+
+    role: BrokerRole | None = None
+    ha_listen: str | None = None
+    master_ha: str | None = None
+    slave_timeout_ms: int | None = None
+
+
+def store_config(store: Path | None, broker_conf: Path | None, segment_size: int | None,
+                 replication: ReplicationOptions = ReplicationOptions()) -> StoreConfig:
+    """The store configuration of ``broker start``: ``--broker-conf`` via
+    ``StoreConfig.from_broker_conf``, then the flags, which win (``--store`` for the root
+    directory, the replication flags for role and HA addresses)."""
+    config = build_config(StoreOptions(store, broker_conf, segment_size))
+    ha_changes = {name: value for name, value in (
+        ("ha_listen", replication.ha_listen), ("master_address", replication.master_ha),
+        ("slave_timeout_ms", replication.slave_timeout_ms)) if value is not None}
+    try:
+        ha = dataclasses.replace(config.ha, **ha_changes)
+    except ConfigError as error:
+        raise CliError(str(error)) from error
+    return config.replace(broker_role=replication.role or config.broker_role, ha=ha)
+
+
+@broker_app.command("start")
+@reports_errors
+def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_LISTEN,
+                  acl: AclOption = None, broker_conf: BrokerConfOption = None,
+                  segment_size: SegmentSizeOption = None, workers: WorkersOption = 128,
+                  max_request_bytes: MaxRequestOption = None,
+                  grace: GraceOption = 5.0, role: RoleOption = None,
+                  ha_listen: HAListenOption = None, master_ha: MasterHAOption = None,
+                  slave_timeout_ms: SlaveTimeoutOption = None) -> None:
+    """Serve a store to RocketMQ 5 clients and Postbox's remote transport until SIGTERM."""
+    try:  # imported here: grpc is an optional extra, and other commands start faster
+        from storage_engine.remoting import (
+            AccessControl,
+            BrokerServer,
+            ServerError,
+            parse_listen,
+        )
+    except ImportError as error:
+        raise CliError(f"the broker server needs the 'server' extra "
+                       f"(pip install 'postbox[server]'): {error}") from error
+    try:
+        parse_listen(listen)  # before the store is opened
+    except ServerError as error:
+        raise CliError(str(error)) from error
+    config = store_config(store, broker_conf, segment_size,
+                          ReplicationOptions(role, ha_listen, master_ha, slave_timeout_ms))
+    access = AccessControl.load(acl) if acl is not None else None
+    stop = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: stop.set())
+                for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with Broker.open(config) as broker:
+            server = BrokerServer(broker, listen, access=access, workers=workers,
+                                  max_request_bytes=max_request_bytes)
+            try:
+                server.start()
+            except ServerError as error:
+                raise CliError(str(error)) from error
+            try:
+                typer.echo(f"listening on {server.address}")
+                ha_address = broker.store.ha_listen_address
+                if ha_address is not None:
+                    typer.echo(f"ha listening on {ha_address[0]}:{ha_address[1]}")
+                print_note(f"store {config.root_dir}; role {config.broker_role.value}; "
+                           f"access control {'from ' + str(acl) if acl else 'off'}; "
+                           "SIGTERM stops")
+                stop.wait()
+            finally:
+                server.stop(grace)
+        typer.echo("stopped")
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+__all__ = ["ReplicationOptions", "broker_app", "store_config"]

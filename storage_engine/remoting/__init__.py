@@ -1,0 +1,37 @@
+"""Postbox's network broker: a gRPC server over an embedded ``Broker``.
+
+It speaks Apache RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` (the generated code of
+``rocketmq-python-client``), so official RocketMQ 5 clients can produce and consume, and
+Postbox's own service for the framework's remote transport. This subpackage alone in
+``storage_engine`` may import grpc and protobuf (DESIGN §2). How to run it, what is
+implemented and how pop consumption works: ``docs/remoting.md``.
+
+Public surface (imported lazily, so a client-only install — grpcio without the RocketMQ client
+package — can use ``RemoteBroker`` without loading the server's protocol modules)::
+
+    from storage_engine.remoting import BrokerServer, AccessControl, Credentials, signed_metadata
+    from storage_engine.remoting import RemoteBroker
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "AccessControl": "auth", "AccessDeniedError": "auth", "Credentials": "auth",
+    "signed_metadata": "auth",
+    "DEFAULT_LISTEN": "server", "BrokerServer": "server", "ServerError": "server",
+    "parse_listen": "server",
+    "RemoteBroker": "client",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

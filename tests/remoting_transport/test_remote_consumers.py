@@ -1,0 +1,100 @@
+"""Consumers of one group in three separate processes share the queues of a broker served from
+a fourth process: every message is handled exactly once overall and the offsets are committed
+on the broker (and persisted by it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from framework import App
+from storage_engine import Broker, StoreConfig
+from storage_engine.remoting.client import RemoteBroker
+from tests.support.consumer_process import BROKER_CONF
+from tests.support.paths import REPO_ROOT
+
+CONSUMERS = 3
+MESSAGES = 600
+QUEUES = 8 + 1  # the topic's queues plus %RETRY%g's one
+
+
+def _spawn(address: str, handled: Path) -> subprocess.Popen:
+    handled.touch()
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.remote_consumer_process", "--broker", address,
+         "--handled", str(handled)], cwd=REPO_ROOT, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE)
+
+
+def _wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s} s"
+        time.sleep(0.02)
+
+
+def _assignments(logs: list[Path]) -> list[set[str]]:
+    sets = []
+    for log in logs:
+        path = Path(str(log) + ".queues")
+        sets.append(set(path.read_text(encoding="utf-8").splitlines()) if path.exists()
+                    else set())
+    return sets
+
+
+def _settled(logs: list[Path]) -> bool:
+    """Every queue held by exactly one consumer, and each consumer holds some."""
+    sets = _assignments(logs)
+    return (all(sets) and sum(map(len, sets)) == QUEUES
+            and len(set().union(*sets)) == QUEUES)
+
+
+def _handled(log: Path) -> list[str]:
+    return [line.split(" ", 2)[2] for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+def test_three_consumer_processes_share_the_queues_exactly_once(broker_process, tmp_path):
+    with RemoteBroker(broker_process.address) as admin:
+        admin.create_topic("events", 8)
+        logs = [tmp_path / f"handled-{index}.log" for index in range(CONSUMERS)]
+        processes = [_spawn(broker_process.address, log) for log in logs]
+        try:
+            for process in processes:
+                assert process.stdout is not None
+                assert process.stdout.readline().strip() == b"ready"
+            _wait_until(lambda: len(admin.consumer_ids("g")) == CONSUMERS, 30, "3 members")
+            _wait_until(lambda: _settled(logs), 30, "a settled assignment")
+
+            producer_app = App(store_url=f"grpc://{broker_process.address}")
+            for index in range(MESSAGES):
+                producer_app.producer.send("events", f"m{index}")
+            producer_app.stop()
+            _wait_until(lambda: sum(len(_handled(log)) for log in logs) >= MESSAGES, 60,
+                        "every message handled")
+        finally:
+            for process in processes:
+                assert process.stdin is not None
+                process.stdin.close()
+            for process in processes:
+                assert process.wait(60) == 0
+
+        seen = Counter(body for log in logs for body in _handled(log))
+        assert set(seen) == {f"m{index}" for index in range(MESSAGES)}  # nothing lost
+        assert max(seen.values()) == 1  # nothing handled twice
+        assert all(_handled(log) for log in logs)  # every process did part of the work
+        progress = {(p.topic, p.queue_id): p for p in admin.consumer_progress("g")}
+        for queue_id in range(8):
+            item = progress[("events", queue_id)]
+            assert item.committed_offset == item.max_offset > 0  # committed on the broker
+        assert admin.consumer_ids("g") == []  # every process left the group
+
+    broker_process.stop()  # a clean stop persists the offsets
+    assert broker_process.process.returncode == 0
+    config = StoreConfig.from_broker_conf(BROKER_CONF, root_dir=broker_process.store)
+    with Broker.open(config) as broker:
+        for queue_id in range(8):
+            assert broker.query_offset("g", "events", queue_id) == \
+                broker.store.max_offset("events", queue_id)
