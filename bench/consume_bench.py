@@ -55,9 +55,7 @@ import argparse
 import contextlib
 import gc
 import random
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,6 +65,7 @@ from bench.consume_report import TARGETS, render
 from bench.delay_accuracy import measure_delay_accuracy
 from bench.peers import BenchError, run_and_print
 from bench.store_bench import machine_facts, progress
+from bench.workdir import temp_dir
 
 TOPIC = "bench"
 BODY_BYTES = 100
@@ -157,22 +156,12 @@ def store_config(root: Path, args: argparse.Namespace, message_count: int,
 
 
 @contextlib.contextmanager
-def temp_root(args: argparse.Namespace, label: str) -> Iterator[Path]:
-    """A new directory under ``--dir``, removed on exit (also after a failure)."""
-    root = Path(tempfile.mkdtemp(prefix=f"postbox-consume-{label}-", dir=args.dir))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextlib.contextmanager
 def temp_broker(args: argparse.Namespace, label: str, message_count: int,
                 delay_levels: str | None = None) -> Iterator:
     """An open embedded broker in a new temp dir; closed and deleted on exit."""
     from storage_engine import Broker
 
-    with temp_root(args, label) as root, \
+    with temp_dir(args.dir, f"consume-{label}") as root, \
             Broker.open(store_config(root, args, message_count, delay_levels)) as broker:
         yield broker
 
@@ -182,7 +171,7 @@ def temp_store(args: argparse.Namespace, label: str, message_count: int) -> Iter
     """An open bare ``MessageStore`` (no broker services) in a new temp dir."""
     from storage_engine import MessageStore
 
-    with temp_root(args, label) as root, \
+    with temp_dir(args.dir, f"consume-{label}") as root, \
             MessageStore.open(store_config(root, args, message_count)) as store:
         yield store
 

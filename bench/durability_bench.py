@@ -37,13 +37,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import statistics
 import struct
 import sys
-import tempfile
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 from bench.crash_recovery import measure_recovery, recovery_writer
@@ -59,6 +56,7 @@ from bench.store_bench import (
     progress,
     time_single_puts,
 )
+from bench.workdir import temp_dir
 
 TOPIC = "bench"
 BODY_BYTES = 100
@@ -115,16 +113,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # ---------------------------------------------------------------- helpers
 
 
-@contextlib.contextmanager
-def temp_dir(args: argparse.Namespace, label: str) -> Iterator[Path]:
-    """A fresh directory under ``--dir``, removed on exit."""
-    path = Path(tempfile.mkdtemp(prefix=f"postbox-{label}-", dir=args.dir))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def device_flush_count(path: Path) -> int | None:
     """Flush requests completed by the block device holding ``path`` (field 16 of
     ``/sys/dev/block/M:m/stat``), or None when the device or field is not there."""
@@ -173,7 +161,7 @@ def measure_store_sync(args: argparse.Namespace, threads: int, pool: list[bytes]
     from storage_engine import MessageStore, PutStatus
 
     per_thread = split_count(args, threads)
-    with temp_dir(args, "sync") as root:
+    with temp_dir(args.dir, "sync") as root:
         config = sync_config(root, threads * per_thread, args.segment_mib)
         with MessageStore.open(config) as store:
             batches = [build_messages(pool, t * per_thread, (t + 1) * per_thread)
@@ -203,7 +191,7 @@ def record_size(args: argparse.Namespace, pool: list[bytes]) -> int:
     from storage_engine import MessageStore
 
     last = args.count - 1
-    with temp_dir(args, "probe") as root, \
+    with temp_dir(args.dir, "probe") as root, \
             MessageStore.open(sync_config(root, 16, 1)) as store:
         return store.put_message(build_messages(pool, last, last + 1)[0]).store_size
 
@@ -222,7 +210,7 @@ def measure_bare(args: argparse.Namespace, threads: int, pool: list[bytes], size
     """One bare group-commit row (``bench.group_commit``)."""
     per_thread = split_count(args, threads)
     records = [bare_record(pool[t % len(pool)], size) for t in range(threads)]
-    with temp_dir(args, "bare") as root:
+    with temp_dir(args.dir, "bare") as root:
         log = GroupCommitFile(root / "log", threads * per_thread * size + BARE_FILE_SLACK_BYTES,
                               mode)
         try:
@@ -258,7 +246,7 @@ def full_sync_queue(directory: Path) -> tuple:
 def measure_persist_queue(args: argparse.Namespace, threads: int, pool: list[bytes]) -> dict:
     """One persist-queue row: ``threads`` producers sharing one queue."""
     per_thread = split_count(args, threads)
-    with temp_dir(args, "pq") as root:
+    with temp_dir(args.dir, "pq") as root:
         queue, setup = full_sync_queue(root / "queue")
         try:
             def make_put(t: int):

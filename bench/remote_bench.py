@@ -30,11 +30,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -42,6 +40,7 @@ from pathlib import Path
 
 from bench.peers import BenchError, run_and_print
 from bench.store_bench import machine_facts, progress
+from bench.workdir import temp_dir
 
 TOPIC = "bench"
 GROUP = "bench-group"
@@ -69,16 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.messages < 1 or args.threads < 1:
         p.error("--messages and --threads must be positive")
     return args
-
-
-@contextlib.contextmanager
-def temp_root(args: argparse.Namespace, label: str) -> Iterator[Path]:
-    """A new directory under ``--dir``, removed on exit (also after a failure)."""
-    root = Path(tempfile.mkdtemp(prefix=f"postbox-remote-{label}-", dir=args.dir))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def write_broker_conf(root: Path) -> Path:
@@ -152,7 +141,7 @@ def embedded_figures(args: argparse.Namespace, body: bytes) -> dict:
     """``Broker.send`` from ``--threads`` threads, then ``Broker.pull`` of everything."""
     from storage_engine import Broker, Message, StoreConfig
 
-    with temp_root(args, "embedded") as root:
+    with temp_dir(args.dir, "remote-embedded") as root:
         config = StoreConfig.from_broker_conf(write_broker_conf(root), root_dir=root / "store")
         with Broker.open(config) as broker:
             def send(index: int, share: int) -> None:
@@ -191,7 +180,7 @@ def remote_figures(args: argparse.Namespace, body: bytes) -> dict:
         SimpleConsumer,
     )
 
-    with temp_root(args, "remote") as root, broker_process(root) as address:
+    with temp_dir(args.dir, "remote-remote") as root, broker_process(root) as address:
         config = ClientConfiguration(address, Credentials(), request_timeout=10)
         producer = Producer(config, (TOPIC,))
         producer.startup()

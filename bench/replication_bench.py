@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +37,7 @@ from pathlib import Path
 from bench.peers import BenchError
 from bench.producers import ProducerRun, run_producers
 from bench.store_bench import body_pool, build_messages, machine_facts
+from bench.workdir import temp_dir
 
 BODY_BYTES = 100
 QUEUE_COUNT = 8
@@ -110,7 +109,7 @@ def slave_child(root: str, master: str) -> int:
 @contextlib.contextmanager
 def slave_process(args: argparse.Namespace, master_address: str) -> Iterator[None]:
     """A slave child replicating ``master_address``; stopped (cleanly) on exit."""
-    with temp_dir(args, "slave") as root:
+    with temp_dir(args.dir, "slave") as root:
         child = subprocess.Popen(
             [sys.executable, "-m", "bench.replication_bench", "--slave-child", str(root),
              master_address], cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -123,17 +122,6 @@ def slave_process(args: argparse.Namespace, master_address: str) -> Iterator[Non
             child.stdin.close()
             if child.wait(60) != 0:
                 raise BenchError(f"the slave process exited with {child.returncode}")
-
-
-@contextlib.contextmanager
-def temp_dir(args: argparse.Namespace, label: str) -> Iterator[Path]:
-    """A fresh directory under ``--dir``, removed on exit."""
-    Path(args.dir).mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"postbox-{label}-", dir=args.dir))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def poll(predicate, timeout_s: float, what: str) -> float:
@@ -159,7 +147,7 @@ def measure(args: argparse.Namespace, variant: str, threads: int, pool: list[byt
     listen = None if variant == "embedded" else "127.0.0.1:0"
     batches = [build_messages(pool, t * per_thread, (t + 1) * per_thread)
                for t in range(threads)]
-    with temp_dir(args, "master") as root, MessageStore.open(
+    with temp_dir(args.dir, "master") as root, MessageStore.open(
             store_config(root, role, total + 64, listen)) as store:
         with contextlib.ExitStack() as stack:
             if listen is not None:

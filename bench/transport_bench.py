@@ -32,10 +32,8 @@ import argparse
 import contextlib
 import gc
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +41,7 @@ from pathlib import Path
 
 from bench.peers import BenchError, run_and_print
 from bench.store_bench import machine_facts, progress
+from bench.workdir import temp_dir
 
 TOPIC = "bench"
 BODY_BYTES = 100
@@ -111,21 +110,11 @@ def serve(root: str, segment_mib: int, message_count: int) -> int:
 
 
 @contextlib.contextmanager
-def temp_root(args: argparse.Namespace, label: str) -> Iterator[Path]:
-    """A new directory under ``--dir``, removed on exit."""
-    root = Path(tempfile.mkdtemp(prefix=f"postbox-transport-{label}-", dir=args.dir))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextlib.contextmanager
 def broker_url(args: argparse.Namespace, transport: str) -> Iterator:
     """What an ``App`` is given for ``transport``: an open broker, or a grpc:// URL."""
     from storage_engine import Broker
 
-    with temp_root(args, transport) as root:
+    with temp_dir(args.dir, f"transport-{transport}") as root:
         if transport == "embedded":
             with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
                 yield {"broker": broker}
