@@ -385,13 +385,15 @@ def test_the_thread_delivers_on_the_system_clock(open_store, tmp_path):
     try:
         diverted, queue_id, _level = schedule_delayed(delayed(b"live", 1), 0, levels)
         stored_ms = store.put_message(diverted, queue_id).store_timestamp_ms
-        deadline = time.monotonic() + 1.0
+        # a liveness wait, not a latency bound (benchmarks measure delay accuracy): a loaded
+        # CI machine once took more than a second for this 50 ms level
+        deadline = time.monotonic() + 10.0
         while store.max_offset(TOPIC, 0) == 0 and time.monotonic() < deadline:
             time.sleep(0.005)
     finally:
         service.stop()
     assert service.failure is None
-    assert store.max_offset(TOPIC, 0) == 1, "not delivered within a second"
+    assert store.max_offset(TOPIC, 0) == 1, "not delivered within 10 s"
     (view,) = read_queue(store, TOPIC)
     assert view.body == b"live" and view.store_timestamp_ms - stored_ms >= 50
 
