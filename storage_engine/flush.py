@@ -4,7 +4,12 @@
   flusher thread fdatasyncs everything written so far and wakes every waiter whose position it
   covered, so one disk sync serves a whole group of appends. A wait longer than
   ``flush.sync_timeout_ms`` returns False: the caller reports "stored, not confirmed durable"
-  (``PutStatus.FLUSH_DISK_TIMEOUT``), never a silent success.
+  (``PutStatus.FLUSH_DISK_TIMEOUT``), never a silent success. Before each sync the flusher
+  *gathers* its group: it waits, at most ``flush.group_gather_us``, until as many appenders wait
+  as took part in the last group (the threads a sync just released are writing their next
+  records). Without that, a sync starts as soon as the first of them has written and the group
+  splits into cohorts that alternate, each half the size (PostgreSQL's ``commit_delay`` with
+  ``commit_siblings`` is the same idea with a fixed delay).
 - ``PeriodicFlushService`` (``FlushMode.ASYNC``): every ``flush.interval_ms`` flush the commit log
   when at least ``flush.least_pages`` pages are dirty, and regardless of pages every
   ``flush.thorough_interval_ms``.
@@ -17,12 +22,13 @@ of the newest record known durable). An fdatasync that fails raises out of ``run
 ``Service`` loop then ends and the owner goes fail-stop. A failed fsync is never retried: after
 one, the kernel may have dropped the dirty pages and a later "successful" sync proves nothing.
 
-Thread-safety: ``wait_flushed`` may be called from any number of threads.
+Thread-safety: ``wait_flushed`` may be called from any number of threads; each waiter parks on
+its own lock (``PositionWaiters``), released by the flush that covers it.
 """
 
 from __future__ import annotations
 
-import threading
+import time
 from collections.abc import Callable
 
 from .checkpoint import Checkpoint
@@ -30,6 +36,7 @@ from .clock import Clock
 from .commit_log import CommitLog
 from .config import FlushConfig
 from .consume_queue_set import ConsumeQueueSet
+from .position_waiters import PositionWaiters
 from .service import Service
 
 TimestampSource = Callable[[], int]
@@ -43,13 +50,20 @@ class CommitLogFlushService(Service):
         super().__init__(clock)
         self._commit_log = commit_log
         self.config = config
-        self.flushed_position = commit_log.segments.flushed_position
+        self._durable = PositionWaiters(commit_log.segments.flushed_position)
         self.flushed_timestamp_ms = 0
         self.flush_count = 0
-        self._flushed = threading.Condition()
+        self.last_released = 0
+
+    @property
+    def flushed_position(self) -> int:
+        """One past the last byte known durable."""
+        return self._durable.position
 
     def flush(self, least_pages: int = 0) -> int:
-        """Flush the log now on the calling thread; returns the bytes newly made durable."""
+        """Flush the log now on the calling thread; returns the bytes newly made durable.
+
+        ``last_released`` tells how many waiters this flush woke."""
         # Capture the store time, then the end: records stored before that time (recovery keeps
         # a 3 s margin for appends in flight at the capture) lie below the end.
         timestamp_ms = self._commit_log.last_store_timestamp_ms
@@ -59,11 +73,9 @@ class CommitLogFlushService(Service):
         if moved <= 0:
             return 0
         self.flush_count += 1
-        with self._flushed:
-            self.flushed_position = flushed
-            if flushed >= end:
-                self.flushed_timestamp_ms = timestamp_ms
-            self._flushed.notify_all()
+        if flushed >= end:
+            self.flushed_timestamp_ms = timestamp_ms
+        self.last_released = self._durable.advance(flushed)
         return moved
 
     def wait_flushed(self, position: int, timeout_ms: int) -> bool:
@@ -71,15 +83,11 @@ class CommitLogFlushService(Service):
         if self.flushed_position >= position:
             return True
         self.wakeup()
-        with self._flushed:
-            return self._flushed.wait_for(
-                lambda: self.flushed_position >= position or self.failure is not None,
-                timeout_ms / 1000) and self.failure is None
+        return self._durable.wait(position, timeout_ms) and self.failure is None
 
     def on_failure(self, error: BaseException) -> None:
-        """Wake waiters so they see the failure."""
-        with self._flushed:
-            self._flushed.notify_all()
+        """Wake waiters, and any later ones, so they see the failure."""
+        self._durable.release_all(final=True)
 
 
 class GroupFlushService(CommitLogFlushService):
@@ -88,9 +96,31 @@ class GroupFlushService(CommitLogFlushService):
     name = "group-flush"
     interval_ms = 10
 
+    def __init__(self, commit_log: CommitLog, config: FlushConfig, clock: Clock) -> None:
+        super().__init__(commit_log, config, clock)
+        self._group_size = 0  # appenders in the last group: released by its sync, or still waiting
+        self._gather_until = 0.0  # monotonic seconds: the last sync's end + group_gather_us
+        self.gather_timeouts = 0
+
     def run_once(self, now_ms: int) -> int:
-        """One group flush; returns 1 if it made bytes durable."""
-        return 1 if self.flush(0) else 0
+        """Gather the group, then one group flush; returns 1 if it made bytes durable.
+
+        Gathering waits only while the last group's threads can still be on their way back
+        (until ``group_gather_us`` after the last sync), only for a group of two or more, and
+        only when bytes and a waiter are there: a lone or occasional put never waits for it.
+        """
+        durable = self._durable
+        if self._group_size > 1 and durable.waiting_count and (
+                self._commit_log.max_position > durable.position):
+            remaining_s = self._gather_until - time.monotonic()
+            if remaining_s > 0 and not durable.wait_for_waiters(self._group_size, remaining_s):
+                self.gather_timeouts += 1  # fewer appenders now: expect only those that came
+                self._group_size = durable.waiting_count
+        if not self.flush(0):
+            return 0
+        self._gather_until = time.monotonic() + self.config.group_gather_us / 1e6
+        self._group_size = self.last_released + durable.waiting_count
+        return 1
 
 
 class PeriodicFlushService(CommitLogFlushService):

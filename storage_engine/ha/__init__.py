@@ -1,9 +1,9 @@
 """Classic RocketMQ master/slave replication of the commit log (reference §14, stdlib only).
 
 - ``protocol``: the wire format (8-byte reports, 12-byte frame headers) and pure helpers.
-- ``ack_waiters``: SYNC_MASTER puts waiting for a slave's acknowledgement (group wait).
 - ``connection``: the master's side of one slave (reader and writer threads).
-- ``master``: the master's HA service (listen, accept, notify, availability).
+- ``master``: the master's HA service (listen, accept, notify, availability); SYNC_MASTER puts
+  wait for a slave's acknowledgement in a ``storage_engine.position_waiters.PositionWaiters``.
 - ``slave``: the slave's client (connect, apply frames, report, reconnect).
 - ``replica_log``: record boundaries and store times of a slave's replicated log.
 

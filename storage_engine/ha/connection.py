@@ -4,7 +4,7 @@ Two threads per connection, as RocketMQ's HAConnection:
 
 - the **reader** takes the slave's 8-byte reports. The first one is the slave's log end and
   decides where the transfer starts (``transfer_start``: an empty slave gets the master's last
-  segment from its start); every report is also an acknowledgement, handed to ``AckWaiters``.
+  segment from its start); every report is also an acknowledgement, handed to ``PositionWaiters``.
 - the **writer** sends frames of raw log bytes from the transfer position: at most
   ``ha.transfer_batch_bytes`` each, never past the end of the segment that holds their start,
   as soon as the put path signals new data (``notify_data``), and an empty heartbeat frame
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from ..clock import Clock
 from ..commit_log import CommitLog
 from ..config import HAConfig
-from .ack_waiters import AckWaiters
+from ..position_waiters import PositionWaiters
 from .protocol import (
     ReportDecoder,
     encode_frame_header,
@@ -52,7 +52,7 @@ class SlaveConnection:
     """One connected slave."""
 
     def __init__(self, sock: socket.socket, peer: str, commit_log: CommitLog, config: HAConfig,
-                 acks: AckWaiters, clock: Clock,
+                 acks: PositionWaiters, clock: Clock,
                  on_closed: Callable[[SlaveConnection], None]) -> None:
         self.peer = peer
         self._sock = sock

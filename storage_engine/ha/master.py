@@ -3,7 +3,7 @@
 The service thread accepts connections on ``ha.ha_listen`` (port 0: any free port, published
 in ``listen_address``) and starts one ``SlaveConnection`` per slave. The put path calls
 ``notify_appended`` after every append so the writers send at once, and a SYNC_MASTER put asks
-``slave_available`` and then ``wait_acked`` (``AckWaiters``: one heap pop per released put).
+``slave_available`` and then ``wait_acked`` (``PositionWaiters``: one heap pop per released put).
 
 A slave is *available* (RocketMQ's ``isSlaveOK``) when at least one connection is past its first
 report and the highest acknowledged position is within ``ha.slave_fall_behind_max_bytes`` of the
@@ -25,8 +25,8 @@ from ..clock import Clock
 from ..commit_log import CommitLog
 from ..config import HAConfig
 from ..errors import StorageIOError
+from ..position_waiters import PositionWaiters
 from ..service import Service
-from .ack_waiters import AckWaiters
 from .connection import SlaveConnection
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class HAMasterService(Service):
         super().__init__(clock)
         self._commit_log = commit_log
         self._config = config
-        self.acks = AckWaiters()
+        self.acks = PositionWaiters()
         self.connections: tuple[SlaveConnection, ...] = ()
         self._connections_lock = threading.Lock()
         self._closed: list[SlaveConnection] = []
@@ -131,7 +131,7 @@ class HAMasterService(Service):
         """Whether a SYNC_MASTER put should wait for a slave (RocketMQ ``isSlaveOK``)."""
         if not any(c.is_ready for c in self.connections):
             return False
-        return master_end - self.acks.acked_position < self._config.slave_fall_behind_max_bytes
+        return master_end - self.acks.position < self._config.slave_fall_behind_max_bytes
 
     def wait_acked(self, position: int, timeout_ms: int) -> bool:
         """Block until a slave acknowledged ``position``; False after ``timeout_ms``."""
@@ -141,6 +141,6 @@ class HAMasterService(Service):
         """JSON-able state: listen address, slaves and their acknowledged positions."""
         address = self.listen_address
         return {"ha_listen": None if address is None else f"{address[0]}:{address[1]}",
-                "acked_position": self.acks.acked_position,
+                "acked_position": self.acks.position,
                 "waiting_puts": self.acks.waiting_count,
                 "slaves": [c.status() for c in self.connections if c.is_ready]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 
 import pytest
 
@@ -60,6 +61,59 @@ def test_sync_flush_groups_concurrent_appends(tmp_path, open_store):
     assert store.stats()["flush"]["flush_count"] < 640
     assert store.wait_dispatched()
     assert sum(store.max_offset(TOPIC, q) for q in range(4)) == 640
+
+
+def _produce_in_threads(store, thread_count: int, puts_each) -> list[PutStatus]:
+    """``thread_count`` threads, released together, each putting ``puts_each(index)`` messages
+    (an int, the same for all, or a callable); returns every status."""
+    statuses: list[PutStatus] = []
+    start = threading.Barrier(thread_count)
+    counts = puts_each if callable(puts_each) else (lambda _index: puts_each)
+
+    def produce(index: int) -> None:
+        start.wait()
+        for _ in range(counts(index)):
+            statuses.append(store.put_message(Message(TOPIC, b"g" * 100), index % 4).status)
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(thread_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return statuses
+
+
+def test_sync_flush_gathers_the_whole_group_before_each_sync(tmp_path, open_store):
+    """With a generous gather time every sync waits until the threads the last one released
+    wait again: 3 threads x 30 puts take about 30 syncs, not the 45-60 of alternating cohorts.
+    (If the first group formed in parts, one thread ends a round early and the last gather
+    times out once.)"""
+    store = open_store(_sync_config(tmp_path, group_gather_us=1_000_000))
+    assert _produce_in_threads(store, 3, 30) == [PutStatus.PUT_OK] * 90
+    assert store.stats()["flush"]["flush_count"] <= 32
+    assert store.log_flusher.gather_timeouts <= 1
+
+
+def test_sync_flush_gather_gives_up_once_when_the_group_shrinks(tmp_path, open_store):
+    """A thread that stops putting costs the others one gather timeout, not one per sync."""
+    store = open_store(_sync_config(tmp_path, group_gather_us=100_000))
+    statuses = _produce_in_threads(store, 2, lambda index: 40 if index == 0 else 3)
+    assert statuses == [PutStatus.PUT_OK] * 43
+    assert store.log_flusher.gather_timeouts <= 2  # per sync, it would be about 37
+
+
+def test_sync_flush_never_gathers_for_a_lone_or_late_put(tmp_path, open_store):
+    """Gathering waits only until group_gather_us after the last sync: a put arriving later
+    (or with gathering off) is synced at once."""
+    store = open_store(_sync_config(tmp_path, group_gather_us=200_000))
+    assert _produce_in_threads(store, 4, 10) == [PutStatus.PUT_OK] * 40
+    time.sleep(0.3)  # past the gather window of the last sync
+    timeouts = store.log_flusher.gather_timeouts  # a gather for it would time out: +1
+    assert store.put_message(Message(TOPIC, b"late"), 0).status is PutStatus.PUT_OK
+    assert store.log_flusher.gather_timeouts == timeouts
+    off = open_store(_sync_config(tmp_path / "off", group_gather_us=0))
+    assert _produce_in_threads(off, 4, 10) == [PutStatus.PUT_OK] * 40
+    assert off.log_flusher.gather_timeouts == 0
 
 
 def test_sync_timeout_reports_stored_but_not_durable(tmp_path, open_store):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 
 import pytest
@@ -32,7 +31,6 @@ from storage_engine import (
     verify_store,
 )
 from storage_engine.formats import BLANK_MAGIC
-from storage_engine.ha.ack_waiters import AckWaiters
 from storage_engine.ha.connection import SlaveConnection
 from storage_engine.ha.protocol import (
     FRAME_HEADER_SIZE_BYTES,
@@ -44,6 +42,7 @@ from storage_engine.ha.protocol import (
     transfer_start,
 )
 from storage_engine.ha.slave import HASlaveClient
+from storage_engine.position_waiters import PositionWaiters
 
 SEGMENT = 4096
 
@@ -117,32 +116,6 @@ def test_transfer_start_and_frame_size_rules():
     assert frame_body_size(100, 0, 5000, 1000) == 1000  # one batch
 
 
-def test_ack_waiters_release_puts_in_target_order_and_time_out():
-    acks = AckWaiters()
-    results: dict[int, bool] = {}
-
-    def wait(target: int, timeout_ms: int) -> None:
-        results[target] = acks.wait(target, timeout_ms)
-
-    threads = [threading.Thread(target=wait, args=(target, 10_000)) for target in (10, 20, 30)]
-    for thread in threads:
-        thread.start()
-    until(lambda: acks.waiting_count == 3, what="three waiters")
-    acks.advance(20)
-    threads[0].join(5)
-    threads[1].join(5)
-    assert results == {10: True, 20: True} and acks.waiting_count == 1
-    acks.advance(15)  # never backwards
-    assert acks.acked_position == 20
-    started = time.monotonic()
-    assert acks.wait(40, 50) is False  # times out and leaves the heap clean
-    assert time.monotonic() - started >= 0.045 and acks.waiting_count == 1
-    acks.release_all()
-    threads[2].join(5)
-    assert results[30] is False and acks.waiting_count == 0
-    assert acks.wait(20, 0) is True
-
-
 def test_ha_config_and_broker_conf_keys(tmp_path):
     config = StoreConfig.from_broker_conf({
         "brokerRole": "SLAVE", "haListenPort": "10912", "haMasterAddress": "10.0.0.1:10912",
@@ -169,7 +142,7 @@ def test_frames_stay_in_one_segment_copy_blank_tails_and_apply_at_the_same_posit
     master = MessageStore.open(small_config(tmp_path / "master"))
     slave = MessageStore.open(small_config(tmp_path / "slave", BrokerRole.SLAVE))
     ours, theirs = socket.socketpair()
-    acks = AckWaiters()
+    acks = PositionWaiters()
     config = HAConfig(transfer_batch_bytes=1000, heartbeat_interval_ms=100)
     connection = SlaveConnection(ours, "pair", master.commit_log, config, acks, SystemClock(),
                                  lambda _c: None)
@@ -212,7 +185,7 @@ def test_frames_stay_in_one_segment_copy_blank_tails_and_apply_at_the_same_posit
             client.apply_frame(frames[-1][0] + 1, frames[-1][1])
         partial_end = slave.commit_log.max_position
         theirs.sendall(encode_report(partial_end))
-        until(lambda: acks.acked_position == partial_end, what="the acknowledgement")
+        until(lambda: acks.position == partial_end, what="the acknowledgement")
         assert connection.acked_position == partial_end
         with pytest.raises(NotMasterError):
             slave.put_message(Message("t", b"mine"))
