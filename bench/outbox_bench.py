@@ -39,7 +39,9 @@ runs until the group's committed offsets cover them all. Reported from the app's
 ``IdempotencyMiddleware`` (``serves_idempotent_handlers``): the share rejected on the Redis fast
 path, ``duplicates_by_redis / (duplicates_by_redis + duplicates_by_database)``, the Redis acquire
 latency p50/p99 of that phase (``guard.stats.acquire_latencies_s``) and the rejection
-throughput; the ledger must still hold N rows.
+throughput; the ledger must still hold N rows. The pipeline's consumer admission rounds
+(``IdempotencyMiddleware.admission``: one receipt transaction and one ``SET NX`` round trip
+each, shared by the messages of concurrent consume tasks) are reported per message.
 
 ``--repeat R`` repeats everything and reports medians. ``--diagnose`` adds one more pipeline run
 (not in the figures) that counts database commits and statements per message by thread role
@@ -514,6 +516,8 @@ def pipeline(args: argparse.Namespace, target: Target, redis_url: str, root: Pat
                      lambda: stub_summary(context))
         stats = box.relay.stats
         hook_before, poll_before = stats.published_by_hook, stats.published_by_poll
+        admission = idempotency_middleware(context["app"]).admission
+        rounds_before = admission.rounds
         counting = None
         if counter:
             counting = StatementCounter(context["engine"])
@@ -532,7 +536,8 @@ def pipeline(args: argparse.Namespace, target: Target, redis_url: str, root: Pat
                              f"{warm + count} messages (exactly-once broken)")
         figure = {"seconds": done - start, "producer_s": produced - start, "cpu_s": cpu,
                   "published_by_hook": stats.published_by_hook - hook_before,
-                  "published_by_poll": stats.published_by_poll - poll_before}
+                  "published_by_poll": stats.published_by_poll - poll_before,
+                  "admission_rounds": admission.rounds - rounds_before}
         if counting is not None:
             figure["counts"] = counting
             return figure
@@ -589,13 +594,20 @@ PARTS = (  # (label, path suffix, function) whose cumulative thread CPU --diagno
     ("  Producer.send (broker)", "framework/producer.py", "send"),
     ("  Relay._record", "outbox/relay.py", "_record"),
     ("pull thread (Consumer._pull_loop)", "framework/consumer.py", "_pull_loop"),
-    ("consume threads (IdempotencyMiddleware.around_consume)", "idempotency/middleware.py",
-     "around_consume"),
-    ("  ledger.record_receipt (own transaction)", "idempotency/ledger.py", "record_receipt"),
-    ("  RedisGuard.acquire", "idempotency/redis_guard.py", "acquire"),
-    ("  RedisGuard.mark_done", "idempotency/redis_guard.py", "mark_done"),
-    ("  _run_handler (handler transaction)", "idempotency/middleware.py", "_run_handler"),
-    ("    bill (the handler)", "bench/outbox_bench.py", "bill"),
+    ("consume threads (ConsumeService._consume_concurrently)", "framework/consume_service.py",
+     "_consume_concurrently"),
+    ("  before_batch (steps 1-2: lead or wait for a round)", "idempotency/middleware.py",
+     "before_batch"),
+    ("    admission rounds led (receipts + SET NX)", "idempotency/middleware.py", "_admit"),
+    ("      ledger.record_receipts (one transaction)", "idempotency/ledger.py",
+     "record_receipts"),
+    ("      RedisGuard.acquire_many (one round trip)", "idempotency/redis_guard.py",
+     "acquire_many"),
+    ("  around_consume (decision flow)", "idempotency/middleware.py", "around_consume"),
+    ("    _run_handler (handler transaction)", "idempotency/middleware.py", "_run_handler"),
+    ("      ledger.claim_message", "idempotency/ledger.py", "claim_message"),
+    ("      bill (the handler)", "bench/outbox_bench.py", "bill"),
+    ("  after_batch (settlements)", "idempotency/middleware.py", "after_batch"),
 )
 
 
@@ -743,6 +755,8 @@ def render(report: dict) -> None:
         last = result["reps"][-1]["pipeline"]
         print(f"  relay published by hook / by poll        "
               f"{last['published_by_hook']:,} / {last['published_by_poll']:,}")
+        print(f"  consumer admission rounds (receipt txn + SET NX round trip) per message "
+              f"{last['admission_rounds'] / s['messages']:.2f}")
         d = last["duplicates"]
         share = "n/a" if f["redis_share"] is None else f"{f['redis_share']:.1%}"
         print(f"  duplicates: {d['sent']:,} rejected at {f['duplicates_per_s']:,.0f} msgs/s; "

@@ -4,7 +4,8 @@
 next offset to pull and, for orderly queues, local retry counts. ``ConsumeService`` runs
 handlers on a ``WorkerPool`` and decides what each outcome means:
 
-* concurrent — messages of a pulled batch are handed to threads a few at a time; a failure is
+* concurrent — messages of a pulled batch are handed to threads a few at a time (one task: the
+  middleware's ``before_batch``/``after_batch`` around its handler calls); a failure is
   sent back through ``%RETRY%group`` (or dead-lettered); the committed offset is the smallest
   still in flight, so a slow message never lets it skip (reference §12.4). If the send-back
   itself fails the message stays in flight and is consumed again locally after
@@ -29,7 +30,7 @@ from storage_engine import Clock, MessageView
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
 from .handlers import ConsumerGroupPlan, HandlerSpec
-from .middleware import ConsumeContext, Middleware, invoke
+from .middleware import ConsumeContext, Middleware, after_batch, before_batch, invoke
 from .offset_store import OffsetStore
 from .outcomes import ConsumeOutcome, OutcomeKind
 from .process_queue import ProcessQueue
@@ -109,12 +110,16 @@ class ConsumeService:
 
     def _consume_concurrently(self, state: QueueState, views: list[MessageView]) -> None:
         consumed = succeeded = 0
+        chunks = self._chunks([ConsumedMessage(view, self._group) for view in views])
+        contexts = [self._context(chunk) for chunk in chunks]
+        batch = [context for context in contexts if context is not None]
+        before_batch(batch, self._middleware)
         try:
-            for chunk in self._chunks([ConsumedMessage(view, self._group) for view in views]):
+            for chunk, context in zip(chunks, contexts, strict=True):
                 if state.process_queue.dropped or self.stopping:
                     return  # the new owner (or the next start) consumes them from the offset
                 consumed += len(chunk)
-                outcome = self._run_handler(chunk)
+                outcome = self._invoke(chunk, context)
                 chunk_views = [message.view for message in chunk]
                 if not outcome.succeeded and not self._handle_failure(chunk, outcome):
                     self._retry_locally(state, chunk_views)
@@ -122,6 +127,7 @@ class ConsumeService:
                 succeeded += len(chunk)
                 self._finish(state, chunk_views)
         finally:
+            after_batch(batch, self._middleware)
             self._count(consumed=consumed, succeeded=succeeded)
 
     def _chunks(self, messages: list[ConsumedMessage]) -> list[list[ConsumedMessage]]:
@@ -138,14 +144,21 @@ class ConsumeService:
             chunks.append([message])
         return chunks
 
-    def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:
+    def _context(self, messages: list[ConsumedMessage]) -> ConsumeContext | None:
+        """The handler call for ``messages``; None when no handler takes their topic."""
         spec = self._handler_for(messages[0])
-        if spec is None:
+        return None if spec is None else ConsumeContext(self._group, spec, messages)
+
+    def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:
+        return self._invoke(messages, self._context(messages))
+
+    def _invoke(self, messages: list[ConsumedMessage],
+                context: ConsumeContext | None) -> ConsumeOutcome:
+        if context is None:
             log.error("[consume] group %s has no handler for topic %s (message %s): "
                       "dead-lettering it", self._group, messages[0].topic, messages[0].msg_id)
             return ConsumeOutcome(OutcomeKind.DEAD_LETTER,
                                   reason=f"no handler for topic {messages[0].topic}")
-        context = ConsumeContext(self._group, spec, messages)
         return invoke(context, self._middleware)
 
     def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:

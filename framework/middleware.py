@@ -7,10 +7,17 @@ chain runs in registration order: the first middleware is the outermost. ``befor
 raise ``SkipMessage`` to finish the message as a success without calling the handler; any other
 exception from a middleware is treated like a handler failure (the message is retried later,
 nothing is lost). Middleware instances are shared by all consume threads: keep them thread-safe.
+
+Concurrent (and broadcast) consumption also calls ``before_batch`` / ``after_batch`` once per
+consume task, around the handler calls of the messages it carries, so a middleware can do per
+message work for all of them at once (one database transaction instead of one per message).
+They are an optimisation only: a middleware must give every message its full treatment in
+``around_consume`` when they were not called (orderly consumption, direct ``invoke`` callers).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +27,8 @@ from .outcomes import SUCCESS, ConsumeOutcome, OutcomeKind, SkipMessage
 
 if TYPE_CHECKING:
     from .handlers import HandlerSpec
+
+log = logging.getLogger(__name__)
 
 NextCall = Callable[[], ConsumeOutcome]
 
@@ -51,6 +60,15 @@ class Middleware:
 
     def after_consume(self, context: ConsumeContext, outcome: ConsumeOutcome) -> None:
         """Called after the handler (or the skip) with its outcome."""
+
+    def before_batch(self, contexts: list[ConsumeContext]) -> None:
+        """Called once per consume task before its first handler call, with the contexts it
+        will run in order (if the queue is dropped or the consumer stops, the later ones never
+        run). Must not raise: an exception is logged and ignored."""
+
+    def after_batch(self, contexts: list[ConsumeContext]) -> None:
+        """Called once per consume task after its last handler call (or after it stopped
+        early). Must not raise: an exception is logged and ignored."""
 
     def around_consume(self, context: ConsumeContext, call_next: NextCall) -> ConsumeOutcome:
         """Wrap the rest of the chain; the default calls the two hooks around it."""
@@ -87,6 +105,29 @@ def invoke(context: ConsumeContext, middleware: list[Middleware]) -> ConsumeOutc
         return SUCCESS
     except Exception as error:  # a middleware failed: retry later, lose nothing
         return ConsumeOutcome(OutcomeKind.RETRY, error, reason=f"middleware: {error}")
+
+
+def before_batch(contexts: list[ConsumeContext], middleware: list[Middleware]) -> None:
+    """Call every layer's ``before_batch`` (outermost first); never raises."""
+    for layer in middleware:
+        _call_batch_hook(layer.before_batch, contexts)
+
+
+def after_batch(contexts: list[ConsumeContext], middleware: list[Middleware]) -> None:
+    """Call every layer's ``after_batch`` (innermost first); never raises."""
+    for layer in reversed(middleware):
+        _call_batch_hook(layer.after_batch, contexts)
+
+
+def _call_batch_hook(hook: Callable[[list[ConsumeContext]], None],
+                     contexts: list[ConsumeContext]) -> None:
+    if not contexts:
+        return
+    try:
+        hook(contexts)
+    except Exception:  # an optimisation failed: the messages still get around_consume
+        log.exception("[consume] middleware hook %s failed for %d messages", hook.__qualname__,
+                      len(contexts))
 
 
 def _bind(layer: Middleware, context: ConsumeContext, call_next: NextCall) -> NextCall:

@@ -1,26 +1,40 @@
 """The database side of idempotency: the three tables as a consumer uses them.
 
 - ``message_log``: written on receipt in its own short transaction (the "in flight" marker
-  that the resend rule and reconciliation read), deleted in the transaction that confirms.
+  that the resend rule and reconciliation read) — one transaction for all the messages of a
+  pulled task when the middleware gets them together — and deleted in the transaction that
+  confirms.
 - ``message_processed``: the authority, keyed by (consumer group, message id). Inserted at the
   start of the handler's transaction, so a second transaction inserting the same key waits on
-  the first (PostgreSQL, MariaDB) and then fails with a duplicate key — or, on SQLite, never
-  overlaps it at all (``BEGIN IMMEDIATE``).
-- ``message_stub``: when the producer's stub is in this database it is locked (``FOR UPDATE``
-  where the database has row locks) before the check and turned ``confirmed`` with the
-  handler's effect. When the stub table lives in another database the stub is simply absent
-  here: ``message_processed`` alone then records this group's effect, and the producer's stub
-  stays for the resend rule and reconciliation to judge by offsets.
+  the first (PostgreSQL, MariaDB) and then finds the key taken — or, on SQLite, never overlaps
+  it at all (``BEGIN IMMEDIATE``).
+- ``message_stub``: when the producer's stub is in this database it is confirmed by the first
+  statement of the handler's transaction: that ``UPDATE`` is also what locks the row (where the
+  database has row locks) until the effect commits or rolls back. When the stub table lives in
+  another database the stub is simply absent here: ``message_processed`` alone then records
+  this group's effect, and the producer's stub stays for the resend rule and reconciliation to
+  judge by offsets.
+
+``claim_message`` opens the handler's transaction with all three changes — stub confirmed (and
+locked), log row deleted, processed row inserted unless present — before the handler runs;
+they commit with the handler's effect or roll back with it, so nothing of them is ever visible
+without the effect. PostgreSQL does it in one statement (the stub ``UPDATE`` and the log
+``DELETE`` as data-modifying CTEs of the processed ``INSERT … ON CONFLICT DO NOTHING
+RETURNING``); the other databases in three. Statements are built once with bind parameters:
+building ``insert(...).values(**literals)`` per message costs more CPU than the database round
+trip it describes.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import (
     Connection,
     Engine,
+    Executable,
     Insert,
     Table,
     bindparam,
@@ -42,21 +56,25 @@ stub = message_stub.c
 log_table = message_log.c
 processed = message_processed.c
 
-
-# Statements are built once with bind parameters: building ``insert(...).values(**literals)``
-# per message costs more CPU than the database round trip it describes.
-_IS_PROCESSED = select(exists().where(processed.consumer_group == bindparam("consumer_group"),
-                                      processed.message_id == bindparam("message_id")))
-_LOCK_STUB = select(stub.status).where(stub.message_id == bindparam("message_id")) \
-    .with_for_update()
+_IS_PROCESSED = select(exists().where(processed.consumer_group == bindparam("b_group"),
+                                      processed.message_id == bindparam("b_id")))
 _CONFIRM_STUB = update(message_stub).where(
-    stub.message_id == bindparam("b_message_id"),
+    stub.message_id == bindparam("b_id"),
     stub.status != StubStatus.CONFIRMED.value).values(
     status=StubStatus.CONFIRMED.value, confirmed_at=bindparam("b_now"),
     updated_at=bindparam("b_now"))
 _FORGET_RECEIPT = delete(message_log).where(
-    log_table.consumer_group == bindparam("consumer_group"),
-    log_table.message_id == bindparam("message_id"))
+    log_table.consumer_group == bindparam("b_group"),
+    log_table.message_id == bindparam("b_id"))
+_PROCESSED_VALUES = {"consumer_group": bindparam("b_group"), "message_id": bindparam("b_id"),
+                     "topic": bindparam("b_topic"), "processed_at": bindparam("b_now")}
+_CLAIM_POSTGRESQL = postgresql.insert(message_processed).values(_PROCESSED_VALUES) \
+    .on_conflict_do_nothing().returning(processed.message_id) \
+    .add_cte(_CONFIRM_STUB.returning(stub.message_id).cte("confirmed_stub")) \
+    .add_cte(_FORGET_RECEIPT.returning(log_table.message_id).cte("forgotten_receipt"))
+"""``WITH confirmed_stub AS (UPDATE …), forgotten_receipt AS (DELETE …) INSERT INTO
+message_processed … ON CONFLICT DO NOTHING RETURNING``: PostgreSQL runs both CTEs to
+completion whether or not the ``INSERT`` reads them; a row comes back only if it inserted."""
 
 
 _IGNORING_DIALECTS = frozenset({"postgresql", "sqlite", "mysql"})
@@ -64,10 +82,10 @@ _IGNORING_DIALECTS = frozenset({"postgresql", "sqlite", "mysql"})
 
 @functools.cache
 def _insert_ignoring_duplicates(table: Table, dialect: str) -> Insert:
-    """``INSERT`` that does nothing when the primary key exists (rowcount 0)."""
-    if dialect == "postgresql":  # psycopg reports no rowcount here: RETURNING tells instead
-        return postgresql.insert(table).on_conflict_do_nothing().returning(
-            *table.primary_key.columns)
+    """``INSERT`` that does nothing when the primary key exists (rowcount 0 on SQLite and
+    MySQL; PostgreSQL's driver reports no rowcount there, ``claim_message`` uses RETURNING)."""
+    if dialect == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
     if dialect == "sqlite":
         return insert(table).prefix_with("OR IGNORE")
     if dialect == "mysql":
@@ -75,63 +93,82 @@ def _insert_ignoring_duplicates(table: Table, dialect: str) -> Insert:
     return insert(table)
 
 
-def _insert_once(target: Session | Connection, dialect: str, table: Table,
+def _insert_once(connection: Connection, dialect: str, statement: Executable,
                  values: dict) -> bool:
-    """Insert ``values`` unless the key exists; return whether a row was inserted."""
-    statement = _insert_ignoring_duplicates(table, dialect)
-    if dialect == "postgresql":
-        return target.execute(statement, values).first() is not None
+    """Run the insert of ``values`` unless the key exists; return whether a row was
+    inserted (dialects without an ignoring insert catch the duplicate in a savepoint)."""
     if dialect in _IGNORING_DIALECTS:
-        return target.execute(statement, values).rowcount == 1
+        return connection.execute(statement, values).rowcount == 1
     try:
-        with target.begin_nested():
-            target.execute(statement, values)
+        with connection.begin_nested():
+            connection.execute(statement, values)
     except IntegrityError:
         return False
     return True
 
 
-def record_receipt(engine: Engine, consumer_group: str, message: ConsumedMessage,
-                   now: datetime) -> None:
-    """Insert the message-log row (nothing if it is already there) and commit."""
+def record_receipts(engine: Engine, messages: Sequence[tuple[str, ConsumedMessage]],
+                    now: datetime) -> None:
+    """Insert the message-log rows of ``messages`` (consumer group, message) in one
+    transaction and commit (a row already there stays)."""
+    dialect = dialect_name(engine)
+    statement = _insert_ignoring_duplicates(message_log, dialect)
+    rows = [{"consumer_group": consumer_group, "message_id": message.msg_id,
+             "topic": message.stored_topic, "queue_id": message.queue_id,
+             "queue_offset": message.queue_offset, "created_at": now}
+            for consumer_group, message in messages]
     with engine.begin() as connection:
-        _insert_once(connection, dialect_name(engine), message_log, {
-            "consumer_group": consumer_group, "message_id": message.msg_id,
-            "topic": message.stored_topic, "queue_id": message.queue_id,
-            "queue_offset": message.queue_offset, "created_at": now})
+        if dialect in _IGNORING_DIALECTS:
+            connection.execute(statement, rows)  # one executemany for the whole task
+            return
+        for row in rows:
+            _insert_once(connection, dialect, statement, row)
+
+
+def forget_receipts(engine: Engine, receipts: Sequence[tuple[str, str]]) -> None:
+    """Delete the message-log rows of ``receipts`` (consumer group, message id) in one
+    transaction and commit."""
+    with engine.begin() as connection:
+        connection.execute(_FORGET_RECEIPT, [{"b_group": group, "b_id": message_id}
+                                             for group, message_id in receipts])
 
 
 def is_processed(target: Session | Connection, consumer_group: str, message_id: str) -> bool:
     """Whether the group's effect for the message has committed."""
-    return bool(target.execute(_IS_PROCESSED, {"consumer_group": consumer_group,
-                                               "message_id": message_id}).scalar())
+    return bool(target.execute(_IS_PROCESSED, {"b_group": consumer_group,
+                                               "b_id": message_id}).scalar())
 
 
-def lock_stub(session: Session, message_id: str) -> str | None:
-    """Lock the local stub row (where the database can) and return its status, or None."""
-    return session.execute(_LOCK_STUB, {"message_id": message_id}).scalar()
+def claim_message(connection: Connection, dialect: str, consumer_group: str,
+                  message: ConsumedMessage, now: datetime) -> bool:
+    """First statements of the handler's transaction: confirm (and so lock) the local stub,
+    delete the log row and insert the group's processed row. Returns False if the processed
+    row exists already — committed, or a concurrent attempt's, waited for on PostgreSQL and
+    MariaDB: a duplicate, whose transaction then only commits the log row's deletion."""
+    values = {"b_group": consumer_group, "b_id": message.msg_id, "b_topic": message.topic,
+              "b_now": now}
+    if dialect == "postgresql":
+        return connection.execute(_CLAIM_POSTGRESQL, values).first() is not None
+    confirm_stub(connection, message.msg_id, now)
+    forget_receipt(connection, consumer_group, message.msg_id)
+    return _insert_once(connection, dialect, _claim_statement(dialect), values)
 
 
-def claim_processing(session: Session, dialect: str, consumer_group: str,
-                     message: ConsumedMessage, now: datetime) -> bool:
-    """Insert the group's processed row; False if another attempt's row exists (committed —
-    a concurrent uncommitted one is waited for on PostgreSQL and MariaDB)."""
-    return _insert_once(session, dialect, message_processed, {
-        "consumer_group": consumer_group, "message_id": message.msg_id,
-        "topic": message.topic, "processed_at": now})
+@functools.cache
+def _claim_statement(dialect: str) -> Insert:
+    """The processed-row insert of ``claim_message`` (bind parameters of ``_PROCESSED_VALUES``)."""
+    return _insert_ignoring_duplicates(message_processed, dialect).values(_PROCESSED_VALUES)
 
 
-def confirm(session: Session, consumer_group: str, message_id: str, now: datetime) -> None:
-    """Mark the local stub confirmed and delete the log row (same transaction as the effect)."""
-    session.execute(_CONFIRM_STUB, {"b_message_id": message_id, "b_now": now})
-    forget_receipt(session, consumer_group, message_id)
+def confirm_stub(target: Session | Connection, message_id: str, now: datetime) -> None:
+    """Mark the local stub confirmed (nothing if it is absent or confirmed already)."""
+    target.execute(_CONFIRM_STUB, {"b_id": message_id, "b_now": now})
 
 
 def forget_receipt(target: Session | Connection, consumer_group: str, message_id: str) -> None:
     """Delete the message-log row."""
-    target.execute(_FORGET_RECEIPT, {"consumer_group": consumer_group,
-                                     "message_id": message_id})
+    target.execute(_FORGET_RECEIPT, {"b_group": consumer_group, "b_id": message_id})
 
 
-__all__ = ["claim_processing", "confirm", "forget_receipt", "is_processed", "lock_stub",
-           "record_receipt"]
+__all__ = ["claim_message", "confirm_stub", "forget_receipt", "forget_receipts", "is_processed",
+           "record_receipts"]

@@ -10,15 +10,32 @@ The decision flow (DESIGN §5), for each message:
      rejection of a duplicate). Not done → go on to 3: the holder may be running right now,
      or may have died holding the mark; the database lock in 3 tells them apart safely.
    - *Redis error* → go on to 3 on the database alone (logged once). Never "duplicate".
-3. **Handler transaction.** Lock the local stub (``FOR UPDATE`` where supported), then check
+3. **Handler transaction.** First ``ledger.claim_message``: mark the local stub ``confirmed``
+   (the ``UPDATE`` locks it where the database has row locks), delete the log row, and check
    and claim in one statement: insert the processed row unless it exists (``ON CONFLICT DO
    NOTHING`` / ``INSERT IGNORE`` / ``OR IGNORE``; a concurrent attempt's uncommitted row is
-   waited for). Already there → delete the log row, success. Else run the handler with this
-   transaction's ``Session`` as its second argument, mark the stub ``confirmed`` and delete
-   the log row, commit; then turn the Redis mark into a "done" mark.
+   waited for). Already there → commit (the log row's deletion), success. Else run the
+   handler with this transaction's ``Session`` as its second argument and commit: the stub's
+   confirmation and the log row's deletion become visible with the handler's effect, or roll
+   back with it. Then turn the Redis mark into a "done" mark.
 4. **Failure.** Handler error → roll back, compare-and-delete our Redis mark, and let the
    framework retry (or dead-letter) as the handler asked. Database error → the same, as
    "retry later"; an ambiguous commit is safe because the retry finds the processed row.
+
+**Admission rounds.** Steps 1 and 2 cost one transaction and one Redis round trip however
+many messages they cover, so they run in rounds (``GroupCommit``): the messages of a consume
+task together (``before_batch``, before its first handler runs), and with those of any other
+consume threads asking at the same moment. A round commits all its receipt rows, then sets all
+its marks in one round trip; every message's receipt is committed before its handler runs, and
+every message still gets its own ``SET NX PX`` and token. The marks' settlements — "done" after
+a commit, released when the message never ran — are queued by ``after_batch`` and ride with
+the next round's round trip, or go at once when no other task is running; a failed handler's
+mark is still released at once. A message admitted but never run (an outer middleware skipped
+it, or the queue moved away) also has its receipt row deleted by ``after_batch``: it is not in
+flight here, and a row left behind would keep the resend rule from ever resending it. A mark
+that turns "done" a little later changes nothing: a duplicate that finds any mark held reads
+the database. If a task's round fails, each of its messages tries again on its own and
+reports the error.
 
 One deliberate difference from DESIGN §5: a mark "held by someone else" on an unconfirmed
 message is not taken as "another worker has it, success". A consumer killed in the middle of
@@ -30,6 +47,7 @@ a live holder's duplicate a short wait and keeps a dead holder's message alive.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -50,7 +68,8 @@ from outbox.clock import NowFunction, utc_now
 from outbox.database import dialect_name
 
 from . import ledger
-from .redis_guard import GuardState, RedisGuard
+from .group_commit import GroupCommit
+from .redis_guard import GuardState, Mark, RedisGuard, Settlement
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +89,23 @@ class IdempotencyStats:
     database_errors: int = 0
     taken_over: int = 0
     """Messages whose Redis mark was held by an attempt that had not finished them."""
+
+
+_PREPARED = "postbox.idempotency.prepared"
+"""``ConsumeContext.state`` key of the message's ``_Admitted``, set by ``before_batch``."""
+MAX_PENDING_SETTLEMENTS = 256
+"""Settlements ``after_batch`` leaves for the next admission round to carry, at most."""
+
+
+@dataclass(slots=True)
+class _Admitted:
+    """Steps 1 and 2 done for one message: its receipt committed, its Redis mark's fate."""
+
+    mark: Mark
+    state: GuardState
+    ran: bool = False
+    committed: bool = False
+    """Its effect committed under our mark: ``after_batch`` settles the mark as done."""
 
 
 class _Rollback(Exception):  # noqa: N818 - control flow: leave the transaction with an outcome
@@ -110,6 +146,73 @@ class IdempotencyMiddleware(Middleware):
         self.retry_delay_level = retry_delay_level
         self._now = now
         self.stats = IdempotencyStats()
+        self.admission = GroupCommit(self._admit)
+        """Steps 1 and 2, coalesced over the consume threads (its ``rounds`` count them)."""
+        self._lock = threading.Lock()
+        self._active_batches = 0
+        self._settling: list[Settlement] = []
+
+    def _admit(self, messages: list[tuple[str, ConsumedMessage]]) -> list[_Admitted]:
+        """One admission round: the receipts of ``messages`` (consumer group, message) in one
+        transaction, then their Redis marks, with the settlements waiting, in one round trip."""
+        ledger.record_receipts(self.engine, messages, self._now())
+        marks = [Mark(group, message.msg_id, uuid.uuid4().hex) for group, message in messages]
+        if self.guard is None:
+            return [_Admitted(mark, GuardState.UNAVAILABLE) for mark in marks]
+        with self._lock:
+            settling, self._settling = self._settling, []
+        states = self.guard.acquire_many(marks, settling=settling)
+        return [_Admitted(mark, state) for mark, state in zip(marks, states, strict=True)]
+
+    def before_batch(self, contexts: list[ConsumeContext]) -> None:
+        """Steps 1 and 2 for every idempotent message of a consume task, in one admission
+        round (see "Batches" above)."""
+        batch = _admissible(contexts)
+        if not batch:
+            return
+        with self._lock:
+            self._active_batches += 1
+        try:
+            admitted = self.admission.run([(context.consumer_group, context.message)
+                                           for context in batch])
+        except SQLAlchemyError as error:  # each message tries again on its own, and says why
+            log.debug("admission of %d messages failed: %s", len(batch), error)
+            return
+        for context, entry in zip(batch, admitted, strict=True):
+            context.state[_PREPARED] = entry
+
+    def after_batch(self, contexts: list[ConsumeContext]) -> None:
+        """Undo the admission of messages that never reached the decision flow (an outer
+        middleware skipped them, or the queue moved away): delete their receipt rows, so the
+        resend rule does not take them for in flight, and release their marks. Queue the
+        settlements of the task's marks for the next admission round to carry; the last batch
+        to finish sends what is queued itself."""
+        batch = _admissible(contexts)
+        if not batch:
+            return
+        entries = [entry for entry in (context.state.get(_PREPARED) for context in batch)
+                   if entry is not None]
+        self._forget_unused([entry.mark for entry in entries if not entry.ran])
+        settling = [Settlement(entry.mark, entry.committed) for entry in entries
+                    if entry.state is GuardState.ACQUIRED and (entry.committed or not entry.ran)]
+        with self._lock:
+            self._active_batches -= 1
+            self._settling.extend(settling)
+            if self._active_batches and len(self._settling) < MAX_PENDING_SETTLEMENTS:
+                return
+            settling, self._settling = self._settling, []
+        if self.guard is not None:
+            self.guard.settle(settling)
+
+    def _forget_unused(self, marks: list[Mark]) -> None:
+        if not marks:
+            return
+        try:
+            ledger.forget_receipts(self.engine, [(mark.consumer_group, mark.message_id)
+                                                 for mark in marks])
+        except SQLAlchemyError as error:  # left for the cleanup job's stale-log rule
+            log.warning("could not delete the receipt rows of %d messages that never ran "
+                        "(%s); the cleanup job removes them once stale", len(marks), error)
 
     def around_consume(self, context: ConsumeContext, call_next) -> ConsumeOutcome:  # noqa: ANN001
         """Run the decision flow of the module docstring around the handler."""
@@ -122,14 +225,15 @@ class IdempotencyMiddleware(Middleware):
                 f"message {message.offset_msg_id} has no message id (UNIQ_KEY); an idempotent "
                 "handler cannot tell its deliveries apart"))
         message_id = message.msg_id
-        try:
-            ledger.record_receipt(self.engine, group, message, self._now())
-        except SQLAlchemyError as error:
-            return self._database_error("recording the receipt of", message_id, error)
-        token = uuid.uuid4().hex
-        state = self.guard.acquire(group, message_id, token) if self.guard else \
-            GuardState.UNAVAILABLE
-        if state is GuardState.HELD:
+        entry: _Admitted | None = context.state.get(_PREPARED)
+        batched = entry is not None
+        if entry is None:  # not admitted by before_batch: steps 1 and 2 now
+            try:
+                entry = self.admission.run([(group, message)])[0]
+            except SQLAlchemyError as error:
+                return self._database_error("recording the receipt of", message_id, error)
+        entry.ran = True
+        if entry.state is GuardState.HELD:
             try:
                 with self.engine.connect() as connection:
                     done = ledger.is_processed(connection, group, message_id)
@@ -143,27 +247,25 @@ class IdempotencyMiddleware(Middleware):
                 context.skipped = True
                 return SUCCESS
             self.stats.taken_over += 1
-        return self._run_handler(context, call_next, group, message, token, state)
+        return self._run_handler(context, call_next, entry, batched)
 
-    def _run_handler(self, context: ConsumeContext, call_next, group: str,  # noqa: ANN001
-                     message: ConsumedMessage, token: str, state: GuardState) -> ConsumeOutcome:
-        message_id = message.msg_id
-        owns_mark = state is GuardState.ACQUIRED
+    def _run_handler(self, context: ConsumeContext, call_next, entry: _Admitted,  # noqa: ANN001
+                     batched: bool) -> ConsumeOutcome:
+        message = context.message
+        group, message_id, token = entry.mark
+        owns_mark = entry.state is GuardState.ACQUIRED
         try:
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
-                ledger.lock_stub(session, message_id)
-                duplicate = not ledger.claim_processing(session, self._dialect, group, message,
-                                                        self._now())
-                if duplicate:  # processed already (or by the attempt we waited for)
-                    ledger.forget_receipt(session, group, message_id)
-                else:
+                claimed = ledger.claim_message(session.connection(), self._dialect, group,
+                                               message, self._now())
+                duplicate = not claimed  # processed already (or by the attempt we waited for)
+                if claimed:
                     context.handler_args = [session, *context.handler_args]
                     outcome = call_next()
                     if outcome.succeeded:
                         outcome = _flush(session)  # the handler's pending rows, as its outcome
                     if not outcome.succeeded:
                         raise _Rollback(outcome)
-                    ledger.confirm(session, group, message_id, self._now())
         except _Rollback as rollback:
             self.stats.failures += 1
             if owns_mark:
@@ -179,7 +281,10 @@ class IdempotencyMiddleware(Middleware):
             return SUCCESS
         self.stats.processed += 1
         if owns_mark:
-            self.guard.mark_done(group, message_id, token)
+            if batched:
+                entry.committed = True  # after_batch settles it with the others
+            else:
+                self.guard.mark_done(group, message_id, token)
         return SUCCESS
 
     def _database_error(self, doing: str, message_id: str,
@@ -191,9 +296,18 @@ class IdempotencyMiddleware(Middleware):
             self.retry_delay_level, reason=f"database unavailable while {doing} the message"))
 
     def close(self) -> None:
-        """Release Redis connections."""
+        """Send the settlements still queued and release Redis connections."""
         if self.guard is not None:
+            with self._lock:
+                settling, self._settling = self._settling, []
+            self.guard.settle(settling)
             self.guard.close()
+
+
+def _admissible(contexts: list[ConsumeContext]) -> list[ConsumeContext]:
+    """The contexts whose message goes through the decision flow."""
+    return [context for context in contexts
+            if context.handler.idempotent and context.message.view.unique_key]
 
 
 __all__ = ["IdempotencyMiddleware", "IdempotencyStats"]

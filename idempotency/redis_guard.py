@@ -6,6 +6,10 @@ immortal keys when the second call is lost). The token is unique per attempt, so
 touch the key only while it still holds our token: an attempt whose mark expired and was taken
 over can never delete or overwrite its successor's.
 
+``acquire_many`` and ``settle`` do the same for many messages in one round trip each (a
+non-transactional pipeline: every command still stands alone, as a single call would);
+``acquire_many`` can carry earlier attempts' settlements in the same round trip.
+
 The mark is a hint and nothing more. A Redis error is never read as "duplicate": it answers
 ``UNAVAILABLE`` and the caller decides on the database alone. After an error Redis is left alone
 for ``retry_after_error_ms`` so a dead server costs one failed call per interval rather than one
@@ -18,8 +22,9 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import redis
 
@@ -38,6 +43,21 @@ class GuardState(enum.Enum):
     HELD = "held"
     """Another attempt (live, finished, or dead with its mark not yet expired) set the key."""
     UNAVAILABLE = "unavailable"
+
+
+class Mark(NamedTuple):
+    """One attempt's mark: the key's (group, message id) and the attempt's token."""
+
+    consumer_group: str
+    message_id: str
+    token: str
+
+
+class Settlement(NamedTuple):
+    """What becomes of a mark after its attempt: ``done`` → ``mark_done``, else ``release``."""
+
+    mark: Mark
+    done: bool
 
 
 @dataclass
@@ -86,23 +106,58 @@ class RedisGuard:
 
     def acquire(self, consumer_group: str, message_id: str, token: str) -> GuardState:
         """``SET key token NX PX ttl``: ACQUIRED, HELD, or UNAVAILABLE on any Redis error."""
+        return self.acquire_many([Mark(consumer_group, message_id, token)])[0]
+
+    def acquire_many(self, attempts: Sequence[Mark], *,
+                     settling: Sequence[Settlement] = ()) -> list[GuardState]:
+        """``acquire`` for each of ``attempts`` in one round trip, which also carries
+        ``settling`` (see ``settle``) ahead of them; every latency sample is that round trip
+        (each message waited for it)."""
         if self._skipping():
-            self.stats.unavailable += 1
-            return GuardState.UNAVAILABLE
+            self.stats.unavailable += len(attempts)
+            return [GuardState.UNAVAILABLE] * len(attempts)
         started = time.perf_counter()
         try:
-            created = self._redis().set(self.key(consumer_group, message_id), token, nx=True,
-                                        px=self.ttl_ms)
+            pipeline = self._redis().pipeline(transaction=False)
+            self._queue_settlements(pipeline, settling)
+            for mark in attempts:
+                pipeline.set(self.key(mark.consumer_group, mark.message_id), mark.token,
+                             nx=True, px=self.ttl_ms)
+            created = pipeline.execute()[len(settling):]
         except redis.RedisError as error:
             self._failed(error)
-            self.stats.unavailable += 1
-            return GuardState.UNAVAILABLE
-        self._succeeded(time.perf_counter() - started)
-        if created:
-            self.stats.acquired += 1
-            return GuardState.ACQUIRED
-        self.stats.held += 1
-        return GuardState.HELD
+            self.stats.unavailable += len(attempts)
+            return [GuardState.UNAVAILABLE] * len(attempts)
+        latency_s = time.perf_counter() - started
+        states = [GuardState.ACQUIRED if ok else GuardState.HELD for ok in created]
+        for state in states:
+            self._succeeded(latency_s)
+            if state is GuardState.ACQUIRED:
+                self.stats.acquired += 1
+            else:
+                self.stats.held += 1
+        return states
+
+    def settle(self, settling: Sequence[Settlement]) -> None:
+        """``mark_done`` (``done``) or ``release`` each mark of ``settling``, in one round
+        trip."""
+        if not settling or self._skipping():
+            return
+        try:
+            pipeline = self._redis().pipeline(transaction=False)
+            self._queue_settlements(pipeline, settling)
+            pipeline.execute()
+        except redis.RedisError as error:
+            self._failed(error)
+
+    def _queue_settlements(self, pipeline: redis.client.Pipeline,
+                           settling: Sequence[Settlement]) -> None:
+        for mark, done in settling:
+            key = self.key(mark.consumer_group, mark.message_id)
+            if done:
+                pipeline.eval(_MARK_DONE, 1, key, mark.token, self.done_ttl_ms)
+            else:
+                pipeline.eval(_RELEASE, 1, key, mark.token)
 
     def release(self, consumer_group: str, message_id: str, token: str) -> None:
         """Delete the mark if it is still ours (after a failed attempt)."""
@@ -154,4 +209,4 @@ class RedisGuard:
                     log.warning("Redis is reachable again: the idempotency fast path resumed")
 
 
-__all__ = ["GuardState", "GuardStats", "RedisGuard"]
+__all__ = ["GuardState", "GuardStats", "Mark", "RedisGuard", "Settlement"]

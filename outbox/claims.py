@@ -7,12 +7,17 @@ kills its sender cannot loop forever) and stamps them with a fresh claim token a
 if the lease ran out and someone else claimed the stub, the late writer changes nothing.
 
 Candidates are taken in ``next_resend_at`` order, which the ``(status, next_resend_at)`` index
-serves, so a claim locks only the rows it takes. Two strategies, one result:
-- PostgreSQL, MySQL 8 and MariaDB 10.6+: ``SELECT … FOR UPDATE SKIP LOCKED`` then ``UPDATE``
-  by id, so concurrent claimers take disjoint rows without waiting for each other.
-- SQLite (and any other database): one ``UPDATE … WHERE <condition> AND message_id IN
-  (SELECT … LIMIT n)`` — a single statement holds the write lock, so two claimers can never
-  both take a row — then the claimed rows are read back by token.
+serves, so a claim locks only the rows it takes. One statement where the database can return
+what it updated, one result either way:
+- PostgreSQL: ``WITH claimable AS MATERIALIZED (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
+  UPDATE … WHERE <condition> AND message_id IN (SELECT … FROM claimable) RETURNING …``, so
+  concurrent claimers take disjoint rows without waiting for each other (the CTE runs once:
+  an ``IN`` subquery may be run again, taking other rows each time).
+- SQLite: the same without ``SKIP LOCKED`` — a single statement holds the write lock, so two
+  claimers can never both take a row.
+- MySQL 8 and MariaDB 10.6+ (no ``UPDATE … RETURNING``): ``SELECT … FOR UPDATE SKIP LOCKED``,
+  ``UPDATE`` by id, then the claimed rows read back by token; any other database: the guarded
+  ``UPDATE … IN (SELECT … LIMIT n)``, then the read-back.
 """
 
 from __future__ import annotations
@@ -50,6 +55,17 @@ class ClaimedStub:
     """The claim token; fence every later write with ``lease_owner == token``."""
 
 
+_CLAIMED_COLUMNS = (stub.message_id, stub.topic, stub.tags, stub["keys"], stub.content,
+                    stub.properties, stub.delay_level, stub.send_count, stub.queue_id,
+                    stub.queue_offset, stub.next_resend_at)
+
+
+def _in_due_order(row: RowMapping) -> tuple[bool, datetime]:
+    """Sort key of claimed rows: ``next_resend_at`` order, a NULL (never scheduled) first."""
+    due = row["next_resend_at"]
+    return due is not None, due or datetime.min
+
+
 def lease_free(now: datetime) -> ColumnElement[bool]:
     """Stubs nobody holds a live lease on."""
     return or_(stub.lease_until.is_(None), stub.lease_until < now)
@@ -75,29 +91,35 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
     stamp = {"send_count": stub.send_count + 1, "lease_owner": token,
              "lease_until": now + lease, "updated_at": now}
 
+    candidates = select(stub.message_id).where(wanted).order_by(stub.next_resend_at) \
+        .limit(limit)
+    if supports_skip_locked(engine):
+        candidates = candidates.with_for_update(skip_locked=True)
+        # a CTE runs once; PostgreSQL may re-run an IN subquery, each run skipping other rows
+        claimable = select(candidates.cte("claimable").prefix_with("MATERIALIZED"))
+    else:
+        claimable = candidates.scalar_subquery()
+    claimed = update(message_stub).where(wanted, stub.message_id.in_(claimable)) \
+        .values(**stamp)
+
+    def claim_returning(connection: Connection) -> list[RowMapping]:
+        rows = connection.execute(claimed.returning(*_CLAIMED_COLUMNS)).mappings().all()
+        return sorted(rows, key=_in_due_order)
+
     def claim(connection: Connection) -> Sequence[RowMapping]:
         if supports_skip_locked(engine):
-            picked = connection.execute(
-                select(stub.message_id).where(wanted).order_by(stub.next_resend_at).limit(limit)
-                .with_for_update(skip_locked=True)).scalars().all()
+            picked = connection.execute(candidates).scalars().all()
             if not picked:
                 return []
             connection.execute(update(message_stub)
                                .where(stub.message_id.in_(picked)).values(**stamp))
-        else:
-            candidates = select(stub.message_id).where(wanted).order_by(
-                stub.next_resend_at).limit(limit).scalar_subquery()
-            result = connection.execute(update(message_stub).where(
-                wanted, stub.message_id.in_(candidates)).values(**stamp))
-            if not result.rowcount:
-                return []
-        return connection.execute(
-            select(stub.message_id, stub.topic, stub.tags, stub["keys"], stub.content,
-                   stub.properties, stub.delay_level, stub.send_count, stub.queue_id,
-                   stub.queue_offset)
-            .where(stub.lease_owner == token).order_by(stub.next_resend_at)).mappings().all()
+        elif not connection.execute(claimed).rowcount:
+            return []
+        return connection.execute(select(*_CLAIMED_COLUMNS).where(
+            stub.lease_owner == token).order_by(stub.next_resend_at)).mappings().all()
 
-    rows = run_transaction(engine, claim)
+    rows = run_transaction(engine, claim_returning if engine.dialect.update_returning
+                           else claim)
     return [ClaimedStub(row["message_id"], row["topic"], row["tags"], row["keys"],
                         bytes(row["content"]),
                         json.loads(row["properties"]) if row["properties"] else {},

@@ -47,6 +47,15 @@ log = logging.getLogger(__name__)
 stub = message_stub.c
 
 
+_RECORD_PUBLISHED = update(message_stub).where(
+    stub.message_id == bindparam("b_id"), stub.lease_owner == bindparam("b_token")).values(
+    queue_id=bindparam("b_queue_id"), queue_offset=bindparam("b_queue_offset"),
+    log_position=bindparam("b_position"), offset_msg_id=bindparam("b_offset_msg_id"),
+    published_at=bindparam("b_now"), lease_owner=None, lease_until=None, last_error=None,
+    updated_at=bindparam("b_now"), overtaken_at=None, next_resend_at=bindparam("b_next"))
+"""Where a publish went, fenced by the claim token; built once (one executemany per batch)."""
+
+
 @dataclass(frozen=True)
 class RelayOptions:
     """Relay tuning; the defaults suit one relay per application process."""
@@ -238,17 +247,10 @@ class Relay:
 
     def _record(self, done: list[dict[str, Any]], failed: list[tuple[ClaimedStub, str]]) -> None:
         now = self._now()
-        fence = (stub.message_id == bindparam("b_id"), stub.lease_owner == bindparam("b_token"))
 
         def write(connection: Connection) -> None:
             if done:
-                connection.execute(update(message_stub).where(*fence).values(
-                    queue_id=bindparam("b_queue_id"), queue_offset=bindparam("b_queue_offset"),
-                    log_position=bindparam("b_position"),
-                    offset_msg_id=bindparam("b_offset_msg_id"), published_at=now,
-                    lease_owner=None, lease_until=None, last_error=None, updated_at=now,
-                    overtaken_at=None, next_resend_at=bindparam("b_next")),
-                    done)
+                connection.execute(_RECORD_PUBLISHED, [{**row, "b_now": now} for row in done])
             for item, error in failed:
                 values: dict[str, Any] = {
                     "last_error": error[:2000], "lease_owner": None, "lease_until": None,

@@ -122,3 +122,71 @@ def test_middleware_can_pass_extra_handler_arguments(open_broker, client, fake_c
     InlineRunner(app, broker=broker).run_until_idle()
     app.stop()
     assert got == ["session-object"]
+
+
+class BatchRecording(Middleware):
+    """Records the batch hooks and checks that a task's contexts carry state to each call."""
+
+    def __init__(self, name: str, events: list, *, fail: bool = False) -> None:
+        self.name = name
+        self.events = events
+        self.fail = fail
+
+    def before_batch(self, contexts) -> None:
+        self.events.append((self.name, "before_batch", [c.message.text for c in contexts]))
+        for context in contexts:
+            context.state[self.name] = "prepared"
+        if self.fail:
+            raise RuntimeError("injected batch hook failure")
+
+    def around_consume(self, context, call_next):
+        self.events.append((self.name, "consume", context.message.text,
+                            context.state.get(self.name)))
+        return call_next()
+
+    def after_batch(self, contexts) -> None:
+        self.events.append((self.name, "after_batch", [c.message.text for c in contexts]))
+
+
+def test_batch_hooks_run_once_around_the_messages_of_a_consume_task(open_broker, client,
+                                                                    fake_clock):
+    broker = open_broker(clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
+    events: list = []
+    app.add_middleware(BatchRecording("outer", events))
+    app.add_middleware(BatchRecording("inner", events))
+    handled: list[str] = []
+
+    @app.handler(topic="t", consumer_group="g", consume_from="first")
+    def handle(message):
+        handled.append(message.text)
+
+    for text in ("a", "b", "c"):
+        app.producer.send("t", text, queue_id=0)
+    InlineRunner(app, broker=broker).run_until_idle()
+    app.stop()
+    assert handled == ["a", "b", "c"]
+    assert events == [
+        ("outer", "before_batch", ["a", "b", "c"]), ("inner", "before_batch", ["a", "b", "c"]),
+        *[(name, "consume", text, "prepared") for text in "abc" for name in ("outer", "inner")],
+        ("inner", "after_batch", ["a", "b", "c"]), ("outer", "after_batch", ["a", "b", "c"])]
+
+
+def test_a_failing_batch_hook_is_logged_and_the_messages_still_run(open_broker, client,
+                                                                   fake_clock, caplog):
+    broker = open_broker(clock=fake_clock)
+    app = App(broker=client(broker), clock=fake_clock)
+    events: list = []
+    app.add_middleware(BatchRecording("failing", events, fail=True))
+    handled: list[str] = []
+
+    @app.handler(topic="t", consumer_group="g", consume_from="first")
+    def handle(message):
+        handled.append(message.text)
+
+    app.producer.send("t", "a", queue_id=0)
+    InlineRunner(app, broker=broker).run_until_idle()
+    app.stop()
+    assert handled == ["a"]
+    assert [event[1] for event in events] == ["before_batch", "consume", "after_batch"]
+    assert "injected batch hook failure" in caplog.text

@@ -12,7 +12,7 @@ from sqlalchemy import Column, MetaData, String, Table, create_engine, insert, s
 from sqlalchemy.orm import DeclarativeBase
 
 import outbox
-from framework import App, ConfigurationError, DeadLetter, RetryLater
+from framework import App, ConfigurationError, DeadLetter, Middleware, RetryLater, SkipMessage
 from framework.testing import InlineRunner
 from idempotency import GuardState, RedisGuard
 from storage_engine import Message
@@ -336,27 +336,34 @@ def test_an_idempotent_handler_takes_one_message_per_call(tmp_path):
 
 
 def test_the_database_check_runs_in_the_handlers_transaction(make_app, fake_clock):
-    """The session the handler gets is the one whose commit confirms the stub: a business row
-    and the confirmation become visible together."""
+    """The session the handler gets is the one whose commit confirms the stub: a business row,
+    the processed row, the confirmation and the log row's deletion become visible together."""
     app = make_app(clock=fake_clock)
-    seen: list[tuple[str, str]] = []
+    outside = create_engine(outbox.database_engine(app).url)  # plain: reads what is committed
+    seen: list[tuple[str, ...]] = []
+    query = {"status": "SELECT status FROM message_stub WHERE message_id = :id",
+             "processed": "SELECT count(*) FROM message_processed WHERE message_id = :id",
+             "logged": "SELECT count(*) FROM message_log WHERE message_id = :id"}
 
     @app.handler(topic="orders", consumer_group="billing", consume_from="first",
                  idempotent=True)
     def bill(message, session) -> None:
         session.execute(insert(ledger).values(message_id=message.msg_id, pid="1"))
-        status = session.execute(text(
-            "SELECT status FROM message_stub WHERE message_id = :id"),
-            {"id": message.msg_id}).scalar()
-        processed = session.execute(text(
-            "SELECT count(*) FROM message_processed WHERE message_id = :id"),
-            {"id": message.msg_id}).scalar()
-        seen.append((status, str(processed)))
+        inside = [str(session.execute(text(sql), {"id": message.msg_id}).scalar())
+                  for sql in query.values()]
+        with outside.connect() as connection:
+            committed = [str(connection.execute(text(sql), {"id": message.msg_id}).scalar())
+                         for sql in query.values()]
+        seen.append((*inside, *committed))
 
     message_id = _send_stub(app)
     _publish(app, message_id)
-    InlineRunner(app).run_until_idle(advance_clock=True)
-    assert seen == [("unconfirmed", "1")]  # processed row claimed, stub not yet confirmed
+    try:
+        InlineRunner(app).run_until_idle(advance_clock=True)
+    finally:
+        outside.dispose()
+    # the handler's transaction claimed, confirmed and forgot; nothing of it committed yet
+    assert seen == [("confirmed", "1", "0", "unconfirmed", "0", "1")]
     assert _stub(app, message_id)["status"] == "confirmed"
 
 
@@ -389,3 +396,24 @@ def test_a_handlers_own_integrity_error_is_a_failure_not_a_duplicate(make_app, f
     assert len(app.broker.dead_letters("billing")) == 1
     assert _stub(app, message_id)["status"] == "unconfirmed"
     assert count_rows(outbox.database_engine(app), outbox.message_processed) == 0
+
+
+def test_a_message_an_outer_middleware_skips_leaves_no_receipt_row(make_app, fake_clock):
+    """The consume task's receipts are written before any middleware runs per message; a
+    message that never reaches the decision flow must not stay "in flight" for the resend
+    rule (the payments example loses messages this way)."""
+    app = make_app(clock=fake_clock)
+
+    class Lose(Middleware):
+        def before_consume(self, context) -> None:
+            raise SkipMessage("lost on purpose")
+
+    app.add_middleware(Lose())
+    calls: list[str] = []
+    _register_ledger_handler(app, calls)
+    message_id = _send_stub(app)
+    _publish(app, message_id)
+    InlineRunner(app).run_until_idle(advance_clock=True)
+    assert calls == []
+    assert count_rows(outbox.database_engine(app), outbox.message_log) == 0
+    assert _stub(app, message_id)["status"] == "unconfirmed"

@@ -593,7 +593,7 @@ def test_dead_lettered_stubs_are_void_with_an_alert_and_the_cursor_moves(
     dead_letter(broker, rows[refused], delay_level=-1, reason="boom")
     dead_letter(broker, rows[retried], max_reconsume_times=0)  # retries exhausted
     with Session(engine) as session, session.begin():  # another group took effect first
-        ledger.confirm(session, "audit", confirmed, clock.now)
+        ledger.confirm_stub(session, confirmed, clock.now)
     dead_letter(broker, rows[confirmed], delay_level=-1, reason="too late")
 
     cursors: dict[str, int] = {}
