@@ -12,11 +12,10 @@ import logging
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 
 from .bench_commands import bench_app
 from .broker_command import broker_app
+from .common import err_console, logging_to
 from .consumer_commands import consumer_app
 from .db_commands import db_app
 from .demo import demo_command
@@ -47,13 +46,11 @@ app.command("reconcile")(reconcile_command)
 
 
 @app.callback()
-def root(verbose: Annotated[bool, typer.Option(
+def root(ctx: typer.Context, verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Log what the store does (to stderr).")] = False) -> None:
     """Postbox: reliable messaging with an embedded RocketMQ-compatible message store."""
-    if verbose:
-        handler = RichHandler(console=Console(stderr=True), show_path=False)
-        logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s",
-                            handlers=[handler], force=True)
+    if verbose:  # for this command only: undone when it ends
+        ctx.with_resource(logging_to(err_console(), logging.INFO, "%(name)s %(message)s"))
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -135,6 +137,27 @@ def out_console() -> Console:
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = PIPE_WIDTH_CHARS
     return console
+
+
+@contextlib.contextmanager
+def logging_to(console: Console, level: int, log_format: str) -> Iterator[None]:
+    """Route log records of ``level`` and above to ``console`` for the length of the block.
+
+    The handler is added to the root logger and taken off again afterwards, with the root
+    level restored: a command run in-process (a test runner, an embedding program) leaves the
+    logging of the process it ran in as it found it.
+    """
+    root = logging.getLogger()
+    handler = RichHandler(console=console, show_path=False)
+    handler.setFormatter(logging.Formatter(log_format))
+    previous_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
 
 
 def err_console() -> Console:

@@ -23,7 +23,6 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.table import Table
 from rich.text import Text
 
@@ -35,6 +34,7 @@ from .common import (
     EXIT_NOT_FOUND,
     CliError,
     JsonOption,
+    logging_to,
     out_console,
     print_warning,
     reports_errors,
@@ -88,11 +88,10 @@ def demo_command(
                 "report": str(reconciliation.report_path)}}))
     else:
         # warnings (dead letters, alerts) print above the progress bars, not through them
-        logging.basicConfig(level=logging.WARNING, force=True, format="%(message)s",
-                            handlers=[RichHandler(console=console, show_path=False)])
-        report = _run_with_progress(console, config, options)
-        if reconcile and report.settled:
-            reconciliation = reconcile_demo(root, config, report, console)
+        with logging_to(console, logging.WARNING, "%(message)s"):
+            report = _run_with_progress(console, config, options)
+            if reconcile and report.settled:
+                reconciliation = reconcile_demo(root, config, report, console)
         render(console, report, root)
         if reconciliation is not None:
             render_result(console, reconciliation)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -104,6 +105,15 @@ def test_stats_table(written):
     assert result.exit_code == 0, result.stderr
     assert "commit_log.max_position" in result.stdout
     assert "orders" in result.stdout
+
+
+def test_verbose_logs_the_store_to_stderr_for_that_command_only(written):
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    result = run("--verbose", "store", "stats", *store_args(written))
+    assert result.exit_code == 0, result.stderr
+    assert "storage_engine" in result.stderr  # the store's own INFO records, by logger name
+    assert (root.handlers, root.level) == (handlers, level)
 
 
 def test_topics_json_lists_queues_with_offsets(written):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from tests.cli.cli_support import assert_one_error_line, run, run_json
@@ -41,6 +42,8 @@ def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
 
 def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     for _ in range(2):  # the second run deletes the first one's directory
         result = run("demo", "--dir", str(directory), "--orders", "100")
         assert result.exit_code == 0, (result.stdout, result.stderr)
@@ -49,6 +52,8 @@ def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
         for label in ("sent", "confirmed", "retried", "resent", "void: dead-lettered", "DLQ",
                       "Reconciliation", "report.html"):
             assert label in result.stdout
+    # its warnings went to its console for the run only: the process's logging is as it was
+    assert (root.handlers, root.level) == (handlers, level)
 
 
 def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
