@@ -116,9 +116,6 @@ class FlushConfig:
     """Flush regardless of page count this often (``flushCommitLogThoroughInterval``)."""
     sync_timeout_ms: int = 5_000
     """SYNC mode: longest wait for the group flush (``syncFlushTimeout``)."""
-    group_gather_us: int = 500
-    """SYNC mode (Postbox, no RocketMQ key): longest wait before a sync for as many appenders as
-    took part in the last group; 0 syncs as soon as anything is written."""
     consume_queue_interval_ms: int = 1_000
     consume_queue_least_pages: int = 2
     consume_queue_thorough_interval_ms: int = 60_000
@@ -129,8 +126,6 @@ class FlushConfig:
             _require(getattr(self, name) > 0, f"flush.{name}", "must be positive")
         _require(self.least_pages >= 0 and self.consume_queue_least_pages >= 0,
                  "flush.least_pages", "must not be negative")
-        _require(0 <= self.group_gather_us <= 1_000_000, "flush.group_gather_us",
-                 "must be 0..1000000")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,15 +1,14 @@
 """Flush services: what makes written bytes durable, and when (reference §6).
 
 - ``GroupFlushService`` (``FlushMode.SYNC``): appenders call ``wait_flushed(position)``; one
-  flusher thread fdatasyncs everything written so far and wakes every waiter whose position it
-  covered, so one disk sync serves a whole group of appends. A wait longer than
-  ``flush.sync_timeout_ms`` returns False: the caller reports "stored, not confirmed durable"
-  (``PutStatus.FLUSH_DISK_TIMEOUT``), never a silent success. Before each sync the flusher
-  *gathers* its group: it waits, at most ``flush.group_gather_us``, until as many appenders wait
-  as took part in the last group (the threads a sync just released are writing their next
-  records). Without that, a sync starts as soon as the first of them has written and the group
-  splits into cohorts that alternate, each half the size (PostgreSQL's ``commit_delay`` with
-  ``commit_siblings`` is the same idea with a fixed delay).
+  of them at a time *leads*: it fdatasyncs everything written so far, releases every waiter the
+  sync covered and hands leadership to the lowest one still waiting (``PositionWaiters``). While
+  it syncs (fdatasync releases the GIL) the others write and park, so one disk sync serves a
+  whole group of appends, with no flusher thread to wake in between. The service's own thread
+  only syncs what nobody waits for (``WAIT=false`` puts, replicated bytes) every
+  ``interval_ms``. A wait longer than ``flush.sync_timeout_ms`` returns False: the caller
+  reports "stored, not confirmed durable" (``PutStatus.FLUSH_DISK_TIMEOUT``), never a silent
+  success.
 - ``PeriodicFlushService`` (``FlushMode.ASYNC``): every ``flush.interval_ms`` flush the commit log
   when at least ``flush.least_pages`` pages are dirty, and regardless of pages every
   ``flush.thorough_interval_ms``.
@@ -19,15 +18,18 @@
 
 Both commit-log services publish ``flushed_position`` and ``flushed_timestamp_ms`` (the store time
 of the newest record known durable). An fdatasync that fails raises out of ``run_once``; the
-``Service`` loop then ends and the owner goes fail-stop. A failed fsync is never retried: after
+``Service`` loop then ends and the owner goes fail-stop (a leading appender's failed sync does
+the same through ``fail``). A failed fsync is never retried: after
 one, the kernel may have dropped the dirty pages and a later "successful" sync proves nothing.
 
 Thread-safety: ``wait_flushed`` may be called from any number of threads; each waiter parks on
-its own lock (``PositionWaiters``), released by the flush that covers it.
+its own lock (``PositionWaiters``), released by the flush that covers it or by the hand-over
+that makes it the next leader.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -38,6 +40,8 @@ from .config import FlushConfig
 from .consume_queue_set import ConsumeQueueSet
 from .position_waiters import PositionWaiters
 from .service import Service
+
+log = logging.getLogger(__name__)
 
 TimestampSource = Callable[[], int]
 IndexStateSource = Callable[[], tuple[int, int]]  # (end timestamp, entry count)
@@ -53,7 +57,6 @@ class CommitLogFlushService(Service):
         self._durable = PositionWaiters(commit_log.segments.flushed_position)
         self.flushed_timestamp_ms = 0
         self.flush_count = 0
-        self.last_released = 0
 
     @property
     def flushed_position(self) -> int:
@@ -61,9 +64,7 @@ class CommitLogFlushService(Service):
         return self._durable.position
 
     def flush(self, least_pages: int = 0) -> int:
-        """Flush the log now on the calling thread; returns the bytes newly made durable.
-
-        ``last_released`` tells how many waiters this flush woke."""
+        """Flush the log now on the calling thread; returns the bytes newly made durable."""
         # Capture the store time, then the end: records stored before that time (recovery keeps
         # a 3 s margin for appends in flight at the capture) lie below the end.
         timestamp_ms = self._commit_log.last_store_timestamp_ms
@@ -75,15 +76,8 @@ class CommitLogFlushService(Service):
         self.flush_count += 1
         if flushed >= end:
             self.flushed_timestamp_ms = timestamp_ms
-        self.last_released = self._durable.advance(flushed)
+        self._durable.advance(flushed)
         return moved
-
-    def wait_flushed(self, position: int, timeout_ms: int) -> bool:
-        """Block until ``position`` is durable; False on timeout or service failure."""
-        if self.flushed_position >= position:
-            return True
-        self.wakeup()
-        return self._durable.wait(position, timeout_ms) and self.failure is None
 
     def on_failure(self, error: BaseException) -> None:
         """Wake waiters, and any later ones, so they see the failure."""
@@ -91,36 +85,41 @@ class CommitLogFlushService(Service):
 
 
 class GroupFlushService(CommitLogFlushService):
-    """SYNC mode: flush whatever is written as soon as anything is, waking the waiters."""
+    """SYNC mode: the waiting appenders sync in turn, each sync covering everything written."""
 
     name = "group-flush"
     interval_ms = 10
 
-    def __init__(self, commit_log: CommitLog, config: FlushConfig, clock: Clock) -> None:
-        super().__init__(commit_log, config, clock)
-        self._group_size = 0  # appenders in the last group: released by its sync, or still waiting
-        self._gather_until = 0.0  # monotonic seconds: the last sync's end + group_gather_us
-        self.gather_timeouts = 0
+    def wait_flushed(self, position: int, timeout_ms: int) -> bool:
+        """Block until ``position`` is durable, leading syncs when it is this thread's turn;
+        False on timeout or after a failed sync."""
+        durable = self._durable
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            covered = durable.wait_or_lead(position, deadline)
+            if covered is not None:
+                return covered and self.failure is None
+            self._lead()
+
+    def _lead(self) -> None:
+        """One group sync as the leader, then hand leadership on."""
+        try:
+            self.flush(0)
+        except Exception as error:  # noqa: BLE001 - fail-stop; waiters see ``failure``
+            log.exception("[%s] commit-log sync failed: the store stops accepting writes",
+                          self.name)
+            self.fail(error)
+        finally:
+            self._durable.end_lead()
 
     def run_once(self, now_ms: int) -> int:
-        """Gather the group, then one group flush; returns 1 if it made bytes durable.
-
-        Gathering waits only while the last group's threads can still be on their way back
-        (until ``group_gather_us`` after the last sync), only for a group of two or more, and
-        only when bytes and a waiter are there: a lone or occasional put never waits for it.
-        """
-        durable = self._durable
-        if self._group_size > 1 and durable.waiting_count and (
-                self._commit_log.max_position > durable.position):
-            remaining_s = self._gather_until - time.monotonic()
-            if remaining_s > 0 and not durable.wait_for_waiters(self._group_size, remaining_s):
-                self.gather_timeouts += 1  # fewer appenders now: expect only those that came
-                self._group_size = durable.waiting_count
-        if not self.flush(0):
+        """Sync bytes nobody waits for, unless an appender leads; returns 1 if it synced."""
+        if self.failure is not None or not self._durable.try_lead():
             return 0
-        self._gather_until = time.monotonic() + self.config.group_gather_us / 1e6
-        self._group_size = self.last_released + durable.waiting_count
-        return 1
+        try:
+            return 1 if self.flush(0) else 0
+        finally:
+            self._durable.end_lead()
 
 
 class PeriodicFlushService(CommitLogFlushService):

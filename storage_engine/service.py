@@ -36,6 +36,16 @@ class Service:
         """Do one bounded batch of work; return how many items were processed."""
         raise NotImplementedError
 
+    def fail(self, error: BaseException) -> None:
+        """Record the error that stopped this service (whatever thread hit it) and tell the
+        owner; only the first one counts."""
+        if self.failure is not None:
+            return
+        self.failure = error
+        self.on_failure(error)
+        for listener in self.failure_listeners:
+            listener(error)
+
     def start(self) -> None:
         """Start the thread (idempotent)."""
         if self._thread is not None:
@@ -71,10 +81,7 @@ class Service:
                 processed = self.run_once(self.clock.now_ms())
             except BaseException as error:  # surfaced through ``failure``; loop ends
                 log.exception("[%s] stopped by an error", self.name)
-                self.failure = error
-                self.on_failure(error)
-                for listener in self.failure_listeners:
-                    listener(error)
+                self.fail(error)
                 return
             if not processed:
                 self._wakeup_event.wait(self.interval_ms / 1000)

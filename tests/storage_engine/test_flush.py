@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import threading
-import time
 
 import pytest
 
@@ -83,56 +82,76 @@ def _produce_in_threads(store, thread_count: int, puts_each) -> list[PutStatus]:
     return statuses
 
 
-def test_sync_flush_gathers_the_whole_group_before_each_sync(tmp_path, open_store):
-    """With a generous gather time every sync waits until the threads the last one released
-    wait again: 3 threads x 30 puts take about 30 syncs, not the 45-60 of alternating cohorts.
-    (If the first group formed in parts, one thread ends a round early and the last gather
-    times out once.)"""
-    store = open_store(_sync_config(tmp_path, group_gather_us=1_000_000))
-    assert _produce_in_threads(store, 3, 30) == [PutStatus.PUT_OK] * 90
-    assert store.stats()["flush"]["flush_count"] <= 32
-    assert store.log_flusher.gather_timeouts <= 1
+def test_a_lone_producer_syncs_its_own_puts(tmp_path, open_store):
+    """A put that finds no sync running leads one itself, on its own thread: with the
+    service's thread stopped, single puts still return durable, one sync each."""
+    store = open_store(_sync_config(tmp_path, sync_timeout_ms=10_000))
+    store.log_flusher.stop()
+    syncs = store.stats()["flush"]["flush_count"]
+    results = [store.put_message(Message(TOPIC, b"own"), 0) for _ in range(5)]
+    assert [r.status for r in results] == [PutStatus.PUT_OK] * 5
+    assert store.log_flusher.flushed_position == results[-1].log_position + results[-1].store_size
+    assert store.stats()["flush"]["flush_count"] == syncs + 5
+    store.log_flusher.start()
 
 
-def test_sync_flush_gather_gives_up_once_when_the_group_shrinks(tmp_path, open_store):
-    """A thread that stops putting costs the others one gather timeout, not one per sync."""
-    store = open_store(_sync_config(tmp_path, group_gather_us=100_000))
-    statuses = _produce_in_threads(store, 2, lambda index: 40 if index == 0 else 3)
-    assert statuses == [PutStatus.PUT_OK] * 43
-    assert store.log_flusher.gather_timeouts <= 2  # per sync, it would be about 37
+def test_producers_hand_the_sync_on_without_the_service_thread(tmp_path, open_store):
+    """Leadership passes from one waiting producer to the next: 8 threads finish 400 puts
+    with the service's thread stopped, sharing syncs."""
+    store = open_store(_sync_config(tmp_path, sync_timeout_ms=10_000))
+    store.log_flusher.stop()
+    assert _produce_in_threads(store, 8, 50) == [PutStatus.PUT_OK] * 400
+    assert store.stats()["flush"]["flush_count"] < 400
+    store.log_flusher.start()
+    assert store.wait_dispatched()
+    assert sum(store.max_offset(TOPIC, q) for q in range(4)) == 400
 
 
-def test_sync_flush_never_gathers_for_a_lone_or_late_put(tmp_path, open_store):
-    """Gathering waits only until group_gather_us after the last sync: a put arriving later
-    (or with gathering off) is synced at once."""
-    store = open_store(_sync_config(tmp_path, group_gather_us=200_000))
-    assert _produce_in_threads(store, 4, 10) == [PutStatus.PUT_OK] * 40
-    time.sleep(0.3)  # past the gather window of the last sync
-    timeouts = store.log_flusher.gather_timeouts  # a gather for it would time out: +1
-    assert store.put_message(Message(TOPIC, b"late"), 0).status is PutStatus.PUT_OK
-    assert store.log_flusher.gather_timeouts == timeouts
-    off = open_store(_sync_config(tmp_path / "off", group_gather_us=0))
-    assert _produce_in_threads(off, 4, 10) == [PutStatus.PUT_OK] * 40
-    assert off.log_flusher.gather_timeouts == 0
+class SlowDisk:
+    """Stand-in for ``os.fdatasync`` on a disk that hangs: the first call blocks until
+    ``release`` (a stalled device cannot be produced on demand), later calls sync for real."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.entered = threading.Event()
+        self._release = threading.Event()
+        self._first = True
+
+    def __call__(self, fd: int) -> None:
+        if self._first:
+            self._first = False
+            self.entered.set()
+            assert self._release.wait(10)
+        self._real(fd)
+
+    def release(self) -> None:
+        self._release.set()
 
 
-def test_sync_timeout_reports_stored_but_not_durable(tmp_path, open_store):
-    """With the flusher stopped, a put waits ``sync_timeout_ms`` and says FLUSH_DISK_TIMEOUT —
-    never PUT_OK. Consumers do not see the unflushed record; once the flusher runs again they
-    do."""
+def test_sync_timeout_reports_stored_but_not_durable(tmp_path, open_store, monkeypatch):
+    """While a sync hangs, a put waiting behind it returns after ``sync_timeout_ms`` with
+    FLUSH_DISK_TIMEOUT — never PUT_OK — and consumers do not see it; once the disk answers,
+    the leader's put is PUT_OK and the late record is synced and delivered too."""
     store = open_store(_sync_config(tmp_path, sync_timeout_ms=200))
     (before,) = put_all(store, [Message(TOPIC, b"durable")])
-    store.log_flusher.stop()
+    disk = SlowDisk(segment_module.os.fdatasync)
+    monkeypatch.setattr(segment_module.os, "fdatasync", disk)
+    leader: list = []
+    hung = threading.Thread(target=lambda: leader.append(
+        store.put_message(Message(TOPIC, b"leader"), 0)))
+    hung.start()
+    assert disk.entered.wait(10)  # the leader's sync hangs in the disk
     late = store.put_message(Message(TOPIC, b"late"), 0)
     assert late.status is PutStatus.FLUSH_DISK_TIMEOUT
     assert not late.is_durable_confirmed
     assert store.log_flusher.flushed_position <= late.log_position
-    result = store.get_message("g", TOPIC, 0, 1)
-    assert result.status is GetStatus.OFFSET_OVERFLOW_ONE  # dispatch stops at the flushed end
-    assert store.read_message(late.log_position).body == b"late"  # stored, readable by position
-    store.log_flusher.start()
+    assert store.get_message("g", TOPIC, 0, 1).status is GetStatus.OFFSET_OVERFLOW_ONE
+    assert store.read_message(late.log_position).body == b"late"  # stored, readable
+    disk.release()
+    hung.join(10)
+    assert leader[0].status is PutStatus.PUT_OK  # the leader waited for the disk itself
     assert store.wait_dispatched()
-    assert [v.body for v in read_queue(store, TOPIC)] == [b"durable", b"late"]
+    assert [v.body for v in read_queue(store, TOPIC)] == [b"durable", b"leader", b"late"]
     assert before.status is PutStatus.PUT_OK
 
 

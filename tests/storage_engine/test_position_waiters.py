@@ -1,5 +1,5 @@
 """``PositionWaiters``: puts parked until a growing position covers them (the SYNC flush and
-SYNC_MASTER acknowledgement waits), and the group flusher's wait for a number of parked puts."""
+SYNC_MASTER acknowledgement waits), and the leadership the SYNC flush's producers pass on."""
 
 from __future__ import annotations
 
@@ -60,39 +60,45 @@ def test_advance_returns_how_many_waiters_it_released():
     assert results == {10: True, 20: True, 30: True}
 
 
-def test_wait_for_waiters_returns_once_enough_threads_park():
+def test_the_first_waiter_leads_and_hands_leadership_to_the_lowest_uncovered_one():
     waiters = PositionWaiters()
-    assert waiters.wait_for_waiters(0, 0.01) is True
-    results: dict[int, bool] = {}
-    gathered: list[bool] = []
-    gatherer = threading.Thread(target=lambda: gathered.append(
-        waiters.wait_for_waiters(2, 10)))
-    gatherer.start()
-    threads = start_waiters(waiters, (10,), results)
-    until(lambda: waiters.waiting_count == 1, what="the first waiter")
-    assert not gathered  # one of two
-    threads += start_waiters(waiters, (20,), results)
-    gatherer.join(5)
-    assert gathered == [True]
-    waiters.advance(20)
+    far = time.monotonic() + 10
+    assert waiters.wait_or_lead(10, far) is None  # nobody leads: the caller does
+    assert waiters.try_lead() is False  # one leader at a time
+    outcomes: dict[int, list] = {20: [], 30: []}
+
+    def follow(target: int) -> None:
+        outcome = waiters.wait_or_lead(target, far)
+        outcomes[target].append(outcome)
+        if outcome is None:  # handed leadership: move the position, pass it on, wait again
+            waiters.advance(target)
+            waiters.end_lead()
+            outcomes[target].append(waiters.wait_or_lead(target, far))
+
+    threads = [threading.Thread(target=follow, args=(t,)) for t in (20, 30)]
+    for thread in threads:
+        thread.start()
+    until(lambda: waiters.waiting_count == 2, what="two followers")
+    assert waiters.advance(10) == 0  # the leader's own target: no follower covered
+    waiters.end_lead()  # to the lowest uncovered waiter (20), which covers only itself
     for thread in threads:
         thread.join(5)
-    assert results == {10: True, 20: True}
+    assert outcomes == {20: [None, True], 30: [None, True]}  # 20 led, then handed on to 30
+    assert waiters.position == 30 and waiters.waiting_count == 0
+    assert waiters.try_lead() is True  # nobody waited after 30: leadership lapsed
+    waiters.end_lead()
 
 
-def test_wait_for_waiters_times_out_and_release_all_frees_the_gatherer():
+def test_a_timed_out_follower_leaves_and_release_all_ends_leadership_for_good():
     waiters = PositionWaiters()
+    assert waiters.try_lead() is True
     started = time.monotonic()
-    assert waiters.wait_for_waiters(1, 0.05) is False
-    assert time.monotonic() - started >= 0.045
-    gathered: list[bool] = []
-    gatherer = threading.Thread(target=lambda: gathered.append(
-        waiters.wait_for_waiters(3, 10)))
-    gatherer.start()
-    until(lambda: waiters._count_gate is not None, what="the gatherer to park")
-    waiters.release_all()
-    gatherer.join(5)
-    assert gathered == [True] and not gatherer.is_alive()
+    assert waiters.wait_or_lead(10, time.monotonic() + 0.05) is False  # the leader is stuck
+    assert time.monotonic() - started >= 0.045 and waiters.waiting_count == 0
+    waiters.release_all(final=True)  # the leader's sync failed
+    waiters.end_lead()
+    assert waiters.try_lead() is False
+    assert waiters.wait_or_lead(10, time.monotonic() + 10) is False  # at once, no leader
 
 
 def test_a_final_release_lets_later_waits_return_at_once():
