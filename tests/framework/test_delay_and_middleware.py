@@ -79,18 +79,26 @@ class Recording(Middleware):
         self.events.append((self.name, "after", outcome.kind.value, context.skipped))
 
 
-def test_middleware_hooks_wrap_each_message_in_order(open_broker, client, fake_clock):
-    broker = open_broker(clock=fake_clock)
+def _recorded_app(broker, client, fake_clock, *middlewares) -> tuple[App, list[str]]:
+    """An app with ``middlewares`` (outermost first) and a handler of topic ``t`` that records
+    the text of every message it handles."""
     app = App(broker=client(broker), clock=fake_clock)
-    events: list = []
-    app.add_middleware(Recording("outer", events))
-    app.add_middleware(Recording("inner", events))
+    for middleware in middlewares:
+        app.add_middleware(middleware)
     handled: list[str] = []
 
     @app.handler(topic="t", consumer_group="g", consume_from="first")
     def handle(message):
         handled.append(message.text)
 
+    return app, handled
+
+
+def test_middleware_hooks_wrap_each_message_in_order(open_broker, client, fake_clock):
+    broker = open_broker(clock=fake_clock)
+    events: list = []
+    app, handled = _recorded_app(broker, client, fake_clock, Recording("outer", events),
+                                 Recording("inner", events))
     app.producer.send("t", "run", queue_id=0)
     app.producer.send("t", "skip", queue_id=0)
     InlineRunner(app, broker=broker).run_until_idle()
@@ -151,16 +159,9 @@ class BatchRecording(Middleware):
 def test_batch_hooks_run_once_around_the_messages_of_a_consume_task(open_broker, client,
                                                                     fake_clock):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=client(broker), clock=fake_clock)
     events: list = []
-    app.add_middleware(BatchRecording("outer", events))
-    app.add_middleware(BatchRecording("inner", events))
-    handled: list[str] = []
-
-    @app.handler(topic="t", consumer_group="g", consume_from="first")
-    def handle(message):
-        handled.append(message.text)
-
+    app, handled = _recorded_app(broker, client, fake_clock, BatchRecording("outer", events),
+                                 BatchRecording("inner", events))
     for text in ("a", "b", "c"):
         app.producer.send("t", text, queue_id=0)
     InlineRunner(app, broker=broker).run_until_idle()
@@ -175,15 +176,9 @@ def test_batch_hooks_run_once_around_the_messages_of_a_consume_task(open_broker,
 def test_a_failing_batch_hook_is_logged_and_the_messages_still_run(open_broker, client,
                                                                    fake_clock, caplog):
     broker = open_broker(clock=fake_clock)
-    app = App(broker=client(broker), clock=fake_clock)
     events: list = []
-    app.add_middleware(BatchRecording("failing", events, fail=True))
-    handled: list[str] = []
-
-    @app.handler(topic="t", consumer_group="g", consume_from="first")
-    def handle(message):
-        handled.append(message.text)
-
+    app, handled = _recorded_app(broker, client, fake_clock,
+                                 BatchRecording("failing", events, fail=True))
     app.producer.send("t", "a", queue_id=0)
     InlineRunner(app, broker=broker).run_until_idle()
     app.stop()
