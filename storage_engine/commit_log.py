@@ -45,6 +45,7 @@ from .formats import (
     check_record,
     encode_blank_record,
     encode_record_parts,
+    scan_records,
     seal_property_crc,
     takes_queue_offset,
 )
@@ -140,13 +141,18 @@ class CommitLog:
             segment = self.segments.find(position)
             if segment is None:
                 return position
-            offset = position - segment.base_position
+            base = segment.base_position
+            offset, last = scan_records(segment.buffer, position - base, segment_size,
+                                        check_crc=check_crc)
+            if last >= 0:
+                self._last_scanned_position = base + last
+            position = base + offset
             check = check_record(segment.buffer, offset, segment_size, check_crc=check_crc)
-            if check.kind == RecordKind.MESSAGE:
+            if check.kind == RecordKind.MESSAGE:  # valid, of a layout the fast loop leaves
                 self._last_scanned_position = position
                 position += check.size
             elif check.kind == RecordKind.BLANK:
-                position = segment.base_position + segment_size
+                position = base + segment_size
             else:
                 if check.kind == RecordKind.CORRUPT:
                     log.warning("[recovery] invalid record at position=%d: %s", position,

@@ -29,6 +29,7 @@ from .formats import (
     DispatchRecord,
     RecordKind,
     decode_for_dispatch,
+    decode_run,
     split_keys,
     tag_hash,
     takes_queue_offset,
@@ -154,15 +155,18 @@ class DispatchService(Service):
                 feed.popleft()
                 if record.log_position < position:
                     continue  # dispatched already (e.g. from the log before the feed caught up)
-            else:
-                record = self._decode_at(position)
-                if record is None:  # a blank record: continue in the next segment
+                records = (record,)
+            else:  # from the log, up to the feed's first record
+                stop = end if record is None else min(end, record.log_position)
+                records = self._decode_from(position, stop, self.batch_size_max - processed)
+                if not records:  # a blank record: continue in the next segment
                     position = self._next_segment_start(position)
                     continue
-            for dispatcher in self._dispatchers:
-                dispatcher.dispatch(record)
-            position += record.size
-            processed += 1
+            for record in records:
+                for dispatcher in self._dispatchers:
+                    dispatcher.dispatch(record)
+                position += record.size
+            processed += len(records)
             timestamp_ms = record.store_timestamp_ms
         if processed:
             for dispatcher in self._dispatchers:
@@ -173,6 +177,17 @@ class DispatchService(Service):
                 self.position = position
                 self._progress.notify_all()
         return processed
+
+    def _decode_from(self, position: int, stop: int, count_max: int) -> list[DispatchRecord]:
+        """Records from ``position`` in its segment, ending by ``stop`` (empty: a blank)."""
+        segment = self._commit_log.segments.find(position)
+        base = segment.base_position
+        records = decode_run(segment.buffer, position - base,
+                             min(segment.written_position, stop - base), count_max)
+        if records:
+            return records
+        record = self._decode_at(position)  # another layout, a blank, or corruption
+        return [record] if record is not None else []
 
     def _decode_at(self, position: int) -> DispatchRecord | None:
         segment = self._commit_log.segments.find(position)

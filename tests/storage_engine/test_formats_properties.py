@@ -25,9 +25,11 @@ from storage_engine.formats import (
     RecordKind,
     UniqueKeyGenerator,
     check_record,
+    decode_for_dispatch,
     decode_host,
     decode_offset_msg_id,
     decode_properties,
+    decode_run,
     decode_unique_key,
     encode_host,
     encode_offset_msg_id,
@@ -37,6 +39,7 @@ from storage_engine.formats import (
     java_string_hashcode,
     masked_crc32,
     record_size,
+    scan_records,
     unpack_record,
 )
 from storage_engine.formats.message_id import month_start_ms
@@ -153,6 +156,77 @@ def test_records_decode_with_the_independent_decoder(tmp_path_factory, fields: R
         ip, _, port = text.rpartition(":")
         assert same_host(decode_host(raw_host), ip.strip("[]"), int(port))
     assert rmq_decoder.offset_msg_id(record) == encode_offset_msg_id(fields.store_host, 0)
+
+
+def _walk_with_check_record(buffer: bytes) -> tuple[int, int, str]:
+    """(stop, last valid, stop kind) walking one record at a time: the reference path."""
+    offset, last = 0, -1
+    while (check := check_record(buffer, offset, len(buffer))).kind == RecordKind.MESSAGE:
+        offset, last = offset + check.size, offset
+    return offset, last, check.kind
+
+
+def _walk_with_scan_records(buffer: bytes) -> tuple[int, int, str]:
+    """The same walk as recovery does it: the fast loop, then check_record where it stops."""
+    offset, last = 0, -1
+    while True:
+        offset, run_last = scan_records(buffer, offset, len(buffer))
+        last = max(last, run_last)
+        check = check_record(buffer, offset, len(buffer))
+        if check.kind != RecordKind.MESSAGE:
+            return offset, last, check.kind
+        offset, last = offset + check.size, offset
+
+
+def _decode_all(buffer: bytes, fast: bool) -> list:
+    records, offset = [], 0
+    while True:
+        run = decode_run(buffer, offset, len(buffer), 1_000) if fast else []
+        if not run:
+            kind, size, record = decode_for_dispatch(buffer, offset, len(buffer))
+            if kind != RecordKind.MESSAGE:
+                return records
+            run = [record]
+        records.extend(run)
+        offset += sum(record.size for record in run)
+
+
+def _field_offsets(raw: bytes) -> dict[str, int]:
+    """Offsets of the length and framing fields of one v1 record with IPv4 hosts."""
+    body_end = 88 + int.from_bytes(raw[84:88], "big")
+    props_at = body_end + 1 + raw[body_end]
+    return {"size": 3, "magic": 7, "sys_flag": 39, "body_length": 87, "topic_length": body_end,
+            "props_length": props_at + 1, "last": len(raw) - 1}
+
+
+@settings(deadline=None, max_examples=200)
+@given(runs=st.lists(record_fields(), min_size=1, max_size=6),
+       damage=st.one_of(st.none(), st.tuples(
+           st.integers(0, 5), st.sampled_from(["size", "magic", "sys_flag", "body_length",
+                                               "topic_length", "props_length", "last", "any"]),
+           st.integers(0, 20_000), st.integers(1, 255))),
+       tail=st.integers(0, 64))
+def test_the_fast_record_loops_agree_with_the_record_checks(runs, damage, tail):
+    """scan_records/decode_run (the common v1 IPv4 layout, in one loop) stop and decode exactly
+    where check_record/decode_for_dispatch do, over mixed layouts and a damaged byte (a length
+    or framing field of one record, or anywhere)."""
+    raws = [encode_record(fields) for fields in runs]
+    buffer = bytearray(b"".join(raws) + bytes(tail))
+    if damage is not None:
+        index, field, anywhere, xor = damage
+        index %= len(raws)
+        start = sum(len(raw) for raw in raws[:index])
+        is_common = raws[index][4:8] == MAGIC_V1.to_bytes(4, "big", signed=True) and not (
+            raws[index][39] & 0x30)
+        if field == "any" or not is_common:
+            buffer[anywhere % len(buffer)] ^= xor
+        else:
+            buffer[start + _field_offsets(raws[index])[field]] ^= xor
+    buffer = bytes(buffer)
+    assert _walk_with_scan_records(buffer) == _walk_with_check_record(buffer)
+    assert _decode_all(buffer, fast=True) == _decode_all(buffer, fast=False)
+    if damage is None:
+        assert len(_decode_all(buffer, fast=True)) == len(runs)
 
 
 def test_v1_and_v2_boundary_is_127_characters():
