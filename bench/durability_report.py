@@ -26,7 +26,9 @@ CAPTION = (
     "Each thread row: the repetition with the median msgs/s. Latency per put (perf_counter_ns). "
     "timeouts = FLUSH_DISK_TIMEOUT results. dev flushes = flush requests the block device "
     "completed during the row (all processes). puts/sync = puts per commit-log flush (store: "
-    "stats()['flush']['flush_count']; bare: its fdatasync calls). Postbox / this = Postbox SYNC "
+    "stats()['flush']['flush_count']; bare: its fdatasync calls). CPU us/put = the bench "
+    "process's user + system CPU time during the row (every thread) per put: under the GIL the "
+    "user part bounds msgs/s. Postbox / this = Postbox SYNC "
     "msgs/s divided by the row's msgs/s, same thread count. (*) the like-for-like baseline: "
     "the store also writes through an mmap and flushes with fdatasync.")
 
@@ -53,6 +55,13 @@ def status_cell(row: dict, variant: str) -> str:
     return ""
 
 
+def cpu_cell(figure: dict) -> str:
+    """User + system CPU microseconds per put (blank for reports without them)."""
+    if "cpu_user_us_per_put" not in figure:
+        return ""
+    return f"{figure['cpu_user_us_per_put']:.0f} + {figure['cpu_system_us_per_put']:.0f}"
+
+
 def thread_table(report: dict):
     """SYNC puts, bare harness and persist-queue for every thread count."""
     from rich.table import Table
@@ -61,7 +70,7 @@ def thread_table(report: dict):
                   f"{report['record_bytes']}-byte records)", title_justify="left",
                   caption=CAPTION, caption_justify="left")
     for column in ("threads", "put path", "n", "msgs/s", "p50 us", "p99 us", "timeouts",
-                   "dev flushes", "puts/sync", "Postbox / this", "target"):
+                   "dev flushes", "puts/sync", "CPU us/put", "Postbox / this", "target"):
         table.add_column(column, justify="left" if column == "put path" else "right")
     for row in report["threads"]:
         for variant, label in ROW_LABELS.items():
@@ -71,7 +80,7 @@ def thread_table(report: dict):
             table.add_row(str(row["threads"]), label, f"{figure['count']:,}",
                           f"{figure['per_s']:,.0f}", f"{figure['p50_us']:,.0f}",
                           f"{figure['p99_us']:,.0f}", f"{figure['unconfirmed']:,}",
-                          "?" if flushes is None else f"{flushes:,}", group,
+                          "?" if flushes is None else f"{flushes:,}", group, cpu_cell(figure),
                           ratio_cell(row, variant), status_cell(row, variant))
         table.add_section()
     return table
@@ -88,6 +97,10 @@ def sync_target_line(report: dict) -> str:
             f"{row['ratio_vs_bare_mmap']:.0%} of {row['bare_mmap']['per_s']:,.0f} "
             f"{met(row['ratio_vs_bare_mmap'] >= target)}; {row['ratio_vs_bare_pwrite']:.0%} of "
             f"bare pwrite + fdatasync ({row['bare_pwrite']['per_s']:,.0f}).")
+    postbox, bare = row["postbox_sync"], row["bare_mmap"]
+    if "cpu_user_us_per_put" in postbox and "cpu_user_us_per_put" in bare:
+        line += (f" User CPU per put (GIL-bound): Postbox {postbox['cpu_user_us_per_put']:.0f} "
+                 f"us, bare {bare['cpu_user_us_per_put']:.0f} us.")
     doubts = [f"{r['threads']} thr: {r['not_flushing']}" for r in report["threads"]
               if r["not_flushing"]]
     if doubts:

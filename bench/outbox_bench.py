@@ -33,6 +33,16 @@ side, N transactions "insert a ledger row, commit" from 8 threads. Bare combined
 N / (producer s + consumer s), the two sides one after the other; ratio = pipeline / that
 (target >= 0.50, printed, never asserted).
 
+**Database floor** (same database, no broker, relay thread, consumer framework or Redis): the
+protocol's own statements for N messages, phase after phase like bare — the producer
+transactions (order row + ``outbox.send``) from the P threads, relay claims
+(``claims.claim_stubs``, 8 stubs each) from one thread, then from 8 threads receipt
+transactions (``ledger.record_receipts``, 4 messages each) and handler transactions
+(``ledger.claim_message`` + ledger row in a ``Session``). The consumed messages are encoded
+records, built before the clock. Floor / bare combined is the most the pipeline could reach
+on this database; what the pipeline spends beyond the floor is messaging (broker, relay,
+consumer framework, Redis).
+
 **Duplicates**: after the pipeline, every one of the N messages is published twice more with
 ``app.producer.send("orders", body, unique_key=message_id)`` (from the main thread); the clock
 runs until the group's committed offsets cover them all. Reported from the app's
@@ -65,6 +75,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +95,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from bench.peers import BenchError, run_and_print
 
@@ -330,6 +341,110 @@ def bare(args: argparse.Namespace, target: Target) -> dict:
     return {"producer_s": producer_s, "consumer_s": consumer_s,
             "producer_cpu_s": producer_cpu_s, "consumer_cpu_s": consumer_cpu_s,
             "consumer_threads": consumer_threads}
+
+
+# ---------------------------------------------------------------- database floor
+
+FLOOR_CLAIM_BATCH = 8
+"""Stubs per relay claim in the floor (the pipeline's hook claims ~0.13 per message)."""
+FLOOR_RECEIPT_BATCH = 4
+"""Messages per receipt transaction in the floor (the pipeline's admission rounds: 0.1-0.3)."""
+
+
+def consumed_messages(ids: dict[int, str], group: str) -> dict[int, Any]:
+    """``ConsumedMessage`` objects as a consumer would get them for ``ids`` (records encoded
+    here, no broker)."""
+    from framework import ConsumedMessage
+    from storage_engine.formats import (
+        MessageView,
+        RecordFields,
+        encode_host,
+        encode_properties,
+        encode_record,
+    )
+
+    host = encode_host("127.0.0.1", 10911)
+    messages = {}
+    for i, message_id in ids.items():
+        raw = encode_record(RecordFields(
+            topic=TOPIC, body=json.dumps(body_of(i)).encode(),
+            properties=encode_properties({"UNIQ_KEY": message_id}), queue_id=i % 4,
+            queue_offset=i, log_position=i * 512, born_timestamp_ms=0, born_host=host,
+            store_timestamp_ms=0, store_host=host))
+        messages[i] = ConsumedMessage(MessageView.decode(raw, 0), group)
+    return messages
+
+
+def db_floor(args: argparse.Namespace, target: Target) -> dict:
+    """The exactly-once protocol's own database work for N messages, with no messaging: the
+    producer transactions (order row + ``outbox.send``), relay claims (``claims.claim_stubs``,
+    ``FLOOR_CLAIM_BATCH`` stubs each), receipt transactions (``ledger.record_receipts``,
+    ``FLOOR_RECEIPT_BATCH`` messages each) and handler transactions (``ledger.claim_message`` +
+    ledger row in a ``Session``), phase after phase as in ``bare``. No broker, relay thread,
+    consumer framework, Redis, or relay record update: the pipeline can at best reach this."""
+    import outbox
+    from framework import ConsumerOptions
+    from idempotency import ledger
+    from outbox import create_database_engine
+    from outbox.claims import claim_stubs, unpublished_due
+    from outbox.clock import utc_now
+    from outbox.database import dialect_name
+    from outbox.tables import StubStatus, message_stub
+
+    count = args.messages
+    target.reset()
+    engine = create_database_engine(target.url)
+    try:
+        session = sessionmaker(engine)
+        dialect, group, ids = dialect_name(engine), "bench-floor", {}
+
+        def produce(share: range) -> None:
+            for i in share:
+                with session.begin() as s:
+                    s.execute(insert(orders).values(order_row(i)))
+                    ids[i] = outbox.send(s, TOPIC, body_of(i))
+
+        def claim(share: range) -> None:
+            share = list(share)
+            for first in range(0, len(share), FLOOR_CLAIM_BATCH):
+                chunk = [ids[i] for i in share[first:first + FLOOR_CLAIM_BATCH]]
+                now = utc_now()
+                claim_stubs(engine, unpublished_due(now, 5), owner="bench-floor", now=now,
+                            lease=timedelta(seconds=30), limit=len(chunk), message_ids=chunk)
+
+        def consume(share: range) -> None:
+            share = list(share)
+            for first in range(0, len(share), FLOOR_RECEIPT_BATCH):
+                task = share[first:first + FLOOR_RECEIPT_BATCH]
+                ledger.record_receipts(engine, [(group, messages[i]) for i in task], utc_now())
+                for i in task:
+                    message, data = messages[i], body_of(i)
+                    with Session(engine, expire_on_commit=False) as s, s.begin():
+                        if not ledger.claim_message(s.connection(), dialect, group, message,
+                                                    utc_now()):
+                            raise BenchError(f"floor: message {i} claimed twice")
+                        s.execute(insert(ledger_rows).values(
+                            message_id=message.msg_id, order_no=data["order"],
+                            amount=data["amount"]))
+
+        cpu = cpu_s()
+        produce_start, produce_end = run_threads(count, args.producer_threads, produce,
+                                                 "floor-producer")
+        produce_cpu = cpu_s() - cpu
+        messages = consumed_messages(ids, group)  # not timed: the broker's part
+        cpu = cpu_s()
+        claim_start, claim_end = run_threads(count, 1, claim, "floor-relay")
+        consume_start, consume_end = run_threads(
+            count, ConsumerOptions().consume_thread_count, consume, "floor-consumer")
+        cpu = produce_cpu + cpu_s() - cpu
+        confirmed = message_stub.c.status == StubStatus.CONFIRMED.value
+        if count_rows(engine, ledger_rows) != count or count_rows(
+                engine, message_stub, confirmed) != count:
+            raise BenchError(f"{target.name}: floor run left a wrong number of rows")
+    finally:
+        engine.dispose()
+    return {"seconds": (produce_end - produce_start) + (claim_end - claim_start)
+            + (consume_end - consume_start), "cpu_s": cpu}
 
 
 # ---------------------------------------------------------------- pipeline
@@ -661,9 +776,13 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
         progress(args, f"{target.name}: bare baseline ({count:,} + {count:,} transactions), "
                  f"rep {rep + 1}/{args.repeat}")
         base = bare(args, target)
+        progress(args, f"{target.name}: database floor ({count:,} messages, no messaging), "
+                 f"rep {rep + 1}/{args.repeat}")
+        floor = db_floor(args, target)
         progress(args, f"{target.name}: pipeline + duplicates ({count:,} messages), "
                  f"rep {rep + 1}/{args.repeat}")
-        reps.append({"bare": base, "pipeline": pipeline(args, target, redis_url, root)})
+        reps.append({"bare": base, "floor": floor,
+                     "pipeline": pipeline(args, target, redis_url, root)})
 
     def med(get: Callable[[dict], float]) -> float:
         return statistics.median(get(rep) for rep in reps)
@@ -683,6 +802,9 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
         "bare_producer_cpu_ms": med(lambda r: r["bare"]["producer_cpu_s"]) / count * 1e3,
         "bare_consumer_cpu_ms": med(lambda r: r["bare"]["consumer_cpu_s"]) / count * 1e3,
         "pipeline_cpu_ms": med(lambda r: r["pipeline"]["cpu_s"]) / count * 1e3,
+        "floor_per_s": count / med(lambda r: r["floor"]["seconds"]),
+        "floor_cpu_ms": med(lambda r: r["floor"]["cpu_s"]) / count * 1e3,
+        "floor_ratio": (count / med(lambda r: r["floor"]["seconds"])) / (count / combined_s),
         "duplicates_per_s": 2 * count / dup_s,
         "redis_share": statistics.median(shares) if shares else None,
         "acquire_p50_ms": statistics.median(d["acquire_p50_ms"] for d in dup),
@@ -742,6 +864,8 @@ def render(report: dict) -> None:
                  f["bare_consumer_cpu_ms"]),
                 ("bare combined (one after the other)", f["bare_combined_per_s"],
                  f["bare_producer_cpu_ms"] + f["bare_consumer_cpu_ms"]),
+                ("database floor (its statements, no msgs)", f["floor_per_s"],
+                 f["floor_cpu_ms"]),
                 ("pipeline end to end (exactly once)", f["pipeline_per_s"],
                  f["pipeline_cpu_ms"]),
                 ("  its producer transactions alone", f["pipeline_producer_per_s"], None)]
@@ -752,6 +876,8 @@ def render(report: dict) -> None:
         met = "met" if f["ratio"] >= report["target_ratio"] else "NOT met"
         print(f"  {'ratio pipeline / bare combined':<40} {f['ratio']:>9.2f}   "
               f"(target >= {report['target_ratio']:.2f}: {met})")
+        print(f"  {'ratio database floor / bare combined':<40} {f['floor_ratio']:>9.2f}   "
+              "(the most the pipeline could reach; the rest of its CPU is messaging)")
         last = result["reps"][-1]["pipeline"]
         print(f"  relay published by hook / by poll        "
               f"{last['published_by_hook']:,} / {last['published_by_poll']:,}")

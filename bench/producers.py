@@ -3,13 +3,16 @@
 Every thread gets its own put callable from ``make_put(thread_index)`` (built before the clock
 starts), waits on a barrier, then calls it ``puts_per_thread`` times, timing each call with
 ``time.perf_counter_ns``. The clock starts when the barrier releases the threads and stops when
-the last thread has finished. A put returns True when the write was confirmed (durable) and False
-when it was stored without confirmation (e.g. ``FLUSH_DISK_TIMEOUT``); those are counted. An
-exception in any thread is re-raised in the caller after all threads are joined.
+the last thread has finished. The process's user and system CPU time over the same span (every
+thread: producers and whatever serves them) is taken from ``getrusage``. A put returns True when
+the write was confirmed (durable) and False when it was stored without confirmation (e.g.
+``FLUSH_DISK_TIMEOUT``); those are counted. An exception in any thread is re-raised in the
+caller after all threads are joined.
 """
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +30,8 @@ class ProducerRun:
     seconds: float
     unconfirmed_count: int
     latencies_ns: list[int]  # sorted, one per put
+    cpu_user_s: float = 0.0  # the whole process's, while the producers ran
+    cpu_system_s: float = 0.0
 
     @property
     def per_s(self) -> float:
@@ -42,7 +47,9 @@ class ProducerRun:
         return {"threads": self.thread_count, "count": self.put_count, "seconds": self.seconds,
                 "per_s": self.per_s, "p50_us": self.latency_us(0.50),
                 "p99_us": self.latency_us(0.99), "max_us": self.latencies_ns[-1] / 1000,
-                "unconfirmed": self.unconfirmed_count}
+                "unconfirmed": self.unconfirmed_count,
+                "cpu_user_us_per_put": self.cpu_user_s * 1e6 / self.put_count,
+                "cpu_system_us_per_put": self.cpu_system_s * 1e6 / self.put_count}
 
 
 def run_producers(thread_count: int, puts_per_thread: int,
@@ -53,8 +60,13 @@ def run_producers(thread_count: int, puts_per_thread: int,
     unconfirmed = [0] * thread_count
     errors: list[BaseException] = []
     started_ns: list[int] = []
-    barrier = threading.Barrier(thread_count,
-                                action=lambda: started_ns.append(time.perf_counter_ns()))
+    started_usage: list[resource.struct_rusage] = []
+
+    def start_clocks() -> None:
+        started_usage.append(resource.getrusage(resource.RUSAGE_SELF))
+        started_ns.append(time.perf_counter_ns())
+
+    barrier = threading.Barrier(thread_count, action=start_clocks)
 
     def produce(index: int) -> None:
         put, timings, clock = calls[index], latencies[index], time.perf_counter_ns
@@ -77,7 +89,10 @@ def run_producers(thread_count: int, puts_per_thread: int,
     for thread in threads:
         thread.join()
     elapsed_s = (time.perf_counter_ns() - started_ns[0]) / 1e9 if started_ns else 0.0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     if errors:
         raise errors[0]
     merged = sorted(ns for timings in latencies for ns in timings)
-    return ProducerRun(thread_count, len(merged), elapsed_s, sum(unconfirmed), merged)
+    return ProducerRun(thread_count, len(merged), elapsed_s, sum(unconfirmed), merged,
+                       usage.ru_utime - started_usage[0].ru_utime,
+                       usage.ru_stime - started_usage[0].ru_stime)
