@@ -145,6 +145,9 @@ def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
             problems.append(f"position={base + offset}: corrupt record: {check.reason}")
             return True
         _kind, size, record = decode_for_dispatch(data, offset, len(data))
+        if record is None:
+            problems.append(f"position={base + offset}: corrupt record: its topic is not UTF-8")
+            return True
         if record.log_position != base + offset:
             problems.append(f"position={base + offset}: record says it is at position="
                             f"{record.log_position}")

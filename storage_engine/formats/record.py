@@ -330,13 +330,20 @@ def _common_layout(buf, position: int, remaining: int) -> tuple | None:
 
 def _crc_failure(buf, position: int, size: int, body_start: int, body_end: int,
                  props_length: int, stored_crc: int) -> str:
-    """Why the record's checksums or framing fail ("" when they hold)."""
+    """Why the record's checksums or framing fail ("" when they hold).
+
+    A record CRC (property) that holds covers the body and the stored body CRC too, so the body
+    is not checked again; only a failing record is told apart by its body CRC.
+    """
+    record_crc = _property_crc_holds(buf, position, size) if props_length >= \
+        PROPERTY_CRC_LENGTH else None
+    if record_crc and buf[position + size - 1] == 2:
+        return ""
     if masked_crc32(buf[body_start:body_end]) != stored_crc:
         return "body CRC mismatch"
     if props_length and buf[position + size - 1] != 2:  # writers end every pair with it
         return "properties do not end with U+0002 (torn record tail)"
-    if props_length >= PROPERTY_CRC_LENGTH and _property_crc_holds(
-            buf, position, size) is False:
+    if record_crc is False:
         return "record (property) CRC mismatch"
     return ""
 
@@ -413,20 +420,28 @@ def decode_for_dispatch(buf, position: int, limit: int) -> tuple[str, int, Dispa
     """Validate (without CRC) and decode the record at ``position`` for the dispatchers.
 
     Returns ``(kind, size, record)``: ``record`` is set only for ``RecordKind.MESSAGE``. This is
-    the read-back half of the pair check: :func:`check_record` re-checks the lengths.
+    the read-back half of the pair check: :func:`check_record` re-checks the lengths. A topic
+    that is not UTF-8 (CRCs are not checked here) is ``RecordKind.CORRUPT``.
     """
     layout = _common_layout(buf, position, limit - position)
     if layout is not None:
-        return RecordKind.MESSAGE, layout[0][0], _dispatch_record(buf, layout)
+        record = _dispatch_record(buf, layout)
+        if record is None:
+            return RecordKind.CORRUPT, layout[0][0], None
+        return RecordKind.MESSAGE, layout[0][0], record
     check = check_record(buf, position, limit, check_crc=False)
     if check.kind != RecordKind.MESSAGE:
         return check.kind, check.size, None
     (size, _magic, _crc, queue_id, _flag, queue_offset, log_position, sys_flag, _born_ts,
-     _born_host, store_ts, _store_host, _reconsume, _prepared, _body, topic,
+     _born_host, store_ts, _store_host, _reconsume, _prepared, _body, topic_bytes,
      properties_raw) = unpack_record(buf, position)
+    try:
+        topic = topic_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return RecordKind.CORRUPT, size, None
     properties = decode_properties(properties_raw)
     return RecordKind.MESSAGE, size, DispatchRecord(
-        topic.decode("utf-8"), queue_id, queue_offset, log_position, size, sys_flag, store_ts,
+        topic, queue_id, queue_offset, log_position, size, sys_flag, store_ts,
         properties.get("TAGS"), properties.get("KEYS"), properties.get("UNIQ_KEY"), properties)
 
 
@@ -439,20 +454,25 @@ def decode_run(buf, offset: int, limit: int, count_max: int) -> list[DispatchRec
     records = []
     while len(records) < count_max:
         layout = _common_layout(buf, offset, limit - offset)
-        if layout is None:
+        record = None if layout is None else _dispatch_record(buf, layout)
+        if record is None:
             break
-        records.append(_dispatch_record(buf, layout))
-        offset += layout[0][0]
+        records.append(record)
+        offset += record.size
     return records
 
 
-def _dispatch_record(buf, layout: tuple) -> DispatchRecord:
+def _dispatch_record(buf, layout: tuple) -> DispatchRecord | None:
+    """The record of a common-layout ``layout``; None when its topic is not UTF-8."""
     fields, body_end, props_at, props_length = layout
+    try:
+        topic = str(buf[body_end + 1:props_at], "utf-8")
+    except UnicodeDecodeError:
+        return None
     properties = decode_properties(buf[props_at + 2:props_at + 2 + props_length])
     return DispatchRecord(
-        str(buf[body_end + 1:props_at], "utf-8"), fields[3], fields[5], fields[6], fields[0],
-        fields[7], fields[8], properties.get("TAGS"), properties.get("KEYS"),
-        properties.get("UNIQ_KEY"), properties)
+        topic, fields[3], fields[5], fields[6], fields[0], fields[7], fields[8],
+        properties.get("TAGS"), properties.get("KEYS"), properties.get("UNIQ_KEY"), properties)
 
 
 def takes_queue_offset(sys_flag: int) -> bool:

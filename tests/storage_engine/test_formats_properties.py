@@ -7,6 +7,7 @@ prints the failing example and its seed (``@reproduce_failure``) when a property
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import string
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from storage_engine.formats import (
     MAGIC_V1,
     MAGIC_V2,
+    PROPERTY_CRC_PLACEHOLDER,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     HostAddress,
@@ -40,6 +42,7 @@ from storage_engine.formats import (
     masked_crc32,
     record_size,
     scan_records,
+    seal_property_crc,
     unpack_record,
 )
 from storage_engine.formats.message_id import month_start_ms
@@ -118,10 +121,18 @@ def test_record_round_trip(fields: RecordFields, trailing: int):
     assert view.msg_id == encode_offset_msg_id(fields.store_host, fields.log_position)
 
 
+def sealed_record(fields: RecordFields) -> bytes:
+    """``fields`` encoded with a record (property) CRC, as the store writes them."""
+    return seal_property_crc(encode_record(dataclasses.replace(
+        fields, properties=fields.properties + PROPERTY_CRC_PLACEHOLDER)))
+
+
 @settings(deadline=None)
-@given(fields=record_fields(), flip_at=st.integers(0, 10_000))
-def test_a_flipped_body_byte_is_a_crc_mismatch(fields: RecordFields, flip_at: int):
-    raw = bytearray(encode_record(fields))
+@given(fields=record_fields(), flip_at=st.integers(0, 10_000), sealed=st.booleans())
+def test_a_flipped_body_byte_is_a_crc_mismatch(fields: RecordFields, flip_at: int,
+                                               sealed: bool):
+    """Named by the body CRC with or without a record CRC (which a body flip breaks too)."""
+    raw = bytearray(sealed_record(fields) if sealed else encode_record(fields))
     if not fields.body:
         return
     body_start = 88 + (12 if len(fields.born_host) == 20 else 0) + (
@@ -156,6 +167,32 @@ def test_records_decode_with_the_independent_decoder(tmp_path_factory, fields: R
         ip, _, port = text.rpartition(":")
         assert same_host(decode_host(raw_host), ip.strip("[]"), int(port))
     assert rmq_decoder.offset_msg_id(record) == encode_offset_msg_id(fields.store_host, 0)
+
+
+@settings(deadline=None)
+@given(fields=record_fields(), flip_at=st.integers(0, 10_000))
+def test_a_sealed_record_with_a_flipped_header_byte_fails_its_record_crc(fields: RecordFields,
+                                                                         flip_at: int):
+    """The record CRC covers what the body CRC does not: a flipped queue id, offset or time."""
+    raw = bytearray(sealed_record(fields))
+    raw[12 + flip_at % 24] ^= 0x01  # queue id, flag, queue offset, log position (bytes 12-35)
+    check = check_record(raw, 0, len(raw))
+    assert (check.kind, check.reason) == (RecordKind.CORRUPT, "record (property) CRC mismatch")
+    assert check_record(raw, 0, len(raw), check_crc=False).kind == RecordKind.MESSAGE
+
+
+def test_a_topic_that_is_not_utf8_is_corrupt_for_dispatch():
+    """Dispatch reads without CRCs: a topic byte that breaks UTF-8 is corruption, not an
+    exception out of the dispatch thread."""
+    raw = bytearray(encode_record(RecordFields(
+        topic="orders", body=b"x", properties=b"", queue_id=0, queue_offset=0,
+        log_position=0, born_timestamp_ms=0, born_host=encode_host("127.0.0.1", 1),
+        store_timestamp_ms=0, store_host=encode_host("127.0.0.1", 1))))
+    topic_at = 88 + 1 + 1  # header, 1-byte body, topic length byte
+    raw[topic_at] = 0xFF
+    raw = bytes(raw)
+    assert decode_for_dispatch(raw, 0, len(raw))[:2] == (RecordKind.CORRUPT, len(raw))
+    assert decode_run(raw, 0, len(raw), 10) == []
 
 
 def _walk_with_check_record(buffer: bytes) -> tuple[int, int, str]:
