@@ -351,6 +351,13 @@ FLOOR_RECEIPT_BATCH = 4
 """Messages per receipt transaction in the floor (the pipeline's admission rounds: 0.1-0.3)."""
 
 
+def chunks(items: range, size: int) -> Iterator[list[int]]:
+    """``items`` in consecutive lists of ``size`` (the last may be shorter)."""
+    items = list(items)
+    for first in range(0, len(items), size):
+        yield items[first:first + size]
+
+
 def consumed_messages(ids: dict[int, str], group: str) -> dict[int, Any]:
     """``ConsumedMessage`` objects as a consumer would get them for ``ids`` (records encoded
     here, no broker)."""
@@ -389,9 +396,10 @@ def db_floor(args: argparse.Namespace, target: Target) -> dict:
     from outbox.claims import claim_stubs, unpublished_due
     from outbox.clock import utc_now
     from outbox.database import dialect_name
+    from outbox.relay import RelayOptions
     from outbox.tables import StubStatus, message_stub
 
-    count = args.messages
+    count, relay_options = args.messages, RelayOptions()
     target.reset()
     engine = create_database_engine(target.url)
     try:
@@ -405,17 +413,15 @@ def db_floor(args: argparse.Namespace, target: Target) -> dict:
                     ids[i] = outbox.send(s, TOPIC, body_of(i))
 
         def claim(share: range) -> None:
-            share = list(share)
-            for first in range(0, len(share), FLOOR_CLAIM_BATCH):
-                chunk = [ids[i] for i in share[first:first + FLOOR_CLAIM_BATCH]]
+            for chunk in chunks(share, FLOOR_CLAIM_BATCH):
                 now = utc_now()
-                claim_stubs(engine, unpublished_due(now, 5), owner="bench-floor", now=now,
-                            lease=timedelta(seconds=30), limit=len(chunk), message_ids=chunk)
+                claim_stubs(engine, unpublished_due(now, relay_options.max_send_count),
+                            owner="bench-floor", now=now,
+                            lease=timedelta(milliseconds=relay_options.lease_ms),
+                            limit=len(chunk), message_ids=[ids[i] for i in chunk])
 
         def consume(share: range) -> None:
-            share = list(share)
-            for first in range(0, len(share), FLOOR_RECEIPT_BATCH):
-                task = share[first:first + FLOOR_RECEIPT_BATCH]
+            for task in chunks(share, FLOOR_RECEIPT_BATCH):
                 ledger.record_receipts(engine, [(group, messages[i]) for i in task], utc_now())
                 for i in task:
                     message, data = messages[i], body_of(i)
@@ -791,6 +797,7 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
     consumer_s = med(lambda r: r["bare"]["consumer_s"])
     combined_s = med(lambda r: r["bare"]["producer_s"] + r["bare"]["consumer_s"])
     pipeline_s = med(lambda r: r["pipeline"]["seconds"])
+    floor_s = med(lambda r: r["floor"]["seconds"])
     dup = [rep["pipeline"]["duplicates"] for rep in reps]
     dup_s = statistics.median(d["seconds"] for d in dup)
     shares = [d["redis_share"] for d in dup if d["redis_share"] is not None]
@@ -802,9 +809,9 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
         "bare_producer_cpu_ms": med(lambda r: r["bare"]["producer_cpu_s"]) / count * 1e3,
         "bare_consumer_cpu_ms": med(lambda r: r["bare"]["consumer_cpu_s"]) / count * 1e3,
         "pipeline_cpu_ms": med(lambda r: r["pipeline"]["cpu_s"]) / count * 1e3,
-        "floor_per_s": count / med(lambda r: r["floor"]["seconds"]),
+        "floor_per_s": count / floor_s,
         "floor_cpu_ms": med(lambda r: r["floor"]["cpu_s"]) / count * 1e3,
-        "floor_ratio": (count / med(lambda r: r["floor"]["seconds"])) / (count / combined_s),
+        "floor_ratio": combined_s / floor_s,
         "duplicates_per_s": 2 * count / dup_s,
         "redis_share": statistics.median(shares) if shares else None,
         "acquire_p50_ms": statistics.median(d["acquire_p50_ms"] for d in dup),
