@@ -1,3 +1,3 @@
 """Plugins shared by every test package."""
 
-pytest_plugins = ["tests.support.services"]
+pytest_plugins = ["tests.support.services", "tests.support.ci_policy"]
