@@ -33,6 +33,7 @@ from typing import NamedTuple, Protocol
 from .formats import BLANK_MAGIC, RecordKind, check_record, scan_records
 
 _MAGIC_PREFIX = b"\xda\xa3\x20"  # MAGIC_V1 0xDAA320A7 and MAGIC_V2 0xDAA320AB, big-endian
+_MAGIC_FIRST_BYTE = _MAGIC_PREFIX[:1]
 _MAGIC_LAST_BYTES = (0xA7, 0xAB)
 _BLANK_MAGIC_BYTES = struct.pack(">i", BLANK_MAGIC)
 _LONG = struct.Struct(">q")
@@ -122,12 +123,13 @@ def next_record(segment: Segment, offset: int, *, check_crc: bool = True) -> int
     buffer = segment.buffer
     for start, end in segment.data_ranges(offset + 1):
         search_from = max(start, offset + 1) + 4
-        while True:
-            found = buffer.find(_MAGIC_PREFIX, search_from, end + 4)
+        while True:  # one-byte find is memchr: fast over the zeros at the end of a log
+            found = buffer.find(_MAGIC_FIRST_BYTE, search_from, end + 4)
             if found < 0:
                 break
             candidate = found - 4
-            if found + 3 < segment.size_bytes and buffer[found + 3] in _MAGIC_LAST_BYTES and \
+            if buffer[found:found + 3] == _MAGIC_PREFIX and found + 3 < segment.size_bytes \
+                    and buffer[found + 3] in _MAGIC_LAST_BYTES and \
                     record_at(segment, candidate, check_crc=check_crc):
                 return candidate
             search_from = found + 1
