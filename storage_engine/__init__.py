@@ -49,9 +49,11 @@ from .errors import (
     LimitExceededError,
     MessageNotFoundError,
     MessageTooLargeError,
+    MidLogCorruptionError,
     NoPermissionError,
     NotMasterError,
     PropertiesTooLargeError,
+    RepairError,
     ReplicationError,
     StorageError,
     StorageIOError,
@@ -63,6 +65,7 @@ from .errors import (
 )
 from .formats import HostAddress, MessageView
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
+from .repair import RepairReport, repair_store
 from .store import MessageStore
 from .store_layout import infer_config
 from .topics import dead_letter_topic, retry_topic, validate_topic
@@ -84,4 +87,5 @@ __all__ = [
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
     "dead_letter_topic", "infer_config", "retry_topic", "validate_topic", "verify_store",
+    "MidLogCorruptionError", "RepairError", "RepairReport", "repair_store",
 ]

@@ -11,8 +11,8 @@ same positions (reference §14.1), possibly ending inside a record until the nex
 
 Thread-safety: ``append`` and ``append_replicated`` are serialised by the put lock; ``read`` may
 run concurrently from any thread for positions below ``max_position``. What survives a crash:
-flushed bytes; recovery (``recover_end``) scans from a safe segment and truncates the torn or
-corrupt tail.
+flushed bytes; recovery (``recover_end``) scans from a safe segment and truncates a torn tail;
+a damaged record that valid records follow is refused, never cut (``damage.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from typing import NamedTuple
 
 from .clock import Clock
 from .config import CommitLogConfig
+from .damage import next_valid_position, survey
 from .errors import (
     CorruptionError,
     InvalidMessageError,
+    MidLogCorruptionError,
     ReplicationError,
     StorageIOError,
     StoreNotWritableError,
@@ -118,10 +120,17 @@ class CommitLog:
         """Map existing segments (all treated as full until ``recover_end``)."""
         self.segments.load()
 
-    def recover_end(self, start_position: int) -> int:
-        """Scan from ``start_position`` to the last valid record and truncate everything after.
+    def recover_end(self, start_position: int, durable_end: int | None = None) -> int:
+        """Scan from ``start_position`` to the last valid record and truncate a torn tail.
 
-        Returns the recovered end position (one past the last valid record).
+        ``durable_end``: bytes below it were known durable before the stop (None: all of them,
+        after a clean close). Where the scan stops is a torn tail, and is cut, only when no
+        valid record follows it, or when it lies at or after ``durable_end`` (records a power
+        loss left behind a hole were never known durable). Returns the recovered end position.
+
+        Raises:
+            MidLogCorruptionError: a damaged record has valid records after it; nothing is
+                changed (``postbox store repair`` sets the damage aside).
         """
         end = self.scan_valid_end(start_position)
         if self._last_scanned_position is not None:  # store times continue from the log
@@ -130,8 +139,38 @@ class CommitLog:
                 self.read_store_timestamp(self._last_scanned_position))
         log.info("[recovery] commit log scanned from position=%d; valid data ends at %d",
                  start_position, end)
+        check_crc = self.config.check_crc_on_recover
+        resume = next_valid_position(self.segments.segments, end, check_crc=check_crc)
+        if resume is not None:
+            if durable_end is None or end < durable_end:
+                raise self._mid_log_error(end, durable_end)
+            log.warning("[recovery] torn tail at position=%d: the valid-looking record at "
+                        "position=%d and any after it were never known durable (flushed up to "
+                        "%d before the stop) and are cut with the tail", end, resume,
+                        durable_end)
         self.segments.truncate(end)
         return end
+
+    def _mid_log_error(self, end: int, durable_end: int | None) -> MidLogCorruptionError:
+        """The error for damage at ``end`` that valid records follow (the whole log surveyed)."""
+        found = survey(self.segments.segments, end,
+                       check_crc=self.config.check_crc_on_recover)
+        first = found.damages[0]
+        root = self.segments.directory.parent
+        others = (f"; {len(found.damages) - 1} more damaged span(s) after it"
+                  if len(found.damages) > 1 else "")
+        known = "the store was closed cleanly" if durable_end is None else \
+            f"the log was known durable up to position={durable_end}"
+        message = (f"commit log damaged in the middle, not at its end: {first.describe()}; "
+                   f"{found.records_after_damage} valid record(s) follow it{others}, and "
+                   f"{known}. Nothing was deleted or changed. Run `postbox store repair "
+                   f"--store {root}` to set the damaged bytes aside (every valid record keeps "
+                   "its position), or restore the segment from a replica or a backup")
+        for damage in found.damages:
+            log.error("[recovery] [corruption] %s", damage.describe())
+        return MidLogCorruptionError(message, log_position=first.position, path=first.segment,
+                                     damages=found.damages,
+                                     valid_records_after=found.records_after_damage)
 
     def scan_valid_end(self, position: int) -> int:
         """Position after the last valid record, scanning forward from ``position``."""

@@ -115,6 +115,26 @@ class CorruptionError(StorageError):
         self.path = path
 
 
+class MidLogCorruptionError(CorruptionError):
+    """A damaged record in the middle of the commit log, with valid records after it.
+
+    Raised by ``MessageStore.open``; nothing was deleted or changed. ``damages`` lists every
+    damaged span found (``damage.Damage``: segment, position, end, reason) and
+    ``valid_records_after`` how many valid records follow the first one. ``postbox store repair
+    --store DIR`` sets the damaged bytes aside and keeps every valid record where it is.
+    """
+
+    def __init__(self, message: str, *, log_position: int, path: str, damages: list,
+                 valid_records_after: int) -> None:
+        super().__init__(message, log_position=log_position, path=path)
+        self.damages = damages
+        self.valid_records_after = valid_records_after
+
+
+class RepairError(StorageError):
+    """``repair_store`` cannot set a damaged span aside; nothing of that span was changed."""
+
+
 class StorageIOError(StorageError):
     """An operating-system error on a durability path. The store becomes fail-stop."""
 

@@ -2,8 +2,11 @@
 by key, by unique key, by time).
 
 Reads never take the put lock. A pulled record is checked against its consume-queue unit (magic,
-size) and its body CRC; a mismatch raises ``CorruptionError`` with the position. Hash collisions
-from the key index are filtered by the real key and topic. Thread-safe.
+size) and its body CRC. A pull skips a unit whose record fails those checks, or was set aside by
+``postbox store repair``, with an alert in the log (``[read] [corruption]`` / ``[read]
+[set-aside]``) and a count in ``skipped_damaged``: a consumer moves past it instead of failing
+at that offset forever. Reads by position or id raise ``CorruptionError`` with the position.
+Hash collisions from the key index are filtered by the real key and topic. Thread-safe.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from .errors import CorruptionError, InvalidMessageIdError, MessageNotFoundError
 from .formats import (
     FILLER_UNIT_SIZE,
     INDEX_QUERY_RESULT_MAX,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK,
     MessageView,
     RecordKind,
     check_record,
@@ -27,6 +32,7 @@ from .formats import (
 )
 from .key_index import KeyIndex
 from .message import GetResult, GetStatus
+from .repair import SET_ASIDE_TOPIC, set_aside_spans
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,7 @@ class MessageReader:
         self._log = commit_log
         self._queues = queues
         self._key_index = key_index
+        self.skipped_damaged = 0  # queue units skipped because their record is damaged
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_count: int,
                     tag_filter: TagFilter | None) -> GetResult:
@@ -96,7 +103,9 @@ class MessageReader:
                 if tag_filter is not None and not is_ext_address(code) and (
                         code not in tag_filter.hashes):
                     continue
-                view = self._read_unit(position, size)
+                view = self._read_unit(position, size, topic, queue_id, next_offset - 1)
+                if view is None:
+                    continue  # damaged or set aside: skipped with an alert
                 if tag_filter is not None and view.tags not in tag_filter.tags:
                     continue
                 messages.append(view)
@@ -106,17 +115,42 @@ class MessageReader:
             status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, messages, next_offset, min_offset, max_offset)
 
-    def _read_unit(self, position: int, size: int) -> MessageView:
-        """The record a consume-queue unit names, checked against the unit and its body CRC."""
-        view = self._log.read_unchecked(position)
-        if view.store_size != size or view.log_position != position:
-            raise CorruptionError(f"record at position={position} does not match its "
-                                  f"consume-queue unit (size {size})", log_position=position,
-                                  path=self._segment_path(position))
-        if masked_crc32(view.body) != view.body_crc:
-            raise CorruptionError(f"body CRC mismatch at position={position}",
-                                  log_position=position, path=self._segment_path(position))
+    def _read_unit(self, position: int, size: int, topic: str, queue_id: int,
+                   offset: int) -> MessageView | None:
+        """The record a consume-queue unit names, checked against the unit and its body CRC.
+
+        None when it cannot be delivered: set aside by repair, or damaged. Either is logged
+        (the alert) and counted; the pull goes on past it, so no consumer is stuck there.
+        """
+        try:
+            view = self._log.read_unchecked(position)
+            if view.store_size != size or view.log_position != position:
+                raise CorruptionError(f"record at position={position} does not match its "
+                                      f"consume-queue unit (size {size})")
+            if masked_crc32(view.body) != view.body_crc:
+                raise CorruptionError(f"body CRC mismatch at position={position}")
+            if view.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+                raise CorruptionError(f"position={position} holds a placeholder record")
+        except CorruptionError as error:
+            self._skip_damaged(position, topic, queue_id, offset, str(error))
+            return None
         return view
+
+    def _skip_damaged(self, position: int, topic: str, queue_id: int, offset: int,
+                      reason: str) -> None:
+        """Log the alert for a unit whose record cannot be delivered (skip policy, README)."""
+        self.skipped_damaged += 1
+        where = f"topic={topic} queue={queue_id} offset={offset} position={position}"
+        root = self._log.segments.directory.parent
+        for start, end, bytes_file in set_aside_spans(root):
+            if start <= position < end:
+                log.warning("[read] [set-aside] %s: the record was set aside by `postbox store "
+                            "repair` (its bytes: %s); skipped", where, bytes_file)
+                return
+        log.error("[read] [corruption] %s in segment %s: %s; skipped so consumers move on "
+                  "(the bytes stay on disk: `postbox store verify` names the damage, `postbox "
+                  "store repair --store %s` sets it aside)", where, self._segment_path(position),
+                  reason, root)
 
     def _segment_path(self, position: int) -> str | None:
         segment = self._log.segments.find(position)
@@ -128,7 +162,20 @@ class MessageReader:
             raise MessageNotFoundError(
                 f"position={position} is outside the commit log "
                 f"[{self._log.min_position}, {self._log.max_position})", log_position=position)
-        return self._log.read(position)
+        return self._not_set_aside(self._log.read(position))
+
+    def _not_set_aside(self, view: MessageView) -> MessageView:
+        """``view``, unless it is a placeholder repair wrote in place of a damaged span."""
+        if view.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK and \
+                SET_ASIDE_TOPIC.startswith(view.topic):
+            position = view.log_position
+            files = [f for start, end, f in set_aside_spans(self._log.segments.directory.parent)
+                     if start <= position < end]
+            raise CorruptionError(
+                f"the record at position={position} was damaged and set aside by `postbox "
+                f"store repair` (its bytes: {files[0] if files else 'see damaged/'})",
+                log_position=position, path=self._segment_path(position))
+        return view
 
     def view_message_by_id(self, msg_id: str) -> MessageView:
         """The record an offsetMsgId names.
@@ -147,7 +194,7 @@ class MessageReader:
                 not self._log.has_record_at(position)):
             raise MessageNotFoundError(f"no message {msg_id} in this store (position="
                                        f"{position})", log_position=position)
-        view = self._log.read(position)
+        view = self._not_set_aside(self._log.read(position))
         if view.msg_id != msg_id.upper():
             raise MessageNotFoundError(f"message {msg_id} (store host {host}) is not in this "
                                        "store", log_position=position)

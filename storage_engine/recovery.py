@@ -12,8 +12,13 @@ cleanly (reference §5). Disk states and the action each one gets:
 |                                                | record was stored at or before             |
 |                                                | min(log, queue flush time) - 3 s           |
 | unclean, checkpoint zero or implausible        | scan from the first segment                |
-| torn or corrupt log tail (CRC checked)         | truncate after the last valid record, zero |
-|                                                | the rest of that segment                   |
+| torn log tail (CRC checked): nothing valid     | truncate after the last valid record, zero |
+| after the first bad byte, or (unclean stop)    | the rest of that segment                   |
+| only records past the checkpoint's confirm     |                                            |
+| position (never known durable)                 |                                            |
+| damaged record followed by valid records       | refuse to open (``MidLogCorruptionError``: |
+| (clean stop, or below the confirm position)    | segment, position, reason, records after); |
+|                                                | nothing changed; ``postbox store repair``  |
 | empty trailing segments                        | deleted (the first segment always stays)   |
 | queue units pointing past the recovered end    | truncated                                  |
 | queue units damaged (found by load)            | truncated at the first bad unit; re-       |
@@ -99,7 +104,8 @@ def recover(commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex 
         return report
     report.scan_start = _scan_start(commit_log, clean_shutdown, checkpoint, report)
     before = commit_log.max_position
-    report.log_end = end = commit_log.recover_end(report.scan_start)
+    durable_end = None if clean_shutdown else checkpoint.confirm_position
+    report.log_end = end = commit_log.recover_end(report.scan_start, durable_end)
     report.truncated_bytes = max(0, before - end)
     for queue in queues.queues.values():
         queue.truncate_from_log_position(end)

@@ -13,6 +13,7 @@ lock); readers read bytes below a position they were given. What survives a cras
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -83,6 +84,28 @@ class MappedSegment:
     def read(self, position: int, size: int) -> bytes:
         """Copy ``size`` bytes starting at ``position`` within the segment."""
         return self.buffer[position:position + size]
+
+    def data_ranges(self, offset: int):
+        """``(start, end)`` offsets of the regions at or after ``offset`` that may hold data.
+
+        Asks the file system (``SEEK_DATA``/``SEEK_HOLE``): preallocated blocks never written
+        are holes to it, so a search for records after damage skips the zero tail of a segment
+        without reading it. A file system without that support yields the whole rest.
+        """
+        position = offset
+        while position < self.size_bytes:
+            try:
+                start = os.lseek(self._fd, position, os.SEEK_DATA)
+            except OSError as error:
+                if error.errno == errno.ENXIO:
+                    return
+                yield position, self.size_bytes
+                return
+            if start >= self.size_bytes:
+                return
+            end = min(os.lseek(self._fd, start, os.SEEK_HOLE), self.size_bytes)
+            yield start, end
+            position = end
 
     def dirty_pages(self) -> int:
         """4 KiB pages written but not yet flushed (RocketMQ's page-count rule, §6.1)."""

@@ -446,6 +446,7 @@ class MessageStore:
                 "max_position": self.commit_log.max_position,
                 "segment_count": len(self.commit_log.segments.segments),
                 "segment_size_bytes": self.config.commit_log.segment_size_bytes,
+                "damaged_units_skipped": self._reader.skipped_damaged,
             },
             "dispatch_position": self.dispatch.position,
             "flush_mode": self.config.flush.mode.value,

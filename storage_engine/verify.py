@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from .config import StoreConfig
+from .damage import FileSegment, next_valid_position
 from .formats import (
     CHECKPOINT_FILE_SIZE_BYTES,
     CONSUME_QUEUE_UNIT,
@@ -35,6 +36,7 @@ from .formats import (
     tag_hash,
     takes_queue_offset,
 )
+from .repair import set_aside_spans
 from .store_layout import infer_config
 from .topics import DELAY_TOPIC
 
@@ -50,8 +52,14 @@ def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None)
     records, log_end = _scan_log(root / "commitlog", config, problems)
     by_position = {record.log_position: record for record in records}
     log_min = _log_min_position(root / "commitlog")
-    _check_queues(root / "consumequeue", records, by_position, log_min, config, problems)
-    _check_key_index(root / "index", by_position, log_min, config, problems)
+    spans = set_aside_spans(root)
+
+    def set_aside(position: int) -> bool:  # units and entries of records repair set aside
+        return any(start <= position < end for start, end, _file in spans)
+
+    _check_queues(root / "consumequeue", records, by_position, log_min, set_aside, config,
+                  problems)
+    _check_key_index(root / "index", by_position, log_min, set_aside, config, problems)
     _check_checkpoint(root, records, log_end, problems)
     return problems
 
@@ -94,15 +102,15 @@ def _check_checkpoint(root: Path, records: list[DispatchRecord], log_end: int,
 def _scan_log(directory: Path, config: StoreConfig,
               problems: list[str]) -> tuple[list[DispatchRecord], int]:
     """Every valid record, and the log end position (after the last record, or after the
-    closing blank record of its segment)."""
+    closing blank record of its segment). Damage that valid records follow (in the same or a
+    later segment) is named as mid-log corruption and the scan goes on after it."""
     size = config.commit_log.segment_size_bytes
     if not directory.is_dir():
         return [], 0
     names = sorted(n for n in os.listdir(directory) if n.isdigit())
     records: list[DispatchRecord] = []
     expected_base = int(names[0]) if names else 0
-    log_end = expected_base
-    ended = False
+    segments: list[FileSegment] = []
     for name in names:
         path = directory / name
         if int(name) != expected_base or len(name) != 20:
@@ -113,28 +121,47 @@ def _scan_log(directory: Path, config: StoreConfig,
                 continue
             problems.append(f"commitlog/{name}: {path.stat().st_size} bytes, expected {size}")
             continue
-        data = path.read_bytes()
+        segments.append(FileSegment(int(name), path.read_bytes(), path))
+    log_end = segments[0].base_position if segments else expected_base
+    ended = False
+    for index, segment in enumerate(segments):
+        name = segment.path.name
         if ended:
-            if data.strip(b"\0"):
+            if segment.buffer.strip(b"\0"):
                 problems.append(f"commitlog/{name}: data after the end of the log")
             continue
-        ended = _scan_segment(int(name), data, records, problems)
+        ended = _scan_segment(segments, index, records, problems)
         if ended:
-            in_segment = [r for r in records[-1:] if r.log_position >= int(name)]
-            log_end = in_segment[0].log_position + in_segment[0].size if in_segment else int(name)
+            in_segment = [r for r in records[-1:] if r.log_position >= segment.base_position]
+            log_end = (in_segment[0].log_position + in_segment[0].size if in_segment
+                       else segment.base_position)
         else:
-            log_end = int(name) + size
+            log_end = segment.base_position + size
     return records, log_end
 
 
-def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
+def _scan_segment(segments: list[FileSegment], index: int, records: list[DispatchRecord],
                   problems: list[str]) -> bool:
     """Scan one segment; returns True when the log ends inside it."""
+    segment = segments[index]
+    base, data = segment.base_position, segment.buffer
     offset = 0
     while True:
         check = check_record(data, offset, len(data), check_crc=True)
         if check.kind == RecordKind.BLANK:
             return False
+        resume = None
+        if check.kind in (RecordKind.END, RecordKind.CORRUPT):
+            resume = next_valid_position(segments[index:], base + offset)
+        if resume is not None:  # valid records follow: mid-log corruption, not the end
+            reason = check.reason or "zeros where a record should start"
+            problems.append(f"commitlog/{segment.path.name} position={base + offset}: "
+                            f"mid-log corruption: {reason}; valid records follow from "
+                            f"position={resume} (`postbox store repair` sets the damage aside)")
+            if resume >= base + len(data):
+                return False
+            offset = resume - base
+            continue
         if check.kind == RecordKind.END:
             if offset < len(data) and data[offset:].strip(b"\0"):
                 problems.append(f"position={base + offset}: non-zero bytes after the end of data")
@@ -142,7 +169,8 @@ def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
                 problems.append(f"position={base + offset}: segment ends without a blank record")
             return True
         if check.kind == RecordKind.CORRUPT:
-            problems.append(f"position={base + offset}: corrupt record: {check.reason}")
+            problems.append(f"position={base + offset}: corrupt record at the end of the log "
+                            f"(torn tail: the next open cuts it): {check.reason}")
             return True
         _kind, size, record = decode_for_dispatch(data, offset, len(data))
         if record is None:
@@ -159,7 +187,7 @@ def _scan_segment(base: int, data: bytes, records: list[DispatchRecord],
 
 
 def _check_queues(directory: Path, records: list[DispatchRecord], by_position: dict,
-                  log_min: int, config: StoreConfig, problems: list[str]) -> None:
+                  log_min: int, set_aside, config: StoreConfig, problems: list[str]) -> None:
     expected: dict[tuple[str, int], list[DispatchRecord]] = {}
     for record in records:
         if takes_queue_offset(record.sys_flag):
@@ -171,7 +199,8 @@ def _check_queues(directory: Path, records: list[DispatchRecord], by_position: d
                 key = (topic, int(queue_name)) if queue_name.isdigit() else (topic, -1)
                 seen.add(key)
                 units = _read_units(directory / topic / queue_name, config, problems)
-                units = [u if u[0] >= log_min else (0, FILLER_UNIT_SIZE, 0) for u in units]
+                units = [u if u[0] >= log_min and not set_aside(u[0])
+                         else (0, FILLER_UNIT_SIZE, 0) for u in units]
                 _check_queue(key, units, expected.get(key, []), by_position, problems)
     for key, queue_records in expected.items():
         if key not in seen:
@@ -221,7 +250,8 @@ def _check_queue(key, units, queue_records, by_position, problems) -> None:
                             f"(offset {record.queue_offset}) is missing from the consume queue")
 
 
-def _check_key_index(directory: Path, by_position: dict, log_min: int, config: StoreConfig,
+def _check_key_index(directory: Path, by_position: dict, log_min: int, set_aside,
+                     config: StoreConfig,
                      problems: list[str]) -> None:
     if not directory.is_dir():
         return
@@ -232,7 +262,7 @@ def _check_key_index(directory: Path, by_position: dict, log_min: int, config: S
             problems.append(f"index/{name}: size {len(data)} does not match the configured "
                             "key-index slot and entry counts")
             continue
-        _check_index_file(name, data, geometry, by_position, log_min, problems)
+        _check_index_file(name, data, geometry, by_position, log_min, set_aside, problems)
 
 
 def _index_geometry(size: int, config: StoreConfig) -> tuple[int, int] | None:
@@ -240,7 +270,8 @@ def _index_geometry(size: int, config: StoreConfig) -> tuple[int, int] | None:
     return (slots, entries) if 40 + slots * 4 + entries * 20 == size else None
 
 
-def _check_index_file(name, data, geometry, by_position, log_min, problems) -> None:
+def _check_index_file(name, data, geometry, by_position, log_min, set_aside,
+                      problems) -> None:
     slots, _entries = geometry
     *_times, _begin, _end, _used, count = INDEX_HEADER.unpack_from(data, 0)
     for number in range(1, max(count, 1)):
@@ -248,7 +279,7 @@ def _check_index_file(name, data, geometry, by_position, log_min, problems) -> N
             data, entry_position(number, slots))
         record = by_position.get(position)
         where = f"index/{name} entry {number}"
-        if record is None and position < log_min:
+        if (record is None and position < log_min) or set_aside(position):
             continue  # its record was removed by retention
         if record is None:
             problems.append(f"{where}: points at position={position}, where no record starts")

@@ -24,6 +24,7 @@ from .outbox_commands import outbox_app
 from .query_commands import query_app
 from .reconcile_command import reconcile_command
 from .store_commands import store_app
+from .store_repair_command import repair_command
 from .store_tour import tour_command
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 store_app.command("tour")(tour_command)
+store_app.command("repair")(repair_command)
 app.add_typer(store_app)
 app.add_typer(query_app)
 app.add_typer(consumer_app)
