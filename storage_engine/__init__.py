@@ -59,6 +59,7 @@ from .errors import (
     StoreLockedError,
     StoreNotWritableError,
     StoreStateError,
+    TableFullError,
     TopicNotFoundError,
 )
 from .formats import HostAddress, MessageView
@@ -83,5 +84,6 @@ __all__ = [
     "MessageTooLargeError", "MessageView", "PropertiesTooLargeError", "PutResult", "PutStatus",
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
+    "TableFullError",
     "dead_letter_topic", "infer_config", "retry_topic", "validate_topic", "verify_store",
 ]
