@@ -106,13 +106,13 @@ class _ConfigTable:
             self._version += 1
             self._persisted_version = self._version if self._file.loaded_main else -1
 
-    def persist(self) -> bool:
+    def persist(self, *, force: bool = False) -> bool:
         """Write the table to disk (atomic replace; the previous file becomes ``.bak``) unless
-        the file already holds it; True when a file was written."""
+        the file already holds it (``force``: write anyway); True when a file was written."""
         with self._persist_lock:
             with self._lock:
                 version = self._version
-                if version == self._persisted_version:
+                if version == self._persisted_version and not force:
                     return False  # unchanged, or a concurrent persist already wrote it
                 text = encode_config_json(self._snapshot())
             self._file.persist_text(text)
@@ -321,7 +321,7 @@ class _BeanTable(_ConfigTable):
     NAME_ATTRIBUTE: ClassVar[str]
 
     def __init__(self, config_dir: str | Path, *, clock: Clock | None = None) -> None:
-        self._encoded: dict[str, EncodedJson] = {}  # bean name -> its text, until it changes
+        self._encoded: dict[str, str] = {}  # bean name -> its entry's text, until it changes
         self.encoded_bean_count = 0
         """Beans encoded by persists (each once until it changes: creation cost stays flat)."""
         super().__init__(config_dir, clock=clock)
@@ -412,16 +412,22 @@ class _BeanTable(_ConfigTable):
         self._encoded = {}
 
     def _snapshot(self) -> dict[str, Any]:
+        """The document with the table as one ``EncodedJson``: the text of each entry
+        (``"name":{bean}`` as ``encode_config_json`` writes it at indent 2) is kept until the
+        bean changes, so a persist joins strings instead of encoding every bean again."""
         snapshot = dict(self._document)
         encoded = self._encoded
-        beans = {}
+        entries = []
         for name, bean in self._beans.items():
             text = encoded.get(name)
-            if text is None:  # a bean sits at indent 2, depth 2: {TABLE_FIELD: {name: bean}}
-                text = encoded[name] = encode_json_value(bean_to_json(bean), 2, 2)
+            if text is None:
+                bean_text = encode_json_value(bean_to_json(bean), 2, 2).text
+                key_text = encode_json_value(name, 2, 2).text
+                text = encoded[name] = "\n\t\t" + key_text + ":" + bean_text
                 self.encoded_bean_count += 1
-            beans[name] = text
-        snapshot[self.TABLE_FIELD] = beans
+            entries.append(text)
+        table = "{" + ",".join(entries) + "\n\t}" if entries else "{}"
+        snapshot[self.TABLE_FIELD] = EncodedJson(table, 1, 1)
         return snapshot
 
 

@@ -115,7 +115,10 @@ def test_a_full_disk_still_opens_read_only_says_why_and_serves_reads(tmpfs):
         stored = [store.put_message(Message("orders", b"o%d" % n, keys=[f"k{n}"]), 0)
                   for n in range(100)]
     filler = _fill_disk(mount_point)
-    store = MessageStore.open(config)  # before: "cannot allocate", or ENOSPC on the marker
+    with MessageStore.open(config) as store:  # before: ENOSPC writing the abort marker
+        assert store.get_message("g", "orders", 0, 99).messages[0].body == b"o99"
+    # closed on the full disk without error: unchanged config files are not rewritten
+    store = MessageStore.open(config)
     try:
         why = store.stats()["retention"]["read_only_reason"]
         assert "disk is full" in why and "read-only" in why
@@ -146,7 +149,7 @@ def test_a_real_disk_refuses_writes_before_the_warning_level(tmpfs):
     try:
         stored = []
         with pytest.raises(DiskFullError, match="disk_space_warning_level_ratio") as refused:
-            for number in range(100_000):
+            for _ in range(100_000):
                 stored.append(store.put_message(Message("orders", bytes(8000)), 0))
         used = disk_used_ratio(mount_point)
         print(f"refused after {len(stored)} puts at {used:.0%} used (warning level 90%)")
