@@ -26,9 +26,7 @@ commit log's put lock; reads take no lock.
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -64,7 +62,7 @@ from .reader import MessageReader, TagFilter
 from .recovery import RecoveryReport, recover
 from .retention import ConsumptionFloor, RetentionService, local_hour
 from .service import Service
-from .store_layout import write_layout
+from .store_layout import write_open_markers
 
 log = logging.getLogger(__name__)
 
@@ -201,23 +199,16 @@ class MessageStore:
         A full disk at open makes the store read-only (``guard.read_only_reason``); later calls
         (before a put) retry and clear it, or raise ``DiskFullError``.
         """
-        root = self.config.root_dir
-        try:
-            write_layout(self.config)
-            (root / ABORT_FILE_NAME).write_bytes(str(os.getpid()).encode())
-            fsync_dir(root)
-        except OSError as error:
-            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            (root / ABORT_FILE_NAME).unlink(missing_ok=True)
-            reason = (f"store {root}: the disk is full ({error.strerror}): not even the abort "
-                      f"marker fits, so the store is read-only; reads work, writes resume "
-                      f"once space is freed (disk {self.guard.used_ratio:.0%} used)")
-            if at_open:
-                self.guard.set_read_only(reason)
-                return
-            raise DiskFullError(reason, path=str(root)) from error
-        self.guard.clear_read_only()
+        full = write_open_markers(self.config, self.config.root_dir / ABORT_FILE_NAME)
+        if full is None:
+            self.guard.clear_read_only()
+            return
+        reason = (f"store {self.config.root_dir}: the disk is full ({full.strerror}): not even "
+                  "the abort marker fits, so the store is read-only; reads work, writes resume "
+                  f"once space is freed (disk {self.guard.used_ratio:.0%} used)")
+        if not at_open:
+            raise DiskFullError(reason, path=str(self.config.root_dir)) from full
+        self.guard.set_read_only(reason)
 
     def _load_and_recover(self, clean: bool) -> None:
         """Load every file, recover (``recovery.py``), rebuild, and make the result durable."""
