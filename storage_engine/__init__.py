@@ -61,6 +61,7 @@ from .errors import (
     StoreLockedError,
     StoreNotWritableError,
     StoreStateError,
+    TableFullError,
     TopicNotFoundError,
 )
 from .formats import HostAddress, MessageView
@@ -86,6 +87,7 @@ __all__ = [
     "MessageTooLargeError", "MessageView", "PropertiesTooLargeError", "PutResult", "PutStatus",
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
+    "TableFullError",
     "dead_letter_topic", "infer_config", "retry_topic", "validate_topic", "verify_store",
     "MidLogCorruptionError", "RepairError", "RepairReport", "repair_store",
 ]

@@ -1,13 +1,16 @@
 """``Broker``: RocketMQ's broker semantics over an embedded ``MessageStore`` (DESIGN §3.4).
 
-Owns: topic config (auto-created on first send, ``topic_manager``), subscription groups,
+Owns: topic config (auto-created on first send, ``topic_manager``; at most
+``broker.topic_count_max``), subscription groups (at most ``broker.subscription_group_count_max``),
 consumer offsets (committed in memory, persisted every
 ``broker.consumer_offset_persist_interval_ms`` and at close, ``broker_persist``), the delay
 service (18 levels through ``SCHEDULE_TOPIC_XXXX``, ``delay_service``), send-back to
 ``%RETRY%group`` / ``%DLQ%group`` (reference §10.2, ``send_back``), long polling
 (``long_polling``), the consumer registry of each group for client-side rebalancing
-(``consumer_registry``) and orderly queue locks (``queue_locks``). The network server exposes the
-same operations later; the framework talks to either through the same method names.
+(``consumer_registry``) and orderly queue locks (``queue_locks``). It tells the store how far
+every group has consumed (``consumption_floor``), so disk pressure deletes only consumed data.
+The network server exposes the same operations later; the framework talks to either through
+the same method names.
 
 Services: the persist service, then the delay service, started in that order by the constructor
 and stopped in reverse by ``close``, which then persists every config table and closes the store
@@ -46,6 +49,7 @@ from .clock import Clock
 from .config import BrokerRole, StoreConfig
 from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
 from .consumer_registry import ConsumerRegistry, MembershipListener, validate_client_id
+from .consumption_floor import ConsumptionFloor
 from .delay_service import DelayService, schedule_delayed
 from .errors import (
     GroupNotFoundError,
@@ -55,6 +59,7 @@ from .errors import (
     NoPermissionError,
     NotMasterError,
     StoreClosedError,
+    TableFullError,
 )
 from .formats import PROPERTY_RETRY_TOPIC, MessageView
 from .long_polling import ArrivalWaiter, long_poll
@@ -125,6 +130,9 @@ class Broker:
         if not self._is_slave:  # a slave's commit log is written by replication only
             self._services.append(self.delay_service)
         store.add_arrival_listener(self._waiter.on_arrival)
+        store.set_consumption_floor(ConsumptionFloor(  # disk pressure keeps unconsumed data
+            store, self._tables.consumer_offsets, self._tables.delay_offsets,
+            lambda: {group: self._registry.topics(group) for group in self._registry.groups()}))
         started: list[Service] = []
         try:
             for service in self._services if start_services else ():
@@ -155,6 +163,7 @@ class Broker:
         self._waiter.wake_all()
         for service in reversed(self._services):
             service.stop()
+        self._store.set_consumption_floor(None)
         try:
             for table in (self._tables.topics, self._tables.subscription_groups,
                           self._tables.consumer_offsets, self._tables.delay_offsets):
@@ -213,11 +222,22 @@ class Broker:
         with self._group_lock:
             config = self._tables.subscription_groups.get(group)
             if config is None:
+                self._check_group_room(group)
                 config = SubscriptionGroupConfig(group)
                 self._tables.subscription_groups.put(config)
                 self._tables.subscription_groups.persist()
                 log.info("[broker] created subscription group %s", group)
             return config
+
+    def _check_group_room(self, group: str) -> None:
+        limit = self._config.subscription_group_count_max
+        count = len(self._tables.subscription_groups)
+        if count >= limit:
+            raise TableFullError(
+                f"cannot create subscription group {group!r}: the broker holds {count} groups, "
+                f"the most broker.subscription_group_count_max (broker.conf "
+                f"subscriptionGroupCountMax) allows ({limit}); delete unused groups or raise it",
+                setting="broker.subscription_group_count_max")
 
     def _system_group_topic(self, topic: str) -> TopicConfig:
         """``%RETRY%g`` (the group's retry_queue_nums queues) or ``%DLQ%g`` (1 queue), perm 6,

@@ -63,12 +63,16 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
     "diskSpaceCleanForciblyRatio": ("retention", "disk_space_clean_forcibly_ratio", _integer),
     "diskSpaceWarningLevelRatio": ("retention", "disk_space_warning_level_ratio", _integer),
     "deleteFileBatchMax": ("retention", "delete_file_batch_max", _integer),
+    "cleanFileForciblyEnable": ("retention", "clean_file_forcibly_enable", _boolean),
     "messageDelayLevel": ("delay", "levels_ms", parse_delay_levels),
     "autoCreateTopicEnable": ("broker", "auto_create_topic", _boolean),
     "defaultTopicQueueNums": ("broker", "default_topic_queue_count", _integer),
     "autoCreateSubscriptionGroup": ("broker", "auto_create_subscription_group", _boolean),
     "flushConsumerOffsetInterval": ("broker", "consumer_offset_persist_interval_ms", _integer),
     "flushDelayOffsetInterval": ("broker", "delay_offset_persist_interval_ms", _integer),
+    "topicCountMax": ("broker", "topic_count_max", _integer),  # Postbox-only
+    "subscriptionGroupCountMax": ("broker", "subscription_group_count_max", _integer),  # Postbox
+    "topicQueueCountMax": ("broker", "topic_queue_count_max", _integer),  # Postbox-only
     "brokerRole": (None, "broker_role", lambda text: BrokerRole(text.strip())),
     "haListenPort": ("ha", "ha_listen", lambda text: f"0.0.0.0:{_integer(text)}"),
     "haMasterAddress": ("ha", "master_address", str.strip),

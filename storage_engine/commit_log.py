@@ -30,6 +30,7 @@ from .config import CommitLogConfig
 from .damage import next_valid_position, survey
 from .errors import (
     CorruptionError,
+    DiskFullError,
     InvalidMessageError,
     MidLogCorruptionError,
     ReplicationError,
@@ -225,8 +226,10 @@ class CommitLog:
         Raises:
             StoreNotWritableError: the log failed earlier (fail-stop).
             InvalidMessageError: a record can never fit in one segment.
-            StorageIOError: a new segment could not be created (e.g. disk full); messages of the
-                batch before the failing one are stored, the rest are not.
+            DiskFullError: no room on the disk for a new segment (preallocated whole, so this
+                fails cleanly before anything is written to it); messages of the batch before
+                the failing one are stored, the rest are not.
+            StorageIOError: a new segment could not be created for another reason (same).
         """
         with self._lock:
             if self.failure is not None:
@@ -302,9 +305,9 @@ class CommitLog:
             last.written_position = segment_size
         try:
             return self.segments.create_next()
-        except StorageIOError:
-            log.error("[append] cannot create a new commit-log segment after position=%d",
-                      self.max_position)
+        except (StorageIOError, DiskFullError) as error:
+            log.error("[append] cannot create a new commit-log segment after position=%d: %s",
+                      self.max_position, error)
             raise
 
     def append_replicated(self, position: int, data: bytes | memoryview) -> int:

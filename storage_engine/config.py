@@ -130,15 +130,39 @@ class FlushConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RetentionConfig:
-    """Expired-file cleaning and disk watermarks (acted on by the retention service)."""
+    """Expired-file cleaning and disk watermarks (the retention service and the disk guard).
+
+    Disk pressure means back-pressure (DESIGN §9): at the warning level writes are refused, and
+    pressure deletes only segments every subscribed group has consumed past, unless
+    ``clean_file_forcibly_enable`` says otherwise.
+    """
 
     file_reserved_hours: int = 72
+    """Segments older than this are expired (``fileReservedTime``) and deleted at the deletion
+    hours, consumed or not: the time limit is the retention promise."""
     delete_when: str = "04"
     """Hours of the day (``HH``, ``;``-separated) when expired files are deleted."""
     disk_max_used_space_ratio: int = 75
+    """Above this used percentage expired files are deleted outside the deletion hours too
+    (``diskMaxUsedSpaceRatio``)."""
     disk_space_clean_forcibly_ratio: int = 85
+    """Above this used percentage unexpired segments are deleted too: only those every
+    subscribed group has consumed past, or any with ``clean_file_forcibly_enable``
+    (``diskSpaceCleanForciblyRatio``)."""
     disk_space_warning_level_ratio: int = 90
+    """At this used percentage new writes are refused with ``DiskFullError`` before the disk
+    passes it (``diskSpaceWarningLevelRatio``); they resume once space is freed."""
     delete_file_batch_max: int = 10
+    """Most commit-log segments deleted in one run (``deleteFileBatchMax``)."""
+    clean_file_forcibly_enable: bool = False
+    """Let disk pressure delete segments no group has consumed yet (``cleanFileForciblyEnable``,
+    on by default in RocketMQ, off here). Consequence: above
+    ``disk_space_clean_forcibly_ratio`` acknowledged messages that consumers have not read yet
+    are deleted and lost to them; keep it off unless losing messages beats refusing writes."""
+    disk_check_interval_ms: int = 100
+    """Puts measure the disk at least this often (one ``statvfs``)."""
+    disk_check_bytes: int = MIB
+    """...and after this many bytes were accepted since the last measurement."""
 
     def __post_init__(self) -> None:
         _require(self.file_reserved_hours >= 0, "retention.file_reserved_hours", "must be >= 0")
@@ -147,6 +171,10 @@ class RetentionConfig:
         for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio",
                      "disk_space_warning_level_ratio"):
             _require(10 <= getattr(self, name) <= 95, f"retention.{name}", "must be in 10..95")
+        _require(self.delete_file_batch_max >= 1, "retention.delete_file_batch_max",
+                 "must be positive")
+        _require(self.disk_check_interval_ms > 0 and self.disk_check_bytes > 0,
+                 "retention.disk_check_interval_ms", "and disk_check_bytes must be positive")
 
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -195,10 +223,21 @@ class BrokerConfig:
     """A consumer that sent no heartbeat for this long leaves its group."""
     queue_lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock lapses after this long without renewal."""
+    topic_count_max: int = 10_000
+    """Most topics the broker holds, retry (``%RETRY%g``) and dead-letter (``%DLQ%g``) topics
+    included; creating one more raises ``TableFullError`` (Postbox-only broker.conf key
+    ``topicCountMax``). Bounds ``topics.json`` and the files a topic's queues take."""
+    subscription_group_count_max: int = 10_000
+    """Most subscription groups (Postbox-only broker.conf key ``subscriptionGroupCountMax``)."""
+    topic_queue_count_max: int = 1024
+    """Most queues a topic may have (Postbox-only broker.conf key ``topicQueueCountMax``);
+    also capped by ``StoreConfig.queue_id_max`` + 1."""
 
     def __post_init__(self) -> None:
         _require(1 <= self.default_topic_queue_count <= 1024,
                  "broker.default_topic_queue_count", "must be in 1..1024")
+        for name in ("topic_count_max", "subscription_group_count_max", "topic_queue_count_max"):
+            _require(getattr(self, name) >= 1, f"broker.{name}", "must be positive")
         for name in ("consumer_offset_persist_interval_ms", "delay_offset_persist_interval_ms",
                      "long_polling_max_ms", "consumer_expiry_ms", "queue_lock_expiry_ms"):
             _require(getattr(self, name) > 0, f"broker.{name}", "must be positive")

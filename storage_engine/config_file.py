@@ -71,6 +71,8 @@ class ConfigFile:
         self.temp_path = self.path.with_name(self.path.name + TEMP_SUFFIX)
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
+        self.loaded_main = False
+        """Whether the last ``load`` returned the main file's document (not ``.bak``'s)."""
 
     # ----------------------------------------------------------------------------------------
     # Load
@@ -88,10 +90,13 @@ class ConfigFile:
             StorageIOError: a file exists but cannot be read, renamed or removed.
         """
         with self._lock:
+            self.loaded_main = False
             main = self._read(self.path)
             if main:
                 try:
-                    return _decode(main, convert)
+                    document = _decode(main, convert)
+                    self.loaded_main = True
+                    return document
                 except ValueError as error:
                     problem = f"{self.path} is undecodable ({error})"
                     return self._load_backup(main, problem, convert)

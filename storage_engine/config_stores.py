@@ -25,6 +25,12 @@ Thread-safety: each table guards its state with its own lock, so consumers may c
 many threads. ``persist`` encodes a snapshot under that lock and writes it outside the lock;
 persists of one table are serialized, so a later persist never writes an older snapshot.
 
+Cost: every change bumps the table's in-memory version; ``persist`` writes only when the version
+moved since the file was loaded or last written (so concurrent creators share one write, and a
+store on a full disk closes without rewriting unchanged files), and bean tables encode each bean
+once and reuse the text (``EncodedJson``) until it changes, so creating the n-th topic no longer
+re-encodes the n - 1 before it (what made creation slow down as topics grew).
+
 Crash behaviour: tables live in memory and reach disk through ``ConfigFile`` (atomic replace,
 ``.bak`` = previous version). A crash loses the changes made since the last persist; as in
 RocketMQ (consumer offsets persist every 5 s) consumers then re-read a few messages.
@@ -51,7 +57,7 @@ from .config_beans import (
 from .config_file import ConfigFile, ConfigFileError
 from .errors import InvalidMessageError, InvalidQueueError, InvalidTopicError
 from .formats.directory import CONFIG_DIR_NAME, CONSUMER_OFFSET_FILE_NAME, TOPIC_GROUP_SEPARATOR
-from .formats.fastjson import encode_config_json
+from .formats.fastjson import EncodedJson, encode_config_json, encode_json_value
 from .topics import validate_topic
 
 log = logging.getLogger(__name__)
@@ -77,6 +83,10 @@ class _ConfigTable:
         self._lock = threading.RLock()
         self._persist_lock = threading.Lock()
         self._document: dict[str, Any] = self._new_document()
+        self._version = 0  # bumped by every change (``_changed``)
+        self._persisted_version = -1  # the version the file holds; -1: unknown, write it
+        self.persist_count = 0
+        """Files written by ``persist`` (skipped persists of an unchanged table not counted)."""
 
     @property
     def path(self) -> Path:
@@ -92,13 +102,30 @@ class _ConfigTable:
         document = self._file.load(self._parse)
         with self._lock:
             self._document = self._new_document() if document is None else document
+            self._loaded()
+            self._version += 1
+            self._persisted_version = self._version if self._file.loaded_main else -1
 
-    def persist(self) -> None:
-        """Write the table to disk (atomic replace; the previous file becomes ``.bak``)."""
+    def persist(self, *, force: bool = False) -> bool:
+        """Write the table to disk (atomic replace; the previous file becomes ``.bak``) unless
+        the file already holds it (``force``: write anyway); True when a file was written."""
         with self._persist_lock:
             with self._lock:
+                version = self._version
+                if version == self._persisted_version and not force:
+                    return False  # unchanged, or a concurrent persist already wrote it
                 text = encode_config_json(self._snapshot())
             self._file.persist_text(text)
+            self._persisted_version = version
+            self.persist_count += 1
+        return True
+
+    def _changed(self) -> None:
+        """Record a change (called under the lock by every mutation)."""
+        self._version += 1
+
+    def _loaded(self) -> None:
+        """Hook: a new document was loaded (called under the lock)."""
 
     def _new_document(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -169,6 +196,7 @@ class ConsumerOffsetTable(_ConfigTable):
             queues = self._table.setdefault(key, {})
             previous = queues.get(queue_id)
             queues[queue_id] = offset
+            self._changed()
         if previous is not None and offset < previous:
             log.info("[config] consumer offset of %s queue=%d moved back from %d to %d", key,
                      queue_id, previous, offset)
@@ -206,6 +234,8 @@ class ConsumerOffsetTable(_ConfigTable):
                       if len(parts := key.split(TOPIC_GROUP_SEPARATOR)) == 2 and matches(parts)]
             for key in doomed:
                 log.info("[config] removed consumer offsets %s %s", key, self._table.pop(key))
+            if doomed:
+                self._changed()
         return len(doomed)
 
     @property
@@ -258,6 +288,7 @@ class DelayOffsetTable(_ConfigTable):
         _check_non_negative("offset", offset, InvalidMessageError)
         with self._lock:
             self._table[level] = offset
+            self._changed()
 
     def levels(self) -> dict[int, int]:
         """A copy of ``{level: next_offset}``."""
@@ -289,6 +320,16 @@ class _BeanTable(_ConfigTable):
     BEAN: ClassVar[type]
     NAME_ATTRIBUTE: ClassVar[str]
 
+    def __init__(self, config_dir: str | Path, *, clock: Clock | None = None) -> None:
+        self._encoded: dict[str, str] = {}  # bean name -> its entry's text, until it changes
+        self.encoded_bean_count = 0
+        """Beans encoded by persists (each once until it changes: creation cost stays flat)."""
+        super().__init__(config_dir, clock=clock)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._beans)
+
     @property
     def data_version(self) -> DataVersion:
         """The current ``dataVersion``."""
@@ -312,7 +353,7 @@ class _BeanTable(_ConfigTable):
             if self._beans.get(name) == bean:
                 return False
             self._beans[name] = bean
-            self._bump()
+            self._bump(name)
         return True
 
     def remove(self, name: str) -> bool:
@@ -320,10 +361,12 @@ class _BeanTable(_ConfigTable):
         with self._lock:
             if self._beans.pop(name, None) is None:
                 return False
-            self._bump()
+            self._bump(name)
         return True
 
-    def _bump(self) -> None:
+    def _bump(self, name: str) -> None:
+        self._encoded.pop(name, None)
+        self._changed()
         version = self._document["dataVersion"]
         version["counter"] += 1
         version["timestamp"] = self._clock.now_ms()
@@ -365,10 +408,26 @@ class _BeanTable(_ConfigTable):
             log.warning("[config] %s: %r is not a valid name (%s); kept as loaded",
                         self.FILE_NAME, name, error)
 
+    def _loaded(self) -> None:
+        self._encoded = {}
+
     def _snapshot(self) -> dict[str, Any]:
+        """The document with the table as one ``EncodedJson``: the text of each entry
+        (``"name":{bean}`` as ``encode_config_json`` writes it at indent 2) is kept until the
+        bean changes, so a persist joins strings instead of encoding every bean again."""
         snapshot = dict(self._document)
-        snapshot[self.TABLE_FIELD] = {name: bean_to_json(bean)
-                                      for name, bean in self._beans.items()}
+        encoded = self._encoded
+        entries = []
+        for name, bean in self._beans.items():
+            text = encoded.get(name)
+            if text is None:
+                bean_text = encode_json_value(bean_to_json(bean), 2, 2).text
+                key_text = encode_json_value(name, 2, 2).text
+                text = encoded[name] = "\n\t\t" + key_text + ":" + bean_text
+                self.encoded_bean_count += 1
+            entries.append(text)
+        table = "{" + ",".join(entries) + "\n\t}" if entries else "{}"
+        snapshot[self.TABLE_FIELD] = EncodedJson(table, 1, 1)
         return snapshot
 
 

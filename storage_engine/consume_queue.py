@@ -4,6 +4,9 @@ Unit *n* (queue offset *n*) lives at byte ``n * 20`` of the logical queue, split
 ``units_per_file`` units named by their start byte. The queue is derived data: the dispatch
 service appends units in log order, and recovery truncates or rebuilds them from the log.
 
+Files are sparse (``Allocation.SPARSE``): a new queue takes one page on disk, not its 6 MB
+file, and blocks are reserved just ahead of the units written (DESIGN §9 "files follow data").
+
 Invariants: units are written in offset order; a unit is valid when its position >= 0 and its
 size > 0; an all-zero unit ends the data; filler units ``(0, 0x7FFFFFFF, 0)`` pad a queue whose
 first real offset is k > 0 (pre-blank fill) and count as offsets below ``min_offset``.
@@ -26,6 +29,7 @@ from .formats import (
     FILLER_UNIT_SIZE,
     is_ext_address,
 )
+from .segment import Allocation
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 UNIT = CONSUME_QUEUE_UNIT_SIZE_BYTES
 _pack_unit_into = CONSUME_QUEUE_UNIT.pack_into
 _unpack_unit = CONSUME_QUEUE_UNIT.unpack_from
+_SCAN_CHUNK_UNITS = 4096  # units read per chunk when load scans a file (80 KiB)
 
 
 class ConsumeQueue:
@@ -42,7 +47,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size_bytes = units_per_file * UNIT
-        self.segments = SegmentSet(directory, self.file_size_bytes)
+        self.segments = SegmentSet(directory, self.file_size_bytes, Allocation.SPARSE)
         self.min_logic_position = 0  # byte position of the first real unit
         self.max_log_end = 0  # log position + size of the last unit: dedup on re-dispatch
         self.damaged = False  # load found and removed invalid units (recovery rebuilds them)
@@ -85,15 +90,24 @@ class ConsumeQueue:
             self.max_log_end = position + size
 
     def _scan_valid_units(self, segment, previous_end: int) -> tuple[int, int]:
-        """(bytes of valid units in ``segment``, log end of the last one)."""
-        buffer = segment.buffer
-        for unit_position in range(0, self.file_size_bytes, UNIT):
-            position, size, _tag = _unpack_unit(buffer, unit_position)
-            if size == FILLER_UNIT_SIZE and position == 0:
-                continue
-            if position < previous_end or size <= 0:
-                return unit_position, previous_end
-            previous_end = position + size
+        """(bytes of valid units in ``segment``, log end of the last one).
+
+        Reads through the file in chunks up to its data end (holes are zeros: the end of data),
+        so a sparse file's holes are never mapped in."""
+        data_end = segment.data_end_bound()
+        chunk_bytes = _SCAN_CHUNK_UNITS * UNIT
+        for chunk_position in range(0, data_end, chunk_bytes):
+            data = segment.read_file(chunk_position, min(chunk_bytes, data_end - chunk_position))
+            data += bytes(-len(data) % UNIT)  # a unit cut by the data end: the rest is a hole
+            for offset in range(0, len(data), UNIT):
+                position, size, _tag = _unpack_unit(data, offset)
+                if size == FILLER_UNIT_SIZE and position == 0:
+                    continue
+                if position < previous_end or size <= 0:
+                    return chunk_position + offset, previous_end
+                previous_end = position + size
+        if data_end < self.file_size_bytes:
+            return -(-data_end // UNIT) * UNIT, previous_end  # the next unit is in a hole
         return self.file_size_bytes, previous_end
 
     def _find_min_logic_position(self) -> None:
@@ -151,6 +165,7 @@ class ConsumeQueue:
                 self._write_unit(FILLER_UNIT)
                 written += UNIT
         segment = self._writable_segment()
+        segment.reserve(segment.written_position + UNIT)  # sparse file: blocks before the write
         _pack_unit_into(segment.buffer, segment.written_position, log_position, size, tag_hash)
         segment.written_position += UNIT
         self.max_log_end = log_position + size
@@ -170,6 +185,7 @@ class ConsumeQueue:
         log.warning("[recovery] %s/%d: unit at offset=%d disagreed with its record at "
                     "position=%d: rewritten", self.topic, self.queue_id, unit_position // UNIT,
                     log_position)
+        segment.allocate(offset, UNIT)
         _pack_unit_into(segment.buffer, offset, log_position, size, tag_hash)
         segment.flushed_position = min(segment.flushed_position, offset)
 

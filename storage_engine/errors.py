@@ -97,6 +97,12 @@ class LimitExceededError(InvalidMessageError):
         self.setting = setting
 
 
+class TableFullError(LimitExceededError):
+    """The broker holds as many topics (``broker.topic_count_max``) or subscription groups
+    (``broker.subscription_group_count_max``) as configured; ``setting`` names which. Nothing
+    was created."""
+
+
 class MessageTooLargeError(LimitExceededError):
     """A message body is larger than ``max_message_size_bytes``."""
 
@@ -158,8 +164,16 @@ class MessageNotFoundError(StorageError, LookupError):
 
 
 class DiskFullError(StoreNotWritableError):
-    """Disk usage is above ``retention.disk_space_warning_level_ratio``: writes are refused until
-    retention frees space (reads keep working)."""
+    """The disk is (nearly) full: usage reached ``retention.disk_space_warning_level_ratio``, or
+    the file system had no room for a file. Writes are refused until space is freed (reads keep
+    working); nothing stored is lost. ``setting`` names the configuration that governs it."""
+
+    def __init__(self, message: str, *, setting: str = "retention.disk_space_warning_level_ratio",
+                 path: str | None = None, used_ratio: float | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.path = path
+        self.used_ratio = used_ratio
 
 
 class TopicNotFoundError(InvalidMessageError):

@@ -13,7 +13,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from .errors import StorageIOError, StoreLockedError
+from .errors import DiskFullError, StorageIOError, StoreLockedError
 
 LOCK_FILE_NAME = "lock"
 _LOCK_CONTENT = b"lock"
@@ -57,6 +57,10 @@ def preallocate(fd: int, size_bytes: int, path: Path) -> None:
 
     A sparse file would let a later write through the mapping hit ENOSPC as SIGBUS, which kills
     the process; ``posix_fallocate`` reports it as an error instead.
+
+    Raises:
+        DiskFullError: the file system has no room for the file.
+        StorageIOError: another file-system error.
     """
     try:
         os.posix_fallocate(fd, 0, size_bytes)
@@ -64,8 +68,37 @@ def preallocate(fd: int, size_bytes: int, path: Path) -> None:
         if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):
             os.ftruncate(fd, size_bytes)  # file system without fallocate (e.g. some tmpfs)
             return
-        raise StorageIOError(f"cannot allocate {size_bytes} bytes for {path}: {error}",
-                             path=str(path)) from error
+        _raise_allocation_error(error, size_bytes, path, "create")
+
+
+def allocate_range(fd: int, start: int, length: int, path: Path) -> None:
+    """Give ``[start, start + length)`` of a (sparse) file real blocks; existing data stays.
+
+    On a file system without ``fallocate`` nothing is reserved (writes still work; a full disk
+    may then surface as SIGBUS, as it would with any sparse mapping).
+
+    Raises:
+        DiskFullError: the file system has no room for the blocks.
+        StorageIOError: another file-system error.
+    """
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as error:
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return
+        _raise_allocation_error(error, length, path, "grow")
+
+
+def _raise_allocation_error(error: OSError, size_bytes: int, path: Path, verb: str) -> None:
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise DiskFullError(
+            f"no space left on the disk holding {path}: cannot {verb} it by {size_bytes} bytes "
+            f"({os.strerror(error.errno)}); writes are refused until space is freed (reads "
+            "keep working). Free space, or lower retention.disk_space_warning_level_ratio "
+            "(diskSpaceWarningLevelRatio) so writes stop before the disk fills",
+            setting="retention.disk_space_warning_level_ratio", path=str(path)) from error
+    raise StorageIOError(f"cannot allocate {size_bytes} bytes for {path}: {error}",
+                         path=str(path)) from error
 
 
 def fsync_dir(directory: Path) -> None:

@@ -1,13 +1,16 @@
 """``KeyIndex``: hash index from message keys to log positions (RocketMQ's IndexService).
 
 Each ``KeyIndexFile`` is a fixed-size file of a 40-byte header, ``slot_count`` 4-byte slots and
-``entry_count`` 20-byte entries (layout in ``formats.index_layout``). A key ``topic#key`` hashes
-(Java ``hashCode``, abs) to a slot; the slot holds the newest entry number and entries chain to
-older ones through ``prev``. Entry 0 is never used, so a file takes ``entry_count - 1`` keys.
-When a file fills, a new one is created, named by the clock (``yyyyMMddHHmmssSSS``), with its
-header begin/end values copied from the previous file's end (a RocketMQ quirk kept for byte
-compatibility). Lookups visit files newest first and stop at 64 results; hash collisions are
-returned too and must be filtered by the caller against the real key and topic.
+``entry_count`` 20-byte entries (layout in ``formats.index_layout``). It is sparse: blocks are
+reserved page by page as slots and entries are written, so a new file takes a few pages on disk,
+not its 420 MB (holes read as zeros: the bytes are those of a preallocated file). A key
+``topic#key`` hashes (Java ``hashCode``, abs) to a slot; the slot holds the newest entry number
+and entries chain to older ones through ``prev``. Entry 0 is never used, so a file takes
+``entry_count - 1`` keys. When a file fills, a new one is created, named by the clock
+(``yyyyMMddHHmmssSSS``), with its header begin/end values copied from the previous file's end
+(a RocketMQ quirk kept for byte compatibility). Lookups visit files newest first and stop at
+64 results; hash collisions are returned too and must be filtered by the caller against the
+real key and topic.
 
 Thread-safety: one writer (the dispatch thread); readers may run concurrently: a reader sees a
 slot value only after the entry it names has been written (entry first, then slot). The header
@@ -39,7 +42,7 @@ from .formats import (
     index_key_hash,
 )
 from .fsutil import fsync_dir
-from .segment import MappedSegment
+from .segment import PAGE_SIZE_BYTES, Allocation, MappedSegment, reservation_end
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,12 @@ class KeyIndexFile:
         self.entry_count_max = entry_count
         self._entries_base = entry_position(0, slot_count)
         self.file = MappedSegment(path, 0, index_file_size(slot_count, entry_count),
-                                  create=create)
+                                  create=create, allocation=Allocation.SPARSE)
+        # sparse file: the pages of the header and slots that have blocks, and how far the
+        # entries have them (reserved before each write; a loaded file re-reserves, for free)
+        self._slot_pages = bytearray(-(-self._entries_base // PAGE_SIZE_BYTES))
+        self._entries_reserved_end = self._entries_base
+        self._reserve_slot_page(0)  # the header
         if create:
             end_position, end_timestamp_ms = previous_end
             self.begin_timestamp_ms = self.end_timestamp_ms = end_timestamp_ms
@@ -97,6 +105,11 @@ class KeyIndexFile:
             return False
         buffer = self.file.buffer
         slot_at = INDEX_HEADER_SIZE_BYTES + (key_hash % self.slot_count) * 4
+        entry_at = self._entries_base + number * 20
+        if not self._slot_pages[slot_at // PAGE_SIZE_BYTES]:
+            self._reserve_slot_page(slot_at // PAGE_SIZE_BYTES)
+        if entry_at + 20 > self._entries_reserved_end:
+            self._reserve_entries(entry_at + 20)
         previous = _unpack_slot(buffer, slot_at)[0]
         if previous <= 0 or previous > number:
             previous = 0
@@ -105,8 +118,7 @@ class KeyIndexFile:
         else:
             time_diff = (store_timestamp_ms - self.begin_timestamp_ms) // 1000
             time_diff = 0 if time_diff < 0 else min(time_diff, _INT_MAX)
-        _pack_entry_into(buffer, self._entries_base + number * 20, key_hash, log_position,
-                         time_diff, previous)
+        _pack_entry_into(buffer, entry_at, key_hash, log_position, time_diff, previous)
         _pack_slot_into(buffer, slot_at, number)
         if number <= 1:
             self.begin_position = log_position
@@ -118,12 +130,29 @@ class KeyIndexFile:
         self.end_timestamp_ms = store_timestamp_ms
         return True
 
+    def _reserve_slot_page(self, page: int) -> None:
+        """Give one page of the header and slot area disk blocks (slots are written at random
+        places, so they are reserved page by page)."""
+        start = page * PAGE_SIZE_BYTES
+        self.file.allocate(start, min(PAGE_SIZE_BYTES, self.file.size_bytes - start))
+        self._slot_pages[page] = 1
+
+    def _reserve_entries(self, end: int) -> None:
+        """Give the entry area blocks up to at least ``end`` (doubling steps, as segments)."""
+        target = reservation_end(self._entries_base, self._entries_reserved_end, end,
+                                 self.file.size_bytes)
+        self.file.allocate(self._entries_reserved_end, target - self._entries_reserved_end)
+        self._entries_reserved_end = target
+
     def select_positions(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int,
                          found: list[int]) -> None:
         """Append to ``found`` positions whose entry has ``key_hash`` and a time in range."""
         buffer = self.file.buffer
         count = self.entry_count
-        number = _unpack_slot(buffer, INDEX_HEADER_SIZE_BYTES + (key_hash % self.slot_count) * 4)[0]
+        # the slot is read through the file: an empty slot may be a hole, which a read through
+        # the mapping would back with a page (on tmpfs, disk space; a SIGBUS when it is full)
+        slot = self.file.read_file(INDEX_HEADER_SIZE_BYTES + (key_hash % self.slot_count) * 4, 4)
+        number = _unpack_slot(slot.ljust(4, b"\0"), 0)[0]
         if number <= 0 or number > count or count <= 1:
             return
         begin_timestamp = self.begin_timestamp_ms

@@ -1,18 +1,22 @@
-"""``RetentionService``: expired-file cleaning and disk watermarks (reference §8).
+"""``RetentionService``: expired-file cleaning and cleaning under disk pressure (reference §8).
 
 Every ``CLEAN_INTERVAL_MS`` (10 s) one run:
 
-1. measures disk usage of the partition(s) holding the store (an injectable probe):
-   above ``disk_space_warning_level_ratio`` (90 %) the store is *disk full* — writes are refused
-   with ``DiskFullError`` and files are deleted even if not expired; above
-   ``disk_space_clean_forcibly_ratio`` (85 %) unexpired files are deleted too; above
-   ``disk_max_used_space_ratio`` (75 %) expired files are deleted outside the delete hours; at or
-   below the warning level the disk-full state clears and writes are accepted again;
+1. measures disk usage of the partition holding the store through the ``DiskGuard`` (which puts
+   also consult, far more often, to refuse writes at ``disk_space_warning_level_ratio``): above
+   ``disk_space_clean_forcibly_ratio`` (85 %) or the warning level (90 %) the run cleans
+   *immediately*; above ``disk_max_used_space_ratio`` (75 %) expired files are deleted outside
+   the delete hours;
 2. when it is a deletion hour (``delete_when``, local time), the disk check asks for it, or an
    operator requested it (``request_deletion``), deletes commit-log segments oldest first:
-   expired ones (file modified more than ``file_reserved_hours`` ago) or, in forced mode, any —
-   never the segment being written, never one not yet flushed or dispatched, at most
-   ``delete_file_batch_max`` a run, stopping at the first one that must stay (no holes);
+   expired ones (file modified more than ``file_reserved_hours`` ago) and, when cleaning
+   immediately, unexpired ones that every subscribed group has consumed past (their end is at
+   or below the *consumption floor*, a callable the store's owner provides — the broker knows
+   the groups and their offsets; without one nothing unexpired is deleted) — or any unexpired
+   one when ``clean_file_forcibly_enable`` (RocketMQ's forced clean, off by default: it deletes
+   messages nobody has read). Never the segment being written, never one not yet flushed or
+   dispatched, at most ``delete_file_batch_max`` a run, stopping at the first one that must stay
+   (no holes);
 3. deletes consume-queue and key-index files whose entries all point below the new minimum log
    position and moves every queue's ``min_offset`` to its first unit still in the log.
 
@@ -26,8 +30,6 @@ the next run deletes again.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +38,7 @@ from .clock import Clock
 from .commit_log import CommitLog
 from .config import RetentionConfig
 from .consume_queue_set import ConsumeQueueSet
+from .disk_guard import DiskGuard, disk_usage
 from .key_index import KeyIndex
 from .service import Service
 
@@ -43,8 +46,9 @@ log = logging.getLogger(__name__)
 
 CLEAN_INTERVAL_MS = 10_000
 MANUAL_DELETE_RUNS = 20
-DiskUsageProbe = Callable[[Path], float]
-"""Used fraction (0.0–1.0) of the partition holding a path."""
+ConsumptionFloor = Callable[[], int]
+"""Lowest log position some subscribed group still has to consume (segments ending at or below
+it have been consumed past by every group)."""
 
 
 def disk_used_ratio(path: Path) -> float:
@@ -55,12 +59,7 @@ def disk_used_ratio(path: Path) -> float:
     blocks reserved for root (or hidden by a quota) count on neither side, so they never make a
     roomy disk look full.
     """
-    stats = os.statvfs(path)
-    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
-    available = stats.f_bavail * stats.f_frsize
-    if used + available <= 0:
-        return 0.0
-    return math.ceil(used * 100 / (used + available)) / 100
+    return disk_usage(path).ratio
 
 
 def local_hour(now_ms: int) -> int:
@@ -76,23 +75,33 @@ class RetentionService(Service):
 
     def __init__(self, commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex,
                  dispatched_position: Callable[[], int], config: RetentionConfig, clock: Clock,
-                 *, root_dir: Path, disk_usage: DiskUsageProbe = disk_used_ratio,
-                 hour_of_day: Callable[[int], int] = local_hour) -> None:
+                 *, guard: DiskGuard, hour_of_day: Callable[[int], int] = local_hour) -> None:
         super().__init__(clock)
         self._commit_log = commit_log
         self._queues = queues
         self._key_index = key_index
         self._dispatched_position = dispatched_position
         self.config = config
-        self._root_dir = root_dir
-        self._disk_usage = disk_usage
+        self.guard = guard
         self._hour_of_day = hour_of_day
         self._delete_hours = {int(hour) for hour in config.delete_when.split(";")}
         self._manual_runs = 0
         self._to_close: list = []  # detached files whose mappings close on the next run
-        self.disk_full = False
-        self.disk_used_ratio = 0.0
+        self.consumption_floor: ConsumptionFloor | None = None
+        """Set by the store's owner (``MessageStore.set_consumption_floor``)."""
         self.deleted_segment_count = 0
+        self.kept_unconsumed = False
+        """The last immediate cleaning stopped at a segment some group has not consumed."""
+
+    @property
+    def disk_full(self) -> bool:
+        """Whether writes are refused for disk usage (the guard's state)."""
+        return self.guard.full
+
+    @property
+    def disk_used_ratio(self) -> float:
+        """Used fraction of the store's partition at the last measurement."""
+        return self.guard.used_ratio
 
     def request_deletion(self) -> None:
         """Operator request: delete expired files in the next runs regardless of the hour."""
@@ -102,53 +111,60 @@ class RetentionService(Service):
     def run_once(self, now_ms: int) -> int:
         """One cleaning run; returns the number of commit-log segments deleted."""
         self._close_detached()
-        forced, space_wants = self._check_space()
+        immediate, space_wants = self._check_space(now_ms)
         deleted = 0
-        if forced or space_wants or self._manual_runs or (
+        if immediate or space_wants or self._manual_runs or (
                 self._hour_of_day(now_ms) in self._delete_hours):
             self._manual_runs = max(0, self._manual_runs - 1)
-            deleted = self._delete_segments(now_ms, forced)
+            deleted = self._delete_segments(now_ms, immediate)
         self._clean_derived()
         return deleted  # non-zero: the loop runs again at once, until nothing is deletable
 
-    def _check_space(self) -> tuple[bool, bool]:
-        """(delete unexpired files too, delete expired files now) from the disk usage."""
-        ratio = self._disk_usage(self._root_dir)
-        self.disk_used_ratio = ratio
+    def _check_space(self, now_ms: int) -> tuple[bool, bool]:
+        """(clean immediately, delete expired files now) from the disk usage."""
+        ratio = self.guard.check(now_ms)
         config = self.config
-        if ratio > config.disk_space_warning_level_ratio / 100:
-            if not self.disk_full:
-                log.error("[retention] disk %.0f%% used, above the %d%% warning level: writes "
-                          "refused until space is freed", ratio * 100,
-                          config.disk_space_warning_level_ratio)
-            self.disk_full = True
-            return True, True
-        if self.disk_full:
-            log.warning("[retention] disk %.0f%% used: writes accepted again", ratio * 100)
-        self.disk_full = False
-        if ratio > config.disk_space_clean_forcibly_ratio / 100:
+        if self.guard.full or ratio > config.disk_space_clean_forcibly_ratio / 100:
             return True, True
         return False, ratio > config.disk_max_used_space_ratio / 100
 
-    def _delete_segments(self, now_ms: int, forced: bool) -> int:
+    def _delete_segments(self, now_ms: int, immediate: bool) -> int:
         reserved_ms = self.config.file_reserved_hours * 3_600_000
         dispatched = self._dispatched_position()
+        forcibly = immediate and self.config.clean_file_forcibly_enable
+        floor = self._floor() if immediate and not forcibly else None
         segments = self._commit_log.segments.segments
         count = 0
+        self.kept_unconsumed = False
         for segment in segments[:-1][:self.config.delete_file_batch_max]:
             end = segment.base_position + segment.size_bytes
             if segment.flushed_position < segment.size_bytes or dispatched < end:
                 break  # not yet durable or not yet in the queues: never delete
-            if not forced and _modified_ms(segment.path) + reserved_ms > now_ms:
+            if _modified_ms(segment.path) + reserved_ms <= now_ms or forcibly:
+                count += 1
+                continue
+            if floor is None or end > floor:
+                self.kept_unconsumed = floor is not None
                 break  # the first file that must stay ends the run (no holes)
-            count += 1
+            count += 1  # unexpired, but every subscribed group has consumed past it
         removed = self._commit_log.segments.remove_front(count)
         for segment in removed:
             log.info("[retention] deleted commit-log segment %s%s", segment.path.name,
-                     " (forced)" if forced else "")
+                     " (forced: cleanFileForciblyEnable)" if forcibly else "")
+        if self.kept_unconsumed:
+            log.warning("[retention] disk %.0f%% used: segment at position=%d holds messages "
+                        "a subscribed group has not consumed yet; kept (writes are refused at "
+                        "%d%% instead; retention.clean_file_forcibly_enable deletes them)",
+                        self.guard.used_ratio * 100, segments[count].base_position,
+                        self.config.disk_space_warning_level_ratio)
         self._to_close.extend(removed)
         self.deleted_segment_count += len(removed)
         return len(removed)
+
+    def _floor(self) -> int:
+        """The consumption floor (the log's first position, deleting nothing, without one)."""
+        provider = self.consumption_floor
+        return self._commit_log.min_position if provider is None else provider()
 
     def _clean_derived(self) -> None:
         """Delete queue and index files that only point below the log's first position."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from .errors import CorruptionError
 from .formats import segment_file_name
 from .fsutil import fsync_dir, preallocate
-from .segment import MappedSegment
+from .segment import Allocation, MappedSegment
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,11 @@ log = logging.getLogger(__name__)
 class SegmentSet:
     """All segments of one log directory."""
 
-    def __init__(self, directory: Path, segment_size_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_size_bytes: int,
+                 allocation: Allocation = Allocation.PREALLOCATED) -> None:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
+        self.allocation = allocation
         self.segments: list[MappedSegment] = []
         self._structure_lock = threading.Lock()  # create_next vs remove_front
 
@@ -57,7 +59,7 @@ class SegmentSet:
             self._check_size(self.directory / name, is_first=index == 0,
                              is_last=index == len(names) - 1)
             segment = MappedSegment(self.directory / name, base, self.segment_size_bytes,
-                                    create=False)
+                                    create=False, allocation=self.allocation)
             segment.written_position = self.segment_size_bytes
             segment.flushed_position = 0  # a dead process may have left dirty pages: sync once
             self.segments.append(segment)
@@ -74,7 +76,10 @@ class SegmentSet:
                         path, size, self.segment_size_bytes)
             fd = os.open(path, os.O_RDWR)
             try:
-                preallocate(fd, self.segment_size_bytes, path)
+                if self.allocation is Allocation.SPARSE:
+                    os.ftruncate(fd, self.segment_size_bytes)
+                else:
+                    preallocate(fd, self.segment_size_bytes, path)
             finally:
                 os.close(fd)
             return
@@ -107,7 +112,8 @@ class SegmentSet:
             base_position = 0
         self.directory.mkdir(parents=True, exist_ok=True)
         segment = MappedSegment(self.directory / segment_file_name(base_position), base_position,
-                                self.segment_size_bytes, create=True)
+                                self.segment_size_bytes, create=True,
+                                allocation=self.allocation)
         with self._structure_lock:
             self.segments.append(segment)
         fsync_dir(self.directory)

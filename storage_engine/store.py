@@ -27,7 +27,6 @@ commit log's put lock; reads take no lock.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -37,6 +36,8 @@ from .commit_log import CommitLog
 from .config import BrokerRole, FlushMode, StoreConfig
 from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consume_queue_set import ConsumeQueueSet
+from .disk_guard import DiskGuard, DiskUsageProbe
+from .disk_guard import disk_usage as measure_disk_usage
 from .dispatch import (
     ArrivalListener,
     ConsumeQueueDispatcher,
@@ -51,7 +52,7 @@ from .flush import (
     PeriodicFlushService,
     QueueFlushService,
 )
-from .formats import PROPERTY_WAIT, MessageView, encode_host
+from .formats import END_FILE_MIN_BLANK_LENGTH, PROPERTY_WAIT, MessageView, encode_host
 from .fsutil import StoreLock, fsync_dir
 from .ha import HAMasterService, HASlaveClient, LogTimestampDispatcher, RecordBoundary
 from .key_index import KeyIndex
@@ -59,9 +60,9 @@ from .message import GetResult, Message, PutResult, PutStatus
 from .message_encoder import MessageEncoder
 from .reader import MessageReader, TagFilter
 from .recovery import RecoveryReport, recover
-from .retention import DiskUsageProbe, RetentionService, disk_used_ratio, local_hour
+from .retention import ConsumptionFloor, RetentionService, local_hour
 from .service import Service
-from .store_layout import write_layout
+from .store_layout import write_open_markers
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class MessageStore:
     """An open store. Create with ``MessageStore.open(config)``."""
 
     def __init__(self, config: StoreConfig, clock: Clock, *,
-                 disk_usage: DiskUsageProbe = disk_used_ratio,
+                 disk_usage: DiskUsageProbe = measure_disk_usage,
                  hour_of_day: Callable[[int], int] = local_hour) -> None:
         root = config.root_dir
         self.config = config
@@ -112,10 +113,10 @@ class MessageStore:
             self.queues, config.flush, clock, self.checkpoint, self.log_flusher,
             lambda: self.dispatch.dispatched_timestamp_ms,
             lambda: self.key_index.durable_state)
+        self.guard = DiskGuard(root, config.retention, clock, disk_usage)
         self.retention = RetentionService(
             self.commit_log, self.queues, self.key_index, lambda: self.dispatch.position,
-            config.retention, clock, root_dir=root, disk_usage=disk_usage,
-            hour_of_day=hour_of_day)
+            config.retention, clock, guard=self.guard, hour_of_day=hour_of_day)
         self._services: list[Service] = [self.log_flusher, self.dispatch, self.queue_flusher,
                                          self.retention]
         for service in self._services:
@@ -156,12 +157,16 @@ class MessageStore:
 
     @classmethod
     def open(cls, config: StoreConfig, *, clock: Clock | None = None,
-             disk_usage: DiskUsageProbe = disk_used_ratio,
+             disk_usage: DiskUsageProbe = measure_disk_usage,
              hour_of_day: Callable[[int], int] = local_hour) -> MessageStore:
         """Open (creating if needed), recover and start a store.
 
-        ``clock``, ``disk_usage`` (used fraction of the store's partition) and ``hour_of_day``
-        are injectable so tests can drive retention without waiting or filling a disk.
+        ``clock``, ``disk_usage`` (usage of the store's partition) and ``hour_of_day`` are
+        injectable so tests can drive retention without waiting or filling a disk.
+
+        A disk too full to write the ``abort`` marker does not stop the open: the store opens
+        read-only (reads work, puts raise ``DiskFullError`` saying why) and becomes writable
+        once the marker can be written.
         """
         store = cls(config, clock or SystemClock(), disk_usage=disk_usage,
                     hour_of_day=hour_of_day)
@@ -176,9 +181,8 @@ class MessageStore:
             abort_path = root / ABORT_FILE_NAME
             clean = not abort_path.exists()
             self._load_and_recover(clean)
-            write_layout(self.config)
-            abort_path.write_bytes(str(os.getpid()).encode())
-            fsync_dir(root)
+            self.guard.check()
+            self._write_abort_marker(at_open=True)
             for service in self._services:
                 service.start()
         except BaseException:
@@ -188,6 +192,23 @@ class MessageStore:
         log.info("[open] store %s: log [%d, %d), %d queues, clean=%s, re-dispatched %d bytes",
                  root, self.commit_log.min_position, self.commit_log.max_position,
                  len(self.queues.queues), clean, self.recovery.redispatched_bytes)
+
+    def _write_abort_marker(self, *, at_open: bool = False) -> None:
+        """Write the layout file and the ``abort`` marker (the store is now being written).
+
+        A full disk at open makes the store read-only (``guard.read_only_reason``); later calls
+        (before a put) retry and clear it, or raise ``DiskFullError``.
+        """
+        full = write_open_markers(self.config, self.config.root_dir / ABORT_FILE_NAME)
+        if full is None:
+            self.guard.clear_read_only()
+            return
+        reason = (f"store {self.config.root_dir}: the disk is full ({full.strerror}): not even "
+                  "the abort marker fits, so the store is read-only; reads work, writes resume "
+                  f"once space is freed (disk {self.guard.used_ratio:.0%} used)")
+        if not at_open:
+            raise DiskFullError(reason, path=str(self.config.root_dir)) from full
+        self.guard.set_read_only(reason)
 
     def _load_and_recover(self, clean: bool) -> None:
         """Load every file, recover (``recovery.py``), rebuild, and make the result durable."""
@@ -287,6 +308,8 @@ class MessageStore:
 
         Raises:
             NotMasterError: this store is a SLAVE.
+            DiskFullError: the disk is at ``retention.disk_space_warning_level_ratio`` (or this
+                batch would take it past), or full: nothing of the batch was stored.
             StoreNotWritableError: the store is in fail-stop after an I/O error.
             StorageIOError: the batch was stored but its flush failed (the store is now in
                 fail-stop; the messages may or may not survive a power loss).
@@ -296,14 +319,9 @@ class MessageStore:
             raise NotMasterError(
                 f"store {self.config.root_dir} is a SLAVE of {self.config.ha.master_address}: "
                 "it refuses producer writes (send to the master, or promote this store)")
-        if self.retention.disk_full:
-            raise DiskFullError(
-                f"store {self.config.root_dir}: disk {self.retention.disk_used_ratio:.0%} used, "
-                "above retention.disk_space_warning_level_ratio "
-                f"({self.config.retention.disk_space_warning_level_ratio}%); writes resume "
-                "once retention frees space (reads keep working)")
         prepare = self._encoder.prepare
         batch = [prepare(message, queue_id) for message in messages]
+        self._admit(batch)
         appended = self.commit_log.append(batch)
         if self._ha_master is not None:
             self._ha_master.notify_appended(push=self._sync_master)
@@ -322,6 +340,24 @@ class MessageStore:
         return [PutResult(p.topic, p.queue_id, a.queue_offset, a.log_position, p.size,
                           a.store_timestamp_ms, host, status)
                 for p, a in zip(batch, appended, strict=True)]
+
+    def _admit(self, batch) -> None:
+        """Back-pressure (``DiskGuard``): raise ``DiskFullError`` before the disk passes the
+        warning level; counts the commit-log segment this batch may have to create."""
+        if self.guard.read_only_reason is not None:
+            self._write_abort_marker()
+        size = sum(prepared.size for prepared in batch)
+        last = self.commit_log.segments.last
+        rolls = last is None or last.remaining_bytes < size + END_FILE_MIN_BLANK_LENGTH
+        self.guard.admit(size, self.config.commit_log.segment_size_bytes if rolls else 0)
+
+    def set_consumption_floor(self, floor: ConsumptionFloor | None) -> None:
+        """Tell retention the lowest log position some subscribed group still has to consume.
+
+        Disk pressure then deletes unexpired segments only below it (the broker, which owns the
+        groups and offsets, provides it; ``None``: nothing unexpired is deleted by pressure).
+        """
+        self.retention.consumption_floor = floor
 
     @staticmethod
     def _wants_wait(batch) -> bool:
@@ -457,6 +493,9 @@ class MessageStore:
             "failure": None if self.failure is None else str(self.failure),
             "retention": {"disk_used_ratio": self.retention.disk_used_ratio,
                           "disk_full": self.retention.disk_full,
+                          "read_only_reason": self.guard.read_only_reason,
+                          "writes_refused": self.guard.refused_count,
+                          "kept_unconsumed": self.retention.kept_unconsumed,
                           "deleted_segment_count": self.retention.deleted_segment_count},
             "recovery": self.recovery.as_dict() if self.recovery else None,
             "queue_count": len(queues),

@@ -5,17 +5,21 @@ size ``40 + 4 * slots + 20 * entries`` does not say how it splits. The store the
 geometry in ``postbox-layout.json`` at the store root, outside RocketMQ's own directories (a
 RocketMQ broker ignores it). ``infer_config`` reads that file when present and otherwise measures
 the files, assuming RocketMQ's 1:4 slot-to-entry ratio for the key index.
+
+``write_open_markers`` writes that file and the ``abort`` marker when a store opens; a disk too
+full for them is reported to the caller, which then opens read-only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 from pathlib import Path
 
 from .config import StoreConfig
-from .fsutil import atomic_write
+from .fsutil import atomic_write, fsync_dir
 
 LAYOUT_FILE_NAME = "postbox-layout.json"
 
@@ -36,6 +40,24 @@ def write_layout(config: StoreConfig) -> None:
     except FileNotFoundError:
         pass
     atomic_write(path, data)
+
+
+def write_open_markers(config: StoreConfig, abort_path: Path) -> OSError | None:
+    """Write the layout file and the ``abort`` marker (the PID) and fsync the root.
+
+    A full disk (ENOSPC, EDQUOT) is returned, not raised, with no marker left behind: the
+    caller opens read-only. Other errors raise.
+    """
+    try:
+        write_layout(config)
+        abort_path.write_bytes(str(os.getpid()).encode())
+        fsync_dir(config.root_dir)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        abort_path.unlink(missing_ok=True)
+        return error
+    return None
 
 
 def infer_config(root_dir: str | os.PathLike, base: StoreConfig | None = None) -> StoreConfig:

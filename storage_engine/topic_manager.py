@@ -10,6 +10,10 @@ Queue selection: an explicit queue id must be below the topic's ``write_queue_nu
 key picks ``abs(String.hashCode(key)) % write_queue_nums`` (Java's ``Math.abs(Integer.MIN_VALUE)``
 stays negative; Postbox maps that one hash to queue 0); otherwise a per-topic round robin.
 
+Limits: at most ``broker.topic_count_max`` topics (``TableFullError``) and
+``broker.topic_queue_count_max`` queues a topic (``LimitExceededError``), each error naming the
+setting to raise.
+
 Thread-safety: every method may be called from any thread. Creation is serialized by one lock
 (create-if-absent must not race); lookups go to the table, which has its own lock.
 Crash behaviour: a created topic is on disk when ``create``/``ensure``/``for_send`` returns.
@@ -28,7 +32,9 @@ from .errors import (
     ConfigError,
     InvalidQueueError,
     InvalidTopicError,
+    LimitExceededError,
     NoPermissionError,
+    TableFullError,
     TopicNotFoundError,
 )
 from .formats import java_string_hashcode
@@ -48,10 +54,11 @@ class TopicManager:
     """Topic configs of one broker."""
 
     def __init__(self, table: TopicConfigTable, config: BrokerConfig,
-                 queue_count_max: int) -> None:
+                 queue_id_count: int) -> None:
         self._table = table
         self._config = config
-        self._queue_count_max = queue_count_max
+        self._queue_id_count = queue_id_count
+        self._queue_count_max = min(queue_id_count, config.topic_queue_count_max)
         self._create_lock = threading.Lock()
         self._counter_lock = threading.Lock()
         self._round_robin: dict[str, int] = {}
@@ -74,6 +81,8 @@ class TopicManager:
         with self._create_lock:
             existing = self._table.get(topic)
             fields = dict(read_queue_nums=count, write_queue_nums=count, perm=perm, order=order)
+            if existing is None:
+                self._check_room(topic)
             config = (TopicConfig(topic, **fields) if existing is None
                       else dataclasses.replace(existing, **fields))
             if self._table.put(config):
@@ -90,6 +99,7 @@ class TopicManager:
         with self._create_lock:
             config = self._table.get(topic)
             if config is None:
+                self._check_room(topic)
                 config = TopicConfig(topic, read_queue_nums=queue_count,
                                      write_queue_nums=queue_count, perm=perm)
                 self._table.put(config)
@@ -143,9 +153,26 @@ class TopicManager:
         return turn % count
 
     def _check_queue_count(self, topic: str, count: object) -> None:
-        if type(count) is not int or not 1 <= count <= self._queue_count_max:
+        if type(count) is not int or count < 1:
             raise ConfigError(f"topic {topic!r}: queue_count must be an integer in "
-                              f"1..{self._queue_count_max} (queue_id_max + 1), got {count!r}")
+                              f"1..{self._queue_count_max}, got {count!r}")
+        if count > self._queue_count_max:
+            setting = ("broker.topic_queue_count_max (broker.conf topicQueueCountMax)"
+                       if self._queue_count_max < self._queue_id_count else "queue_id_max")
+            raise LimitExceededError(
+                f"topic {topic!r}: {count} queues asked, at most {self._queue_count_max} "
+                f"allowed; raise {setting} to allow more", setting=setting.split()[0],
+                topic=topic)
+
+    def _check_room(self, topic: str) -> None:
+        """Raise ``TableFullError`` when no further topic may be created (under the lock)."""
+        limit = self._config.topic_count_max
+        if len(self._table) >= limit:
+            raise TableFullError(
+                f"cannot create topic {topic!r}: the broker holds {len(self._table)} topics, "
+                f"the most broker.topic_count_max (broker.conf topicCountMax) allows ({limit}, "
+                "retry and dead-letter topics included); delete unused topics or raise it",
+                setting="broker.topic_count_max", topic=topic)
 
 
 def check_user_topic(topic: str) -> str:

@@ -64,11 +64,30 @@ _LITERALS = {"true": True, "false": False, "null": None}
 # Writer
 # --------------------------------------------------------------------------------------------
 
+class EncodedJson:
+    """A value already encoded by ``encode_json_value`` for one indentation and depth; written
+    as is when met there, so a table of many beans encodes each bean once, not on every write."""
+
+    __slots__ = ("text", "indent", "nesting")
+
+    def __init__(self, text: str, indent: int, nesting: int) -> None:
+        self.text = text
+        self.indent = indent
+        self.nesting = nesting
+
+
+def encode_json_value(value: Any, indent: int, nesting: int) -> EncodedJson:
+    """``value`` encoded as it is written at ``indent`` TABs and depth ``nesting``."""
+    parts: list[str] = []
+    _write_value(value, indent, nesting, parts)
+    return EncodedJson("".join(parts), indent, nesting)
+
+
 def encode_config_json(value: Any) -> str:
     """Serialize ``value`` exactly as fastjson's pretty format would (no trailing newline).
 
-    Accepts dicts (``str`` or ``int`` keys), lists/tuples, ``str``, ``int``, ``bool``, ``None``
-    and finite floats.
+    Accepts dicts (``str`` or ``int`` keys), lists/tuples, ``str``, ``int``, ``bool``, ``None``,
+    finite floats and ``EncodedJson`` fragments (at the place they were encoded for).
 
     Raises:
         TypeError: a value or key of another type.
@@ -81,7 +100,12 @@ def encode_config_json(value: Any) -> str:
 
 def _write_value(value: Any, indent: int, nesting: int, parts: list[str]) -> None:
     """Append ``value``; ``indent`` = TABs of the line it starts on, ``nesting`` = its depth."""
-    if value is None:
+    if value.__class__ is EncodedJson:  # first: a table of many beans is mostly these
+        if (value.indent, value.nesting) != (indent, nesting):
+            raise ValueError(f"a value encoded at indent {value.indent}, depth {value.nesting} "
+                             f"is written at indent {indent}, depth {nesting}")
+        parts.append(value.text)
+    elif value is None:
         parts.append("null")
     elif value is True or value is False:
         parts.append("true" if value else "false")

@@ -1,18 +1,16 @@
 """Retention: expired commit-log segments go at the deletion hour or under disk pressure, the
-consume queues and key index follow the new minimum position, and above the warning watermark the
+consume queues and key index follow the new minimum position; under pressure only segments every
+group has consumed past go (unless forced cleaning is enabled), and at the warning watermark the
 store refuses writes (reads keep working) until space is freed.
 
 Time and disk usage are injected (a fake clock, file mtimes set with ``os.utime``, a probe
-returning a chosen ratio); one test fills a real, small tmpfs to prove the real probe and the
-real ENOSPC path.
+returning a chosen ratio); the real probe and a real full disk are in ``test_disk_space.py``.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import uuid
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +20,6 @@ from storage_engine import (
     Message,
     MessageStore,
     RetentionConfig,
-    StorageIOError,
-    verify_store,
 )
 from storage_engine.retention import disk_used_ratio
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
@@ -122,15 +118,61 @@ def test_used_space_above_the_max_ratio_deletes_expired_files_outside_the_hours(
     assert store.retention.run_once(clock.now_ms()) == 2
 
 
-def test_above_the_forcibly_ratio_unexpired_files_are_deleted_too(retained, clock):
+def test_above_the_forcibly_ratio_only_segments_every_group_consumed_are_deleted(retained,
+                                                                                 clock):
+    """Pressure deletes unexpired segments only up to the consumption floor; without one
+    (no owner told the store what was consumed) it deletes nothing unexpired."""
     probe = DiskProbe()
     store = retained(hour=12, probe=probe)
+    results = _fill(store)
+    probe.ratio = 0.86
+    names = _segment_names(store)
+    assert store.retention.run_once(clock.now_ms()) == 0
+    assert store.retention.kept_unconsumed and _segment_names(store) == names
+    floor = results[150].log_position  # every group consumed the first 150 messages
+    store.set_consumption_floor(lambda: floor)
+    deleted = store.retention.run_once(clock.now_ms())
+    assert 0 < deleted < len(names) - 1
+    assert store.commit_log.min_position <= floor  # nothing at or after the floor went
+    assert store.commit_log.min_position > floor - store.config.commit_log.segment_size_bytes
+    assert store.retention.kept_unconsumed
+    assert [v.log_position for v in read_queue(store, TOPIC)][-250:] == [
+        r.log_position for r in results[150:]]
+    store.put_message(Message(TOPIC, b"still writable"), 0)
+
+
+def test_forced_cleaning_deletes_unconsumed_segments_only_when_enabled(retained, clock):
+    """RocketMQ's forced clean (``cleanFileForciblyEnable``) stays available, explicitly."""
+    probe = DiskProbe()
+    store = retained(hour=12, probe=probe, clean_file_forcibly_enable=True)
     _fill(store)
     probe.ratio = 0.86
     count = len(store.commit_log.segments.segments)
     assert store.retention.run_once(clock.now_ms()) == min(10, count - 1)
     assert not store.retention.disk_full
-    store.put_message(Message(TOPIC, b"still writable"), 0)
+
+
+def test_puts_measure_the_disk_every_interval_and_every_n_bytes(retained, clock):
+    """The watermark is not left to the 10 s retention run: a put measures again once
+    ``disk_check_interval_ms`` passed or ``disk_check_bytes`` were accepted since."""
+    probe = DiskProbe()
+    store = retained(hour=12, probe=probe, disk_check_interval_ms=100,
+                     disk_check_bytes=4096)
+    store.put_message(Message(TOPIC, b"measured"), 0)
+    probe.ratio = 0.91
+    store.put_message(Message(TOPIC, b"a" * 100), 0)  # measured just now: accepted
+    clock.advance(100)
+    with pytest.raises(DiskFullError, match="disk_space_warning_level_ratio") as refused:
+        store.put_message(Message(TOPIC, b"after 100 ms"), 0)
+    assert refused.value.setting == "retention.disk_space_warning_level_ratio"
+    probe.ratio = 0.50
+    clock.advance(100)
+    store.put_message(Message(TOPIC, b"accepted again"), 0)
+    probe.ratio = 0.91
+    with pytest.raises(DiskFullError):  # no time passed, but 4 KiB were accepted since
+        for _ in range(10):
+            store.put_message(Message(TOPIC, bytes(1000)), 0)
+    assert store.stats()["retention"]["writes_refused"] == 2
 
 
 def test_above_the_warning_ratio_writes_are_refused_until_space_is_freed(retained, clock):
@@ -178,49 +220,3 @@ def test_disk_used_ratio_is_what_df_shows(tmp_path):
                            text=True, check=True).stdout.splitlines()[-1]
     assert abs(ratio * 100 - int(shown.strip().rstrip("%"))) <= 1
     assert abs(ratio * 100 - round(ratio * 100)) < 1e-9
-
-
-# ---- a real full disk (a small tmpfs; needs permission to mount) -----------------------------
-
-@pytest.fixture
-def small_tmpfs(tmp_path) -> Path:
-    mount_point = tmp_path / f"tmpfs-{uuid.uuid4().hex[:8]}"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount_point)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def test_a_real_full_disk_refuses_writes_clearly_then_retention_frees_it(small_tmpfs, clock):
-    """ENOSPC when a new segment cannot be allocated is a clear error and harms nothing
-    stored; the real probe then sees > 90 %: writes are refused with ``DiskFullError`` and
-    forced cleaning (RocketMQ's rule above the warning level) frees space until writes are
-    accepted again."""
-    config = small_config(small_tmpfs / "store", tiny=False)
-    store = MessageStore.open(config, clock=clock, hour_of_day=lambda _now: 12)
-    stored = []
-    with pytest.raises(StorageIOError, match="cannot allocate"):
-        for i in range(100_000):
-            stored.append(store.put_message(Message(TOPIC, b"f%05d" % i + bytes(500)), 0))
-    assert store.wait_dispatched()
-    assert [v.log_position for v in read_queue(store, TOPIC)] == [
-        r.log_position for r in stored]
-    store.log_flusher.flush(0)
-    store.retention.run_once(clock.now_ms())
-    assert store.retention.disk_full and store.retention.disk_used_ratio > 0.90
-    with pytest.raises(DiskFullError):
-        store.put_message(Message(TOPIC, b"more"), 0)
-    deleted = store.retention.deleted_segment_count
-    assert deleted > 0
-    store.retention.run_once(clock.now_ms())  # closes the mappings: the space is free now
-    assert not store.retention.disk_full
-    (accepted,) = put_all(store, [Message(TOPIC, b"accepted")])
-    assert accepted.queue_offset == len(stored)
-    survivors = [r.log_position for r in stored if r.log_position >= store.commit_log.min_position]
-    assert [v.log_position for v in read_queue(store, TOPIC)] == survivors + [
-        accepted.log_position]
-    store.close()
-    assert verify_store(config.root_dir, config) == []
