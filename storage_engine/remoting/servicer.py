@@ -49,7 +49,7 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
     def QueryRoute(self, request, context):  # noqa: D102, N802 (generated names)
         parts = self._parts
         topic = topic_name(request.topic)
-        parts.authorize(context)
+        parts.authorize(context, describe=[topic])
         config = parts.broker.topic_config(topic)
         broker_config = parts.broker.store.config.broker
         if config is None and not broker_config.auto_create_topic:

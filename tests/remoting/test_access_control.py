@@ -29,7 +29,7 @@ ACL = {
     "clock_skew_s": 300,
     "accounts": [
         {"access_key": "app", "secret_key": "app-secret",
-         "topics": {"secure": "PUB|SUB"}, "groups": {"readers": "SUB"}},
+         "topics": {"secure": "PUB|SUB"}, "groups": {"readers": "SUB"}, "create_topics": True},
         {"access_key": "outsider", "secret_key": "outsider-secret",
          "topics": {"elsewhere": "PUB|SUB", "*": "DENY"}, "groups": {"others": "SUB"}},
     ],
