@@ -227,3 +227,20 @@ def test_forged_record_cannot_be_sent_back_and_resent_to_another_topic(secured, 
         orders = [view.body for queue_id in range(4)
                   for view in broker.pull("check", "orders", queue_id, 0, 32).messages]
         assert sorted(orders) == [b"order 0", b"order 1", b"order 2"]
+
+
+def test_send_back_takes_the_stored_record_the_caller_read(secured):
+    client = RemoteBroker(secured.address, credentials=credentials("all"))
+    secured.clients.append(client)
+    view = client.pull("billing", "orders", 0, 1, 1).messages[0]
+    result = client.send_back("billing", view, delay_level=1)
+    assert result.outcome.value == "retry"
+    header = {"group": "billing", "topic": "orders", "queue_id": 0, "queue_offset": 1,
+              "log_position": view.log_position + 1, "delay_level": 1}
+    code, _ = call(secured.address, credentials("all"), "SendBack", header)
+    assert code is grpc.StatusCode.NOT_FOUND  # the position does not match that entry
+    assert secured.process.stop() == 0
+    with Broker.open(secured.config) as broker:
+        copy = broker.store.read_message(result.receipt.log_position)
+        assert (copy.body, copy.properties["REAL_TOPIC"], copy.properties["RETRY_TOPIC"]) \
+            == (b"order 1", "%RETRY%billing", "orders")
