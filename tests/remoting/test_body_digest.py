@@ -14,6 +14,8 @@ import hashlib
 import zlib
 from pathlib import Path
 
+from rocketmq.v5.util.misc import Misc
+
 from storage_engine import Broker, Message, StoreConfig
 from storage_engine.remoting.conversion import body_digest, message_to_proto
 from storage_engine.remoting.protocol import Code, definition
@@ -54,6 +56,9 @@ def test_digest_is_md5_upper_case_hex_as_apache_sends_it():
         assert java_check(digest, body)
     for body in bodies_with_short_crc(20) + [b"x" * 70_000]:
         assert java_check(body_digest(body), body)
+        assert body_digest(body).checksum == Misc.md5_checksum(body)  # the Python client's
+    for body in bodies_with_short_crc(3):  # the Python client zero-pads CRC32, Java and Go do
+        assert Misc.crc32_checksum(body) != format(zlib.crc32(body), "x").upper()  # not
 
 
 def test_received_messages_carry_a_digest_the_java_client_accepts(tmp_path: Path):

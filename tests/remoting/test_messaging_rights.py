@@ -185,3 +185,17 @@ def test_receipt_handles_are_checked_against_the_topic_they_name(broker_server, 
     for name, make_call in handle_calls("orders", "%RETRY%billing"):  # the group's own
         assert make_call(server.address, metadata_for("orders-only")) \
             == Code.INVALID_RECEIPT_HANDLE, name
+
+
+def test_rights_are_checked_before_a_topic_is_looked_up(broker_server, tmp_path):
+    """A key without rights on a topic cannot learn whether it exists."""
+    server = start(broker_server, tmp_path)
+    for topic in ("payments", "no-such-topic"):
+        pull = service.PullMessageRequest(group=resource("billing"), message_queue=queue(topic),
+                                          offset=0, batch_size=1)
+        assert streamed("PullMessage", pull)(server.address, metadata_for("orders-only")) \
+            == Code.FORBIDDEN, topic
+        offset = service.QueryOffsetRequest(message_queue=queue(topic),
+                                            query_offset_policy=definition.END)
+        assert unary("QueryOffset", offset)(server.address, metadata_for("orders-only")) \
+            == Code.FORBIDDEN, topic
