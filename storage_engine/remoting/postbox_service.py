@@ -19,10 +19,12 @@ read its config. ``SendBack`` names a record the broker holds — the queue, off
 position the caller read it at — never bytes from the caller: the broker reads the record
 itself, and the caller needs SUB on the group, on the topic it was read from and on its original
 topic. ``ResendDeadLetter`` needs SUB on the group and PUB on the topic the dead letter goes
-back to. Long waits (pull with suspend, arrival waits,
-membership watches) are capped at ``broker.long_polling_max_ms``, end early when the client
-cancels, and take one of ``long_waits_max`` slots (``WaitSlots``): the server's thread pool
-must have more workers than that.
+back to.
+
+Long waits (pull with suspend, arrival waits, membership watches) are capped at
+``broker.long_polling_max_ms``, end early when the client cancels, and take one of
+``long_waits_max`` slots (``WaitSlots``): the server's thread pool must have more workers than
+that.
 
 Thread-safety: handlers run on the server's worker threads concurrently; the broker, the board
 and the slots are thread-safe. Nothing is kept here beyond membership versions (in memory).
