@@ -7,7 +7,7 @@ Format (JSON, UTF-8)::
       "accounts": [
         {"access_key": "orders-app", "secret_key": "s3cret",
          "topics": {"orders": "PUB|SUB", "audit": "PUB", "*": "DENY"},
-         "groups": {"billing": "SUB"}},
+         "groups": {"billing": "SUB"}, "create_topics": false},
         {"access_key": "ops", "secret_key": "…", "admin": true}
       ]
     }
@@ -20,6 +20,14 @@ Format (JSON, UTF-8)::
   ``"PUB|SUB"`` or ``"DENY"``. Sending needs PUB on the topic; receiving, acknowledging and
   offsets need SUB on the topic and on the group. A name that is not listed and no ``"*"``
   means DENY.
+* ``create_topics`` (optional, default false): the account may create topics — explicitly
+  (``CreateTopic``, which also updates an existing topic's queues and perm) or by sending to
+  a topic that does not exist yet (auto-creation). Without it such a send is refused and
+  nothing is created. ``admin`` implies it.
+* A group's retry and dead-letter topics (``%RETRY%g``, ``%DLQ%g``) are not covered by ``"*"``:
+  SUB on them comes with SUB on group ``g`` (or an entry naming the topic exactly); PUB on them
+  is never granted (only the broker writes them). Internal topics of the broker
+  (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``) are not covered by ``"*"`` either.
 
 Pure apart from ``load_acl_file`` (one read). Values are frozen.
 """
@@ -35,6 +43,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
+from ..topics import DELAY_TOPIC, is_system_group_topic
 
 DEFAULT_CLOCK_SKEW_S = 900
 CLOCK_SKEW_MAX_S = 24 * 3600
@@ -46,6 +55,7 @@ _PERMISSIONS = {"PUB": frozenset({PUB}), "SUB": frozenset({SUB}),
                 "DENY": frozenset()}
 _ACCESS_KEY = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 ACL_FILE_SIZE_MAX_BYTES = 4 * 1024 * 1024
+INTERNAL_TOPIC_PREFIX = "RMQ_SYS_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +67,7 @@ class Account:
     admin: bool = False
     topics: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     groups: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    create_topics: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", MappingProxyType(dict(self.topics)))
@@ -68,9 +79,23 @@ class Account:
             return True
         table = self.topics if kind == "topic" else self.groups
         rights = table.get(name)
-        if rights is None:
-            rights = table.get(WILDCARD, frozenset())
-        return right in rights
+        if kind == "topic" and is_system_group_topic(name):
+            if right != SUB:
+                return False  # only the broker writes retry and dead-letter topics
+            group = name.split("%", 2)[2]
+            return (rights is not None and SUB in rights) or self.may("group", group, SUB)
+        if rights is None and not _internal(kind, name):
+            rights = table.get(WILDCARD)
+        return right in (rights or ())
+
+    @property
+    def may_create_topics(self) -> bool:
+        """Whether this account may create topics (explicitly or by sending)."""
+        return self.admin or self.create_topics
+
+
+def _internal(kind: str, name: str) -> bool:
+    return kind == "topic" and (name == DELAY_TOPIC or name.startswith(INTERNAL_TOPIC_PREFIX))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +150,8 @@ def _account(index: int, entry: Any) -> Account:
     where = f"accounts[{index}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where} must be an object")
-    unknown = set(entry) - {"access_key", "secret_key", "admin", "topics", "groups"}
+    unknown = set(entry) - {"access_key", "secret_key", "admin", "topics", "groups",
+                            "create_topics"}
     if unknown:
         raise ConfigError(f"{where} has unknown keys {sorted(unknown)}")
     access_key, secret_key = entry.get("access_key"), entry.get("secret_key")
@@ -133,12 +159,12 @@ def _account(index: int, entry: Any) -> Account:
         raise ConfigError(f"{where}.access_key must be 1..128 characters of [A-Za-z0-9_.@-]")
     if not isinstance(secret_key, str) or not secret_key:
         raise ConfigError(f"{where}.secret_key must be a non-empty string")
-    admin = entry.get("admin", False)
-    if type(admin) is not bool:
-        raise ConfigError(f"{where}.admin must be true or false")
+    admin, create = entry.get("admin", False), entry.get("create_topics", False)
+    if type(admin) is not bool or type(create) is not bool:
+        raise ConfigError(f"{where}.admin and .create_topics must be true or false")
     return Account(access_key, secret_key, admin,
                    _rights(f"{where}.topics", entry.get("topics", {})),
-                   _rights(f"{where}.groups", entry.get("groups", {})))
+                   _rights(f"{where}.groups", entry.get("groups", {})), create)
 
 
 def _rights(where: str, table: Any) -> dict[str, frozenset[str]]:

@@ -16,9 +16,11 @@ captured header can be replayed within the window: use TLS in front of the serve
 untrusted networks.
 
 Rights come from the ACL file (``acl_file``): PUB on a topic to send, SUB on topics and groups
-to consume. ``authorize`` aborts a gRPC call (``UNAUTHENTICATED`` / ``PERMISSION_DENIED``);
-``check`` raises ``AccessDeniedError`` for services that answer with a status instead (the
-MessagingService answers v2 ``UNAUTHORIZED`` / ``FORBIDDEN``).
+to consume, the create right to make a topic exist (explicitly or by sending to a new one); which
+call checks what on which names is the table in docs/remoting.md. ``authorize`` aborts a gRPC
+call (``UNAUTHENTICATED`` / ``PERMISSION_DENIED``); ``check`` raises ``AccessDeniedError`` for
+services that answer with a status instead (the MessagingService answers v2 ``UNAUTHORIZED`` /
+``FORBIDDEN``).
 
 Thread-safety: ``AccessControl`` is immutable after construction; every method may be called
 from any thread.
@@ -100,30 +102,39 @@ class AccessControl:
         return cls(load_acl_file(path))
 
     def authorize(self, context: grpc.ServicerContext, *, topics: Iterable[str] = (),
-                  groups: Iterable[str] = (), write: bool = False) -> None:
-        """Authenticate the call's metadata and check the key may use these topics/groups;
-        aborts the call (context.abort) with UNAUTHENTICATED or PERMISSION_DENIED otherwise."""
+                  groups: Iterable[str] = (), write: bool = False,
+                  create: Iterable[str] = (), describe: Iterable[str] = ()) -> Account:
+        """Authenticate the call's metadata and check its rights (as ``check``); aborts the
+        call (context.abort) with UNAUTHENTICATED or PERMISSION_DENIED otherwise."""
         try:
-            self.check(context.invocation_metadata(), topics=topics, groups=groups, write=write)
+            return self.check(context.invocation_metadata(), topics=topics, groups=groups,
+                              write=write, create=create, describe=describe)
         except AccessDeniedError as error:
             context.abort(error.grpc_code, str(error))
+            raise  # not reached: abort raises
 
     def check(self, metadata: Iterable[tuple[str, str]], *, topics: Iterable[str] = (),
-              groups: Iterable[str] = (), write: bool = False) -> Account:
-        """The caller's account; ``AccessDeniedError`` when unauthenticated or not allowed
-        (``write``: PUB on the topics, else SUB; groups always need SUB)."""
+              groups: Iterable[str] = (), write: bool = False,
+              create: Iterable[str] = (), describe: Iterable[str] = ()) -> Account:
+        """The caller's account; ``AccessDeniedError`` when unauthenticated or not allowed:
+        ``topics`` need PUB (``write``) or SUB, ``groups`` SUB, ``create`` (topics the call
+        would create) the account's create right, ``describe`` (topics whose metadata is
+        read) PUB or SUB."""
         account = self.authenticate(metadata)
         right = PUB if write else SUB
         for topic in topics:
             if not account.may("topic", topic, right):
-                raise AccessDeniedError(grpc.StatusCode.PERMISSION_DENIED,
-                                        f"access key {account.access_key!r} has no {right} "
-                                        f"right on topic {topic!r}")
+                raise _forbidden(account, f"no {right} right on topic {topic!r}")
         for group in groups:
             if not account.may("group", group, SUB):
-                raise AccessDeniedError(grpc.StatusCode.PERMISSION_DENIED,
-                                        f"access key {account.access_key!r} has no SUB right "
-                                        f"on group {group!r}")
+                raise _forbidden(account, f"no SUB right on group {group!r}")
+        for topic in create:
+            if not account.may_create_topics:
+                raise _forbidden(account, f"no right to create topic {topic!r} (it does not "
+                                          "exist; the ACL file's create_topics grants it)")
+        for topic in describe:
+            if not (account.may("topic", topic, PUB) or account.may("topic", topic, SUB)):
+                raise _forbidden(account, f"no right on topic {topic!r}")
         return account
 
     def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
@@ -173,6 +184,11 @@ def _parse_authorization(header: str) -> tuple[str, str]:
     if fields.get("SignedHeaders", DATE_TIME_KEY).lower() != DATE_TIME_KEY:
         raise _unauthenticated(f"SignedHeaders must be {DATE_TIME_KEY}")
     return credential.split("/", 1)[0], signature
+
+
+def _forbidden(account: Account, message: str) -> AccessDeniedError:
+    return AccessDeniedError(grpc.StatusCode.PERMISSION_DENIED,
+                             f"access key {account.access_key!r} has {message}")
 
 
 def _unauthenticated(message: str) -> AccessDeniedError:

@@ -50,16 +50,27 @@ class ServiceParts:
     default_invisible_ms: int
 
     def authorize(self, context: grpc.ServicerContext, *, topics: Iterable[str] = (),
-                  groups: Iterable[str] = (), write: bool = False) -> None:
-        """Check the caller's signature and rights (no-op without an ACL); ``RequestError``
-        with v2 ``UNAUTHORIZED`` / ``FORBIDDEN`` when refused."""
+                  groups: Iterable[str] = (), write: bool = False,
+                  describe: Iterable[str] = ()) -> None:
+        """Check the caller's signature and rights (no-op without an ACL; see
+        ``AccessControl.check``); a ``write`` to a topic that does not exist also needs the
+        create right. ``RequestError`` with v2 ``UNAUTHORIZED`` / ``FORBIDDEN`` when refused."""
         if self.access is None:
             return
+        topics = tuple(topics)
+        auto_create = write and self.broker.store.config.broker.auto_create_topic
+        create = [topic for topic in topics
+                  if self.broker.topic_config(topic) is None] if auto_create else []
         try:
             self.access.check(context.invocation_metadata(), topics=topics, groups=groups,
-                              write=write)
+                              write=write, create=create, describe=describe)
         except AccessDeniedError as error:
             raise RequestError(error.v2_code, str(error)) from error
+
+    def authorize_handle(self, context: grpc.ServicerContext, topic: str) -> None:
+        """SUB on the topic a receipt handle names (the request's topic, or the group's retry
+        topic, which comes with SUB on the group)."""
+        self.authorize(context, topics=[topic])
 
     def cancelled(self, context: grpc.ServicerContext) -> Callable[[], bool]:
         """A ``cancel`` callable for long polls: server stopping or call gone."""

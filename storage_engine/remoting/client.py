@@ -37,7 +37,6 @@ from ..formats import MessageView
 from ..message import GetResult, Message
 from .codec import (
     decode_records,
-    encode_record,
     get_result_from,
     group_config_from_json,
     message_header,
@@ -177,11 +176,16 @@ class RemoteBroker:
     def send_back(self, group: str, message: MessageView, *, delay_level: int = 0,
                   max_reconsume_times: int | None = None,
                   reason: str | None = None) -> SendBackResult:
-        """Send a failed message to ``%RETRY%group`` or the DLQ (see ``Broker.send_back``)."""
+        """Send a failed message to ``%RETRY%group`` or the DLQ (see ``Broker.send_back``).
+
+        ``message`` must be a record as read from this broker: the call names it by topic,
+        queue, queue offset and log position, and the broker reads it itself."""
         values, _ = self._call("SendBack", {
-            "group": group, "delay_level": delay_level,
-            "max_reconsume_times": max_reconsume_times, "reason": reason,
-        }, encode_record(message))
+            "group": group, "topic": message.topic, "queue_id": message.queue_id,
+            "queue_offset": message.queue_offset, "log_position": message.log_position,
+            "delay_level": delay_level, "max_reconsume_times": max_reconsume_times,
+            "reason": reason,
+        })
         return send_back_from_json(values)
 
     def resend_dead_letter(self, group: str, queue_offset: int) -> SendReceipt:

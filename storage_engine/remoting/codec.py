@@ -5,9 +5,9 @@ Stored messages travel as the commit-log records they are on disk (RocketMQ's re
 ``MessageView`` with ``encode_record_parts`` (byte-identical to the stored record, property CRC
 included) and the client decodes them with ``MessageView.decode``, so both sides see the same
 objects with every field. The client checks each record's structure (lengths add up, magic,
-no overrun); CRCs are left to TCP/HTTP-2 on that path. A record coming *from* a client
-(``send_back``) is untrusted: it must pass the full check, CRCs included, before the broker
-sees it. A message to send is its fields as JSON plus the body as the payload.
+no overrun); CRCs are left to TCP/HTTP-2 on that path. Records never travel from a client to
+the broker: a send-back names the stored record (topic, queue, offset, log position) and the
+broker reads it itself. A message to send is its fields as JSON plus the body as the payload.
 
 Pure functions; safe to call from any thread.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from ..broker_types import QueueProgress, SendBackOutcome, SendBackResult, SendReceipt
 from ..config_beans import SubscriptionGroupConfig, TopicConfig, bean_from_json, bean_to_json
-from ..errors import ConfigError, CorruptionError, InvalidMessageError, InvalidTopicError
+from ..errors import ConfigError, CorruptionError, InvalidTopicError
 from ..formats import MAGIC_V2, MessageView, RecordKind, check_record, encode_record_parts
 from ..message import GetResult, GetStatus, Message, PutStatus
 from .frame import Fields
@@ -100,18 +100,6 @@ def decode_records(payload: bytes, count: int, *, check_crc: bool = False) -> li
     if position != limit:
         raise CorruptionError(f"{limit - position} bytes left after {count} records")
     return views
-
-
-def decode_untrusted_record(payload: bytes) -> MessageView:
-    """One record sent by a client, fully checked (CRCs included).
-
-    Raises:
-        InvalidMessageError: the bytes are not exactly one valid record.
-    """
-    try:
-        return decode_records(payload, 1, check_crc=True)[0]
-    except CorruptionError as error:
-        raise InvalidMessageError(f"the message record is not valid: {error}") from error
 
 
 # ---- receipts and results --------------------------------------------------------------------
@@ -207,7 +195,7 @@ def _bean(kind: type, values: dict[str, Any], name_attribute: str, json_name: st
 
 
 __all__ = [
-    "decode_records", "decode_untrusted_record", "encode_record", "encode_records",
+    "decode_records", "encode_record", "encode_records",
     "get_result_from", "get_result_header", "group_config_from_json", "group_config_to_json",
     "message_from", "message_header", "progress_from_json", "progress_to_json",
     "receipt_from_json", "receipt_to_json", "send_back_from_json", "send_back_to_json",

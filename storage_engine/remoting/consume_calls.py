@@ -3,9 +3,9 @@ ForwardMessageToDeadLetterQueue (semantics in ``pop_service`` and ``lease_expiry
 
 ReceiveMessage answers a stream: a status (OK, or ``MESSAGE_NOT_FOUND`` when the long poll
 found nothing), then — when there are messages — the delivery timestamp, then each message with
-its receipt handle and a CRC32 body digest. The official push consumer needs that order (it
-ignores messages without a delivery timestamp). The queue id of the request is not used: a
-receive pops from every queue of the topic, as the assignment (queue -1) says.
+its receipt handle and the body digest (``conversion.body_digest``). The official push consumer
+needs that order (it ignores messages without a delivery timestamp). The queue id of the request
+is not used: a receive pops from every queue of the topic, as the assignment (queue -1) says.
 
 Checks before anything is touched: topic and group names, the caller's SUB rights on both,
 a TAG filter (SQL92 answers ``ILLEGAL_FILTER_EXPRESSION``), ``batch_size`` 1..32 (larger is
@@ -104,6 +104,7 @@ def ack(parts: ServiceParts, request: service.AckMessageRequest,
     for entry in request.entries:
         try:
             handle = ReceiptHandle.decode(entry.receipt_handle)
+            parts.authorize_handle(context, handle.topic)
             entry_status = status() if parts.pop.ack(group, handle) else _expired()
         except RequestError as error:
             entry_status = status_for(error)
@@ -123,8 +124,9 @@ def change_invisible(parts: ServiceParts, request: service.ChangeInvisibleDurati
     parts.authorize(context, topics=[topic], groups=[group])
     invisible_ms = duration_ms(request.invisible_duration, code=Code.ILLEGAL_INVISIBLE_TIME,
                                what="invisible_duration")
-    handle = parts.pop.change_invisible(group, ReceiptHandle.decode(request.receipt_handle),
-                                        invisible_ms)
+    handle = ReceiptHandle.decode(request.receipt_handle)
+    parts.authorize_handle(context, handle.topic)
+    handle = parts.pop.change_invisible(group, handle, invisible_ms)
     if handle is None:
         return service.ChangeInvisibleDurationResponse(status=_expired())
     return service.ChangeInvisibleDurationResponse(status=status(),
@@ -140,6 +142,7 @@ def forward_to_dead_letter(parts: ServiceParts,
     topic = topic_name(request.topic)
     parts.authorize(context, topics=[topic], groups=[group])
     handle = ReceiptHandle.decode(request.receipt_handle)
+    parts.authorize_handle(context, handle.topic)
     reason = (f"forwarded by the client after {request.delivery_attempt} of "
               f"{request.max_delivery_attempts} attempts")
     if not parts.pop.forward_to_dead_letter(group, handle, reason):

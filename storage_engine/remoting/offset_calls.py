@@ -7,7 +7,8 @@ share the group's committed offsets with pop consumption, so one group should us
 PullMessage answers a stream: a status (OK when messages were found, ``MESSAGE_NOT_FOUND``
 when nothing new matched, ``ILLEGAL_OFFSET`` when the offset was outside the queue), then the
 messages, then the next offset to pull from (corrected into the queue for ``ILLEGAL_OFFSET``).
-Long polling uses the broker's (capped at ``broker.long_polling_max_ms``).
+Long polling uses the broker's (capped at ``broker.long_polling_max_ms``). Rights are checked
+before the queue is looked up, so a caller without them learns nothing about the topic.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def pull(parts: ServiceParts, request: service.PullMessageRequest,
     """PullMessage."""
     try:
         group = group_name(request.group)
+        parts.authorize(context, topics=[topic_name(request.message_queue.topic)],
+                        groups=[group])
         topic, queue_id = _queue(parts, request.message_queue)
-        parts.authorize(context, topics=[topic], groups=[group])
         if request.filter_expression.type == definition.SQL:
             raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not "
                                                                "supported")
@@ -77,8 +79,8 @@ def update_offset(parts: ServiceParts, request: service.UpdateOffsetRequest,
                   context: grpc.ServicerContext) -> service.UpdateOffsetResponse:
     """UpdateOffset: commit the group's next offset on one queue."""
     group = group_name(request.group)
+    parts.authorize(context, topics=[topic_name(request.message_queue.topic)], groups=[group])
     topic, queue_id = _queue(parts, request.message_queue)
-    parts.authorize(context, topics=[topic], groups=[group])
     if request.offset < 0:
         raise RequestError(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
     parts.broker.commit_offset(group, topic, queue_id, request.offset)
@@ -89,8 +91,8 @@ def get_offset(parts: ServiceParts, request: service.GetOffsetRequest,
                context: grpc.ServicerContext) -> service.GetOffsetResponse:
     """GetOffset: the group's committed offset (``OFFSET_NOT_FOUND`` when none)."""
     group = group_name(request.group)
+    parts.authorize(context, topics=[topic_name(request.message_queue.topic)], groups=[group])
     topic, queue_id = _queue(parts, request.message_queue)
-    parts.authorize(context, topics=[topic], groups=[group])
     offset = parts.broker.query_offset(group, topic, queue_id)
     if offset is None:
         return service.GetOffsetResponse(status=status(
@@ -101,8 +103,8 @@ def get_offset(parts: ServiceParts, request: service.GetOffsetRequest,
 def query_offset(parts: ServiceParts, request: service.QueryOffsetRequest,
                  context: grpc.ServicerContext) -> service.QueryOffsetResponse:
     """QueryOffset: a queue's first or end offset, or the first stored at a time."""
+    parts.authorize(context, topics=[topic_name(request.message_queue.topic)])
     topic, queue_id = _queue(parts, request.message_queue)
-    parts.authorize(context, topics=[topic])
     store = parts.broker.store
     policy = request.query_offset_policy
     if policy == definition.BEGINNING:

@@ -12,11 +12,19 @@ Encoding: every request and response is a ``frame`` (JSON header + raw payload) 
 files or generated code; stored messages travel as their commit-log records (``codec``).
 Errors: a ``StorageError`` aborts the call with its status code and class (``error_status``);
 anything else is logged and becomes INTERNAL. Access: with an ``AccessControl``, every method
-first calls ``access.authorize(context, topics=…, groups=…, write=…)`` (``write`` for sends,
-topic creation and dead-letter resends). Long waits (pull with suspend, arrival waits,
-membership watches) are capped at ``broker.long_polling_max_ms``, end early when the client
-cancels, and take one of ``long_waits_max`` slots (``WaitSlots``): the server's thread pool
-must have more workers than that.
+checks the caller's rights on every topic and group it reads or writes before it changes
+anything (the table in docs/remoting.md): PUB to send (plus the create right when the topic does
+not exist yet), SUB on topics and groups to read, consume and commit, any right on a topic to
+read its config. ``SendBack`` names a record the broker holds — the queue, offset and log
+position the caller read it at — never bytes from the caller: the broker reads the record
+itself, and the caller needs SUB on the group, on the topic it was read from and on its original
+topic. ``ResendDeadLetter`` needs SUB on the group and PUB on the topic the dead letter goes
+back to.
+
+Long waits (pull with suspend, arrival waits, membership watches) are capped at
+``broker.long_polling_max_ms``, end early when the client cancels, and take one of
+``long_waits_max`` slots (``WaitSlots``): the server's thread pool must have more workers than
+that.
 
 Thread-safety: handlers run on the server's worker threads concurrently; the broker, the board
 and the slots are thread-safe. Nothing is kept here beyond membership versions (in memory).
@@ -33,10 +41,11 @@ import grpc
 from ..broker import Broker
 from ..broker_types import ConsumeFrom
 from ..config_beans import validate_group
-from ..errors import InvalidMessageError, StorageError
+from ..errors import InvalidMessageError, MessageNotFoundError, StorageError
+from ..formats import PROPERTY_RETRY_TOPIC, MessageView
 from ..topics import validate_topic
+from .acl_file import SUB
 from .codec import (
-    decode_untrusted_record,
     encode_records,
     get_result_header,
     group_config_to_json,
@@ -52,12 +61,14 @@ from .membership_board import MembershipBoard
 from .wait_slots import WaitSlots
 
 if TYPE_CHECKING:
+    from .acl_file import Account
     from .auth import AccessControl
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "postbox.v1.Broker"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: ``SendBack`` names the stored record (topic, queue id, queue offset, log position)."""
 LONG_WAITS_MAX = 32
 """Default cap on concurrently blocking calls; give the server at least this + 16 workers."""
 
@@ -138,10 +149,19 @@ class PostboxService:
         return call
 
     def _authorize(self, context: grpc.ServicerContext, *, topics: Iterable[str] = (),
-                   groups: Iterable[str] = (), write: bool = False) -> None:
-        if self._access is not None:
-            self._access.authorize(context, topics=tuple(topics), groups=tuple(groups),
-                                   write=write)
+                   groups: Iterable[str] = (), write: bool = False, create: Iterable[str] = (),
+                   describe: Iterable[str] = ()) -> Account | None:
+        """The caller's account after ``AccessControl.authorize`` (None without an ACL); a
+        ``write`` to a topic that does not exist (and would be auto-created) also needs the
+        create right."""
+        if self._access is None:
+            return None
+        topics = tuple(topics)
+        if write and self._broker.store.config.broker.auto_create_topic:
+            create = (*create, *(t for t in topics if self._broker.topic_config(t) is None))
+        return self._access.authorize(context, topics=topics, groups=tuple(groups),
+                                      write=write, create=tuple(create),
+                                      describe=tuple(describe))
 
     def _wait_ms(self, fields: Fields, name: str) -> int:
         return max(0, min(fields.integer(name), self._wait_max_ms))
@@ -191,20 +211,43 @@ class PostboxService:
         return pack({"results": results})
 
     def _send_back(self, fields: Fields, payload: bytes, context: grpc.ServicerContext) -> bytes:
-        group = fields.text("group")
-        self._authorize(context, groups=(group,))
-        view = decode_untrusted_record(payload)
+        """Send back the record the caller read at (topic, queue id, queue offset): the broker
+        reads it; a log position that does not match means the caller's copy is not that
+        record (refused, nothing written)."""
+        group, topic = fields.text("group"), fields.text("topic")
+        self._authorize(context, topics=(topic,), groups=(group,))
+        view = self._stored_record(group, topic, fields.integer("queue_id"),
+                                   fields.integer("queue_offset"), fields.integer("log_position"))
+        origin = view.properties.get(PROPERTY_RETRY_TOPIC)
+        if origin:
+            self._authorize(context, topics=(origin,))
         result = self._broker.send_back(
             group, view, delay_level=fields.integer("delay_level"),
             max_reconsume_times=fields.optional_integer("max_reconsume_times"),
             reason=fields.optional_text("reason"))
         return pack(send_back_to_json(result))
 
+    def _stored_record(self, group: str, topic: str, queue_id: int, queue_offset: int,
+                       log_position: int) -> MessageView:
+        found = self._broker.pull(group, topic, queue_id, queue_offset, 1).messages
+        if not found or found[0].queue_offset != queue_offset \
+                or found[0].log_position != log_position:
+            raise MessageNotFoundError(f"no record at offset {queue_offset} of {topic} queue "
+                                       f"{queue_id} with log position {log_position}: send-back "
+                                       "takes a message as it was read from this broker",
+                                       log_position=log_position)
+        return found[0]
+
     def _resend_dead_letter(self, fields: Fields, payload: bytes,
                             context: grpc.ServicerContext) -> bytes:
-        group = fields.text("group")
-        self._authorize(context, groups=(group,), write=True)
-        receipt = self._broker.resend_dead_letter(group, fields.integer("queue_offset"))
+        group, queue_offset = fields.text("group"), fields.integer("queue_offset")
+        self._authorize(context, groups=(group,))
+        if self._access is not None:
+            letters = self._broker.dead_letters(group, queue_offset, 1)
+            if letters and letters[0].queue_offset == queue_offset:  # else the broker refuses
+                target = letters[0].properties.get(PROPERTY_RETRY_TOPIC) or letters[0].topic
+                self._authorize(context, topics=(target,), write=True)
+        receipt = self._broker.resend_dead_letter(group, queue_offset)
         return pack(receipt_to_json(receipt))
 
     # ---- pulling and waiting -------------------------------------------------------------------
@@ -270,7 +313,7 @@ class PostboxService:
     def _create_topic(self, fields: Fields, payload: bytes,
                       context: grpc.ServicerContext) -> bytes:
         topic = fields.text("topic")
-        self._authorize(context, topics=(topic,), write=True)
+        self._authorize(context, create=(topic,))
         config = self._broker.create_topic(topic, fields.optional_integer("queue_count"),
                                            perm=fields.integer("perm"),
                                            order=fields.flag("order"))
@@ -279,12 +322,12 @@ class PostboxService:
     def _topic_config(self, fields: Fields, payload: bytes,
                       context: grpc.ServicerContext) -> bytes:
         topic = fields.text("topic")
-        self._authorize(context, topics=(topic,))
+        self._authorize(context, describe=(topic,))
         return pack({"config": topic_config_to_json(self._broker.topic_config(topic))})
 
     def _queue_ids(self, fields: Fields, payload: bytes, context: grpc.ServicerContext) -> bytes:
         topic = fields.text("topic")
-        self._authorize(context, topics=(topic,))
+        self._authorize(context, describe=(topic,))
         return pack({"queue_ids": self._broker.queue_ids(topic)})
 
     def _subscription_group(self, fields: Fields, payload: bytes,
@@ -301,8 +344,12 @@ class PostboxService:
 
     def _consumer_groups(self, fields: Fields, payload: bytes,
                          context: grpc.ServicerContext) -> bytes:
-        self._authorize(context)
-        return pack({"groups": self._broker.consumer_groups()})
+        """Every known group the caller has SUB on."""
+        account = self._authorize(context)
+        groups = self._broker.consumer_groups()
+        if account is not None:
+            groups = [group for group in groups if account.may("group", group, SUB)]
+        return pack({"groups": groups})
 
     # ---- membership and locks ------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ embedded ``Broker``.
 Implemented: QueryRoute, Heartbeat, Telemetry (settings exchange), SendMessage, QueryAssignment,
 ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue,
 PullMessage, UpdateOffset, GetOffset, QueryOffset, NotifyClientTermination. EndTransaction,
-RecallMessage and SyncLiteSubscription answer ``NOT_IMPLEMENTED`` in their status; a method
+RecallMessage and SyncLiteSubscription answer ``NOT_IMPLEMENTED`` in their status (to signed
+callers; unsigned ones get ``UNAUTHORIZED`` as everywhere); a method
 unknown to this protocol version gets gRPC ``UNIMPLEMENTED`` from grpc itself.
 
 This class only routes: the route/heartbeat/telemetry/termination calls are here, sending is
@@ -49,7 +50,7 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
     def QueryRoute(self, request, context):  # noqa: D102, N802 (generated names)
         parts = self._parts
         topic = topic_name(request.topic)
-        parts.authorize(context)
+        parts.authorize(context, describe=[topic])
         config = parts.broker.topic_config(topic)
         broker_config = parts.broker.store.config.broker
         if config is None and not broker_config.auto_create_topic:
@@ -183,13 +184,19 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
 
     # ---- not supported ----------------------------------------------------------------------
 
+    @answers(service.EndTransactionResponse)
     def EndTransaction(self, request, context):  # noqa: D102, N802
+        self._parts.authorize(context)
         return service.EndTransactionResponse(status=not_implemented("EndTransaction"))
 
+    @answers(service.RecallMessageResponse)
     def RecallMessage(self, request, context):  # noqa: D102, N802
+        self._parts.authorize(context)
         return service.RecallMessageResponse(status=not_implemented("RecallMessage"))
 
+    @answers(service.SyncLiteSubscriptionResponse)
     def SyncLiteSubscription(self, request, context):  # noqa: D102, N802
+        self._parts.authorize(context)
         return service.SyncLiteSubscriptionResponse(
             status=not_implemented("SyncLiteSubscription"))
 

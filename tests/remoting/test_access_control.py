@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from storage_engine import Broker
+from storage_engine import Broker, ConfigError
 from storage_engine.remoting import AccessControl, AccessDeniedError, Credentials, signed_metadata
 from storage_engine.remoting.acl_file import parse_acl
 from storage_engine.remoting.auth import sign
@@ -29,7 +29,7 @@ ACL = {
     "clock_skew_s": 300,
     "accounts": [
         {"access_key": "app", "secret_key": "app-secret",
-         "topics": {"secure": "PUB|SUB"}, "groups": {"readers": "SUB"}},
+         "topics": {"secure": "PUB|SUB"}, "groups": {"readers": "SUB"}, "create_topics": True},
         {"access_key": "outsider", "secret_key": "outsider-secret",
          "topics": {"elsewhere": "PUB|SUB", "*": "DENY"}, "groups": {"others": "SUB"}},
     ],
@@ -138,3 +138,20 @@ def test_authorize_aborts_calls_of_another_grpc_service():
             assert refused.value.code() is code
     finally:
         server.stop(0)
+
+
+def test_acl_file_create_right_and_group_topics():
+    settings = parse_acl({"accounts": [
+        {"access_key": "a", "secret_key": "s", "topics": {"*": "PUB|SUB"},
+         "groups": {"billing": "SUB"}},
+        {"access_key": "c", "secret_key": "s", "create_topics": True},
+        {"access_key": "ops", "secret_key": "s", "admin": True}]})
+    plain, creator, ops = (settings.accounts[key] for key in ("a", "c", "ops"))
+    assert not plain.may_create_topics and creator.may_create_topics and ops.may_create_topics
+    assert plain.may("topic", "%RETRY%billing", "SUB") and plain.may("topic", "%DLQ%billing",
+                                                                      "SUB")
+    assert not plain.may("topic", "%RETRY%billing", "PUB")  # only the broker writes them
+    assert not plain.may("topic", "%DLQ%others", "SUB")  # "*" does not cover other groups'
+    assert not plain.may("topic", "SCHEDULE_TOPIC_XXXX", "PUB")
+    with pytest.raises(ConfigError, match="create_topics"):
+        parse_acl({"accounts": [{"access_key": "a", "secret_key": "s", "create_topics": "yes"}]})

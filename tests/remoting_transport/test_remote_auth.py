@@ -15,8 +15,8 @@ from storage_engine.remoting.auth import AccessControl, Credentials
 
 ACL = {"accounts": [
     {"access_key": "orders-app", "secret_key": "s3cret",
-     "topics": {"orders": "PUB|SUB", "%RETRY%billing": "PUB|SUB", "*": "DENY"},
-     "groups": {"billing": "SUB"}},
+     "topics": {"orders": "PUB|SUB", "*": "DENY"}, "groups": {"billing": "SUB"},
+     "create_topics": True},  # %RETRY%billing comes with SUB on billing
     {"access_key": "reader", "secret_key": "r3ad", "topics": {"*": "SUB"},
      "groups": {"*": "SUB"}},
 ]}
