@@ -50,6 +50,7 @@ from .errors import (
     MessageNotFoundError,
     MessageTooLargeError,
     NoPermissionError,
+    NotAStoreError,
     NotMasterError,
     PropertiesTooLargeError,
     ReplicationError,
@@ -64,7 +65,7 @@ from .errors import (
 from .formats import HostAddress, MessageView
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .store import MessageStore
-from .store_layout import infer_config
+from .store_layout import infer_config, is_store, require_store
 from .topics import dead_letter_topic, retry_topic, validate_topic
 from .verify import verify_store
 
@@ -76,12 +77,13 @@ __all__ = [
     "TopicConfig", "TopicNotFoundError",
     "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
     "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
-    "FlushConfig", "HAConfig", "NotMasterError", "ReplicationError",
+    "FlushConfig", "HAConfig", "NotAStoreError", "NotMasterError", "ReplicationError",
     "FlushMode", "GetResult", "GetStatus", "HostAddress", "InvalidMessageError",
     "InvalidMessageIdError", "InvalidQueueError", "InvalidTopicError", "KeyIndexConfig",
     "LimitExceededError", "Message", "MessageNotFoundError", "MessageStore",
     "MessageTooLargeError", "MessageView", "PropertiesTooLargeError", "PutResult", "PutStatus",
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
-    "dead_letter_topic", "infer_config", "retry_topic", "validate_topic", "verify_store",
+    "dead_letter_topic", "infer_config", "is_store", "require_store", "retry_topic",
+    "validate_topic", "verify_store",
 ]
