@@ -49,7 +49,7 @@ from .common import (
     reports_errors,
     step_progress,
 )
-from .db_commands import DEFAULT_DATABASE_URL, DatabaseUrlOption
+from .db_commands import DEFAULT_DATABASE_URL, DatabaseUrlOption, prepare_url
 
 DEFAULT_OUT_DIR = Path(".postbox/reconcile")
 _PYTHON_ERROR = re.compile(r"^\s*((?:\w+\.)*\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
@@ -105,7 +105,8 @@ def reconcile_command(
     4 the job itself failed, e.g. a Spark task crashed (no report, no verdict).
     """
     options = ReconcileOptions(
-        store_dir=store or DEFAULT_STORE_DIR, database_url=db, out_dir=out, master=master,
+        store_dir=store or DEFAULT_STORE_DIR, database_url=prepare_url(db, create=False),
+        out_dir=out, master=master,
         grace_ms=grace_ms, thresholds={"lost": max_lost, "dead_lettered": max_dead_lettered},
         jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows,
         executor_python=executor_python)
