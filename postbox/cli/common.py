@@ -24,7 +24,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -156,8 +156,10 @@ def out_console() -> Console:
 
 
 @contextlib.contextmanager
-def logging_to(console: Console, level: int, log_format: str) -> Iterator[None]:
-    """Route log records of ``level`` and above to ``console`` for the length of the block.
+def logging_to(console: Console, level: int, log_format: str,
+               filters: Sequence[logging.Filter] = ()) -> Iterator[None]:
+    """Route log records of ``level`` and above (that pass ``filters``) to ``console`` for the
+    length of the block.
 
     The handler is added to the root logger and taken off again afterwards, with the root
     level restored: a command run in-process (a test runner, an embedding program) leaves the
@@ -166,6 +168,8 @@ def logging_to(console: Console, level: int, log_format: str) -> Iterator[None]:
     root = logging.getLogger()
     handler = RichHandler(console=console, show_path=False)
     handler.setFormatter(logging.Formatter(log_format))
+    for log_filter in filters:
+        handler.addFilter(log_filter)
     previous_level = root.level
     root.addHandler(handler)
     root.setLevel(level)
