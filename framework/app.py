@@ -9,6 +9,13 @@ layers. ``start()`` opens the broker, plans one consumer per consumer group and 
 ``stop()`` drains them, persists offsets and closes what the app opened. Thread-safe after
 ``start()``.
 
+``with app:`` is the normal form (start on entry, stop on exit, also when the block raises).
+An app that is started (or whose producer opened the store) and never stopped is stopped at
+interpreter exit, before Python joins the remaining threads: consumers drain, offsets persist
+and the store closes cleanly (no ``abort`` file), so a script that raises between ``start()``
+and ``stop()`` still exits instead of waiting forever for the app's non-daemon threads. The
+hook holds the app weakly and is armed once per app.
+
 Layers above the framework (the outbox relay, the idempotency middleware) plug in without the
 framework importing them: ``on_start``/``on_stop`` run their services with the app,
 ``resource`` shares one object per app (the database engine), and handlers registered with
@@ -18,10 +25,12 @@ entry-point group (the ``idempotency`` package registers it) unless one is alrea
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -91,6 +100,7 @@ class App:
         self._start_callbacks: list[Callable[[], None]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
+        self._exit_hook_armed = False
         if store_url is not None:  # validate the URL and options now, open later
             check_store_url(store_url, broker_conf, access_key=access_key,
                             secret_key=secret_key)
@@ -169,6 +179,7 @@ class App:
                 access_key, secret_key = self._credentials
                 self._client = open_client(self.store_url, self.broker_conf, clock=self.clock,
                                            access_key=access_key, secret_key=secret_key)
+                self._arm_exit_hook()
             return self._client
 
     @property
@@ -196,6 +207,7 @@ class App:
             if self._started:
                 return self
             client = self.client
+            self._arm_exit_hook()
             self._add_idempotency_middleware()
             for plan in plan_groups(self.handlers):
                 consumer = Consumer(client, plan, clock=self.clock,
@@ -248,6 +260,25 @@ class App:
                 self._client = None
                 self._producer = None
 
+    @property
+    def running(self) -> bool:
+        """Whether ``stop()`` has something to do: consumers started or a store opened."""
+        with self._lock:
+            return self._started or (self._owns_client and self._client is not None)
+
+    def _arm_exit_hook(self) -> None:
+        """Make sure this app is stopped at interpreter exit if nobody stops it (called with
+        ``_lock`` held; once per app)."""
+        if self._exit_hook_armed:
+            return
+        self._exit_hook_armed = True
+        # threading's hooks run before non-daemon threads are joined (atexit's only after)
+        register = getattr(threading, "_register_atexit", atexit.register)
+        try:
+            register(_stop_at_exit, weakref.ref(self))
+        except RuntimeError:  # the interpreter is already shutting down
+            self._exit_hook_armed = False
+
     @staticmethod
     def _run_closer(callback: Callable[[], None]) -> None:
         try:
@@ -267,3 +298,16 @@ class App:
             if consumer.group == consumer_group:
                 return consumer
         raise KeyError(f"no running consumer for group {consumer_group!r}")
+
+
+def _stop_at_exit(app_ref: weakref.ref[App]) -> None:
+    """The interpreter-exit hook: stop an app its owner left running."""
+    app = app_ref()
+    if app is None or not app.running:
+        return
+    log.warning("[app] stopping an app left running at interpreter exit (use `with app:` or "
+                "call app.stop())")
+    try:
+        app.stop()
+    except Exception:  # noqa: BLE001 (an exit hook must not keep the other hooks from running)
+        log.exception("[app] stopping the app at interpreter exit failed")

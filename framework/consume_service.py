@@ -39,6 +39,8 @@ from .transport import BrokerClient
 from .worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
+DEAD_LETTER_LOG_ATTRIBUTE = "postbox_dead_lettered_by"
+"""Attribute of the dead-letter warning record: the consumer group (for log filters)."""
 
 DEAD_LETTER_LEVEL = -1  # send_back's "straight to the DLQ"
 
@@ -186,7 +188,7 @@ class ConsumeService:
             if dead:
                 log.warning("[consume] group %s dead-lettered %s after %d attempts: %s",
                             self._group, message.msg_id, message.reconsume_count + 1,
-                            outcome.reason)
+                            outcome.reason, extra={DEAD_LETTER_LOG_ATTRIBUTE: self._group})
         return True
 
     def _send_back(self, message: ConsumedMessage, level: int, spec: HandlerSpec | None,

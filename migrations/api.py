@@ -11,6 +11,9 @@ in one transaction on PostgreSQL and SQLite; MySQL/MariaDB commit each DDL state
 mid-upgrade there can leave tables without a version row (``downgrade`` then ``upgrade`` again,
 or drop the tables by hand).
 
+URLs go through ``outbox.database.normalize_database_url`` (``postgres://`` and ``postgresql://``
+mean ``postgresql+psycopg://``; ``mysql://`` means ``mysql+pymysql://``), as the app's engines do.
+
 Failures raise ``MigrationError`` (the package's one exception) with the URL, password hidden,
 chained from the Alembic or SQLAlchemy error.
 """
@@ -27,6 +30,8 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import create_engine, make_url, pool
 from sqlalchemy.exc import SQLAlchemyError
+
+from outbox.database import normalize_database_url
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 """The Alembic script directory: ``env.py``, ``script.py.mako`` and ``versions/``."""
@@ -48,7 +53,7 @@ def make_config(url: str | None = None) -> Config:
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     config.set_main_option("file_template", "%%(rev)s_%%(slug)s")
     if url is not None:
-        config.attributes[URL_ATTRIBUTE] = url
+        config.attributes[URL_ATTRIBUTE] = normalize_database_url(url)
     return config
 
 
@@ -65,8 +70,8 @@ def downgrade(url: str, revision: str = "base") -> None:
 def current(url: str) -> str | None:
     """The revision the database at ``url`` is at, or ``None`` when it was never migrated."""
     try:
-        engine = create_engine(url, poolclass=pool.NullPool)
-    except (SQLAlchemyError, ImportError) as error:
+        engine = create_engine(normalize_database_url(url), poolclass=pool.NullPool)
+    except (SQLAlchemyError, ImportError, ValueError) as error:
         raise MigrationError(f"cannot read the revision of {safe_url(url)}: "
                              f"{describe(error)}") from error
     try:

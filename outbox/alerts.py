@@ -54,6 +54,8 @@ from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 from .errors import OutboxError
 
 log = logging.getLogger("postbox.alerts")
+ALERT_LOG_ATTRIBUTE = "postbox_alert"
+"""Attribute of a ``LogSink`` record holding its ``Alert`` (for filters and handlers)."""
 
 ALERT_EVENT = "postbox.stub.void"
 SUMMARY_REASON_MAX_CHARS = 300
@@ -144,7 +146,7 @@ class LogSink:
     def send(self, alerts: Sequence[Alert]) -> None:
         """Log each alert."""
         for alert in alerts:
-            log.error("[alerts] %s", alert.summary())
+            log.error("[alerts] %s", alert.summary(), extra={ALERT_LOG_ATTRIBUTE: alert})
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -544,6 +546,6 @@ def _split_addresses(text: str) -> tuple[str, ...]:
 
 
 __all__ = [
-    "Alert", "AlertDeliveryError", "AlertKind", "AlertReport", "AlertSettings", "AlertSink",
-    "Alerter", "EmailSink", "LogSink", "WebhookSink",
+    "ALERT_LOG_ATTRIBUTE", "Alert", "AlertDeliveryError", "AlertKind", "AlertReport",
+    "AlertSettings", "AlertSink", "Alerter", "EmailSink", "LogSink", "WebhookSink",
 ]

@@ -22,6 +22,12 @@
 
 ``database_engine(app)`` gives every layer of one app the same engine (created from
 ``app.database_url`` on first use, disposed at ``app.stop()``).
+
+URLs: ``normalize_database_url`` maps the driverless forms people paste from elsewhere to the
+drivers Postbox installs: ``postgres://`` and ``postgresql://`` mean ``postgresql+psycopg://``
+(psycopg 3, the ``postgres`` extra; SQLAlchemy would otherwise look for psycopg2, or fail on
+``postgres``), ``mysql://`` and ``mariadb://`` mean ``mysql+pymysql://`` / ``mariadb+pymysql://``.
+A URL that names its driver is kept as it is.
 """
 
 from __future__ import annotations
@@ -53,13 +59,32 @@ _DEADLOCK_SQLSTATES = frozenset({"40P01"})  # PostgreSQL deadlock_detected
 
 T = TypeVar("T")
 
+DEFAULT_DRIVERS = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
+                   "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql"}
+"""Driverless URL schemes and the driver Postbox uses for them."""
+URL_FORMS = ("sqlite:///path/app.db, postgresql+psycopg://user:pass@host/db (postgres:// and "
+             "postgresql:// mean this), mysql+pymysql://user:pass@host/db (mysql:// and "
+             "mariadb:// mean this)")
+"""The database URL forms that work with the drivers Postbox installs (for error messages)."""
+
+
+def normalize_database_url(url: str | URL) -> str | URL:
+    """``url`` with a driverless PostgreSQL/MySQL scheme given its driver (``DEFAULT_DRIVERS``);
+    anything else unchanged. Raises what ``make_url`` raises for an unparsable URL."""
+    parsed = make_url(url)
+    driver = DEFAULT_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        return url
+    parsed = parsed.set(drivername=driver)
+    return parsed if isinstance(url, URL) else parsed.render_as_string(hide_password=False)
+
 
 def create_database_engine(url: str | URL, *,
                            sqlite_busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S,
                            **engine_options: Any) -> Engine:
     """An engine for ``url`` with the settings described in the module docstring
-    (``engine_options`` go to ``sqlalchemy.create_engine``)."""
-    parsed = make_url(url)
+    (``engine_options`` go to ``sqlalchemy.create_engine``; ``normalize_database_url`` first)."""
+    parsed = make_url(normalize_database_url(url))
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         return _sqlite_engine(parsed, sqlite_busy_timeout_s, engine_options)
@@ -159,7 +184,7 @@ def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, An
 
 
 __all__ = [
-    "ENGINE_RESOURCE", "POOL_HEADROOM", "POOL_SIZE", "TRANSACTION_ATTEMPTS",
-    "create_database_engine", "database_engine", "dialect_name", "is_deadlock", "run_transaction",
-    "sqlite_file", "supports_skip_locked",
+    "DEFAULT_DRIVERS", "ENGINE_RESOURCE", "POOL_HEADROOM", "POOL_SIZE", "TRANSACTION_ATTEMPTS",
+    "URL_FORMS", "create_database_engine", "database_engine", "dialect_name", "is_deadlock",
+    "normalize_database_url", "run_transaction", "sqlite_file", "supports_skip_locked",
 ]

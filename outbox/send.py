@@ -20,6 +20,7 @@ from sqlalchemy import Connection, insert
 from sqlalchemy.orm import Session
 
 from framework import UniqueKeyGenerator, check_message
+from framework.validation import PROPERTY_ARGUMENTS
 
 from .clock import utc_now
 from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError
@@ -29,6 +30,9 @@ RELAY_EXECUTION_OPTION = "postbox_outbox_relay"
 """Engine execution option a watching ``Relay`` sets; ``send`` then queues ids for it."""
 PENDING_IDS_INFO_KEY = "postbox.outbox.pending"
 """``Connection.info`` key of the ids written in the connection's current transaction."""
+SEND_ARGUMENTS = {**{name: argument for name, argument in PROPERTY_ARGUMENTS.items()
+                     if argument != "sharding_key="}, "UNIQ_KEY": "message_id="}
+"""The ``send`` argument for each system property (``properties=`` may not set them)."""
 _INSERT_STUB = insert(message_stub)
 """Built once; the values travel as parameters (building ``.values(...)`` per call costs more
 CPU than the insert)."""
@@ -44,14 +48,18 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
         session_or_connection: a SQLAlchemy ``Session`` or ``Connection`` with a transaction
             in progress (``with Session.begin()``, ``with engine.begin()``, or after the
             session's first statement). Without one this raises ``NoTransactionError``.
-        body: ``bytes``; ``str`` (sent as UTF-8); anything else is sent as compact JSON.
+        body: ``bytes``; ``str`` (sent as UTF-8); anything else is sent as compact JSON. An
+            empty body is refused (RocketMQ refuses them), as in ``Producer.send``.
+        properties: user properties; system names (``UNIQ_KEY``, ``KEYS``, ``TAGS``,
+            ``DELAY``, ...) are refused with the argument to use (``message_id=``, ``keys=``,
+            ``tags=``, ``delay_level=``).
         message_id: the ``UNIQ_KEY`` to use (default: a new one, as RocketMQ's clients make).
         now: creation time (naive UTC); tests pass a fixed one.
     """
     connection = _transaction_connection(session_or_connection)
     content = encode_body(body)
     key_list = check_message(topic, content, tags=tags, keys=keys, properties=properties,
-                             delay_level=delay_level)
+                             delay_level=delay_level, arguments=SEND_ARGUMENTS)
     if message_id is None:
         message_id = _id_generator(os.getpid()).next()
     elif not isinstance(message_id, str) or not message_id.strip() or \

@@ -28,6 +28,7 @@ from .errors import (
 from .options import (
     DEFAULT_THRESHOLDS,
     EXIT_INCOMPLETE,
+    EXIT_INTERNAL_ERROR,
     EXIT_OK,
     EXIT_THRESHOLD_EXCEEDED,
     ReconcileOptions,
@@ -57,7 +58,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ALL_CLASSES", "DEFAULT_MASTER", "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE", "EXIT_OK",
+    "ALL_CLASSES", "DEFAULT_MASTER", "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE",
+    "EXIT_INTERNAL_ERROR", "EXIT_OK",
     "EXIT_THRESHOLD_EXCEEDED", "DatabaseUnavailableError", "EmptyStoreError",
     "MessageClass", "MissingTableError", "ReconcileError", "ReconcileOptions",
     "ReconcileResult", "ReconcileSummary", "STUB_CLASSES", "SparkUnavailableError",

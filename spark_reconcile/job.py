@@ -55,7 +55,8 @@ def run_reconciliation(options: ReconcileOptions, progress: Progress | None = No
         files = list_store_files(options.store_dir)  # offsets first: see table_export
         report("read store", 1, 1)
         spark = spark or spark_session(options.master, jars=options.jdbc_jars,
-                                       conf=options.spark_conf)
+                                       conf=options.spark_conf,
+                                       python=options.executor_python)
         inputs, source = _inputs(spark, options, files, staging, report)
         summary = ReconcileSummary(as_of=as_of, grace_ms=options.grace_ms,
                                    problems=list(files.problems))

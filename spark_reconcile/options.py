@@ -14,6 +14,9 @@ from .session import DEFAULT_MASTER
 EXIT_OK = 0
 EXIT_THRESHOLD_EXCEEDED = 1
 EXIT_INCOMPLETE = 3
+EXIT_INTERNAL_ERROR = 4
+"""The job failed for a reason other than its inputs (a Spark task crashed, a bug): no verdict,
+no report. Distinct from 1 so that cron never reads a crash as "messages lost"."""
 DEFAULT_THRESHOLDS = {MessageClass.LOST.value: 0, MessageClass.DEAD_LETTERED.value: 0}
 
 
@@ -36,6 +39,9 @@ class ReconcileOptions:
     export_chunk_rows: int = 50_000
     check_crc: bool = True
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    executor_python: str | None = None
+    """Interpreter of the Spark Python workers (it must have Postbox installed); default: this
+    interpreter on a local master, ``spark.pyspark.python`` or Spark's default on a cluster."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class ReconcileResult:
 
 
 __all__ = [
-    "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE", "EXIT_OK", "EXIT_THRESHOLD_EXCEEDED",
+    "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE", "EXIT_INTERNAL_ERROR", "EXIT_OK",
+    "EXIT_THRESHOLD_EXCEEDED",
     "ReconcileOptions", "ReconcileResult",
 ]

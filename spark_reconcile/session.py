@@ -1,5 +1,14 @@
 """The Spark session a reconciliation runs in: ``local[*]`` by default, any cluster by master URL.
 
+The Python workers must run an interpreter that has Postbox installed (they decode the store
+files with ``spark_reconcile``). PySpark takes the workers' interpreter from ``PYSPARK_PYTHON``
+(else ``python3`` on the PATH) when the context starts and, outside ``spark-submit``, ignores
+``spark.pyspark.python``; a ``python3`` without Postbox fails every task with
+``ModuleNotFoundError``. So the interpreter is set on the context itself: on a local master it
+is this one (``sys.executable``), wherever the command runs from; on a cluster it is
+``python=`` (the CLI's ``--executor-python``) or ``spark.pyspark.python`` in ``conf``, else
+Spark's own choice, since the driver's path may not exist on the executors' machines.
+
 On a cluster, the executors read the store files by path, so the store must be on a file system
 they all see (or be a copy placed there), and they need Postbox installed (``pip install
 postbox[spark]``) to decode the files.
@@ -18,12 +27,13 @@ DEFAULT_MASTER = "local[*]"
 
 
 def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "postbox-reconcile",
-                  jars: Sequence[str] = (), conf: Mapping[str, str] | None = None):
+                  jars: Sequence[str] = (), conf: Mapping[str, str] | None = None,
+                  python: str | None = None):
     """Get or create the session (PySpark keeps one per process: a running session is
     returned as it is, so ``jars`` and ``conf`` only apply to a new one).
 
-    Local masters bind the driver to loopback and run the Python workers with this
-    interpreter; the UI is off (a batch job has nobody to look at it).
+    Local masters bind the driver to loopback; the UI is off (a batch job has nobody to look
+    at it). The Python workers run ``executor_python(master, python, conf)``.
 
     Raises:
         SparkUnavailableError: PySpark is not installed, Java is missing, or Spark fails to start.
@@ -48,19 +58,36 @@ def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "postbox-reco
     if master.startswith("local"):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.pyspark.python", sys.executable)
                    .config("spark.pyspark.driver.python", sys.executable))
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
+    worker_python = executor_python(master, python, conf)
+    if worker_python:
+        builder = builder.config("spark.pyspark.python", worker_python)
     try:
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+        if worker_python:  # what PySpark hands to every Python function it ships
+            session.sparkContext.pythonExec = worker_python
         return session
     except Exception as error:  # py4j / JVM start-up failures have no common base class
         raise SparkUnavailableError(f"Spark did not start on master {master}: {error}"
                                     ) from error
 
 
-__all__ = ["DEFAULT_MASTER", "spark_session"]
+def executor_python(master: str, python: str | None = None,
+                    conf: Mapping[str, str] | None = None) -> str | None:
+    """The interpreter the Python workers run: ``python`` if given, else
+    ``spark.pyspark.python`` from ``conf``, else this interpreter on a local master; ``None``
+    (Spark's default) on a cluster."""
+    if python:
+        return python
+    configured = (conf or {}).get("spark.pyspark.python")
+    if configured:
+        return configured
+    return sys.executable if master.startswith("local") else None
+
+
+__all__ = ["DEFAULT_MASTER", "executor_python", "spark_session"]

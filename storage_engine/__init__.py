@@ -51,6 +51,7 @@ from .errors import (
     MessageTooLargeError,
     MidLogCorruptionError,
     NoPermissionError,
+    NotAStoreError,
     NotMasterError,
     PropertiesTooLargeError,
     RepairError,
@@ -68,7 +69,7 @@ from .formats import HostAddress, MessageView
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .repair import RepairReport, repair_store
 from .store import MessageStore
-from .store_layout import infer_config
+from .store_layout import infer_config, is_store, require_store
 from .topics import dead_letter_topic, retry_topic, validate_topic
 from .verify import verify_store
 
@@ -80,7 +81,7 @@ __all__ = [
     "TopicConfig", "TopicNotFoundError",
     "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
     "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
-    "FlushConfig", "HAConfig", "NotMasterError", "ReplicationError",
+    "FlushConfig", "HAConfig", "NotAStoreError", "NotMasterError", "ReplicationError",
     "FlushMode", "GetResult", "GetStatus", "HostAddress", "InvalidMessageError",
     "InvalidMessageIdError", "InvalidQueueError", "InvalidTopicError", "KeyIndexConfig",
     "LimitExceededError", "Message", "MessageNotFoundError", "MessageStore",
@@ -88,6 +89,7 @@ __all__ = [
     "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
     "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
     "TableFullError",
-    "dead_letter_topic", "infer_config", "retry_topic", "validate_topic", "verify_store",
+    "dead_letter_topic", "infer_config", "is_store", "require_store", "retry_topic",
+    "validate_topic", "verify_store",
     "MidLogCorruptionError", "RepairError", "RepairReport", "repair_store",
 ]

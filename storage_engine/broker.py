@@ -61,7 +61,7 @@ from .errors import (
     StoreClosedError,
     TableFullError,
 )
-from .formats import PROPERTY_RETRY_TOPIC, MessageView
+from .formats import PROPERTY_RETRY_TOPIC, MessageView, empty_body_problem
 from .long_polling import ArrivalWaiter, long_poll
 from .message import GetResult, GetStatus, Message
 from .queue_locks import QueueLockTable, validate_queue_key
@@ -273,6 +273,9 @@ class Broker:
         """
         self._check_open()
         self._check_master()
+        problem = empty_body_problem(message.body, message.properties)
+        if problem:  # before a topic is created: a refused send writes nothing
+            raise InvalidMessageError(problem, topic=message.topic)
         topic = message.topic
         config = self._topics.get(topic) if type(topic) is str else None
         if config is None or topic == DELAY_TOPIC:  # known topics were validated on creation

@@ -41,6 +41,15 @@ class StoreLockedError(StoreStateError):
         self.path = path
 
 
+class NotAStoreError(StoreStateError):
+    """A directory given as a store holds no store (no ``commitlog/`` and no ``checkpoint``):
+    tools that only inspect a store refuse it instead of creating one there."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class BrokerUnavailableError(StoreStateError):
     """A remote broker could not be reached or did not answer in time (connection refused,
     deadline exceeded, server shutting down). Nothing is known about the call's effect on the

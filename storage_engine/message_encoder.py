@@ -2,8 +2,9 @@
 
 Everything that can be wrong with a message is found here, before the put lock is taken, so a
 rejected write never touches the log: topic names (they become directory names), queue ids, body
-type and size (``commit_log.max_message_size_bytes``), property framing characters and the
-32 767-byte properties limit, hosts. Thread-safe: the caches only grow and hold immutable values.
+type, emptiness (``formats.message_rules``) and size (``commit_log.max_message_size_bytes``),
+property framing characters and the 32 767-byte properties limit, hosts. Thread-safe: the
+caches only grow and hold immutable values.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .formats import (
     PROPERTIES_SIZE_MAX_BYTES,
     PROPERTY_CRC_LENGTH,
     PROPERTY_CRC_PLACEHOLDER,
+    empty_body_problem,
     encode_host,
     masked_crc32,
     record_size,
@@ -76,6 +78,8 @@ class MessageEncoder:
         body = message.body
         if type(body) is not bytes:
             body = self._coerce_body(body, topic)
+        if not body and (problem := empty_body_problem(body, message.properties)):
+            raise InvalidMessageError(problem, topic=topic)
         if len(body) > self._max_body:
             raise MessageTooLargeError(
                 f"message body is {len(body):,} bytes; the limit is {self._max_body:,}: raise "

@@ -1,4 +1,12 @@
-"""The geometry an existing store was written with, so tools can open it without guessing.
+"""What makes a directory a store, and the geometry an existing store was written with, so
+tools can open it without guessing.
+
+A directory is a store when it holds a ``commitlog/`` directory or a ``checkpoint`` file: every
+store Postbox or RocketMQ has opened has the checkpoint, and one that holds messages has the
+commit log (a copy may lack the checkpoint). ``require_store`` is the one check inspection tools
+(the ``postbox store|query|consumer|dlq`` commands, ``verify_store``) make before reading, so
+they never create a store in a directory that is not one. Nothing here writes except
+``write_layout``.
 
 File sizes fix most of it (commit-log segment size, consume-queue file size), but an index file's
 size ``40 + 4 * slots + 20 * entries`` does not say how it splits. The store therefore records its
@@ -19,9 +27,32 @@ import os
 from pathlib import Path
 
 from .config import StoreConfig
+from .errors import NotAStoreError
 from .fsutil import atomic_write, fsync_dir
 
 LAYOUT_FILE_NAME = "postbox-layout.json"
+STORE_MARKERS = ("commitlog", "checkpoint")
+"""Entries of a store root, at least one of which every store has (see the docstring)."""
+
+
+def is_store(root_dir: str | os.PathLike) -> bool:
+    """Whether ``root_dir`` holds a store (``commitlog/`` or ``checkpoint``). Reads only."""
+    root = Path(root_dir)
+    return (root / "commitlog").is_dir() or (root / "checkpoint").is_file()
+
+
+def require_store(root_dir: str | os.PathLike) -> Path:
+    """``root_dir`` as a ``Path`` if it holds a store, else raise ``NotAStoreError`` saying
+    what is missing. Reads only."""
+    root = Path(root_dir)
+    if not root.exists():
+        raise NotAStoreError(f"not a store: {root} does not exist", path=str(root))
+    if not root.is_dir():
+        raise NotAStoreError(f"not a store: {root} is not a directory", path=str(root))
+    if not is_store(root):
+        raise NotAStoreError(f"not a store: {root} has no commitlog/ directory and no "
+                             "checkpoint file", path=str(root))
+    return root
 
 
 def write_layout(config: StoreConfig) -> None:

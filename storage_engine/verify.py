@@ -7,8 +7,9 @@ queue holds every record of its (topic, queue) — none missing, none extra; eve
 against a record carrying a key with that hash; the checkpoint against the log (its times never
 after the newest record, its confirm position never past the end, and equal to it after a clean
 close). Units and entries pointing below the first segment were removed by retention and are
-skipped. Problems are returned as strings that carry the
-position; an empty list means the files agree. Works on a store another process has open.
+skipped. Problems are returned as strings that carry the position; an empty list means the
+files agree. A directory that is not a store (no ``commitlog/``, no ``checkpoint``) is reported
+as such, never as "0 problems". Works on a store another process has open.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .config import StoreConfig
 from .damage import FileSegment, next_valid_position
+from .errors import NotAStoreError
 from .formats import (
     CHECKPOINT_FILE_SIZE_BYTES,
     CONSUME_QUEUE_UNIT,
@@ -37,16 +39,21 @@ from .formats import (
     takes_queue_offset,
 )
 from .repair import set_aside_spans
-from .store_layout import infer_config
+from .store_layout import infer_config, require_store
 from .topics import DELAY_TOPIC
 
 
 def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None) -> list[str]:
     """Return every problem found in the store at ``root_dir`` (empty when consistent).
 
-    Without ``config`` the sizes are inferred from the store (``infer_config``).
+    Without ``config`` the sizes are inferred from the store (``infer_config``). A directory
+    that is not a store (``store_layout.require_store``) is one problem, "not a store: …".
     """
     root = Path(root_dir)
+    try:
+        require_store(root)
+    except NotAStoreError as error:
+        return [str(error)]
     config = config or infer_config(root)
     problems: list[str] = []
     records, log_end = _scan_log(root / "commitlog", config, problems)

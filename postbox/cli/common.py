@@ -24,7 +24,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -34,7 +34,15 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from storage_engine import Broker, MessageStore, StorageError, StoreConfig, infer_config
+from storage_engine import (
+    Broker,
+    MessageStore,
+    NotAStoreError,
+    StorageError,
+    StoreConfig,
+    infer_config,
+    require_store,
+)
 
 DEFAULT_STORE_DIR = Path(".postbox/store")
 STORE_DIR_ENV_VAR = "POSTBOX_STORE"
@@ -96,17 +104,25 @@ def build_config(options: StoreOptions, default_dir: Path = DEFAULT_STORE_DIR) -
     return config
 
 
+def inspected_store(root_dir: Path) -> Path:
+    """``root_dir`` if it holds a store; else a ``CliError`` ("not a store"), with nothing
+    written: commands that inspect or use an existing store never create one."""
+    try:
+        return require_store(root_dir)
+    except NotAStoreError as error:
+        raise CliError(f"{error} (give --store DIR or set {STORE_DIR_ENV_VAR})") from error
+
+
 @contextlib.contextmanager
 def open_store(options: StoreOptions, *, wait_dispatched: bool = True) -> Iterator[MessageStore]:
-    """Open an existing store for a command; closes it (cleanly) on the way out.
+    """Open an existing store for a command; closes it (cleanly) on the way out. A directory
+    that is not a store is refused before anything is written (``inspected_store``).
 
     With ``wait_dispatched`` the consume queues and key index are given up to
     ``DISPATCH_WAIT_MS`` to catch up with the commit log, so queries see every message.
     """
     config = build_config(options)
-    if not config.root_dir.is_dir():
-        raise CliError(f"no store at {config.root_dir} "
-                       f"(give --store DIR or set {STORE_DIR_ENV_VAR})")
+    inspected_store(config.root_dir)
     with MessageStore.open(config) as store:
         if wait_dispatched and not store.wait_dispatched(timeout_ms=DISPATCH_WAIT_MS):
             print_warning(f"dispatch did not catch up within {DISPATCH_WAIT_MS} ms; "
@@ -140,8 +156,10 @@ def out_console() -> Console:
 
 
 @contextlib.contextmanager
-def logging_to(console: Console, level: int, log_format: str) -> Iterator[None]:
-    """Route log records of ``level`` and above to ``console`` for the length of the block.
+def logging_to(console: Console, level: int, log_format: str,
+               filters: Sequence[logging.Filter] = ()) -> Iterator[None]:
+    """Route log records of ``level`` and above (that pass ``filters``) to ``console`` for the
+    length of the block.
 
     The handler is added to the root logger and taken off again afterwards, with the root
     level restored: a command run in-process (a test runner, an embedding program) leaves the
@@ -150,6 +168,8 @@ def logging_to(console: Console, level: int, log_format: str) -> Iterator[None]:
     root = logging.getLogger()
     handler = RichHandler(console=console, show_path=False)
     handler.setFormatter(logging.Formatter(log_format))
+    for log_filter in filters:
+        handler.addFilter(log_filter)
     previous_level = root.level
     root.addHandler(handler)
     root.setLevel(level)

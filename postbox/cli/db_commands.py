@@ -3,7 +3,11 @@
 ``upgrade [REVISION]`` (default ``head``), ``downgrade [REVISION]`` (default ``-1``: one step;
 ``base`` drops the tables and their rows) and ``current`` (the database's revision and whether
 it is the newest). The database is ``--db URL``, else ``POSTBOX_DATABASE_URL``, else
-``sqlite:///.postbox/app.db``; for a relative SQLite file path the parent directory is created.
+``sqlite:///.postbox/app.db``; ``upgrade`` creates a missing SQLite file (and, for a relative
+path, its parent directory); ``current`` and ``downgrade`` never create one, they say there is
+no database there. ``postgres://`` and ``postgresql://`` mean ``postgresql+psycopg://``,
+``mysql://`` means ``mysql+pymysql://`` (``outbox.database.normalize_database_url``); a URL whose
+dialect or driver is not installed is refused with the forms that work.
 
 Every command connects, does its work and disconnects. Unreachable databases, unparsable URLs,
 missing drivers and unknown revisions are one ``error:`` line (exit code 2); the URL is shown
@@ -17,11 +21,12 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 import migrations
 from migrations.api import safe_url
-from outbox.database import sqlite_file
+from outbox.database import URL_FORMS, normalize_database_url, sqlite_file
 
 from .common import CliError, JsonOption, out_console, print_json, reports_errors
 
@@ -36,15 +41,27 @@ DatabaseUrlOption = Annotated[str, typer.Option(
     help="SQLAlchemy URL of the application database.")]
 
 
-def prepare_url(url: str) -> str:
-    """Check that ``url`` parses; for a relative SQLite file path, create its parent directory."""
+def prepare_url(url: str, *, create: bool = True) -> str:
+    """``url`` with its driver made explicit (``normalize_database_url``), once it parses and
+    its dialect and driver are installed. A missing SQLite file: with ``create``, its parent
+    directory is made (for a relative path) so the database can be created; without, it is an
+    error (nothing is created)."""
     try:
-        database = sqlite_file(url)
+        normalized = normalize_database_url(url)
+        database = sqlite_file(normalized)
+        make_url(normalized).get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as error:  # before ArgumentError: a subclass
+        raise CliError(f"cannot use database URL {safe_url(url)!r}: {error}; URL forms that "
+                       f"work: {URL_FORMS}") from error
     except (ArgumentError, ValueError) as error:
-        raise CliError(f"bad database URL {url!r}: {error}") from error
-    if database is not None and not database.is_absolute():
-        database.parent.mkdir(parents=True, exist_ok=True)
-    return url
+        raise CliError(f"bad database URL {safe_url(url)!r}: {error}; URL forms: {URL_FORMS}"
+                       ) from error
+    if database is not None and not database.exists():
+        if not create:
+            raise CliError(f"no database at {database} (postbox db upgrade creates it)")
+        if not database.is_absolute():
+            database.parent.mkdir(parents=True, exist_ok=True)
+    return str(normalized)
 
 
 @contextlib.contextmanager
@@ -99,7 +116,7 @@ def downgrade_command(
             help="Target revision: -1 steps back once, base drops the outbox tables.")] = "-1",
         db: DatabaseUrlOption = DEFAULT_DATABASE_URL, json_output: JsonOption = False) -> None:
     """Migrate the database down to REVISION (default: one step back)."""
-    url = prepare_url(db)
+    url = prepare_url(db, create=False)
     with reporting_migration_errors():
         before = migrations.current(url)
         if before is None and revision != "base":
@@ -114,7 +131,7 @@ def downgrade_command(
 def current_command(db: DatabaseUrlOption = DEFAULT_DATABASE_URL,
                     json_output: JsonOption = False) -> None:
     """Show the database's revision and whether it is the newest."""
-    url = prepare_url(db)
+    url = prepare_url(db, create=False)
     with reporting_migration_errors():
         revision = migrations.current(url)
     head = migrations.head()

@@ -83,8 +83,9 @@ MessageIdsArgument = Annotated[list[str], typer.Argument(
 @contextlib.contextmanager
 def open_outbox(url: str) -> Iterator[Engine]:
     """An engine on ``url`` whose outbox tables exist; every database problem and every
-    ``AdminError`` inside the block becomes a ``CliError``. Disposed on the way out."""
-    url = prepare_url(url)
+    ``AdminError`` inside the block becomes a ``CliError``. Disposed on the way out. A missing
+    SQLite file is an error, never created."""
+    url = prepare_url(url, create=False)
     try:
         engine = create_database_engine(url)
     except (SQLAlchemyError, ImportError) as error:

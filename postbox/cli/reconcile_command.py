@@ -8,12 +8,18 @@ and writes ``report.html``, ``classification/`` (Parquet), ``classification.csv`
 
 Exit codes: 0 every count within its threshold; 1 ``lost`` or ``dead_lettered`` above its
 threshold (``--max-lost``, ``--max-dead-lettered``); 2 the inputs could not be read (no report
-written); 3 some store file could not be read (report written, marked incomplete).
+written); 3 some store file could not be read (report written, marked incomplete); 4 the job
+itself failed (a Spark task crashed, e.g. executors without Postbox; no report, no verdict).
+
+On a local master the Spark Python workers run this command's interpreter, wherever it is run
+from; on a cluster they run ``--executor-python`` (else Spark's default, ``PYSPARK_PYTHON`` or
+``python3``), which must have Postbox installed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +32,7 @@ import spark_reconcile
 from spark_reconcile import (
     ALL_CLASSES,
     DEFAULT_MASTER,
+    EXIT_INTERNAL_ERROR,
     ReconcileError,
     ReconcileOptions,
     ReconcileResult,
@@ -42,9 +49,10 @@ from .common import (
     reports_errors,
     step_progress,
 )
-from .db_commands import DEFAULT_DATABASE_URL, DatabaseUrlOption
+from .db_commands import DEFAULT_DATABASE_URL, DatabaseUrlOption, prepare_url
 
 DEFAULT_OUT_DIR = Path(".postbox/reconcile")
+_PYTHON_ERROR = re.compile(r"^\s*((?:\w+\.)*\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 CLASS_MEANINGS = {
     "confirmed": "a consumer committed its effect",
     "dead_lettered": "in a %DLQ% topic: needs a human",
@@ -82,13 +90,26 @@ def reconcile_command(
              "Parquet export.")] = None,
     chunk_rows: Annotated[int, typer.Option(
         "--chunk-rows", min=100, help="Rows per chunk of the Parquet export.")] = 50_000,
+    executor_python: Annotated[str | None, typer.Option(
+        "--executor-python", metavar="PATH",
+        help="Python of the Spark workers, with Postbox installed \\[default: this interpreter "
+             "on local masters; PYSPARK_PYTHON or python3 on a cluster].")] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Reconcile outbox stubs against consumer logs, offsets and dead letters (Spark)."""
+    """Reconcile outbox stubs against consumer logs, offsets and dead letters (Spark).
+
+    Exit codes: 0 every count within its threshold;
+    1 lost or dead-lettered above its threshold;
+    2 inputs unreadable (no report);
+    3 some store file unreadable (report written, marked incomplete);
+    4 the job itself failed, e.g. a Spark task crashed (no report, no verdict).
+    """
     options = ReconcileOptions(
-        store_dir=store or DEFAULT_STORE_DIR, database_url=db, out_dir=out, master=master,
+        store_dir=store or DEFAULT_STORE_DIR, database_url=prepare_url(db, create=False),
+        out_dir=out, master=master,
         grace_ms=grace_ms, thresholds={"lost": max_lost, "dead_lettered": max_dead_lettered},
-        jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows)
+        jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows,
+        executor_python=executor_python)
     console = out_console()
     try:
         if json_output:
@@ -97,6 +118,10 @@ def reconcile_command(
             result = run_with_progress(err_console(), options)  # stdout: the result only
     except ReconcileError as error:
         raise CliError(str(error)) from error
+    except Exception as error:  # noqa: BLE001 (no verdict: a crash must not read as "lost")
+        print_error(f"the reconciliation failed (exit code {EXIT_INTERNAL_ERROR}, no report): "
+                    f"{failure_summary(error)}")
+        raise typer.Exit(EXIT_INTERNAL_ERROR) from error
     if json_output:
         console.print_json(json.dumps({**result.summary.to_json(),
                                        "report": str(result.report_path),
@@ -105,6 +130,17 @@ def reconcile_command(
         render_result(console, result)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def failure_summary(error: BaseException) -> str:
+    """One line about an unexpected failure: the first Python error named in it (a Spark
+    task's failure arrives wrapped in a long JVM trace), else its first line."""
+    text = str(error)
+    found = _PYTHON_ERROR.search(text)
+    if found and found.group(1) not in ("py4j.protocol.Py4JJavaError",):
+        return f"{found.group(1)}: {found.group(2).strip()}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def run_with_progress(console: Console, options: ReconcileOptions) -> ReconcileResult:
@@ -140,4 +176,5 @@ def render_result(console: Console, result: ReconcileResult) -> None:
                   f"report: {result.report_path}")
 
 
-__all__ = ["DEFAULT_OUT_DIR", "reconcile_command", "render_result", "run_with_progress"]
+__all__ = ["DEFAULT_OUT_DIR", "failure_summary", "reconcile_command", "render_result",
+           "run_with_progress"]

@@ -1,7 +1,8 @@
 """``postbox store …``: look at a store as a whole (verify, stats, topics and queues, the raw log).
 
 Each command opens the store (taking its lock, so it fails fast while another process has it
-open), reads, and closes it cleanly. Nothing here writes messages.
+open), reads, and closes it cleanly. Nothing here writes messages, and a directory that is not a
+store is refused ("not a store", exit code 2) with nothing written into it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .common import (
     StoreDirOption,
     StoreOptions,
     build_config,
+    inspected_store,
     open_store,
     out_console,
     print_json,
@@ -41,6 +43,7 @@ def verify_command(store: StoreDirOption = None, broker_conf: BrokerConfOption =
                    segment_size: SegmentSizeOption = None, json_output: JsonOption = False) -> None:
     """Check that commit log, consume queues and key index agree (read-only; exit 1 if not)."""
     config = build_config(StoreOptions(store, broker_conf, segment_size, json_output))
+    inspected_store(config.root_dir)
     problems = verify_store(config.root_dir, config)
     if json_output:
         print_json({"store": str(config.root_dir), "problems": problems})

@@ -6,7 +6,7 @@ IPv4/IPv6 hosts), the blank end-of-file record, the properties codec, masked CRC
 checkpoint page, offsetMsgId and UNIQ_KEY. The engine, the CLI and the Spark jobs all decode
 through it. Facts come from ``reference/rocketmq-store.md`` §0–§5 and ``vectors/``; all integers
 are big-endian. Modules: ``constants``, ``hashing``, ``properties``, ``record``, ``message_view``,
-``message_id``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``.
+``message_id``, ``message_rules``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``.
 """
 
 from .checkpoint_layout import (
@@ -42,6 +42,13 @@ from .message_id import (
     decode_offset_msg_id,
     decode_unique_key,
     encode_offset_msg_id,
+)
+from .message_rules import (
+    EMPTY_BODY_PROBLEM,
+    PROPERTY_ARGUMENTS,
+    SYSTEM_PROPERTY_NAMES,
+    empty_body_problem,
+    reserved_property_problem,
 )
 from .message_view import MessageView
 from .properties import decode_properties, encode_properties, java_hashmap_order, split_keys
@@ -90,6 +97,7 @@ __all__ = [
     "CONSUME_QUEUE_UNIT_SIZE_BYTES",
     "CheckpointState",
     "DispatchRecord",
+    "EMPTY_BODY_PROBLEM",
     "EMPTY_UNIT",
     "FILLER_UNIT",
     "FILLER_UNIT_SIZE",
@@ -101,12 +109,14 @@ __all__ = [
     "INDEX_QUERY_RESULT_MAX",
     "INDEX_SLOT",
     "MessageView",
+    "PROPERTY_ARGUMENTS",
     "PROPERTY_CRC_LENGTH",
     "PROPERTY_CRC_PLACEHOLDER",
     "RECORD_FIXED_OVERHEAD_BYTES",
     "RecordCheck",
     "RecordFields",
     "RecordKind",
+    "SYSTEM_PROPERTY_NAMES",
     "UniqueKeyGenerator",
     "UniqueKeyParts",
     "check_record",
@@ -117,6 +127,7 @@ __all__ = [
     "decode_offset_msg_id",
     "decode_properties",
     "decode_unique_key",
+    "empty_body_problem",
     "encode_blank_record",
     "encode_checkpoint",
     "encode_host",
@@ -131,6 +142,7 @@ __all__ = [
     "index_key_hash",
     "is_ext_address",
     "java_hashmap_order",
+    "reserved_property_problem",
     "java_string_hashcode",
     "masked_crc32",
     "record_size",

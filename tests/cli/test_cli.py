@@ -324,7 +324,7 @@ def test_bad_broker_conf_value_is_one_error_line(tmp_path):
 
 def test_missing_store_is_one_error_line(tmp_path):
     result = run("store", "stats", "--store", str(tmp_path / "absent"))
-    assert_one_error_line(result, "no store at")
+    assert_one_error_line(result, "not a store", "does not exist")
     assert not (tmp_path / "absent").exists()
 
 

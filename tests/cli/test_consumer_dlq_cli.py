@@ -177,7 +177,7 @@ def test_progress_of_an_invalid_group_name_is_one_error_line(built):
 
 def test_progress_on_a_missing_store_is_one_error_line(tmp_path):
     result = run("consumer", "progress", "--store", str(tmp_path / "none"))
-    assert_one_error_line(result, "no store at")
+    assert_one_error_line(result, "not a store")
 
 
 # --- dlq list ----------------------------------------------------------------------------------

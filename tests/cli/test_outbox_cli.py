@@ -302,6 +302,9 @@ def test_resend_refuses_a_confirmed_stub(url: str, seeded: Engine) -> None:
 
 @pytest.mark.parametrize("args", COMMANDS)
 def test_unmigrated_database_is_one_error_line(database_url: str, args: list[str]) -> None:
+    engine = create_database_engine(database_url)  # an existing database without the tables
+    engine.connect().close()
+    engine.dispose()
     assert_one_error_line(outbox(*args, db=database_url), "not migrated",
                           "run `postbox db upgrade`")
     assert_one_error_line(outbox(*args, "--json", db=database_url), "postbox db upgrade")

@@ -27,7 +27,9 @@ def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
     assert report["lost_on_purpose"] > 0
     assert report["resent"] >= report["lost_on_purpose"]
     assert report["retried"] > 0
-    assert [check["passed"] for check in report["checks"]] == [True] * 6
+    assert [check["passed"] for check in report["checks"]] == [True] * 7
+    assert report["expected_alerts"] == {"dead_lettered": report["void_dead_lettered"],
+                                         "exhausted": 0}
     assert (directory / "store" / "commitlog").is_dir()
     assert (directory / "payments.db").is_file()
     # the demo ends with a reconciliation that agrees with it
@@ -49,6 +51,11 @@ def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
         assert result.exit_code == 0, (result.stdout, result.stderr)
         assert "all checks passed" in result.stdout
         assert "FAIL" not in result.stdout
+        # the intended alerts and dead letters are the demo's outcome, not red error lines
+        assert "ERROR" not in result.stdout and "[alerts]" not in result.stdout
+        assert "dead-lettered C" not in result.stdout
+        assert "as expected: " in result.stdout and "every void stub raised one alert" in \
+            result.stdout
         for label in ("sent", "confirmed", "retried", "resent", "void: dead-lettered", "DLQ",
                       "Reconciliation", "report.html"):
             assert label in result.stdout

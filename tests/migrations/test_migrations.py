@@ -253,6 +253,7 @@ def test_script_template_ships_with_the_package() -> None:
 # --- postbox db -------------------------------------------------------------------------------
 
 def test_cli_upgrade_current_downgrade(database_url: str, engine: Engine) -> None:
+    engine.connect().close()  # an existing, empty database (SQLite: the file exists)
     before = run_json("db", "current", "--db", database_url, env=NO_ENV)
     assert (before["current"], before["head"], before["is_head"]) == (None, "0002", False)
 
@@ -293,7 +294,9 @@ def test_cli_default_database_creates_its_directory(
     assert (tmp_path / ".postbox" / "app.db").is_file()
 
 
-def test_cli_downgrade_of_an_empty_database_is_an_error(database_url: str) -> None:
+def test_cli_downgrade_of_an_empty_database_is_an_error(database_url: str,
+                                                        engine: Engine) -> None:
+    engine.connect().close()
     result = run("db", "downgrade", "--db", database_url, env=NO_ENV)
     assert_one_error_line(result, "nothing to downgrade")
 
@@ -315,6 +318,44 @@ def test_cli_unreachable_database_is_one_error_line(command_args: list[str]) -> 
 def test_cli_bad_url_is_one_error_line(url: str, fragment: str) -> None:
     result = run("db", "current", "--db", url, env=NO_ENV)
     assert_one_error_line(result, fragment)
+
+
+def test_db_help_lists_every_command() -> None:
+    result = run("db", "--help", env=NO_ENV)
+    assert result.exit_code == 0, result.stderr
+    for name in ("upgrade", "downgrade", "current"):
+        assert f" {name} " in result.stdout
+
+
+@pytest.mark.parametrize("command_args", [["current"], ["current", "--json"], ["downgrade"],
+                                          ["downgrade", "base"]])
+def test_cli_never_creates_a_missing_sqlite_database_to_inspect_it(
+        tmp_path: Path, command_args: list[str]) -> None:
+    missing = tmp_path / "data" / "app.db"
+    result = run("db", *command_args, "--db", f"sqlite:///{missing}", env=NO_ENV)
+    assert_one_error_line(result, "no database at", str(missing), "postbox db upgrade")
+    assert not missing.exists() and not missing.parent.exists()
+    result = run("outbox", "stats", "--db", f"sqlite:///{missing}", env=NO_ENV)
+    assert_one_error_line(result, "no database at")
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql"])
+def test_cli_driverless_postgres_urls_use_psycopg(scheme: str) -> None:
+    """Formerly a bare NoSuchModuleError (postgres://) or a missing psycopg2 (postgresql://):
+    now they reach the server through psycopg 3 (here: a closed port)."""
+    result = run("db", "current", "--db", f"{scheme}://postgres@127.0.0.1:1/x", env=NO_ENV)
+    assert_one_error_line(result, "postgresql+psycopg://", "Connection refused")
+
+
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("postgresql+psycopg2://u@h/x", "No module named 'psycopg2'"),
+    ("oracle+nodriver://u@h/x", "Can't load plugin"),
+])
+def test_cli_a_url_without_its_driver_names_the_forms_that_work(url: str, fragment: str) -> None:
+    result = run("db", "current", "--db", url, env=NO_ENV)
+    assert_one_error_line(result, fragment, "postgresql+psycopg://user:pass@host/db",
+                          "mysql+pymysql://")
 
 
 def test_cli_json_is_one_document(database_url: str) -> None:

@@ -5,11 +5,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
 from sqlalchemy import Engine, event
 
 from framework import App, ConsumerOptions
 from outbox import database_engine
-from outbox.database import POOL_HEADROOM, POOL_SIZE
+from outbox.database import (
+    POOL_HEADROOM,
+    POOL_SIZE,
+    create_database_engine,
+    normalize_database_url,
+)
 
 
 def connections_opened(engine: Engine) -> Callable[[], int]:
@@ -71,3 +77,24 @@ def test_an_apps_engine_has_room_for_its_consume_threads(migrated_database_url: 
         assert engine.pool.size() == threads + POOL_HEADROOM
     finally:
         app.stop()
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("postgres://app:secret@db/app", "postgresql+psycopg://app:secret@db/app"),
+    ("postgresql://app@db:5433/app", "postgresql+psycopg://app@db:5433/app"),
+    ("mysql://root@127.0.0.1/test", "mysql+pymysql://root@127.0.0.1/test"),
+    ("mariadb://root@127.0.0.1/test", "mariadb+pymysql://root@127.0.0.1/test"),
+    ("postgresql+psycopg://app@db/app", "postgresql+psycopg://app@db/app"),
+    ("sqlite:///relative/app.db", "sqlite:///relative/app.db"),
+])
+def test_driverless_urls_get_the_installed_driver(url: str, expected: str):
+    assert normalize_database_url(url) == expected
+
+
+def test_an_app_engine_accepts_a_postgres_url():
+    """``postgres://`` (Heroku-style) used to fail with NoSuchModuleError."""
+    engine = create_database_engine("postgres://app@127.0.0.1:1/app")
+    try:
+        assert (engine.dialect.name, engine.dialect.driver) == ("postgresql", "psycopg")
+    finally:
+        engine.dispose()

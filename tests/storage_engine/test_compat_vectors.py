@@ -405,7 +405,7 @@ def _workload(seed: int) -> list[tuple[Message, int]]:
         keys = [f"order-{i}", f"cust-{i % 7}"] if i % 3 else []
         properties = {"seq": str(i), "région": "éà"} if i % 4 == 0 else None
         work.append((Message(
-            TOPICS[i % len(TOPICS)], rng.randbytes(rng.randrange(0, 400)),
+            TOPICS[i % len(TOPICS)], rng.randbytes(rng.randrange(1, 400)),
             tags=TAGS[i % len(TAGS)], keys=keys, properties=properties,
             unique_key=unique_keys.next_key(1_700_000_000_000 + i) if i % 2 else None,
             born_host="[2001:db8::7]:4567" if i % 5 == 0 else "10.0.0.7:4567",

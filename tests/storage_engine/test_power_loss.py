@@ -128,7 +128,7 @@ class Model:
 def _body_size(rng: random.Random, segment_bytes: int) -> int:
     if rng.random() < 0.1:
         return rng.randrange(segment_bytes // 4, segment_bytes * 3 // 4)
-    return rng.randrange(0, 600)
+    return rng.randrange(1, 600)
 
 
 def put_some(store: MessageStore, model: Model, count: int, seed: int) -> None:

@@ -46,7 +46,7 @@ def test_put_get_round_trip_over_queues_and_segment_rolls(store, clock):
     for i in range(240):
         topic, queue_id = ("orders", "audit")[i % 2], rng.randrange(4)
         message = Message(
-            topic, rng.randbytes(rng.randrange(0, 600)), tags=("paid", "new", None)[i % 3],
+            topic, rng.randbytes(rng.randrange(1, 600)), tags=("paid", "new", None)[i % 3],
             keys=[f"order-{i}", f"customer-{i % 11}"] if i % 4 else None,
             properties={"seq": str(i), "näme": "välue ✓"} if i % 5 == 0 else None,
             unique_key=unique_keys.next_key(clock.now_ms()) if i % 2 else None,

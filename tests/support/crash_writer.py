@@ -111,7 +111,7 @@ def _body_size(rng: random.Random) -> int:
         return rng.randrange(20_000, 40_000)  # most of a 64 KiB segment
     if draw < 0.15:
         return rng.randrange(2_000, 10_000)
-    return rng.randrange(0, 2_000)
+    return rng.randrange(1, 2_000)
 
 
 def planned_messages(seed: int, run: int) -> Iterator[Planned]:

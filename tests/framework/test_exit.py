@@ -1,0 +1,87 @@
+"""A process whose code raises between ``app.start()`` and ``app.stop()`` still exits, and
+leaves its store closed cleanly: consumers drained, offsets persisted, no ``abort`` file.
+
+Each case runs a real Python process (the same interpreter) and waits for it with a timeout;
+before the exit hook existed these processes never exited (the app's non-daemon threads kept
+the interpreter waiting).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from storage_engine import verify_store
+from storage_engine.formats import decode_config_json
+
+EXIT_TIMEOUT_S = 60
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+STARTED_AND_RAISES = """
+    import threading
+    from framework import App
+
+    app = App(store_url={store!r})
+    handled = threading.Event()
+
+    @app.handler(topic="orders", consumer_group="billing", consume_from="first")
+    def bill(message):
+        handled.set()
+
+    app.start()
+    app.producer.send("orders", b"order 1")
+    assert handled.wait(30), "the handler never ran"
+    raise RuntimeError("the application failed between start() and stop()")
+"""
+
+PRODUCER_ONLY_RAISES = """
+    from framework import App
+
+    app = App(store_url={store!r})
+    app.producer.send("orders", b"order 1")   # opens the store; start() never called
+    raise RuntimeError("the application failed before stop()")
+"""
+
+WITH_BLOCK_RAISES = """
+    from framework import App
+
+    app = App(store_url={store!r})
+    with app:
+        app.producer.send("orders", b"order 1")
+        raise RuntimeError("the block failed")
+"""
+
+
+def run_script(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess, Path]:
+    store = tmp_path / "store"
+    script = tmp_path / "app_script.py"
+    script.write_text(textwrap.dedent(source.format(store=str(store))))
+    completed = subprocess.run([sys.executable, str(script)], cwd=REPOSITORY,
+                               capture_output=True, text=True, timeout=EXIT_TIMEOUT_S,
+                               check=False)
+    return completed, store
+
+
+@pytest.mark.parametrize("source", [STARTED_AND_RAISES, PRODUCER_ONLY_RAISES,
+                                    WITH_BLOCK_RAISES],
+                         ids=["started", "producer-only", "with-block"])
+def test_a_process_that_raises_exits_with_a_clean_store(tmp_path, source):
+    completed, store = run_script(tmp_path, source)  # a hang fails here (TimeoutExpired)
+    assert completed.returncode == 1, completed.stderr
+    assert "RuntimeError" in completed.stderr
+    assert "cannot schedule new futures" not in completed.stderr
+    assert "Exception in thread" not in completed.stderr
+    assert not (store / "abort").exists()
+    assert verify_store(store) == []
+
+
+def test_offsets_persist_when_the_exit_hook_stops_the_app(tmp_path):
+    completed, store = run_script(tmp_path, STARTED_AND_RAISES)
+    assert completed.returncode == 1, completed.stderr
+    assert "stopping an app left running at interpreter exit" in completed.stderr
+    offsets = decode_config_json((store / "config" / "consumerOffset.json").read_text())
+    assert sum(offsets["offsetTable"]["orders@billing"].values()) == 1  # the one message
