@@ -308,6 +308,17 @@ def _flip_byte(config, log_position: int, offset_in_record: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def _zero_from(config, log_position: int) -> None:
+    """Zero every log byte from ``log_position`` on: writes that never reached the disk."""
+    segment_size = config.commit_log.segment_size_bytes
+    for path in sorted((config.root_dir / "commitlog").iterdir()):
+        start = max(0, log_position - int(path.name))
+        if start < segment_size:
+            data = bytearray(path.read_bytes())
+            data[start:] = bytes(segment_size - start)
+            path.write_bytes(bytes(data))
+
+
 BODY_OFFSET = 88  # v1 record, IPv4 hosts: the body starts at byte 88
 MAGIC_OFFSET = 4
 
@@ -318,7 +329,8 @@ MAGIC_OFFSET = 4
 def test_damage_in_an_old_segment_is_reported_with_its_position(config, open_store,
                                                                 offset_in_record, reason):
     """Recovery scans only the last 3 segments, so damage in segment 0 survives the reopen and
-    surfaces on read as ``CorruptionError`` naming the position."""
+    surfaces on read by position as ``CorruptionError`` naming the position; a pull skips that
+    offset (with an alert) so a consumer is not stuck there."""
     store = open_store(config, verify=False)
     results = _fill_segments(store)
     store.close()
@@ -333,9 +345,11 @@ def test_damage_in_an_old_segment_is_reported_with_its_position(config, open_sto
         store.read_message(damaged.log_position)
     assert caught.value.log_position == damaged.log_position
     assert caught.value.path.endswith(f"{0:020d}")
-    with pytest.raises(CorruptionError) as pulled:
-        store.get_message("g", TOPIC, 0, damaged.queue_offset, 4)
-    assert pulled.value.log_position == damaged.log_position
+    pulled = store.get_message("g", TOPIC, 0, damaged.queue_offset, 3)
+    assert [m.queue_offset for m in pulled.messages] == [
+        damaged.queue_offset + 1, damaged.queue_offset + 2, damaged.queue_offset + 3]
+    assert pulled.next_offset == damaged.queue_offset + 4
+    assert store.stats()["commit_log"]["damaged_units_skipped"] == 1
 
     for neighbour in (results[9], results[11], results[-1]):
         assert store.read_message(neighbour.log_position).queue_offset == neighbour.queue_offset
@@ -347,12 +361,14 @@ def test_damage_in_an_old_segment_is_reported_with_its_position(config, open_sto
 
 
 def test_damage_in_the_tail_is_truncated_by_recovery(config, open_store):
-    """A bad CRC within the last 3 segments ends the valid log: recovery truncates there, the
-    damaged record and everything after it are gone, and appends continue at that point."""
+    """A bad CRC with nothing valid after it is a torn tail: recovery truncates there, the
+    damaged record and the partial writes after it are gone, and appends continue at that
+    point. (Damage that valid records follow is refused instead: ``test_corruption.py``.)"""
     store = open_store(config, verify=False)
     results = _fill_segments(store)
     store.close()
     damaged = results[-5]
+    _zero_from(config, results[-4].log_position)
     _flip_byte(config, damaged.log_position, BODY_OFFSET)
 
     store = open_store(config, verify=False)
@@ -371,10 +387,12 @@ def test_damage_in_the_tail_is_truncated_by_recovery(config, open_store):
 
 
 def _truncated_tail(config, open_store) -> tuple[MessageStore, list[PutResult]]:
-    """A store whose last 5 records were cut off by recovery (bad CRC in the tail)."""
+    """A store whose last 5 records were cut off by recovery (a torn tail: a bad CRC, then
+    zeros)."""
     store = open_store(config, verify=False)
     results = _fill_segments(store)
     store.close()
+    _zero_from(config, results[-4].log_position)
     _flip_byte(config, results[-5].log_position, BODY_OFFSET)
     store = open_store(config, verify=False)
     assert store.max_offset(TOPIC, 0) == results[-5].queue_offset

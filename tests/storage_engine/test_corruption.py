@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 from pathlib import Path
@@ -212,8 +213,11 @@ _damage = st.tuples(st.sampled_from(["flip", "garbage", "zeros"]), st.floats(0, 
                     st.integers(0, 8191), st.integers(1, 300), st.integers(0, 7))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+EXAMPLES = int(os.environ.get("CORRUPTION_EXAMPLES", "60"))  # more for a longer hunt
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(damages=st.lists(_damage, min_size=1, max_size=3), seed=st.integers(0, 2**32 - 1))
 def test_random_damage_never_loses_a_valid_record(tmp_path_factory, damages, seed):
     template, results, bodies = _template(tmp_path_factory)
