@@ -8,6 +8,7 @@ the interpreter waiting).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ import pytest
 from storage_engine import verify_store
 from storage_engine.formats import decode_config_json
 
-EXIT_TIMEOUT_S = 60
+EXIT_TIMEOUT_S = 120
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 STARTED_AND_RAISES = """
@@ -60,7 +61,8 @@ def run_script(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess
     store = tmp_path / "store"
     script = tmp_path / "app_script.py"
     script.write_text(textwrap.dedent(source.format(store=str(store))))
-    completed = subprocess.run([sys.executable, str(script)], cwd=REPOSITORY,
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}  # this checkout's code
+    completed = subprocess.run([sys.executable, str(script)], cwd=REPOSITORY, env=environment,
                                capture_output=True, text=True, timeout=EXIT_TIMEOUT_S,
                                check=False)
     return completed, store
