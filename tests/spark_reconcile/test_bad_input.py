@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -143,6 +144,11 @@ def test_cli_errors_are_one_line(spark, small, tmp_path: Path) -> None:  # noqa:
     assert_one_error_line(run("reconcile", "--store", str(tmp_path / "nowhere"), "--db",
                               small.database_url, "--out", str(tmp_path / "out")),
                           "does not exist")
+    assert_one_error_line(run("reconcile", "--store", str(small.root), "--db",
+                              f"sqlite:///{tmp_path / 'blank.db'}", "--out",
+                              str(tmp_path / "out")), "no database at")
+    assert not (tmp_path / "blank.db").exists()  # a missing SQLite file is never created
+    sqlite3.connect(tmp_path / "blank.db").close()  # an empty database: the tables are missing
     assert_one_error_line(run("reconcile", "--store", str(small.root), "--db",
                               f"sqlite:///{tmp_path / 'blank.db'}", "--out",
                               str(tmp_path / "out")), "no table message_log, message_stub")
