@@ -48,7 +48,7 @@ def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
     handlers, level = list(root.handlers), root.level
     for _ in range(2):  # the second run deletes the first one's directory
         result = run("demo", "--dir", str(directory), "--orders", "100")
-        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert result.exit_code == 0, f"{result.stdout}\n{result.stderr}"  # the whole report
         assert "all checks passed" in result.stdout
         assert "FAIL" not in result.stdout
         # the intended alerts and dead letters are the demo's outcome, not red error lines
