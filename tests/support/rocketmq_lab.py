@@ -115,11 +115,12 @@ class LiveRocketMQ:
     def __post_init__(self) -> None:
         self.driver = LabDriver(self.install, self.run_dir / "driver", self.namesrv)
 
-    def start_broker(self, store_dir: Path, *, name: str,
-                     extra: dict[str, str] | None = None) -> BrokerServer:
-        """Another broker on ``store_dir``, registered with this name server."""
+    def start_broker(self, store_dir: Path, *, name: str, extra: dict[str, str] | None = None,
+                     ports: tuple[int, int] | None = None) -> BrokerServer:
+        """Another broker on ``store_dir``, registered with this name server (``ports``: see
+        ``rocketmq_processes.start_broker``)."""
         return start_broker(self.install, self.run_dir, self.namesrv, store_dir, name=name,
-                            cluster=self.cluster, extra=extra)
+                            cluster=self.cluster, extra=extra, ports=ports)
 
     def stop(self) -> None:
         for server in (self.proxy_server, self.broker and self.broker.server,
@@ -173,10 +174,11 @@ class BrokerFactory:
     _names: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def start(self, store_dir: Path, *, name: str | None = None,
-              extra: dict[str, str] | None = None) -> BrokerServer:
+              extra: dict[str, str] | None = None,
+              ports: tuple[int, int] | None = None) -> BrokerServer:
         name = name or f"lab-extra-{next(self._names)}"
         try:
-            broker = self.lab.start_broker(store_dir, name=name, extra=extra)
+            broker = self.lab.start_broker(store_dir, name=name, extra=extra, ports=ports)
         except LabSetupError as failure:
             pytest.fail(f"broker {name} did not start: {failure}", pytrace=False)
         self.started.append(broker)

@@ -226,12 +226,15 @@ class BrokerServer:
 
 def start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Path, *,
                  name: str, cluster: str = CLUSTER,
-                 extra: dict[str, str] | None = None, wait: bool = True) -> BrokerServer:
+                 extra: dict[str, str] | None = None, wait: bool = True,
+                 ports: tuple[int, int] | None = None) -> BrokerServer:
     """A master broker on ``store_dir`` (created or reused) registered with ``namesrv``
-    (``wait=False``: launched only; ``broker.server.await_ready()`` waits)."""
+    (``wait=False``: launched only; ``broker.server.await_ready()`` waits). ``ports``:
+    (listenPort, haListenPort) chosen beforehand with ``free_broker_ports`` (a store written
+    elsewhere names its broker's address in every record and message id)."""
     home = run_dir / name
     home.mkdir(parents=True, exist_ok=True)
-    listen, ha = free_broker_ports()
+    listen, ha = ports or free_broker_ports()
     settings = {"brokerClusterName": cluster, "brokerName": name, "namesrvAddr": namesrv,
                 "listenPort": str(listen), "haListenPort": str(ha),
                 "storePathRootDir": str(store_dir), **LAB_BROKER_SETTINGS, **(extra or {})}
