@@ -15,6 +15,7 @@ consumer offsets, and find the store consistent (``verify_store``).
 from __future__ import annotations
 
 import base64
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,8 @@ def produce_corpus(lab, broker) -> tuple[list, list]:
         {"topic": MAIN, "queues": 4, "message_type": "NORMAL"},
         {"topic": TX, "queues": 2, "message_type": "TRANSACTION"},
         {"topic": GRPC, "queues": 2, "message_type": "NORMAL"}])
+    routes = driver.run("await-route", topics=[MAIN, TX, GRPC], timeout_ms=60_000)
+    assert routes == {topic: [broker.name] for topic in (MAIN, TX, GRPC)}, routes
     driver.run("create-group", broker_addr=broker.address, group=GROUP, retry_max_times=2)
     sent = driver.run("produce", sends=corpus_sends())
     sent += driver.run("transaction", messages=[
@@ -251,3 +254,29 @@ def test_retry_and_dead_letter_deliveries_are_in_the_store_postbox_reads(java_co
         assert all(view.is_v2 for view in retried)
     finally:
         store.close()
+
+
+ROCKETMQ_5_FILES = ("timerwheel", "config/timercheck", "config/timermetrics")
+"""Written by RocketMQ 5's timer wheel (on by default): Postbox has no timer wheel, so it
+neither reads nor changes them; a Java broker reopening the store finds them as it left them."""
+
+
+def file_digests(root: Path, names) -> dict[str, str]:
+    return {name: hashlib.sha256((root / name).read_bytes()).hexdigest() for name in names}
+
+
+def test_what_rocketmq_5_adds_is_tolerated_and_left_as_it_was(java_corpus, tmp_path):
+    config = open_copy(java_corpus, tmp_path)
+    root = config.root_dir
+    timer_log = sorted(str(p.relative_to(root)) for p in (root / "timerlog").iterdir())
+    assert timer_log, "the timer message went through the timer log"
+    before = file_digests(root, [*ROCKETMQ_5_FILES, *timer_log])
+    with Broker.open(config) as broker:  # rewrites the config files on close
+        broker.commit_offset(GROUP, MAIN, 0, 0)
+        assert broker.store.max_offset("rmq_sys_wheel_timer", 0) >= 1
+    assert file_digests(root, [*ROCKETMQ_5_FILES, *timer_log]) == before
+    topics = (root / "config" / "topics.json").read_text()
+    assert '"message.type":"TRANSACTION"' in topics  # 5.x topic attributes survive
+    groups = (root / "config" / "subscriptionGroup.json").read_text()
+    assert '"groupRetryPolicy"' in groups and '"forbiddenTable"' in groups
+    assert verify_store(root, config) == []

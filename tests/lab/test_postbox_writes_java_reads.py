@@ -136,6 +136,8 @@ def java_side(lab, store: Path, ports: tuple[int, int], ours: dict) -> dict:
     broker = lab.start_broker(store, name="lab-pw", ports=ports)
     try:
         driver = lab.driver
+        routes = driver.run("await-route", topics=[MAIN, GRPC], timeout_ms=60_000)
+        assert routes == {MAIN: [broker.name], GRPC: [broker.name]}
         received = driver.run("grpc-receive", endpoints=lab.proxy_endpoint, group=GRPC_GROUP,
                               topic=GRPC, expect=4, timeout_ms=60_000)["messages"]
         java_offsets = driver.run("consumer-offsets", group=GROUP, topic=MAIN)

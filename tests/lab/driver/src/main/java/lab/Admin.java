@@ -101,6 +101,35 @@ final class Admin {
         });
     }
 
+    /**
+     * {@code {"topics": [..], "timeout_ms"}}: waits until the name server has a route for every
+     * topic (a broker registers its topics at start and then every 30 s; a registration that
+     * timed out on a busy machine is only repeated then). Returns the brokers of each route.
+     */
+    static Object awaitRoute(JSONObject request) throws Exception {
+        long deadline = System.currentTimeMillis() + request.getLongValue("timeout_ms");
+        return with(request, admin -> {
+            JSONObject routes = new JSONObject(true);
+            for (Object topic : request.getJSONArray("topics")) {
+                while (true) {
+                    try {
+                        List<String> brokers = new ArrayList<>();
+                        admin.examineTopicRouteInfo((String) topic).getBrokerDatas()
+                            .forEach(data -> brokers.add(data.getBrokerName()));
+                        routes.put((String) topic, brokers);
+                        break;
+                    } catch (Exception notYet) {
+                        if (System.currentTimeMillis() > deadline) {
+                            throw new IllegalStateException("no route for " + topic, notYet);
+                        }
+                        Thread.sleep(200);
+                    }
+                }
+            }
+            return routes;
+        });
+    }
+
     /** The brokers the name server knows: {@code {brokerName: {brokerId: address}}}. */
     static Object cluster(JSONObject request) throws Exception {
         return with(request, admin -> {

@@ -58,6 +58,8 @@ public final class LabDriver {
                 return Admin.consumerOffsets(request);
             case "cluster":
                 return Admin.cluster(request);
+            case "await-route":
+                return Admin.awaitRoute(request);
             case "produce":
                 return Produce.produce(request);
             case "transaction":
