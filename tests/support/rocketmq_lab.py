@@ -111,6 +111,7 @@ class LiveRocketMQ:
     driver: LabDriver = field(init=False)
     cluster: str = CLUSTER
     startup_s: dict[str, float] = field(default_factory=dict)
+    extra_brokers: list[BrokerServer] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.driver = LabDriver(self.install, self.run_dir / "driver", self.namesrv)
@@ -118,13 +119,15 @@ class LiveRocketMQ:
     def start_broker(self, store_dir: Path, *, name: str, extra: dict[str, str] | None = None,
                      ports: tuple[int, int] | None = None) -> BrokerServer:
         """Another broker on ``store_dir``, registered with this name server (``ports``: see
-        ``rocketmq_processes.start_broker``)."""
-        return start_broker(self.install, self.run_dir, self.namesrv, store_dir, name=name,
-                            cluster=self.cluster, extra=extra, ports=ports)
+        ``rocketmq_processes.start_broker``); stopped at the latest with the session."""
+        broker = start_broker(self.install, self.run_dir, self.namesrv, store_dir, name=name,
+                              cluster=self.cluster, extra=extra, ports=ports)
+        self.extra_brokers.append(broker)
+        return broker
 
     def stop(self) -> None:
-        for server in (self.proxy_server, self.broker and self.broker.server,
-                       self.namesrv_server):
+        for server in (self.proxy_server, *(b.server for b in self.extra_brokers),
+                       self.broker and self.broker.server, self.namesrv_server):
             if server is not None:
                 server.stop()
 
