@@ -11,23 +11,42 @@ larger than one segment, so the copy crosses a segment end and its blank end-of-
   slave (``MessageStore`` with ``broker_role=SLAVE``): every send the official client saw
   ``SEND_OK`` is, after ``kill -9`` of the master, in the slave's store at the position its
   offset message id names, with the same fields, and the slave's log bytes equal the master's.
+- Postbox SYNC_MASTER (``postbox broker start --role SYNC_MASTER``) → Java slave
+  (``brokerRole=SLAVE``, ``brokerId=1``, the master's HA address from the name server, where the
+  driver registers the Postbox master: ``start_java_slave``): every ``PUT_OK`` send is, after
+  ``kill -9`` of the master, in the Java slave's store (Postbox opens a copy: the record at its
+  position, the Java slave's own consume queues and index file find it), and the slave's log
+  bytes equal the master's.
+
+The Java slave's metadata synchronisation (topics, offsets, timer checkpoints over the RocketMQ
+remoting protocol, which Postbox does not serve yet) fails and is not checked
+(docs/replication.md).
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from storage_engine import (
     BrokerRole,
     HAConfig,
+    Message,
     MessageStore,
+    PutStatus,
     StoreConfig,
     verify_store,
 )
 from storage_engine.broker_conf import parse_properties
+from storage_engine.remoting import RemoteBroker
+from tests.support.broker_process import BrokerProcess, write_broker_conf
+from tests.support.rocketmq_lab import DriverError, copy_store
 
 JAVA_TOPIC = "ReplFromJava"
+POSTBOX_TOPIC = "ReplFromPostbox"
 QUEUE_COUNT = 4
 SINGLE_SENDS = 420
 BATCHES = 6
@@ -35,6 +54,9 @@ BATCH_SIZE = 8
 BODY_PAD_BYTES = 2_400  # x (420 + 48) messages: about 1.2 MiB, more than one 1 MiB segment
 CONNECT_TIMEOUT_S = 60
 ACK_PROBE_TIMEOUT_S = 120
+REGISTER_TIMEOUT_S = 240
+REPL_CLUSTER = "PostboxRepl"
+REPL_BROKER = "repl-postbox"
 
 JAVA_SYNC_MASTER = {"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2", "totalReplicas": "2"}
 """A Java 5.x SYNC_MASTER waits for a slave's acknowledgement only when it needs two in-sync
@@ -117,10 +139,36 @@ def sent_messages(sends: list[dict], results: list[dict]) -> list[tuple[dict, st
     return acknowledged
 
 
+def wait_for_route(driver, topic: str, broker_name: str) -> None:
+    """Until the name server routes ``topic`` to ``broker_name`` alone: a producer that finds no
+    route yet falls back to auto-creation, which would spread sends over every broker of the
+    lab (the session's broker among them)."""
+    def routed():
+        try:
+            queues = driver.run("pull", topics=[topic])["queues"]
+        except DriverError:
+            return False
+        return bool(queues) and {queue["broker"] for queue in queues} == {broker_name}
+
+    wait_for(routed, CONNECT_TIMEOUT_S, f"a route for {topic} to {broker_name} only",
+             interval_s=1)
+
+
+def stored_on(offset_msg_id: str, broker_address: str) -> bool:
+    """Whether an offset message id (IPv4 + port + position, hex) names ``broker_address``."""
+    host, port = broker_address.rsplit(":", 1)
+    ip = "".join(f"{int(part):02X}" for part in host.split("."))
+    return offset_msg_id.upper().startswith(f"{ip}{int(port):08X}")
+
+
+def probe_spec(topic: str = JAVA_TOPIC) -> dict:
+    return {"topic": topic, "tags": "probe", "body": "probe"}
+
+
 def first_acknowledged_send(driver, topic: str) -> dict:
     """Sends a probe until the Java SYNC_MASTER answers SEND_OK: it refuses or times out
     (``IN_SYNC_REPLICAS_NOT_ENOUGH``, ``FLUSH_SLAVE_TIMEOUT``) until the slave reported."""
-    probe = {"message": {"topic": topic, "tags": "probe", "body": "probe"}}
+    probe = {"message": probe_spec(topic)}
     failures = []
 
     def acknowledged():
@@ -152,6 +200,7 @@ def test_postbox_slave_holds_every_message_a_java_sync_master_acknowledged_after
                  "the Postbox slave connected to the Java master")
         driver.run("create-topic", broker_addr=master.address, topic=JAVA_TOPIC,
                    queues=QUEUE_COUNT, message_type="NORMAL")
+        wait_for_route(driver, JAVA_TOPIC, master.name)
         probe = first_acknowledged_send(driver, JAVA_TOPIC)
         sends = java_corpus()
         started = time.monotonic()
@@ -163,6 +212,8 @@ def test_postbox_slave_holds_every_message_a_java_sync_master_acknowledged_after
         slave.close()
     acknowledged = sent_messages(sends, results)
     assert {result["status"] for result in results} == {"SEND_OK"}, "a send was not replicated"
+    assert [m for m in acknowledged if not stored_on(m[2], master.address)] == []
+    assert stored_on(probe["offset_msg_id"], master.address), probe
 
     reopened = config.replace(ha=HAConfig())  # read the copy; no master to follow
     assert verify_store(config.root_dir, reopened) == []
@@ -171,8 +222,9 @@ def test_postbox_slave_holds_every_message_a_java_sync_master_acknowledged_after
         mismatches = []
         for spec, uniq_key, offset_msg_id in acknowledged:
             mismatches += java_message_mismatches(store, spec, uniq_key, offset_msg_id)
+        mismatches += java_message_mismatches(store, probe_spec(), probe["msg_id"],
+                                              probe["offset_msg_id"])
         end = store.commit_log.max_position
-        assert probe["status"] == "SEND_OK"
     finally:
         store.close()
     assert mismatches == []
@@ -180,7 +232,7 @@ def test_postbox_slave_holds_every_message_a_java_sync_master_acknowledged_after
     assert end > segment, "the corpus was meant to cross a segment end"
     assert log_bytes(config.root_dir, 0, end, segment) == log_bytes(master.store_dir, 0, end,
                                                                      segment)
-    print(f"java->postbox: {len(acknowledged)} acknowledged messages checked, {end} log bytes "
+    print(f"java->postbox: {len(acknowledged) + 1} acknowledged messages checked, {end} log bytes "
           f"equal; corpus sent in {send_s:.1f} s; slave {slave_status}")
 
 
@@ -203,3 +255,104 @@ def java_message_mismatches(store: MessageStore, spec: dict, uniq_key: str,
         mismatches.append(f"{offset_msg_id}: queue offset {view.queue_offset} leads to "
                           f"position {queued.log_position}, not {view.log_position}")
     return mismatches
+
+
+# ---- Postbox master, Java slave ------------------------------------------------------------------
+
+
+def postbox_corpus() -> list[Message]:
+    return [Message(POSTBOX_TOPIC, padded_body(index).encode(), tags=f"tag{index % 3}",
+                    keys=[f"pk-{index}", f"shared-{index % 5}"],
+                    properties={"colour": "grün", "n": str(index)},
+                    unique_key=f"PB{index:06d}")
+            for index in range(SINGLE_SENDS + BATCHES * BATCH_SIZE)]
+
+
+@pytest.fixture
+def postbox_processes():
+    started: list[BrokerProcess] = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+def start_java_slave(lab, brokers, master: BrokerProcess, store_dir: Path):
+    """A Java slave of the Postbox master. RocketMQ 5.3.3 applies broker.conf's
+    ``haMasterAddress`` before its HA client exists (so it is lost) and then takes the master's
+    HA address only from the name server's answer to its registration; Postbox does not
+    register with a name server, so the driver registers it (broker id 0, its HA address) until
+    the slave's own registration is listed."""
+    with ThreadPoolExecutor(1) as pool:
+        registration = pool.submit(
+            lab.driver.run, "register-master", cluster=REPL_CLUSTER, broker_name=REPL_BROKER,
+            broker_addr=master.address, ha_addr=master.ha_address, wait_for_broker_id=1,
+            timeout_ms=REGISTER_TIMEOUT_S * 1000)
+        slave = brokers.start(store_dir, name="repl-java-slave", extra={
+            "brokerClusterName": REPL_CLUSTER, "brokerName": REPL_BROKER,
+            "brokerRole": "SLAVE", "brokerId": "1"})
+        seen = registration.result(timeout=REGISTER_TIMEOUT_S + 60)
+    assert seen["seen"], f"the Java slave never registered beside the Postbox master: {seen}"
+    return slave
+
+
+def test_java_slave_holds_every_message_a_postbox_sync_master_acknowledged_after_kill_9(
+        live_rocketmq, rocketmq_brokers, postbox_processes, tmp_path):
+    master_store = tmp_path / "postbox-master"
+    master = BrokerProcess(master_store, broker_conf=write_broker_conf(tmp_path), extra=(
+        "--role", "SYNC_MASTER", "--ha-listen", "127.0.0.1:0", "--slave-timeout-ms", "5000"))
+    postbox_processes.append(master.start())
+    slave = start_java_slave(live_rocketmq, rocketmq_brokers, master, tmp_path / "java-slave")
+    messages = postbox_corpus()
+    with RemoteBroker(master.address) as producer:
+        wait_for(lambda: producer.send(Message("probe", b"probe")).status is PutStatus.PUT_OK,
+                 ACK_PROBE_TIMEOUT_S, "a PUT_OK from the Postbox master", interval_s=0.5)
+        started = time.monotonic()
+        receipts = [producer.send(message) for message in messages]
+        send_s = time.monotonic() - started
+    master.kill()  # SIGKILL: no clean close, nothing more sent
+    assert [receipt.status for receipt in receipts] == [PutStatus.PUT_OK] * len(messages)
+
+    slave.stop()  # SIGTERM: the Java slave flushes its queues and index, removes store/abort
+    assert not (slave.store_dir / "abort").exists(), "the Java slave did not stop cleanly"
+    copy = copy_store(slave.store_dir, tmp_path / "java-slave-copy")
+    config = StoreConfig.from_broker_conf(slave.conf_path, root_dir=copy, ha=HAConfig())
+    assert verify_store(copy, config) == []
+    store = MessageStore.open(config)
+    try:
+        mismatches = []
+        for message, receipt in zip(messages, receipts, strict=True):
+            mismatches += postbox_message_mismatches(store, message, receipt)
+        end = store.commit_log.max_position
+    finally:
+        store.close()
+    assert mismatches == []
+    segment = config.commit_log.segment_size_bytes
+    assert end > segment, "the corpus was meant to cross a segment end"
+    assert log_bytes(copy, 0, end, segment) == log_bytes(master_store, 0, end, segment)
+    print(f"postbox->java: {len(receipts)} acknowledged messages checked, {end} log bytes "
+          f"equal; corpus sent in {send_s:.1f} s")
+
+
+def postbox_message_mismatches(store: MessageStore, message: Message, receipt) -> list[str]:
+    """Where the Java slave's copy of one acknowledged message differs from what was sent: the
+    record at the receipt's position, and the Java slave's consume queue and index leading to
+    it."""
+    view = store.read_message(receipt.log_position)
+    where = f"{message.unique_key}@{receipt.log_position}"
+    mismatches = [f"{where} {name}: sent {sent!r}, slave {found!r}" for name, sent, found in (
+        ("body", message.body, view.body), ("tags", message.tags, view.tags),
+        ("keys", " ".join(message.keys), view.properties.get("KEYS")),
+        ("unique_key", message.unique_key, view.unique_key),
+        ("colour", "grün", view.properties.get("colour")),
+        ("queue", (receipt.queue_id, receipt.queue_offset), (view.queue_id, view.queue_offset)),
+        ("msg_id", receipt.offset_msg_id, view.msg_id)) if sent != found]
+    queued = store.get_message("repl-check", POSTBOX_TOPIC, receipt.queue_id,
+                               receipt.queue_offset, 1).messages
+    if [m.log_position for m in queued] != [receipt.log_position]:
+        mismatches.append(f"{where}: the Java slave's consume queue leads to "
+                          f"{[m.log_position for m in queued]}")
+    if receipt.log_position not in {m.log_position for m in store.query_by_key(
+            POSTBOX_TOPIC, message.keys[0])}:
+        mismatches.append(f"{where}: not found by key {message.keys[0]} in the Java index")
+    return mismatches
+
