@@ -55,6 +55,7 @@ BODY_PAD_BYTES = 2_400  # x (420 + 48) messages: about 1.2 MiB, more than one 1 
 CONNECT_TIMEOUT_S = 60
 ACK_PROBE_TIMEOUT_S = 120
 REGISTER_TIMEOUT_S = 240
+SLAVE_REGISTER_PERIOD_MS = 10_000  # RocketMQ's shortest registerNameServerPeriod
 REPL_CLUSTER = "PostboxRepl"
 REPL_BROKER = "repl-postbox"
 
@@ -281,15 +282,19 @@ def start_java_slave(lab, brokers, master: BrokerProcess, store_dir: Path):
     ``haMasterAddress`` before its HA client exists (so it is lost) and then takes the master's
     HA address only from the name server's answer to its registration; Postbox does not
     register with a name server, so the driver registers it (broker id 0, its HA address) until
-    the slave's own registration is listed."""
+    the slave has been listed for longer than its registration period (the slave registers
+    every ``SLAVE_REGISTER_PERIOD_MS``, so one registration meets the master's whichever JVM
+    came up first)."""
     with ThreadPoolExecutor(1) as pool:
         registration = pool.submit(
             lab.driver.run, "register-master", cluster=REPL_CLUSTER, broker_name=REPL_BROKER,
             broker_addr=master.address, ha_addr=master.ha_address, wait_for_broker_id=1,
+            hold_after_seen_ms=SLAVE_REGISTER_PERIOD_MS + 3_000,
             timeout_ms=REGISTER_TIMEOUT_S * 1000)
         slave = brokers.start(store_dir, name="repl-java-slave", extra={
             "brokerClusterName": REPL_CLUSTER, "brokerName": REPL_BROKER,
-            "brokerRole": "SLAVE", "brokerId": "1"})
+            "brokerRole": "SLAVE", "brokerId": "1",
+            "registerNameServerPeriod": str(SLAVE_REGISTER_PERIOD_MS)})
         seen = registration.result(timeout=REGISTER_TIMEOUT_S + 60)
     assert seen["seen"], f"the Java slave never registered beside the Postbox master: {seen}"
     return slave

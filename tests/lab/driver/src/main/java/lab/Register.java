@@ -32,16 +32,20 @@ final class Register {
 
     /**
      * {@code {"cluster", "broker_name", "broker_addr", "ha_addr", "wait_for_broker_id",
-     * "timeout_ms"}}: registers the master (broker id 0) and keeps it registered until the name
-     * server lists {@code wait_for_broker_id} under the same broker name (that broker's own
-     * registration then received the master's HA address), or until {@code timeout_ms}. The
-     * registration ends with this process (the name server drops it with the connection).
+     * "hold_after_seen_ms", "timeout_ms"}}: registers the master (broker id 0) and keeps it
+     * registered until the name server has listed {@code wait_for_broker_id} under the same
+     * broker name for {@code hold_after_seen_ms} (longer than that broker's registration period,
+     * so at least one of its registrations is answered with the master's HA address even if its
+     * first one came before this one), or until {@code timeout_ms}. The registration ends with
+     * this process (the name server drops it with the connection).
      */
     static Object registerMaster(JSONObject request) throws Exception {
         String namesrv = request.getString("namesrv");
         String brokerName = request.getString("broker_name");
         long waitFor = request.getLongValue("wait_for_broker_id");
+        long hold = request.getLongValue("hold_after_seen_ms");
         long deadline = System.currentTimeMillis() + request.getLongValue("timeout_ms");
+        long seenAt = -1;
         NettyRemotingClient client = new NettyRemotingClient(new NettyClientConfig());
         client.start();
         try {
@@ -53,7 +57,10 @@ final class Register {
                     registered = System.currentTimeMillis();
                 }
                 members = members(client, namesrv, brokerName);
-                if (members.containsKey(waitFor)) {
+                if (members.containsKey(waitFor) && seenAt < 0) {
+                    seenAt = System.currentTimeMillis();
+                }
+                if (seenAt >= 0 && System.currentTimeMillis() - seenAt >= hold) {
                     break;
                 }
                 Thread.sleep(500);
