@@ -74,6 +74,8 @@ public final class LabDriver {
                 return Grpc.produce(request);
             case "grpc-receive":
                 return Grpc.receive(request);
+            case "register-master":
+                return Register.registerMaster(request);
             default:
                 throw new IllegalArgumentException("unknown command " + command);
         }
