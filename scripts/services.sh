@@ -10,7 +10,8 @@
 #
 #   scripts/services.sh            # all three
 #   scripts/services.sh redis      # only the ones named (postgres, mariadb, redis)
-#   scripts/services.sh test-tools # Chromium and the SQLite JDBC driver (no service; CI's suites)
+#   scripts/services.sh test-tools # Chromium, the SQLite JDBC driver, JDK 17 and Maven (no
+#                                  # service; CI's suites and the RocketMQ lab)
 set -euo pipefail
 
 log() { printf '[services] %s\n' "$*"; }
@@ -111,9 +112,10 @@ SQL
 
 install_test_tools() {  # not services: what some suites need on the machine
     # the reconciliation's report test renders in headless Chromium; its JDBC test reads SQLite
-    # through Debian's JDBC driver
-    apt_install chromium libxerial-sqlite-jdbc-java
-    log "chromium and the SQLite JDBC driver are installed"
+    # through Debian's JDBC driver; the RocketMQ compatibility lab (docs/compat-lab.md) needs a
+    # JDK and Maven (it fetches RocketMQ from Maven Central itself)
+    apt_install chromium libxerial-sqlite-jdbc-java openjdk-17-jdk-headless maven
+    log "chromium, the SQLite JDBC driver, a JDK and Maven are installed"
 }
 
 start_redis() {

@@ -6,10 +6,11 @@ unit against the record it points at (size, topic, queue id, queue offset, tag h
 queue holds every record of its (topic, queue) — none missing, none extra; every key-index entry
 against a record carrying a key with that hash; the checkpoint against the log (its times never
 after the newest record, its confirm position never past the end, and equal to it after a clean
-close). Units and entries pointing below the first segment were removed by retention and are
-skipped. Problems are returned as strings that carry the position; an empty list means the
-files agree. A directory that is not a store (no ``commitlog/``, no ``checkpoint``) is reported
-as such, never as "0 problems". Works on a store another process has open.
+close unless it is 0: not recorded, as in RocketMQ 4.x stores and RocketMQ 5 slaves). Units and
+entries pointing below the first segment were removed by retention and are skipped. Problems are
+returned as strings that carry the position; an empty list means the files agree. A directory
+that is not a store (no ``commitlog/``, no ``checkpoint``) is reported as such, never as
+"0 problems". Works on a store another process has open.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _check_checkpoint(root: Path, records: list[DispatchRecord], log_end: int,
     if state.confirm_position > end or state.confirm_position < 0:
         problems.append(f"checkpoint: confirm position {state.confirm_position} is beyond the "
                         f"log end {end}")
-    elif not (root / "abort").exists() and records and state.confirm_position != end:
+    elif (not (root / "abort").exists() and records
+          and state.confirm_position not in (0, end)):  # 0: not recorded (RocketMQ 4.x, 5.x slave)
         problems.append(f"checkpoint: confirm position {state.confirm_position} != log end {end} "
                         "after a clean close")
 
