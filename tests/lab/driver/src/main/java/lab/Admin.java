@@ -1,0 +1,98 @@
+package lab;
+
+import com.alibaba.fastjson.JSONObject;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
+import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
+import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+/** Topics, subscription groups, consumer offsets and the cluster, through DefaultMQAdminExt. */
+final class Admin {
+    private Admin() {
+    }
+
+    interface Action<T> {
+        T apply(DefaultMQAdminExt admin) throws Exception;
+    }
+
+    static <T> T with(JSONObject request, Action<T> action) throws Exception {
+        DefaultMQAdminExt admin = Clients.configure(new DefaultMQAdminExt(), request);
+        admin.setAdminExtGroup("lab-admin-" + ProcessHandle.current().pid());
+        admin.start();
+        try {
+            return action.apply(admin);
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    /** {@code {"broker_addr", "topic", "queues", "message_type" (NORMAL, FIFO, DELAY, TRANSACTION)}}. */
+    static Object createTopic(JSONObject request) throws Exception {
+        TopicConfig config = new TopicConfig(request.getString("topic"));
+        int queues = request.getIntValue("queues") > 0 ? request.getIntValue("queues") : 4;
+        config.setReadQueueNums(queues);
+        config.setWriteQueueNums(queues);
+        Map<String, String> attributes = new HashMap<>();
+        if (request.containsKey("message_type")) {
+            attributes.put("+message.type", request.getString("message_type"));
+        }
+        config.setAttributes(attributes);
+        return with(request, admin -> {
+            admin.createAndUpdateTopicConfig(request.getString("broker_addr"), config);
+            JSONObject done = new JSONObject(true);
+            done.put("topic", config.getTopicName());
+            done.put("queues", queues);
+            return done;
+        });
+    }
+
+    /** {@code {"broker_addr", "group", "retry_max_times"}}. */
+    static Object createGroup(JSONObject request) throws Exception {
+        SubscriptionGroupConfig config = new SubscriptionGroupConfig();
+        config.setGroupName(request.getString("group"));
+        if (request.containsKey("retry_max_times")) {
+            config.setRetryMaxTimes(request.getIntValue("retry_max_times"));
+        }
+        return with(request, admin -> {
+            admin.createAndUpdateSubscriptionGroupConfig(request.getString("broker_addr"), config);
+            JSONObject done = new JSONObject(true);
+            done.put("group", config.getGroupName());
+            done.put("retry_max_times", config.getRetryMaxTimes());
+            return done;
+        });
+    }
+
+    /** {@code {"group"}}: the broker's committed offsets of the group, one row per queue. */
+    static Object consumerOffsets(JSONObject request) throws Exception {
+        return with(request, admin -> {
+            ConsumeStats stats = admin.examineConsumeStats(request.getString("group"));
+            List<JSONObject> rows = new ArrayList<>();
+            for (Map.Entry<MessageQueue, OffsetWrapper> entry : stats.getOffsetTable().entrySet()) {
+                JSONObject row = new JSONObject(true);
+                row.put("topic", entry.getKey().getTopic());
+                row.put("queue_id", entry.getKey().getQueueId());
+                row.put("broker_offset", entry.getValue().getBrokerOffset());
+                row.put("consumer_offset", entry.getValue().getConsumerOffset());
+                rows.add(row);
+            }
+            return rows;
+        });
+    }
+
+    /** The brokers the name server knows: {@code {brokerName: {brokerId: address}}}. */
+    static Object cluster(JSONObject request) throws Exception {
+        return with(request, admin -> {
+            ClusterInfo info = admin.examineBrokerClusterInfo();
+            JSONObject brokers = new JSONObject(true);
+            info.getBrokerAddrTable().forEach((name, data) -> brokers.put(name, data.getBrokerAddrs()));
+            return brokers;
+        });
+    }
+}

@@ -1,0 +1,93 @@
+package lab;
+
+import com.alibaba.fastjson.JSONArray;
+import com.alibaba.fastjson.JSONObject;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/** Sending with the remoting client: plain, batch and transactional messages. */
+final class Produce {
+    private Produce() {
+    }
+
+    /**
+     * {@code {"sends": [{"message": spec} | {"batch": [spec, ...]}]}}: one result per send, in
+     * order (a batch's result lists the unique keys of its messages in {@code msg_id}).
+     */
+    static Object produce(JSONObject request) throws Exception {
+        DefaultMQProducer producer = Clients.configure(
+            new DefaultMQProducer(Clients.group(request, "lab-producer")), request);
+        producer.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+        producer.setRetryTimesWhenSendFailed(0);
+        producer.start();
+        try {
+            List<JSONObject> results = new ArrayList<>();
+            for (Object each : request.getJSONArray("sends")) {
+                JSONObject send = (JSONObject) each;
+                SendResult result;
+                if (send.containsKey("batch")) {
+                    List<Message> batch = new ArrayList<>();
+                    for (Object spec : send.getJSONArray("batch")) {
+                        batch.add(Messages.build((JSONObject) spec));
+                    }
+                    result = producer.send(batch);
+                } else {
+                    result = producer.send(Messages.build(send.getJSONObject("message")));
+                }
+                results.add(Messages.sendResult(result));
+            }
+            return results;
+        } finally {
+            producer.shutdown();
+        }
+    }
+
+    /**
+     * {@code {"messages": [spec + "outcome": "commit" | "rollback"]}}: half messages whose local
+     * transaction commits or rolls back at once (a broker check gets the same answer).
+     */
+    static Object transaction(JSONObject request) throws Exception {
+        TransactionMQProducer producer = Clients.configure(
+            new TransactionMQProducer(Clients.group(request, "lab-tx-producer")), request);
+        producer.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message message, Object outcome) {
+                return state((String) outcome);
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                return state(message.getUserProperty("lab_outcome"));
+            }
+        });
+        producer.start();
+        try {
+            List<JSONObject> results = new ArrayList<>();
+            JSONArray messages = request.getJSONArray("messages");
+            for (Object each : messages) {
+                JSONObject spec = (JSONObject) each;
+                Message message = Messages.build(spec);
+                message.putUserProperty("lab_outcome", spec.getString("outcome"));
+                TransactionSendResult result = producer.sendMessageInTransaction(message, spec.getString("outcome"));
+                JSONObject json = Messages.sendResult(result);
+                json.put("local_state", result.getLocalTransactionState().name());
+                results.add(json);
+            }
+            return results;
+        } finally {
+            producer.shutdown();
+        }
+    }
+
+    static LocalTransactionState state(String outcome) {
+        return "commit".equals(outcome) ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
+    }
+}
