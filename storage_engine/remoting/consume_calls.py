@@ -3,9 +3,9 @@ ForwardMessageToDeadLetterQueue (semantics in ``pop_service`` and ``lease_expiry
 
 ReceiveMessage answers a stream: a status (OK, or ``MESSAGE_NOT_FOUND`` when the long poll
 found nothing), then — when there are messages — the delivery timestamp, then each message with
-its receipt handle and a CRC32 body digest. The official push consumer needs that order (it
-ignores messages without a delivery timestamp). The queue id of the request is not used: a
-receive pops from every queue of the topic, as the assignment (queue -1) says.
+its receipt handle and the body digest (``conversion.body_digest``). The official push consumer
+needs that order (it ignores messages without a delivery timestamp). The queue id of the request
+is not used: a receive pops from every queue of the topic, as the assignment (queue -1) says.
 
 Checks before anything is touched: topic and group names, the caller's SUB rights on both,
 a TAG filter (SQL92 answers ``ILLEGAL_FILTER_EXPRESSION``), ``batch_size`` 1..32 (larger is

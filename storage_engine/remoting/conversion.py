@@ -21,15 +21,23 @@ Send (``apache.rocketmq.v2.Message`` → ``Message``):
 
 Receive (``MessageView`` → protobuf): the original topic (``RETRY_TOPIC`` of a retried
 message), tag, keys, ``UNIQ_KEY`` as ``message_id`` (offsetMsgId when absent), user properties
-(broker bookkeeping properties hidden), CRC32 body digest, born/store host and time, queue id
+(broker bookkeeping properties hidden), the body digest, born/store host and time, queue id
 and offset, delivery attempt = reconsume count + 1, and for popped messages the receipt handle
 and invisible duration.
+
+Body digest (``body_digest``): as Apache RocketMQ 5's proxy fills it — type ``MD5``, checksum the
+32 upper-case hex digits of the MD5 of the body bytes exactly as they travel in
+``Message.body`` (for a GZIP-encoded body: of the compressed bytes). The official clients
+recompute it over the received body before decompressing and compare the strings exactly
+(Java ``MessageViewImpl``, Go ``fromProtobuf_MessageView2``: upper-case hex for MD5 and SHA1,
+``Long.toHexString(crc).toUpperCase()`` — no leading zeros — for CRC32); a mismatch marks the
+message corrupted and the push consumer never hands it to the listener.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-import zlib
 from collections.abc import Sequence
 
 from google.protobuf.duration_pb2 import Duration
@@ -182,14 +190,19 @@ def original_topic(view: MessageView) -> str:
     return view.properties.get(PROPERTY_RETRY_TOPIC) or view.topic
 
 
+def body_digest(body: bytes) -> definition.Digest:
+    """The digest of a body as sent (see the module docstring): MD5, upper-case hex."""
+    return definition.Digest(type=definition.MD5,
+                             checksum=hashlib.md5(body, usedforsecurity=False).hexdigest().upper())
+
+
 def message_to_proto(view: MessageView, *, receipt_handle: str | None = None,
                      invisible_ms: int | None = None) -> definition.Message:
     """The protobuf message a consumer receives for ``view``."""
     properties = view.properties
     system = definition.SystemProperties(
         keys=view.keys, message_id=view.unique_key or view.msg_id,
-        body_digest=definition.Digest(type=definition.CRC32,
-                                      checksum=f"{zlib.crc32(view.body):08X}"),
+        body_digest=body_digest(view.body),
         body_encoding=(definition.GZIP if view.sys_flag & SYSFLAG_COMPRESSED
                        else definition.IDENTITY),
         message_type=_message_type(properties),
@@ -222,5 +235,5 @@ def _message_type(properties: dict[str, str]) -> int:
     return definition.NORMAL
 
 
-__all__ = ["PROPERTY_SHARDING_KEY", "RESERVED_PROPERTIES", "delay_level_for", "duration",
-           "message_from_proto", "message_to_proto", "original_topic", "timestamp"]
+__all__ = ["PROPERTY_SHARDING_KEY", "RESERVED_PROPERTIES", "body_digest", "delay_level_for",
+           "duration", "message_from_proto", "message_to_proto", "original_topic", "timestamp"]
