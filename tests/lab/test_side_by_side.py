@@ -15,7 +15,8 @@ Scenario, per broker: groups with ``retryMaxTimes`` 2 (3 delivery attempts), 9 m
 
 Compared: which messages each consumer saw, the attempt sequence of each, the dead letters, and
 the gaps between attempts (each at least the invisible time / back-off, and at most
-``SLACK_MS`` more; the figures are printed, not compared tightly: the machine is loaded).
+``SLACK_MS`` more on Apache, ``POSTBOX_SLACK_MS`` on Postbox; the figures are printed, not
+compared tightly: the machine is loaded). docs/remoting.md lists the figures and differences.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ SLACK_MS = 30_000
 """Upper bound of a gap beyond the back-off: Apache's proxy adds its revive scan (~5 s here) and
 a push consumer's 20 s long poll (a revived retry does not wake it); the figures are printed."""
 EARLY_MS = 300
+POSTBOX_SLACK_MS = 4000
+"""Postbox's lease expiry runs every 50 ms and wakes waiting receives: its gaps stay near the
+back-off (+0.1 s measured); the slack covers a loaded machine, not a 10 s ladder step."""
 TAGS = "abc"
 
 
@@ -118,13 +122,13 @@ def expected_attempts() -> dict:
     return {"simple_attempts": simple, "push_attempts": push, "corrupted": []}
 
 
-def check_gaps(name: str, measured: dict) -> None:
+def check_gaps(name: str, measured: dict, slack_ms: int) -> None:
     for body, seen in measured["simple"].items():
         for gap in seen:
-            assert INVISIBLE_MS - EARLY_MS <= gap <= INVISIBLE_MS + SLACK_MS, (name, body, seen)
+            assert INVISIBLE_MS - EARLY_MS <= gap <= INVISIBLE_MS + slack_ms, (name, body, seen)
     for body, seen in measured["push"].items():
         for backoff, gap in zip(PUSH_BACKOFF_MS, seen, strict=False):
-            assert backoff - EARLY_MS <= gap <= backoff + SLACK_MS, (name, body, seen)
+            assert backoff - EARLY_MS <= gap <= backoff + slack_ms, (name, body, seen)
 
 
 @pytest.fixture
@@ -152,8 +156,8 @@ def test_retry_dlq_filter_and_invisible_time_match_the_apache_proxy(live_rocketm
 
     assert observed(apache) == expected_attempts()  # the scenario means what it says
     assert observed(ours) == observed(apache)
-    check_gaps("apache", figures["apache"])
-    check_gaps("postbox", figures["postbox"])
+    check_gaps("apache", figures["apache"], SLACK_MS)
+    check_gaps("postbox", figures["postbox"], POSTBOX_SLACK_MS)
 
     for name, run in (("apache", apache), ("postbox", ours)):
         for delivery in run["delay"].all:  # never early; the asked-for time given back
@@ -185,10 +189,18 @@ def fifo_orders(driver: LabDriver, endpoint: str) -> dict[str, list[tuple[str, i
                     if d["message_group"] == group] for group in ("g0", "g1")}
 
 
+def settle_order(deliveries: list[tuple[str, int]]) -> list[str]:
+    """Bodies in the order of their last delivery (when each was settled)."""
+    last = {body: index for index, (body, _) in enumerate(deliveries)}
+    return sorted(last, key=last.__getitem__)
+
+
 def test_fifo_message_groups_side_by_side(live_rocketmq, tmp_path):
-    """Apache with an orderly group holds a message group back while its first message is
-    unsettled; Postbox delivers the group in send order but does not hold it back (a known
-    limit, docs/remoting.md): this test records both so that a change on either side shows."""
+    """FIFO message groups with a first message that is not acked at its first attempt.
+    Apache (orderly group) re-delivers the group from its unsettled message on, in order, so
+    messages settle in send order; Postbox delivers a group in send order but redelivers only
+    the unsettled message, after its successors (a known limit, docs/remoting.md). Both are
+    recorded so that a change on either side shows."""
     lab = live_rocketmq
     lab.driver.run("lab-setup", broker_addr=lab.broker.address,
                    topics=[{"topic": FIFO_TOPIC, "queues": 2, "message_type": "FIFO"}],
@@ -203,7 +215,11 @@ def test_fifo_message_groups_side_by_side(live_rocketmq, tmp_path):
         postbox.close()
     print(f"FIFO deliveries: apache {apache}, postbox {ours}")
 
-    in_order = [("g1-0", 1), ("g1-1", 1), ("g1-2", 1)]
-    assert apache["g1"] == ours["g1"] == in_order
-    assert apache["g0"] == [("g0-0", 1), ("g0-0", 2), ("g0-1", 1), ("g0-2", 1)]
-    assert ours["g0"] == [("g0-0", 1), ("g0-1", 1), ("g0-2", 1), ("g0-0", 2)]
+    for side in (apache, ours):
+        for group in ("g0", "g1"):
+            first = [body for body, attempt in side[group] if attempt == 1]
+            assert first == [f"{group}-{n}" for n in range(3)], side
+    assert settle_order(apache["g0"]) == ["g0-0", "g0-1", "g0-2"]
+    assert settle_order(ours["g0"]) == ["g0-1", "g0-2", "g0-0"]
+    assert ours["g0"][-1] == ("g0-0", 2)
+    assert ours["g1"] == [("g1-0", 1), ("g1-1", 1), ("g1-2", 1)]
