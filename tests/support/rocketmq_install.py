@@ -3,10 +3,11 @@
 - ``LabInstall.prepare()`` finds ``java``, ``javac`` and ``mvn`` (``LabUnavailableError`` names
   what is missing: tests skip with that reason), then makes sure the cache holds
   ``servers-<hash>/lib`` (Apache RocketMQ name server, broker, proxy and tools, from
-  ``tests/lab/rocketmq/pom.xml``) and ``driver-<hash>/`` (the official Java clients from
-  ``tests/lab/driver/pom.xml`` in ``lib/`` and our driver compiled into ``classes/``). ``<hash>``
-  covers the pom (and, for the driver, its sources): editing either fetches or builds afresh,
-  anything unchanged is reused.
+  ``tests/lab/rocketmq/pom.xml``), ``clients-<hash>/lib`` (the official Java clients, from
+  ``tests/lab/driver/pom.xml``) and ``driver-<hash>/classes`` (our driver, compiled). ``<hash>``
+  covers the pom, or the driver's sources: editing one fetches or builds afresh, anything
+  unchanged is reused. Old folders are left alone (another checkout may use them); delete the
+  cache folder to reclaim the space.
 - The cache is ``$POSTBOX_LAB_CACHE`` or ``~/.cache/postbox/rocketmq-5.3.3``. Each folder is built
   under a temporary name and renamed into place when complete, under an exclusive file lock, so
   concurrent sessions and interrupted downloads never leave a half-filled folder behind.
@@ -91,11 +92,13 @@ class LabInstall:
             fcntl.flock(lock, fcntl.LOCK_EX)
             servers = _ensure(cache_dir / f"servers-{_digest([SERVERS_POM])}",
                               lambda work: _fetch(mvn, SERVERS_POM, work / "lib"))
+            clients = _ensure(cache_dir / f"clients-{_digest([DRIVER_DIR / 'pom.xml'])}",
+                              lambda work: _fetch(mvn, DRIVER_DIR / "pom.xml", work / "lib"))
             sources = sorted((DRIVER_DIR / "src").rglob("*.java"))
             driver = _ensure(cache_dir / f"driver-{_digest([DRIVER_DIR / 'pom.xml', *sources])}",
-                             lambda work: _build_driver(mvn, javac, sources, work))
+                             lambda work: _compile(javac, sources, clients / "lib", work))
         return cls(cache_dir=cache_dir, java=java, servers_lib=servers / "lib",
-                   driver_lib=driver / "lib", driver_classes=driver / "classes")
+                   driver_lib=clients / "lib", driver_classes=driver / "classes")
 
     def servers_classpath(self) -> str:
         """The servers' classpath (``java`` expands the ``*`` itself)."""
@@ -114,7 +117,11 @@ def _ensure(target: Path, build) -> Path:
     work = target.with_name(target.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    build(work)
+    try:
+        build(work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     work.rename(target)
     return target
 
@@ -138,10 +145,9 @@ def _fetch(mvn: str, pom: Path, lib: Path) -> None:
         raise LabSetupError(f"Maven fetched no jars for {pom.relative_to(REPO_ROOT)}")
 
 
-def _build_driver(mvn: str, javac: str, sources: list[Path], work: Path) -> None:
-    _fetch(mvn, DRIVER_DIR / "pom.xml", work / "lib")
+def _compile(javac: str, sources: list[Path], lib: Path, work: Path) -> None:
     classes = work / "classes"
     classes.mkdir()
-    _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
-          "-cp", f"{work / 'lib'}/*", *map(str, sources)],
+    _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(classes), "-cp", f"{lib}/*",
+          *map(str, sources)],
          "compiling the lab driver (tests/lab/driver)", COMPILE_TIMEOUT_S)

@@ -23,7 +23,7 @@ final class Admin {
     }
 
     static <T> T with(JSONObject request, Action<T> action) throws Exception {
-        DefaultMQAdminExt admin = Clients.configure(new DefaultMQAdminExt(), request);
+        DefaultMQAdminExt admin = Clients.configure(new DefaultMQAdminExt(Clients.TIMEOUT_MS), request);
         admin.setAdminExtGroup("lab-admin-" + ProcessHandle.current().pid());
         admin.start();
         try {
@@ -33,23 +33,32 @@ final class Admin {
         }
     }
 
-    /** {@code {"broker_addr", "topic", "queues", "message_type" (NORMAL, FIFO, DELAY, TRANSACTION)}}. */
+    /**
+     * {@code {"broker_addr", "topic", "queues", "message_type" (NORMAL, FIFO, DELAY, TRANSACTION)}},
+     * or {@code {"broker_addr", "topics": [{"topic", "queues", "message_type"}, ...]}}.
+     */
     static Object createTopic(JSONObject request) throws Exception {
-        TopicConfig config = new TopicConfig(request.getString("topic"));
-        int queues = request.getIntValue("queues") > 0 ? request.getIntValue("queues") : 4;
-        config.setReadQueueNums(queues);
-        config.setWriteQueueNums(queues);
-        Map<String, String> attributes = new HashMap<>();
-        if (request.containsKey("message_type")) {
-            attributes.put("+message.type", request.getString("message_type"));
-        }
-        config.setAttributes(attributes);
+        List<JSONObject> specs = request.containsKey("topics")
+            ? request.getJSONArray("topics").toJavaList(JSONObject.class) : List.of(request);
         return with(request, admin -> {
-            admin.createAndUpdateTopicConfig(request.getString("broker_addr"), config);
-            JSONObject done = new JSONObject(true);
-            done.put("topic", config.getTopicName());
-            done.put("queues", queues);
-            return done;
+            List<JSONObject> done = new ArrayList<>();
+            for (JSONObject spec : specs) {
+                TopicConfig config = new TopicConfig(spec.getString("topic"));
+                int queues = spec.getIntValue("queues") > 0 ? spec.getIntValue("queues") : 4;
+                config.setReadQueueNums(queues);
+                config.setWriteQueueNums(queues);
+                Map<String, String> attributes = new HashMap<>();
+                if (spec.containsKey("message_type")) {
+                    attributes.put("+message.type", spec.getString("message_type"));
+                }
+                config.setAttributes(attributes);
+                admin.createAndUpdateTopicConfig(request.getString("broker_addr"), config);
+                JSONObject created = new JSONObject(true);
+                created.put("topic", config.getTopicName());
+                created.put("queues", queues);
+                done.add(created);
+            }
+            return request.containsKey("topics") ? done : done.get(0);
         });
     }
 
@@ -69,10 +78,16 @@ final class Admin {
         });
     }
 
-    /** {@code {"group"}}: the broker's committed offsets of the group, one row per queue. */
+    /**
+     * {@code {"group", "topic" (optional)}}: the broker's committed offsets of the group, one row
+     * per queue (without a topic: the topics of the group's retry-topic route, as mqadmin
+     * consumerProgress shows them; a pop-only group has no retry route, so name its topic).
+     */
     static Object consumerOffsets(JSONObject request) throws Exception {
         return with(request, admin -> {
-            ConsumeStats stats = admin.examineConsumeStats(request.getString("group"));
+            String topic = request.getString("topic");
+            ConsumeStats stats = topic == null ? admin.examineConsumeStats(request.getString("group"))
+                : admin.examineConsumeStats(request.getString("group"), topic);
             List<JSONObject> rows = new ArrayList<>();
             for (Map.Entry<MessageQueue, OffsetWrapper> entry : stats.getOffsetTable().entrySet()) {
                 JSONObject row = new JSONObject(true);

@@ -5,6 +5,8 @@ import org.apache.rocketmq.client.ClientConfig;
 
 /** Settings every remoting client of the driver shares. */
 final class Clients {
+    static final int TIMEOUT_MS = 30_000;
+
     private Clients() {
     }
 
@@ -13,6 +15,8 @@ final class Clients {
         client.setInstanceName("lab-" + ProcessHandle.current().pid());
         client.setVipChannelEnabled(false);
         client.setPollNameServerInterval(1000);
+        // generous: the lab shares two cores with the rest of the test suite
+        client.setMqClientApiTimeout(TIMEOUT_MS);
         return client;
     }
 

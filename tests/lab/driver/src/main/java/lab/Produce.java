@@ -27,6 +27,7 @@ final class Produce {
             new DefaultMQProducer(Clients.group(request, "lab-producer")), request);
         producer.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
         producer.setRetryTimesWhenSendFailed(0);
+        producer.setSendMsgTimeout(Clients.TIMEOUT_MS);
         producer.start();
         try {
             List<JSONObject> results = new ArrayList<>();
@@ -57,6 +58,7 @@ final class Produce {
     static Object transaction(JSONObject request) throws Exception {
         TransactionMQProducer producer = Clients.configure(
             new TransactionMQProducer(Clients.group(request, "lab-tx-producer")), request);
+        producer.setSendMsgTimeout(Clients.TIMEOUT_MS);
         producer.setTransactionListener(new TransactionListener() {
             @Override
             public LocalTransactionState executeLocalTransaction(Message message, Object outcome) {

@@ -66,7 +66,7 @@ final class Pull {
         long max = consumer.maxOffset(queue);
         long offset = min;
         while (offset < max) {
-            PullResult result = consumer.pull(queue, "*", offset, BATCH);
+            PullResult result = consumer.pull(queue, "*", offset, BATCH, Clients.TIMEOUT_MS);
             if (result.getPullStatus() != PullStatus.FOUND) {
                 throw new IllegalStateException("pull " + queue + " at " + offset + " of [" + min
                     + ", " + max + "): " + result.getPullStatus());

@@ -4,7 +4,10 @@ import com.alibaba.fastjson.JSONArray;
 import com.alibaba.fastjson.JSONObject;
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.rocketmq.client.QueryResult;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
 
 /** The broker's query services, through DefaultMQAdminExt. */
 final class Query {
@@ -25,14 +28,14 @@ final class Query {
             JSONObject result = new JSONObject(true);
             List<Object> byKey = new ArrayList<>();
             for (JSONObject ask : list(request, "by_key")) {
-                byKey.add(Messages.describeAll(admin.queryMessage(ask.getString("topic"),
-                    ask.getString("key"), MAX_NUM, begin, end).getMessageList()));
+                byKey.add(found(() -> admin.queryMessage(ask.getString("topic"),
+                    ask.getString("key"), MAX_NUM, begin, end)));
             }
             result.put("by_key", byKey);
             List<Object> byUniqKey = new ArrayList<>();
             for (JSONObject ask : list(request, "by_uniq_key")) {
-                byUniqKey.add(Messages.describeAll(admin.queryMessageByUniqKey(request.getString("cluster"),
-                    ask.getString("topic"), ask.getString("key"), MAX_NUM, begin, end).getMessageList()));
+                byUniqKey.add(found(() -> admin.queryMessageByUniqKey(request.getString("cluster"),
+                    ask.getString("topic"), ask.getString("key"), MAX_NUM, begin, end)));
             }
             result.put("by_uniq_key", byUniqKey);
             List<Object> byMsgId = new ArrayList<>();
@@ -49,6 +52,22 @@ final class Query {
             result.put("by_time", byTime);
             return result;
         });
+    }
+
+    interface Search {
+        QueryResult run() throws Exception;
+    }
+
+    /** The messages found; none when the broker answers NO_MESSAGE (the client throws then). */
+    private static List<JSONObject> found(Search search) throws Exception {
+        try {
+            return Messages.describeAll(search.run().getMessageList());
+        } catch (MQClientException failure) {
+            if (failure.getResponseCode() == ResponseCode.NO_MESSAGE) {
+                return List.of();
+            }
+            throw failure;
+        }
     }
 
     private static List<JSONObject> list(JSONObject request, String name) {
