@@ -5,7 +5,8 @@ tags, several keys, unicode user properties and bodies, FIFO message groups, del
 timestamp — and receives it with a SimpleConsumer and a PushConsumer; the Python client
 (rocketmq-python-client) receives the same messages and sends its own to the Java consumer.
 Every client must see every message, none flagged as corrupted (the Java client checks the
-body digest), with properties, tags, keys, message groups and message ids as sent.
+body digest), with properties, tags, keys, message groups, delivery timestamps and message ids
+as sent; the simple consumer gets a message group's messages in send order.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def postbox(tmp_path):
     endpoint.close()
 
 
-def check_round_trip(seen: Deliveries, specs: list[dict]) -> None:
-    """Every spec delivered exactly once (attempt 1), as sent, with the id its send returned."""
+def check_round_trip(seen: Deliveries, specs: list[dict], *, group_order: bool) -> None:
+    """Every spec delivered exactly once (attempt 1), as sent, with the id its send returned;
+    with ``group_order``, each message group's messages in send order."""
     assert seen.corrupted() == []
     by_body = seen.by_body()
     assert sorted(by_body) == sorted(spec["body"] for spec in specs)
@@ -90,7 +92,7 @@ def check_round_trip(seen: Deliveries, specs: list[dict]) -> None:
         if "delay_ms" in spec:
             assert delivery["delivery_timestamp"] is not None
             assert delivery["at_ms"] >= delivery["delivery_timestamp"] - 50  # never early
-    for group in ("fifo-0", "fifo-1"):
+    for group in ("fifo-0", "fifo-1") if group_order else ():
         order = [d["body"] for d in seen.all if d["message_group"] == group]
         assert order == [f"{group}-{n}" for n in range(3)]  # one queue, send order
 
@@ -102,14 +104,15 @@ def test_java_producer_simple_and_push_consumers_round_trip(java_clients, postbo
               "timeout_ms": 60_000, "quiet_ms": 1500}
     simple = Deliveries(java_clients.run("grpc-simple", group="java-simple", invisible_ms=20_000,
                                          send=specs, **common))
-    check_round_trip(simple, specs)
+    check_round_trip(simple, specs, group_order=True)
     delayed = [d for d in simple.all if d["body"].startswith("delayed-")]
     print("delayed delivery lateness ms:",
           [d["at_ms"] - d["delivery_timestamp"] for d in delayed])
 
     push = Deliveries(java_clients.run("grpc-push", group="java-push", **common))
     push.report["sent"] = simple.sent_ids  # the push run sent nothing itself
-    check_round_trip(push, specs)
+    # fifo=false (docs/remoting.md): the push consumer's threads may reorder a group
+    check_round_trip(push, specs, group_order=False)
 
 
 class Recorder(MessageListener):
