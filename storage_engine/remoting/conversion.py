@@ -17,13 +17,16 @@ Send (``apache.rocketmq.v2.Message`` → ``Message``):
   ``ILLEGAL_DELIVERY_TIME``. A value above ``MS_TIMESTAMP_THRESHOLD_S`` seconds is read as
   milliseconds (rocketmq-python-client 5.1.x documents milliseconds but sends the value as
   seconds).
+  The asked-for time itself is kept in ``DELIVERY_TIMESTAMP_MS`` (a Postbox extension, hidden
+  from user properties) and given back as ``delivery_timestamp`` on receive, as Apache's proxy
+  gives back its timer's ``TIMER_DELIVER_MS``.
 * TRANSACTION and LITE messages answer ``NOT_IMPLEMENTED``.
 
 Receive (``MessageView`` → protobuf): the original topic (``RETRY_TOPIC`` of a retried
 message), tag, keys, ``UNIQ_KEY`` as ``message_id`` (offsetMsgId when absent), user properties
 (broker bookkeeping properties hidden), the body digest, born/store host and time, queue id
-and offset, delivery attempt = reconsume count + 1, and for popped messages the receipt handle
-and invisible duration.
+and offset, delivery attempt = reconsume count + 1, the asked-for delivery timestamp of a
+delayed message, and for popped messages the receipt handle and invisible duration.
 
 Body digest (``body_digest``): as Apache RocketMQ 5's proxy fills it — type ``MD5``, checksum the
 32 upper-case hex digits of the MD5 of the body bytes exactly as they travel in
@@ -58,6 +61,9 @@ from .protocol import Code, definition
 from .statuses import RequestError
 
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_DELIVERY_TIMESTAMP_MS = "DELIVERY_TIMESTAMP_MS"
+"""Postbox extension: the delivery time a client asked for (epoch ms), reported back on receive
+as Apache's proxy reports its timer's ``TIMER_DELIVER_MS`` (the delay service clears that one)."""
 MS_TIMESTAMP_THRESHOLD_S = 100_000_000_000
 """A delivery timestamp this many seconds or more (year 5138) is taken to be milliseconds."""
 NAME_LENGTH_MAX = 128
@@ -71,7 +77,7 @@ RESERVED_PROPERTIES = frozenset({
     "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
     "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "MSG_REGION",
     "TRACE_ON", "__STARTDELIVERTIME", "CLUSTER", "INNER_NUM", "INNER_MULTI_DISPATCH",
-    "INNER_MULTI_QUEUE_OFFSET",
+    "INNER_MULTI_QUEUE_OFFSET", PROPERTY_DELIVERY_TIMESTAMP_MS,
 })
 
 
@@ -93,9 +99,11 @@ def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tupl
     if group is not None:
         properties[PROPERTY_SHARDING_KEY] = group
     if system.HasField("delivery_timestamp"):
-        level = delay_level_for(_timestamp_ms(system.delivery_timestamp), now_ms, levels_ms)
+        deliver_ms = _timestamp_ms(system.delivery_timestamp)
+        level = delay_level_for(deliver_ms, now_ms, levels_ms)
         if level:
             properties[PROPERTY_DELAY] = str(level)
+        properties[PROPERTY_DELIVERY_TIMESTAMP_MS] = str(deliver_ms)
     born_ms = _timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
     message = Message(
         topic, proto.body, tags=tag, keys=[_key(key) for key in system.keys] or None,
@@ -217,6 +225,9 @@ def message_to_proto(view: MessageView, *, receipt_handle: str | None = None,
     group = properties.get(PROPERTY_SHARDING_KEY)
     if group:
         system.message_group = group
+    deliver_ms = properties.get(PROPERTY_DELIVERY_TIMESTAMP_MS, "")
+    if deliver_ms.isdigit():
+        system.delivery_timestamp.CopyFrom(timestamp(int(deliver_ms)))
     if receipt_handle is not None:
         system.receipt_handle = receipt_handle
     if invisible_ms is not None:
@@ -230,10 +241,11 @@ def message_to_proto(view: MessageView, *, receipt_handle: str | None = None,
 def _message_type(properties: dict[str, str]) -> int:
     if properties.get(PROPERTY_SHARDING_KEY):
         return definition.FIFO
-    if PROPERTY_REAL_TOPIC in properties:
+    if PROPERTY_REAL_TOPIC in properties or PROPERTY_DELIVERY_TIMESTAMP_MS in properties:
         return definition.DELAY
     return definition.NORMAL
 
 
-__all__ = ["PROPERTY_SHARDING_KEY", "RESERVED_PROPERTIES", "body_digest", "delay_level_for",
-           "duration", "message_from_proto", "message_to_proto", "original_topic", "timestamp"]
+__all__ = ["PROPERTY_DELIVERY_TIMESTAMP_MS", "PROPERTY_SHARDING_KEY", "RESERVED_PROPERTIES",
+           "body_digest", "delay_level_for", "duration", "message_from_proto", "message_to_proto",
+           "original_topic", "timestamp"]

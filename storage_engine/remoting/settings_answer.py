@@ -11,10 +11,13 @@ answer before it starts.
 * Consumers: ``subscription`` as the client sent it, ``fifo`` false (this server does not order
   pop consumption), ``receive_batch_size`` = ``BATCH_SIZE_MAX``, the long-polling timeout, and
   a customized back-off: max attempts = the group's ``retry_max_times`` + 1, and the delays of
-  delay levels 3, 4, … (RocketMQ's retry ladder) rounded up to whole seconds, because the
-  official client reads only the seconds of each duration. A push consumer that fails a message
-  makes it invisible for that back-off (``ChangeInvisibleDuration``), after which the server
-  redelivers it through ``%RETRY%<group>``.
+  delay levels 1, 2, 3, … rounded up to whole seconds, because the official Python client reads
+  only the seconds of each duration. With RocketMQ's default levels this is exactly the ladder
+  Apache RocketMQ 5's proxy sends (a group's default ``CustomizedRetryPolicy``: 1 s, 5 s, 10 s,
+  30 s, 1 m, …, 2 h; the i-th entry is the wait before the i-th retry). The remoting protocol's
+  ``%RETRY%`` ladder starts at level 3 instead; gRPC consumers do not use it. A push consumer
+  that fails a message makes it invisible for that back-off (``ChangeInvisibleDuration``),
+  after which the server redelivers it through ``%RETRY%<group>``.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from .pop_service import BATCH_SIZE_MAX
 from .protocol import Code, definition
 from .statuses import RequestError
 
-RETRY_BASE_LEVEL = 3
-"""The first retry waits delay level 3 (10 s with RocketMQ's default levels)."""
+RETRY_BASE_LEVEL = 1
+"""The first retry waits delay level 1 (1 s with RocketMQ's default levels), as Apache's proxy."""
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF_INITIAL_MS = 10
 PRODUCER_BACKOFF_MAX_MS = 1000
@@ -37,7 +40,7 @@ _CONSUMERS = (definition.PUSH_CONSUMER, definition.SIMPLE_CONSUMER)
 
 
 def consumer_backoff_s(levels_ms: Sequence[int]) -> list[int]:
-    """Retry delays in whole seconds (at least 1): levels 3, 4, … of ``levels_ms``."""
+    """Retry delays in whole seconds (at least 1): levels 1, 2, … of ``levels_ms``."""
     ladder = list(levels_ms[RETRY_BASE_LEVEL - 1:]) or [levels_ms[-1]]
     return [max(1, -(-delay_ms // 1000)) for delay_ms in ladder]
 

@@ -74,6 +74,12 @@ public final class LabDriver {
                 return Grpc.produce(request);
             case "grpc-receive":
                 return Grpc.receive(request);
+            case "grpc-simple":
+                return GrpcConsumers.simple(request);
+            case "grpc-push":
+                return GrpcConsumers.push(request);
+            case "lab-setup":
+                return GrpcConsumers.setup(request);
             case "register-master":
                 return Register.registerMaster(request);
             default:
