@@ -17,17 +17,9 @@ from storage_engine.remoting.auth import Credentials, signed_metadata
 from storage_engine.remoting.protocol import Code, definition, service
 from storage_engine.remoting.servicer import MessagingServicer
 from tests.remoting.raw_calls import TIMEOUT_S, queue, resource, send_request, stub
+from tests.support.acl_keys import ALL, KEYS_LACKING_ONE_RIGHT
 
-ALL = {"topics": {"*": "PUB|SUB"}, "groups": {"*": "SUB"}, "create_topics": True}
-KEYS = {
-    "all": ALL,
-    "no-topic-pub": {**ALL, "topics": {"*": "SUB"}},
-    "no-topic-sub": {**ALL, "topics": {"*": "PUB"}},
-    "no-topic-right": {**ALL, "topics": {"*": "DENY"}},
-    "no-group": {**ALL, "groups": {"others": "SUB"}},
-    "no-create": {**ALL, "create_topics": False},
-    "orders-only": {**ALL, "topics": {"orders": "PUB|SUB"}},
-}
+KEYS = {**KEYS_LACKING_ONE_RIGHT, "orders-only": {**ALL, "topics": {"orders": "PUB|SUB"}}}
 ACL = {"accounts": [{"access_key": name, "secret_key": f"{name}-secret", **rights}
                     for name, rights in KEYS.items()]}
 LACKING = {"topic_pub": "no-topic-pub", "topic_sub": "no-topic-sub",

@@ -23,17 +23,10 @@ from storage_engine.remoting.client import RemoteBroker
 from storage_engine.remoting.codec import encode_record, message_header
 from storage_engine.remoting.frame import pack, unpack
 from storage_engine.remoting.postbox_service import METHODS, SERVICE_NAME
+from tests.support.acl_keys import KEYS_LACKING_ONE_RIGHT
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 
-ALL = {"topics": {"*": "PUB|SUB"}, "groups": {"*": "SUB"}, "create_topics": True}
-KEYS = {
-    "all": ALL,
-    "no-topic-pub": {**ALL, "topics": {"*": "SUB"}},
-    "no-topic-sub": {**ALL, "topics": {"*": "PUB"}},
-    "no-topic-right": {**ALL, "topics": {"*": "DENY"}},
-    "no-group": {**ALL, "groups": {"others": "SUB"}},
-    "no-create": {**ALL, "create_topics": False},
-}
+KEYS = KEYS_LACKING_ONE_RIGHT
 ACL = {"accounts": [
     {"access_key": "admin", "secret_key": "admin-secret", "admin": True},
     {"access_key": "mallory", "secret_key": "mallory-secret", "groups": {"billing": "SUB"}},
