@@ -9,7 +9,7 @@ ran, so with N producers one flush confirms up to N appends (group commit).
 Two ways to write, as ``WriteMode``:
 
 * ``MMAP``: slice assignment into an ``mmap`` of the file, then ``fdatasync`` on the fd (what
-  ``storage_engine.segment.MappedSegment`` does: the like-for-like baseline for the store);
+  ``storage_engine.store.segment.MappedSegment`` does: the like-for-like baseline for the store);
 * ``PWRITE``: ``os.pwrite`` into the fd, then ``fdatasync``.
 
 Layout: records are appended back to back from position 0; ``end_position`` is one past the last

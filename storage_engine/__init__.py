@@ -8,8 +8,9 @@ Everything else in the package is internal to the engine; ``storage_engine.forma
 public, for tools that decode store files (the Spark jobs, the CLI).
 """
 
-from .broker import Broker
-from .broker_types import (
+from .broker.broker import Broker
+from .broker.config_beans import SubscriptionGroupConfig, TopicConfig
+from .broker.model import (
     PERM_INHERIT,
     PERM_READ,
     PERM_READ_WRITE,
@@ -34,7 +35,6 @@ from .config import (
     RetentionConfig,
     StoreConfig,
 )
-from .config_beans import SubscriptionGroupConfig, TopicConfig
 from .errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -66,12 +66,12 @@ from .errors import (
     TopicNotFoundError,
 )
 from .formats import HostAddress, MessageView
-from .message import GetResult, GetStatus, Message, PutResult, PutStatus
-from .repair import RepairReport, repair_store
-from .store import MessageStore
-from .store_layout import infer_config, is_store, require_store
-from .topics import dead_letter_topic, retry_topic, validate_topic
-from .verify import verify_store
+from .store.message import GetResult, GetStatus, Message, PutResult, PutStatus
+from .store.message_store import MessageStore
+from .store.repair import RepairReport, repair_store
+from .store.store_layout import infer_config, is_store, require_store
+from .store.topics import dead_letter_topic, retry_topic, validate_topic
+from .store.verify import verify_store
 
 __all__ = [
     "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "Broker", "BrokerConfig",

@@ -33,9 +33,9 @@ import threading
 from collections.abc import Callable
 
 from ..clock import Clock
-from ..commit_log import CommitLog
 from ..config import HAConfig
-from ..position_waiters import PositionWaiters
+from ..store.commit_log import CommitLog
+from ..store.position_waiters import PositionWaiters
 from .protocol import (
     ReportDecoder,
     encode_frame_header,

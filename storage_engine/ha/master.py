@@ -22,11 +22,11 @@ import socket
 import threading
 
 from ..clock import Clock
-from ..commit_log import CommitLog
 from ..config import HAConfig
 from ..errors import StorageIOError
-from ..position_waiters import PositionWaiters
 from ..service import Service
+from ..store.commit_log import CommitLog
+from ..store.position_waiters import PositionWaiters
 from .connection import SlaveConnection
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ import logging
 import struct
 from collections.abc import Callable
 
-from ..commit_log import CommitLog
 from ..formats import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
@@ -29,6 +28,7 @@ from ..formats import (
     RECORD_FIXED_OVERHEAD_BYTES,
     DispatchRecord,
 )
+from ..store.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
 

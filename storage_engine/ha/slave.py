@@ -26,10 +26,10 @@ import socket
 from collections.abc import Callable
 
 from ..clock import Clock
-from ..commit_log import CommitLog
 from ..config import HAConfig
 from ..errors import ReplicationError, StorageError, StoreNotWritableError
 from ..service import Service
+from ..store.commit_log import CommitLog
 from .protocol import FrameDecoder, encode_report
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
-from ..topics import DELAY_TOPIC, is_system_group_topic
+from ..store.topics import DELAY_TOPIC, is_system_group_topic
 
 DEFAULT_CLOCK_SKEW_S = 900
 CLOCK_SKEW_MAX_S = 24 * 3600

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 import grpc
 
-from ..broker import Broker
+from ..broker.broker import Broker
 from ..clock import Clock
 from ..errors import StorageError
 from .auth import AccessControl, AccessDeniedError

@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ..broker_types import ConsumeFrom, QueueProgress, SendBackResult, SendReceipt
-from ..config_beans import SubscriptionGroupConfig, TopicConfig
+from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig
+from ..broker.model import ConsumeFrom, QueueProgress, SendBackResult, SendReceipt
 from ..errors import InvalidMessageError, StoreClosedError
 from ..formats import MessageView
-from ..message import GetResult, Message
+from ..store.message import GetResult, Message
 from .codec import (
     decode_records,
     get_result_from,

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..broker_types import QueueProgress, SendBackOutcome, SendBackResult, SendReceipt
-from ..config_beans import SubscriptionGroupConfig, TopicConfig, bean_from_json, bean_to_json
+from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig, bean_from_json, bean_to_json
+from ..broker.model import QueueProgress, SendBackOutcome, SendBackResult, SendReceipt
 from ..errors import ConfigError, CorruptionError, InvalidTopicError
 from ..formats import MAGIC_V2, MessageView, RecordKind, check_record, encode_record_parts
-from ..message import GetResult, GetStatus, Message, PutStatus
+from ..store.message import GetResult, GetStatus, Message, PutStatus
 from .frame import Fields
 
 # ---- a message to send ---------------------------------------------------------------------

@@ -56,7 +56,7 @@ from ..formats import (
     SYSFLAG_COMPRESSED,
     MessageView,
 )
-from ..message import Message
+from ..store.message import Message
 from .protocol import Code, definition
 from .statuses import RequestError
 

@@ -25,8 +25,8 @@ import heapq
 import itertools
 import threading
 
-from ..broker import Broker
-from ..broker_types import ConsumeFrom
+from ..broker.broker import Broker
+from ..broker.model import ConsumeFrom
 from .pop_queue import Lease, PopQueue
 from .protocol import Code
 from .statuses import RequestError

@@ -28,13 +28,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..broker import Broker
+from ..broker.broker import Broker
+from ..broker.send_back import send_back_copy
 from ..clock import Clock
 from ..errors import StorageError
 from ..formats import MessageView
-from ..send_back import send_back_copy
 from ..service import Service
-from ..topics import retry_topic
+from ..store.topics import retry_topic
 from .lease_book import LeaseBook
 from .pop_queue import Lease, PopQueue
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..config_beans import validate_group
+from ..broker.config_beans import validate_group
 from ..errors import InvalidMessageError
-from ..topics import DELAY_TOPIC, is_system_group_topic, validate_topic
+from ..store.topics import DELAY_TOPIC, is_system_group_topic, validate_topic
 from .protocol import Code, definition
 from .statuses import RequestError
 

@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..broker import Broker
+from ..broker.broker import Broker
 from ..clock import Clock
 from ..formats import MessageView
-from ..message import GetStatus
-from ..topics import retry_topic
+from ..store.message import GetStatus
+from ..store.topics import retry_topic
 from .lease_book import LeaseBook
 from .lease_expiry import redirect
 from .pop_queue import Lease, PopQueue

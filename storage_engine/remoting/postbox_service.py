@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from ..broker import Broker
-from ..broker_types import ConsumeFrom
-from ..config_beans import validate_group
+from ..broker.broker import Broker
+from ..broker.config_beans import validate_group
+from ..broker.model import ConsumeFrom
 from ..errors import InvalidMessageError, MessageNotFoundError, StorageError
 from ..formats import PROPERTY_RETRY_TOPIC, MessageView
-from ..topics import validate_topic
+from ..store.topics import validate_topic
 from .acl_file import SUB
 from .codec import (
     encode_records,

@@ -21,7 +21,7 @@ import secrets
 from dataclasses import dataclass
 
 from ..errors import InvalidMessageError
-from ..topics import validate_topic
+from ..store.topics import validate_topic
 from .protocol import Code
 from .statuses import RequestError
 

@@ -17,8 +17,8 @@ DNS name keeps using that.
 
 from __future__ import annotations
 
-from ..broker_types import PERM_READ, PERM_WRITE
-from ..config_beans import TopicConfig
+from ..broker.config_beans import TopicConfig
+from ..broker.model import PERM_READ, PERM_WRITE
 from .protocol import definition
 
 BROKER_NAME = "postbox"

@@ -34,7 +34,7 @@ from concurrent import futures
 
 import grpc
 
-from ..broker import Broker
+from ..broker.broker import Broker
 from ..clock import Clock
 from .auth import AccessControl
 from .call_context import ServiceParts

@@ -91,7 +91,7 @@ def test_consumer_passes_a_damaged_offset_with_an_alert(tmp_path, caplog, where)
         with pytest.raises(MidLogCorruptionError):
             Broker.open(config)
         assert len(repair_store(config.root_dir).set_aside) == 1
-    with caplog.at_level(logging.WARNING, logger="storage_engine.reader"):
+    with caplog.at_level(logging.WARNING, logger="storage_engine.store.reader"):
         received, broker = _consume_all(config)
     try:
         assert victim_text not in received

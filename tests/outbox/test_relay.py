@@ -18,7 +18,7 @@ from outbox.claims import unpublished_due
 from outbox.clock import utc_now
 from outbox.database import run_transaction
 from storage_engine import Broker
-from storage_engine.topics import DELAY_TOPIC
+from storage_engine.store.topics import DELAY_TOPIC
 from tests.outbox.conftest import (
     add_order,
     stored_records,

@@ -35,15 +35,15 @@ from storage_engine import (
     SubscriptionGroupConfig,
     TopicNotFoundError,
 )
-from storage_engine.config_stores import ConsumerOffsetTable, DelayOffsetTable
+from storage_engine.broker.config_stores import ConsumerOffsetTable, DelayOffsetTable
+from storage_engine.broker.topic_manager import sharding_queue
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     java_string_hashcode,
 )
-from storage_engine.topic_manager import sharding_queue
-from storage_engine.topics import DELAY_TOPIC
+from storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.broker_support import BrokerFactory, broker_config, wait_until
 from tests.storage_engine.conftest import START_MS
 

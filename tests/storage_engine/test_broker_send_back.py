@@ -23,6 +23,11 @@ from storage_engine import (
     SendBackOutcome,
     SubscriptionGroupConfig,
 )
+from storage_engine.broker.send_back import (
+    DLQ_REASON_LENGTH_MAX,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    PROPERTY_DLQ_REASON,
+)
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -31,12 +36,7 @@ from storage_engine.formats import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
 )
-from storage_engine.send_back import (
-    DLQ_REASON_LENGTH_MAX,
-    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
-    PROPERTY_DLQ_REASON,
-)
-from storage_engine.topics import DELAY_TOPIC
+from storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.broker_support import BrokerFactory
 
 TOPIC = "orders"

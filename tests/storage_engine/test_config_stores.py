@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_engine import FakeClock, InvalidMessageError, InvalidQueueError, InvalidTopicError
-from storage_engine.config_file import ConfigFile, ConfigFileError
-from storage_engine.config_stores import (
+from storage_engine.broker.config_file import ConfigFile, ConfigFileError
+from storage_engine.broker.config_stores import (
     ConfigStores,
     ConsumerFilterTable,
     ConsumerOffsetTable,
@@ -300,7 +300,7 @@ def crash_document(counter):
 '''
 _CRASH_CHILD = _CRASH_DOCUMENT_SOURCE + '''
 import sys
-from storage_engine.config_file import ConfigFile
+from storage_engine.broker.config_file import ConfigFile
 config, counter = ConfigFile(sys.argv[1]), int(sys.argv[2])
 print("ready", flush=True)
 while True:

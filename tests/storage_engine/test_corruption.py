@@ -151,7 +151,7 @@ def test_one_flipped_bit_in_the_third_last_segment_refuses_open_then_repair_keep
             view = store.read_message(result.log_position)
             assert (view.queue_offset, view.body) == (result.queue_offset,
                                                       bodies[result.log_position])
-        with caplog.at_level(logging.WARNING, logger="storage_engine.reader"):
+        with caplog.at_level(logging.WARNING, logger="storage_engine.store.reader"):
             pulled, end = _pull_all(store, victim.queue_id)
         expected = [r.log_position for r in results
                     if r.queue_id == victim.queue_id and r is not victim]

@@ -20,20 +20,20 @@ from storage_engine import (
     Message,
     MessageStore,
 )
-from storage_engine.config import parse_delay_levels
-from storage_engine.delay_service import (
+from storage_engine.broker.delay_service import (
     DELIVER_BATCH_MAX,
     WAIT_MAX_MS,
     DelayService,
     schedule_delayed,
 )
+from storage_engine.config import parse_delay_levels
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_WAIT,
 )
-from storage_engine.topics import DELAY_TOPIC
+from storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 
 LEVELS_MS = parse_delay_levels("100ms 200ms 300ms")

@@ -28,7 +28,7 @@ from storage_engine import (
     StoreConfig,
     verify_store,
 )
-from storage_engine.retention import disk_used_ratio
+from storage_engine.store.retention import disk_used_ratio
 from tests.storage_engine.conftest import read_queue, small_config
 from tests.support import rmq_decoder
 

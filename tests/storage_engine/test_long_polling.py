@@ -14,7 +14,7 @@ import time
 import pytest
 
 from storage_engine import Broker, GetStatus, InvalidQueueError, Message
-from storage_engine.long_polling import ArrivalWaiter
+from storage_engine.broker.long_polling import ArrivalWaiter
 from tests.storage_engine.broker_support import Background, BrokerFactory, wait_until
 
 TOPIC = "orders"

@@ -42,7 +42,7 @@ from storage_engine.ha.protocol import (
     transfer_start,
 )
 from storage_engine.ha.slave import HASlaveClient
-from storage_engine.position_waiters import PositionWaiters
+from storage_engine.store.position_waiters import PositionWaiters
 
 SEGMENT = 4096
 

@@ -21,7 +21,7 @@ from storage_engine import (
     MessageStore,
     RetentionConfig,
 )
-from storage_engine.retention import disk_used_ratio
+from storage_engine.store.retention import disk_used_ratio
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 
 TOPIC = "orders"
