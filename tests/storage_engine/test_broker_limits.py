@@ -78,7 +78,7 @@ def test_creation_encodes_each_topic_once_and_unchanged_tables_are_not_rewritten
     """Before: every creation re-encoded every topic (n² beans for n creations) and every
     close rewrote every table, even on a disk with no room left."""
     broker = brokers.open()
-    topics = broker.store.config_stores.topics
+    topics = broker.tables.topics
     for number in range(300):
         broker.create_topic(f"topic-{number}", 1)
     assert topics.persist_count == 300  # still durable when create_topic returns

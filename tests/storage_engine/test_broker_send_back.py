@@ -220,7 +220,7 @@ def test_a_dead_letter_is_never_delayed_even_if_the_original_carried_delay(broke
 # ---- groups that cannot retry --------------------------------------------------------------
 
 def test_group_without_retry_queues_discards(broker: Broker):
-    broker.store.config_stores.subscription_groups.put(
+    broker.tables.subscription_groups.put(
         SubscriptionGroupConfig("no-retry", retry_queue_nums=0))
     result = broker.send_back("no-retry", _consume(broker))
     assert result.outcome is SendBackOutcome.DISCARDED and result.receipt is None
