@@ -15,30 +15,31 @@ import threading
 import pytest
 
 from storage_engine import (
-    PERM_READ,
-    PERM_WRITE,
     Broker,
     ConfigError,
     ConsumeFrom,
     FakeClock,
     GetStatus,
-    GroupNotFoundError,
     InvalidMessageError,
-    InvalidQueueError,
-    InvalidTopicError,
     Message,
     MessageStore,
-    NoPermissionError,
     QueueProgress,
     StorageError,
     StoreClosedError,
     SubscriptionGroupConfig,
-    TopicNotFoundError,
     verify_store,
 )
+from storage_engine.broker import PERM_READ, PERM_WRITE
 from storage_engine.broker.config_file import ConfigFileError
 from storage_engine.broker.config_stores import ConfigStores, ConsumerOffsetTable, DelayOffsetTable
 from storage_engine.broker.topic_manager import sharding_queue
+from storage_engine.errors import (
+    GroupNotFoundError,
+    InvalidQueueError,
+    InvalidTopicError,
+    NoPermissionError,
+    TopicNotFoundError,
+)
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,

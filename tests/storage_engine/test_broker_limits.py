@@ -14,16 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from storage_engine import (
-    Broker,
-    BrokerConfig,
-    ConfigError,
-    LimitExceededError,
-    Message,
-    RetentionConfig,
-    StoreConfig,
-    TableFullError,
-)
+from storage_engine import Broker, BrokerConfig, ConfigError, Message, RetentionConfig, StoreConfig
+from storage_engine.errors import LimitExceededError, TableFullError
 from tests.storage_engine.conftest import DiskProbe, small_config
 
 

@@ -15,11 +15,9 @@ from storage_engine import (
     Broker,
     FakeClock,
     GetStatus,
-    GroupNotFoundError,
     Message,
     MessageNotFoundError,
     MessageView,
-    NoPermissionError,
     SendBackOutcome,
     SubscriptionGroupConfig,
 )
@@ -28,6 +26,7 @@ from storage_engine.broker.send_back import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
 )
+from storage_engine.errors import GroupNotFoundError, NoPermissionError
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
