@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from framework import App, ConsumerOptions
-from storage_engine import Broker, MidLogCorruptionError, repair_store, verify_store
+from storage_engine import Broker, repair_store, verify_store
+from storage_engine.errors import MidLogCorruptionError
 from tests.storage_engine.conftest import small_config
 
 FAST = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=100, persist_interval_ms=100)

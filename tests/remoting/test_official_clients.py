@@ -109,7 +109,7 @@ class Recorder(MessageListener):
 
 def test_push_consumer_acks_and_dead_letters_after_max_attempts(broker_server, clients):
     def three_attempts(broker: Broker) -> None:
-        broker.store.config_stores.subscription_groups.put(
+        broker.tables.subscription_groups.put(
             SubscriptionGroupConfig("pushers", retry_max_times=2))
 
     server = broker_server(prepare=three_attempts)

@@ -15,12 +15,10 @@ from storage_engine import (
     BrokerConfig,
     BrokerUnavailableError,
     InvalidMessageError,
-    InvalidQueueError,
-    InvalidTopicError,
     Message,
     StoreClosedError,
-    TopicNotFoundError,
 )
+from storage_engine.errors import InvalidQueueError, InvalidTopicError, TopicNotFoundError
 from storage_engine.remoting.client import RemoteBroker
 
 UNREACHABLE_PROMPTLY_S = 5.0

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from storage_engine import Broker, GetStatus, InvalidQueueError, Message
+from storage_engine import Broker, GetStatus, Message
 from storage_engine.broker.long_polling import ArrivalWaiter
+from storage_engine.errors import InvalidQueueError
 from tests.storage_engine.broker_support import Background, BrokerFactory, wait_until
 
 TOPIC = "orders"

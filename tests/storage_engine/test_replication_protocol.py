@@ -24,12 +24,12 @@ from storage_engine import (
     Message,
     MessageStore,
     NotMasterError,
-    ReplicationError,
     StorageIOError,
     StoreConfig,
     SystemClock,
     verify_store,
 )
+from storage_engine.errors import ReplicationError
 from storage_engine.formats import BLANK_MAGIC
 from storage_engine.ha.connection import SlaveConnection
 from storage_engine.ha.protocol import (
