@@ -19,7 +19,7 @@ from .broker.model import (
     QueueProgress,
     SendBackOutcome,
     SendBackResult,
-    SendReceipt,
+    SendResult,
 )
 from .clock import Clock, FakeClock, SystemClock
 from .config import (
@@ -77,7 +77,7 @@ __all__ = [
     "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "Broker", "BrokerConfig",
     "BrokerUnavailableError",
     "ConsumeFrom", "GroupNotFoundError", "NoPermissionError", "QueueProgress",
-    "SendBackOutcome", "SendBackResult", "SendReceipt", "SubscriptionGroupConfig",
+    "SendBackOutcome", "SendBackResult", "SendResult", "SubscriptionGroupConfig",
     "TopicConfig", "TopicNotFoundError",
     "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
     "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
