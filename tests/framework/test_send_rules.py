@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from framework import App, ConsumedMessage, DeadLetter, InvalidMessageError, check_message
+import storage_engine
+from framework import (
+    App,
+    ConsumedMessage,
+    DeadLetter,
+    InvalidMessageError,
+    SendResult,
+    SendStatus,
+    check_message,
+)
 from framework.testing import InlineRunner
-from storage_engine import Broker, Message
+from storage_engine import Broker, Message, PutStatus
 from storage_engine import InvalidMessageError as StoreInvalidMessageError
 from storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
 
@@ -152,3 +161,16 @@ def test_a_dead_letter_shows_its_first_topic_and_reason(open_broker, fake_clock)
     dead = ConsumedMessage(letter, "billing")
     assert (dead.topic, dead.stored_topic) == ("orders", "%DLQ%billing")
     assert dead.dead_letter_reason == "cannot parse"
+
+
+def test_broker_and_producer_return_one_result_type(open_broker):
+    """``Producer.send`` returns the broker's ``SendResult`` itself (DESIGN §4's name): the
+    UNIQ_KEY as ``msg_id``, the asked-for and the stored queue, the store's status."""
+    broker = open_broker()
+    sent = App(broker=broker).producer.send("orders", b"x", delay_level=1)
+    direct = broker.send(Message("orders", b"y", unique_key="k-1"))
+    assert SendResult is storage_engine.SendResult
+    assert type(sent) is type(direct) is SendResult
+    assert sent.msg_id == sent.unique_key and direct.msg_id == "k-1"
+    assert (sent.topic, sent.stored_topic) == ("orders", "SCHEDULE_TOPIC_XXXX")
+    assert sent.status is SendStatus.SEND_OK is PutStatus.PUT_OK
