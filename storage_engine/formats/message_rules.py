@@ -10,8 +10,9 @@
   clients and Postbox's own ``DLQ_REASON``). A user property with one of them would be dropped
   or overwritten by the value the broker or client sets (a ``UNIQ_KEY`` given as a property
   was replaced by a generated id, so a resend became a second message), so it is refused, and
-  the error names the argument that sets it.
-
+  the error names the argument that sets it (the framework's producer, ``outbox.send`` and
+  the RocketMQ 5 gRPC server check user properties; the store cannot tell them apart from
+  the properties the broker sets on its own copies).
 * **Names, text and sizes.** Topic names become directory names (``[A-Za-z0-9_%|-]``, at
   most 127 characters, 255 for ``%RETRY%``/``%DLQ%`` topics); text fields are strings without
   the U+0001/U+0002 characters that frame the record's properties, encodable as UTF-8; a body
@@ -19,8 +20,9 @@
   with spaces).
 
 These are the only statements of the rules: the store's encoder, the broker, the network
-servers (through the broker) and the framework's producer and ``check_message`` (the outbox
-checks through it) all call these functions. Each returns a problem text or ``None``; the
+servers (through the broker; the gRPC server's conversion also directly), the remote client and
+the framework's producer and ``check_message`` (the outbox checks through it) all call these
+functions. Each returns a problem text or ``None``; the
 caller raises ``storage_engine.InvalidMessageError`` (or a subclass) with it, so one error type
 means "this message can never be stored", whichever entry point refused it.
 """
