@@ -25,7 +25,12 @@ from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import Producer, SendResult, SendStatus
 from .transport import BrokerClient
-from .validation import MAX_MESSAGE_SIZE_BYTES, InvalidMessageError, check_message
+from .validation import (
+    MAX_MESSAGE_SIZE_BYTES,
+    InvalidMessageError,
+    check_message,
+    check_unique_key,
+)
 
 __all__ = [
     "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
@@ -33,5 +38,5 @@ __all__ = [
     "ConsumerOptions", "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec",
     "InvalidMessageError", "MessageQueue", "Middleware", "OutcomeKind", "Producer", "RetryLater",
     "SendResult", "SendStatus", "SkipMessage", "UniqueKeyGenerator", "check_message",
-    "strategy_by_name",
+    "check_unique_key", "strategy_by_name",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from storage_engine import ConsumeFrom, validate_topic
+from storage_engine.formats import is_system_group_topic
 
 from .errors import ConfigurationError, HandlerRegistrationError
 
@@ -42,7 +43,7 @@ class HandlerSpec:
             validate_topic(self.topic)
         except ValueError as error:
             raise ConfigurationError(f"handler topic: {error}") from error
-        if self.topic.startswith(("%RETRY%", "%DLQ%")):
+        if is_system_group_topic(self.topic):
             raise ConfigurationError(f"handler topic {self.topic!r}: subscribe to the original "
                                      "topic; retries are delivered to its handler")
         if not isinstance(self.consumer_group, str) or not self.consumer_group:

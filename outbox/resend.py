@@ -48,7 +48,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, select, update
 
-from framework import App, ConfigurationError
+from framework import App, ConfigurationError, ConsumedMessage
 
 from .alerts import Alert, Alerter, AlertKind, AlertReport
 from .claims import ClaimedStub, claim_stubs, lease_free
@@ -62,9 +62,6 @@ stub = message_stub.c
 logged = message_log.c
 processed = message_processed.c
 
-DLQ_REASON = "DLQ_REASON"
-RETRY_TOPIC = "RETRY_TOPIC"
-DLQ_TOPIC_PREFIX = "%DLQ%"
 DEAD_LETTER_PAGE = 100
 DEAD_LETTER_PAGES_PER_RUN = 20
 GROUP_EVIDENCE_TTL_S = 60.0
@@ -453,11 +450,10 @@ class Resender:
     def _void_letters(self, group: str, letters: Sequence[Any], now: datetime) -> list[Alert]:
         reasons: dict[str, tuple[str, str]] = {}
         for letter in letters:
-            properties: Mapping[str, str] = letter.properties
-            reason = properties.get(DLQ_REASON) or "retries exhausted"
-            topic = properties.get(RETRY_TOPIC) or letter.topic
+            dead = ConsumedMessage(letter, group)  # its topic: the one it was first sent to
+            reason = dead.dead_letter_reason or "retries exhausted"
             if letter.unique_key:  # the stub's id: copies keep the UNIQ_KEY of the original
-                reasons[letter.unique_key] = (topic, reason)
+                reasons[letter.unique_key] = (dead.topic, reason)
         alerts: list[Alert] = []
 
         def write(connection: Connection) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 from sqlalchemy import Connection, insert
 from sqlalchemy.orm import Session
 
-from framework import UniqueKeyGenerator, check_message
+from framework import UniqueKeyGenerator, check_message, check_unique_key
 from framework.validation import PROPERTY_ARGUMENTS
 
 from .clock import utc_now
-from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError
+from .errors import BodyNotSerializableError, NoTransactionError
 from .tables import MESSAGE_ID_LENGTH, StubStatus, message_stub
 
 RELAY_EXECUTION_OPTION = "postbox_outbox_relay"
@@ -62,11 +62,8 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
                              delay_level=delay_level, arguments=SEND_ARGUMENTS)
     if message_id is None:
         message_id = _id_generator(os.getpid()).next()
-    elif not isinstance(message_id, str) or not message_id.strip() or \
-            len(message_id) > MESSAGE_ID_LENGTH or "\x01" in message_id or "\x02" in message_id:
-        raise InvalidMessageError(f"message_id must be a non-empty string of at most "
-                                  f"{MESSAGE_ID_LENGTH} characters without U+0001/U+0002 "
-                                  f"(record framing), got {message_id!r}")
+    else:
+        check_unique_key(message_id, "message_id", MESSAGE_ID_LENGTH)
     created = now or utc_now()
     connection.execute(_INSERT_STUB, {
         "message_id": message_id, "topic": topic, "tags": tags,

@@ -23,7 +23,7 @@ from .broker import (
     QueueProgress,
     SendBackOutcome,
     SendBackResult,
-    SendReceipt,
+    SendResult,
     SubscriptionGroupConfig,
     TopicConfig,
 )
@@ -78,7 +78,7 @@ __all__ = [
     "BrokerConfig", "BrokerRole", "CommitLogConfig", "ConsumeQueueConfig", "DelayConfig",
     "FlushConfig", "HAConfig", "KeyIndexConfig", "RetentionConfig",
     # the broker (DESIGN §3.4) and the values of its API
-    "Broker", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult", "SendReceipt",
+    "Broker", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult", "SendResult",
     "SubscriptionGroupConfig", "TopicConfig",
     # tools, clocks, topic names
     "infer_config", "repair_store", "require_store",

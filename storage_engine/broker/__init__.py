@@ -19,11 +19,11 @@ from .model import (
     QueueProgress,
     SendBackOutcome,
     SendBackResult,
-    SendReceipt,
+    SendResult,
 )
 
 __all__ = [
     "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "Broker", "ConfigFileError",
     "ConfigStores", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult",
-    "SendReceipt", "SubscriptionGroupConfig", "TopicConfig",
+    "SendResult", "SubscriptionGroupConfig", "TopicConfig",
 ]

@@ -78,7 +78,7 @@ from .model import (
     QueueProgress,
     SendBackOutcome,
     SendBackResult,
-    SendReceipt,
+    SendResult,
 )
 from .persist import BrokerPersistService
 from .progress import ProgressReader, physical_memory_bytes
@@ -285,7 +285,7 @@ class Broker:
     # ---- send --------------------------------------------------------------------------------
 
     def send(self, message: Message, *, queue_id: int | None = None,
-             sharding_key: str | None = None) -> SendReceipt:
+             sharding_key: str | None = None) -> SendResult:
         """Store a message: auto-create the topic, pick the queue (explicit, else by sharding
         key ``abs(java_hash(key)) % write_queue_nums``, else round-robin per topic), divert a
         ``DELAY`` property (level 1..18, clamped) to ``SCHEDULE_TOPIC_XXXX``.
@@ -309,12 +309,12 @@ class Broker:
             check_writable(config)
         return self._put(message, self._topics.select_queue(config, queue_id, sharding_key))
 
-    def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendReceipt:
+    def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendResult:
         """Store ``message`` for ``queue_id``, through the delay topic when it asks for it."""
         scheduled = schedule_delayed(message, queue_id, self._levels_ms) if delay else None
         stored, stored_queue_id, level = scheduled or (message, queue_id, 0)
         result = self._store.put_message(stored, stored_queue_id)
-        return SendReceipt(
+        return SendResult(
             topic=message.topic, queue_id=queue_id, stored_topic=result.topic,
             stored_queue_id=result.queue_id, queue_offset=result.queue_offset,
             log_position=result.log_position, offset_msg_id=result.msg_id,
@@ -479,7 +479,7 @@ class Broker:
         result = self._store.get_message(group, topic, 0, start, max_count)
         return result.messages
 
-    def resend_dead_letter(self, group: str, queue_offset: int) -> SendReceipt:
+    def resend_dead_letter(self, group: str, queue_offset: int) -> SendResult:
         """Send the dead letter at ``queue_offset`` again, as a new message, to the topic it
         first failed on (``RETRY_TOPIC``); the DLQ keeps its copy.
 

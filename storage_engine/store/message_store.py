@@ -343,10 +343,10 @@ class MessageStore:
                 replicated = self._wait_replicated(end, started_ms)
                 if replicated is not PutStatus.PUT_OK:
                     status = replicated
-        host = self._store_host
-        return [PutResult(p.topic, p.queue_id, a.queue_offset, a.log_position, p.size,
-                          a.store_timestamp_ms, host, status)
-                for p, a in zip(batch, appended, strict=True)]
+        if status is not PutStatus.PUT_OK:  # the commit log's results say PUT_OK
+            for result in appended:
+                result.status = status
+        return appended
 
     def _admit(self, batch) -> None:
         """Back-pressure (``DiskGuard``): raise ``DiskFullError`` before the disk passes the
