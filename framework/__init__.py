@@ -11,8 +11,11 @@
     app.start(); app.producer.send("orders", b"...", tags="paid"); app.stop()
 
 Nothing connects at import or decoration time. ``framework.testing.InlineRunner`` drives the
-consumers deterministically in tests.
+consumers deterministically in tests. ``Service`` (the one background loop) is the engine's,
+re-exported for the packages above, which do not import the engine.
 """
+
+from storage_engine.service import Service
 
 from .allocation import MessageQueue, strategy_by_name
 from .app import App
@@ -32,6 +35,6 @@ __all__ = [
     "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
     "ConsumerOptions", "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec",
     "InvalidMessageError", "MessageQueue", "Middleware", "OutcomeKind", "Producer", "RetryLater",
-    "SendResult", "SendStatus", "SkipMessage", "UniqueKeyGenerator", "check_message",
+    "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",
     "strategy_by_name",
 ]
