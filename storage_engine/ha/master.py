@@ -25,9 +25,9 @@ from typing import Self
 from ..clock import Clock
 from ..config import HAConfig
 from ..errors import StorageIOError
+from ..group_commit import PositionWaiters
 from ..service import Service
 from ..store.commit_log import CommitLog
-from ..store.position_waiters import PositionWaiters
 from .connection import SlaveConnection
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from idempotency.group_commit import GroupCommit
+from storage_engine.group_commit import GroupCommit
 
 
 def test_a_lone_call_runs_at_once_with_its_own_items():
@@ -78,3 +78,32 @@ def test_a_round_never_takes_more_than_max_items_but_never_splits_a_request():
     assert rounds == [3]
     with pytest.raises(ValueError, match="max_items"):
         GroupCommit(lambda items: items, max_items=0)
+
+
+def test_a_round_takes_queued_requests_while_joins_accepts_them():
+    entered, release = threading.Event(), threading.Event()
+    rounds: list[list[str]] = []
+
+    def first_blocks(items: list[str]) -> list[str]:
+        rounds.append(items)
+        if len(rounds) == 1:
+            entered.set()
+            assert release.wait(10)
+        return items
+
+    # a round holds one letter only
+    commit = GroupCommit(first_blocks, joins=lambda held, following: following[0][0] == held[0][0])
+    leader = threading.Thread(target=commit.run, args=(["a0"],))
+    leader.start()
+    assert entered.wait(10)
+    followers = []
+    for item in ["a1", "a2", "b1", "a3"]:  # queued in this order behind the running round
+        followers.append(threading.Thread(target=commit.run, args=([item],)))
+        followers[-1].start()
+        while len(commit._queue) < len(followers):
+            threading.Event().wait(0.001)
+    release.set()
+    for thread in [leader, *followers]:
+        thread.join(10)
+    assert rounds == [["a0"], ["a1", "a2"], ["b1"], ["a3"]]  # a round is a run from the head
+    assert commit.rounds == 4
