@@ -11,8 +11,13 @@
     app.start(); app.producer.send("orders", b"...", tags="paid"); app.stop()
 
 Nothing connects at import or decoration time. ``framework.testing.InlineRunner`` drives the
-consumers deterministically in tests.
+consumers deterministically in tests. ``Service`` (the one background loop) and ``GroupCommit``
+(the one leader/follower batcher) are the engine's, re-exported for the packages above, which do
+not import the engine.
 """
+
+from storage_engine.group_commit import GroupCommit
+from storage_engine.service import Service
 
 from .allocation import MessageQueue, strategy_by_name
 from .app import App
@@ -35,8 +40,9 @@ from .validation import (
 __all__ = [
     "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
     "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
-    "ConsumerOptions", "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec",
+    "ConsumerOptions", "DeadLetter", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
+    "HandlerSpec",
     "InvalidMessageError", "MessageQueue", "Middleware", "OutcomeKind", "Producer", "RetryLater",
-    "SendResult", "SendStatus", "SkipMessage", "UniqueKeyGenerator", "check_message",
+    "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",
     "check_unique_key", "strategy_by_name",
 ]

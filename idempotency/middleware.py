@@ -60,6 +60,7 @@ from framework import (
     ConsumedMessage,
     ConsumeOutcome,
     DeadLetter,
+    GroupCommit,
     Middleware,
     OutcomeKind,
     RetryLater,
@@ -68,7 +69,6 @@ from outbox.clock import NowFunction, utc_now
 from outbox.database import dialect_name
 
 from . import ledger
-from .group_commit import GroupCommit
 from .redis_guard import GuardState, Mark, RedisGuard, Settlement
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,15 @@ from sqlalchemy import Engine, func, select, update
 
 import outbox
 from framework import App, Producer
-from outbox import Outbox, Relay, RelayOptions, StubStatus, claim_stubs, message_stub
+from outbox import (
+    Outbox,
+    Relay,
+    RelayOptions,
+    StubStatus,
+    claim_stubs,
+    create_database_engine,
+    message_stub,
+)
 from outbox.claims import unpublished_due
 from outbox.clock import utc_now
 from outbox.database import run_transaction
@@ -145,12 +153,34 @@ def test_polling_publishes_stubs_the_hook_never_saw(app: App, broker: Broker,
 
 
 def test_running_relay_polls_within_its_interval(app: App, make_engine: Callable[[], Engine]):
-    box = Outbox(app, options=FAST_POLL)
-    app.start()
+    clock = Clock()  # the relay's passes driven on a fake clock, as its thread would run them
+    relay = Relay(app.producer, make_engine(), options=FAST_POLL, now=clock)
+    assert relay.run_once(relay.clock.now_ms()) == 0  # the first pass polls: nothing yet
     ids = send_stubs(make_engine(), 3)
-    wait_for(lambda: all(stub_row(box.engine, message_id)["published_at"]
-                         for message_id in ids), what="the polled publishes")
-    assert box.relay.stats.published_by_poll == 3
+    clock.advance(milliseconds=49)
+    assert relay.run_once(relay.clock.now_ms()) == 0  # the next poll is not due
+    assert relay.idle_wait_ms(relay.clock.now_ms()) == 1  # the thread sleeps until it is
+    clock.advance(milliseconds=1)
+    assert relay.run_once(relay.clock.now_ms()) == 3
+    assert all(stub_row(relay.engine, message_id)["published_at"] for message_id in ids)
+    assert relay.stats.published_by_poll == 3
+
+
+def test_a_failed_pass_backs_off_doubling_and_the_loop_goes_on(app: App, tmp_path):
+    # a real database fault: a database with no outbox tables (as if it were not migrated)
+    clock = Clock()
+    relay = Relay(app.producer, create_database_engine(f"sqlite:///{tmp_path / 'bare.db'}"),
+                  now=clock)
+    start_ms = relay.clock.now_ms()
+    assert relay.run_once(start_ms) == 0
+    assert relay.stats.errors == 1
+    assert relay.idle_wait_ms(start_ms) == 200
+    assert relay.run_once(start_ms + 199) == 0  # still backing off: no attempt
+    assert relay.stats.errors == 1
+    assert relay.run_once(start_ms + 200) == 0  # tried again, failed again: twice the wait
+    assert relay.stats.errors == 2
+    assert relay.idle_wait_ms(start_ms + 200) == 400
+    relay.engine.dispose()
 
 
 def test_several_relays_never_publish_a_stub_twice(app: App, broker: Broker,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from storage_engine.store.position_waiters import PositionWaiters
+from storage_engine.group_commit import PositionWaiters
 
 
 def until(predicate, timeout_s: float = 10, what: str = "condition") -> None:

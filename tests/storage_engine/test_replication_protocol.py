@@ -31,6 +31,7 @@ from storage_engine import (
 )
 from storage_engine.errors import ReplicationError
 from storage_engine.formats import BLANK_MAGIC
+from storage_engine.group_commit import PositionWaiters
 from storage_engine.ha.connection import SlaveConnection
 from storage_engine.ha.protocol import (
     FRAME_HEADER_SIZE_BYTES,
@@ -42,7 +43,6 @@ from storage_engine.ha.protocol import (
     transfer_start,
 )
 from storage_engine.ha.slave import HASlaveClient
-from storage_engine.store.position_waiters import PositionWaiters
 
 SEGMENT = 4096
 
