@@ -13,7 +13,15 @@ from sqlalchemy import Engine, func, select, update
 
 import outbox
 from framework import App, Producer
-from outbox import Outbox, Relay, RelayOptions, StubStatus, claim_stubs, message_stub
+from outbox import (
+    Outbox,
+    Relay,
+    RelayOptions,
+    ResendRules,
+    StubStatus,
+    claim_stubs,
+    message_stub,
+)
 from outbox.claims import unpublished_due
 from outbox.clock import utc_now
 from outbox.database import run_transaction
@@ -209,7 +217,8 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
     [message_id] = send_stubs(engine, 1)
     clock = Clock()
     relay = Relay(closed_broker_producer(open_broker), engine, now=clock,
-                  options=RelayOptions(retry_delay_ms=1_000, max_send_count=3))
+                  options=RelayOptions(retry_delay_ms=1_000,
+                                       rules=ResendRules(max_send_count=3)))
 
     assert relay.publish_due() == 0
     row = stub_row(engine, message_id)
@@ -235,7 +244,8 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
 def test_stub_is_void_after_max_send_count_failed_attempts(engine: Engine, open_broker):
     [message_id] = send_stubs(engine, 1)
     relay = Relay(closed_broker_producer(open_broker), engine,
-                  options=RelayOptions(max_send_count=2, retry_delay_ms=0))
+                  options=RelayOptions(rules=ResendRules(max_send_count=2),
+                                       retry_delay_ms=0))
 
     relay.publish_due()
     assert stub_row(engine, message_id)["status"] == "unconfirmed"
