@@ -35,7 +35,7 @@ class HandlerSpec:
     broadcast: bool = False
     reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT
     batch_size: int = 1
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Options added by middleware (``Middleware.handler_options``), as the handler gave them."""
 
     def __post_init__(self) -> None:
