@@ -46,12 +46,13 @@ consumer framework, Redis).
 **Duplicates**: after the pipeline, every one of the N messages is published twice more with
 ``app.producer.send("orders", body, unique_key=message_id)`` (from the main thread); the clock
 runs until the group's committed offsets cover them all. Reported from the app's
-``IdempotencyMiddleware`` (``serves_idempotent_handlers``): the share rejected on the Redis fast
-path, ``duplicates_by_redis / (duplicates_by_redis + duplicates_by_database)``, the Redis acquire
-latency p50/p99 of that phase (``guard.stats.acquire_latencies_s``) and the rejection
-throughput; the ledger must still hold N rows. The pipeline's consumer admission rounds
-(``IdempotencyMiddleware.admission``: one receipt transaction and one ``SET NX`` round trip
-each, shared by the messages of concurrent consume tasks) are reported per message.
+``IdempotencyMiddleware`` (the one declaring the ``idempotent`` handler option): the share
+rejected on the Redis fast path, ``duplicates_by_redis / (duplicates_by_redis +
+duplicates_by_database)``, the Redis acquire latency p50/p99 of that phase
+(``guard.stats.acquire_latencies_s``) and the rejection throughput; the ledger must still hold
+N rows. The pipeline's consumer admission rounds (``IdempotencyMiddleware.admission``: one
+receipt transaction and one ``SET NX`` round trip each, shared by the messages of concurrent
+consume tasks) are reported per message.
 
 ``--repeat R`` repeats everything and reports medians. ``--diagnose`` adds one more pipeline run
 (not in the figures) that counts database commits and statements per message by thread role
@@ -560,7 +561,7 @@ def delete_marks(redis_url: str, group: str) -> None:
 
 def idempotency_middleware(app: Any) -> Any:
     for layer in app.middleware:
-        if getattr(layer, "serves_idempotent_handlers", False):
+        if "idempotent" in type(layer).handler_options:
             return layer
     raise BenchError("the app has no idempotency middleware")
 

@@ -1,14 +1,13 @@
 """The relay: publishes committed stubs to the broker and records where they went.
 
 Two ways in, one way out:
-- **After-commit hook.** ``attach()`` marks the engine; ``outbox.send`` then remembers each id on
-  its connection, and the engine's commit event hands them to the relay thread. The event fires
-  just before the database commits, so an id the relay cannot see yet is tried again a few
-  milliseconds later (``hook_retry_delays_ms``) before the poller is left to find it; an id
-  whose transaction rolled back simply never appears.
+- **After-commit hand-off.** ``attach()`` puts a ``CommitHook`` on the engine: ``outbox.send``
+  reports each id to it, and once the transaction that wrote the stub has committed the ids
+  reach the relay thread, which claims and publishes them at once (no timer, no extra read);
+  the ids of a transaction or savepoint that rolled back are never handed over.
 - **Polling.** Every ``poll_interval_ms`` the relay claims due, never-published stubs —
-  whatever the hook missed: a crash between commit and publish, another process's sends, a
-  failed attempt waiting for its retry time.
+  whatever the hook never saw: a crash between commit and hand-off, another process's sends,
+  a failed attempt waiting for its retry time.
 
 The relay is a ``Service`` (the project's one background loop): ``start()`` runs its thread
 (``postbox-relay``, a daemon), and a pass is ``run_once(now_ms)`` — publish what the hook
@@ -22,8 +21,8 @@ same time; then published with its own message id as ``UNIQ_KEY``; then its queu
 offset, log position and offsetMsgId are recorded under the claim token. A crash after the
 publish and before the record leaves the lease to expire and the stub to be published again:
 the relay is at-least-once, and consumers deduplicate by message id (``idempotency``). A failed
-attempt records ``last_error`` and a retry time; after ``max_send_count`` attempts the stub
-becomes ``void`` for an operator to handle.
+attempt records ``last_error`` and a retry time; after ``max_send_count`` attempts (the resend
+rule's, ``RelayOptions.rules``) the stub becomes ``void`` for an operator to handle.
 """
 
 from __future__ import annotations
@@ -34,18 +33,19 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Self
 
-from sqlalchemy import Connection, Engine, bindparam, event, select, update
+from sqlalchemy import Connection, Engine, bindparam, select, update
 
 from framework import Producer, Service
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
 from .clock import NowFunction, utc_now
+from .commit_hook import CommitHook
 from .database import run_transaction
-from .send import PENDING_IDS_INFO_KEY, RELAY_EXECUTION_OPTION
+from .options import RelayOptions
 from .tables import StubStatus, message_stub
 
 log = logging.getLogger(__name__)
@@ -59,24 +59,6 @@ _RECORD_PUBLISHED = update(message_stub).where(
     published_at=bindparam("b_now"), lease_owner=None, lease_until=None, last_error=None,
     updated_at=bindparam("b_now"), overtaken_at=None, next_resend_at=bindparam("b_next"))
 """Where a publish went, fenced by the claim token; built once (one executemany per batch)."""
-
-
-@dataclass(frozen=True)
-class RelayOptions:
-    """Relay tuning; the defaults suit one relay per application process."""
-
-    batch_size: int = 100
-    poll_interval_ms: int = 1_000
-    lease_ms: int = 30_000
-    """How long a claim holds a stub; a relay that dies holding it blocks it this long."""
-    max_send_count: int = 5
-    retry_delay_ms: int = 1_000
-    """Wait before retrying a failed publish; doubles per attempt up to ``retry_delay_max_ms``."""
-    retry_delay_max_ms: int = 60_000
-    resend_check_ms: int = 60_000
-    """After a publish, ``next_resend_at`` = now + this: the earliest the resend rule looks."""
-    hook_retry_delays_ms: tuple[int, ...] = (2, 10, 50, 250, 1_000)
-    max_pending_notifications: int = 100_000
 
 
 @dataclass
@@ -97,13 +79,6 @@ class RelayStats:
 
 FAILURE_BACKOFF_MAX_MS = 5_000
 """Longest wait after failed passes in a row (0.2 s after one, doubling)."""
-
-
-@dataclass(order=True)
-class _Notification:
-    due_ms: int
-    message_id: str = field(compare=False)
-    attempt: int = field(default=0, compare=False)
 
 
 ProducerSource = Producer | Callable[[], Producer]
@@ -133,53 +108,33 @@ class Relay(Service):
         self.owner = owner or _default_owner()
         self._now = now
         self.stats = RelayStats()
-        self._pending: collections.deque[_Notification] = collections.deque()
-        self._retries: list[_Notification] = []
+        self._pending: collections.deque[str] = collections.deque()
         self._condition = threading.Condition()
         self._next_poll_ms = 0
         self._resume_ms = 0  # after failed passes: no pass before this
         self._failures = 0  # failed passes in a row
-        self._attached = False
+        self.hook = CommitHook(engine, self.notify)
+        """Hands this relay the ids of committed stubs (``attach()`` / ``detach()``)."""
         self.on_void: Callable[[list[tuple[ClaimedStub, str]]], None] | None = None
         """Called (after the commit) with the stubs this relay voided and their last error —
         the resend worker raises its alerts here."""
 
-    # ---- the after-commit hook ---------------------------------------------------------------
+    # ---- the after-commit hand-off ----------------------------------------------------------
 
     def attach(self) -> None:
-        """Watch the engine: ids sent through it reach this relay as their transaction commits."""
-        if self._attached:
-            return
-        self.engine.update_execution_options(**{RELAY_EXECUTION_OPTION: True})
-        event.listen(self.engine, "commit", self._on_commit)
-        event.listen(self.engine, "rollback", self._on_rollback)
-        self._attached = True
+        """Watch the engine: ids sent through it reach this relay once their transaction has
+        committed."""
+        self.hook.attach()
 
     def detach(self) -> None:
         """Stop watching the engine."""
-        if not self._attached:
-            return
-        self.engine.update_execution_options(**{RELAY_EXECUTION_OPTION: False})
-        event.remove(self.engine, "commit", self._on_commit)
-        event.remove(self.engine, "rollback", self._on_rollback)
-        self._attached = False
-
-    def _on_commit(self, connection: Any) -> None:
-        ids = connection.info.pop(PENDING_IDS_INFO_KEY, None)
-        if ids:
-            self.notify(ids)
-
-    @staticmethod
-    def _on_rollback(connection: Any) -> None:
-        connection.info.pop(PENDING_IDS_INFO_KEY, None)
+        self.hook.detach()
 
     def notify(self, message_ids: Iterable[str]) -> None:
-        """Ask for these stubs to be published soon (the hook calls this)."""
-        now_ms = self.clock.now_ms()
+        """Ask for these committed stubs to be published soon (the hook calls this)."""
         with self._condition:
             room = self.options.max_pending_notifications - len(self._pending)
-            for message_id in list(message_ids)[:max(room, 0)]:
-                self._pending.append(_Notification(now_ms, message_id))
+            self._pending.extend(list(message_ids)[:max(room, 0)])
         self.wakeup()
 
     # ---- publishing ----------------------------------------------------------------------------
@@ -309,12 +264,12 @@ class Relay(Service):
         if now_ms < self._resume_ms:
             return 0
         with self._condition:
-            batch = self._take_ready(now_ms)
+            batch = self._take_ready()
         if not batch and now_ms < self._next_poll_ms:
             return 0
         try:
             if batch:
-                published = self._publish_notified(batch, now_ms)
+                published = self._publish_notified(batch)
             else:
                 published = self.publish_due()
                 self._next_poll_ms = now_ms + self.options.poll_interval_ms
@@ -328,33 +283,23 @@ class Relay(Service):
         return published
 
     def idle_wait_ms(self, now_ms: int) -> int:
-        """Until the next poll, hook retry or end of a back-off (0 while notified ids wait)."""
+        """Until the next poll or the end of a back-off (0 while handed-over ids wait)."""
         with self._condition:
-            wake_ms = now_ms if self._pending else min(
-                [self._next_poll_ms, *(item.due_ms for item in self._retries)])
+            wake_ms = now_ms if self._pending else self._next_poll_ms
         return max(wake_ms, self._resume_ms) - now_ms
 
-    def _take_ready(self, now_ms: int) -> list[_Notification]:
-        batch: list[_Notification] = []
+    def _take_ready(self) -> list[str]:
+        batch: list[str] = []
         while self._pending and len(batch) < self.options.batch_size:
             batch.append(self._pending.popleft())
-        keep = []
-        for item in self._retries:
-            (batch if item.due_ms <= now_ms and len(batch) < self.options.batch_size
-             else keep).append(item)
-        self._retries = keep
         return batch
 
-    def _publish_notified(self, batch: list[_Notification], now_ms: int) -> int:
-        attempts = {item.message_id: item.attempt for item in batch}
-        published, unseen = self.publish_ids(list(attempts))
-        delays = self.options.hook_retry_delays_ms
-        with self._condition:
-            for message_id in unseen:  # not committed yet (or rolled back): look again soon
-                attempt = attempts[message_id]
-                if attempt < len(delays):
-                    self._retries.append(_Notification(now_ms + delays[attempt], message_id,
-                                                       attempt + 1))
+    def _publish_notified(self, message_ids: list[str]) -> int:
+        """Publish ids the hook handed over: committed, so no re-reading; one a poll or
+        another relay took meanwhile is simply not claimed."""
+        claimed = self._claim(len(message_ids), message_ids)
+        published = self.publish_claimed(claimed)
+        self.stats.published_by_hook += published
         return published
 
 

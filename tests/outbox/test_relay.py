@@ -17,6 +17,7 @@ from outbox import (
     Outbox,
     Relay,
     RelayOptions,
+    ResendRules,
     StubStatus,
     claim_stubs,
     create_database_engine,
@@ -154,6 +155,7 @@ def test_polling_publishes_stubs_the_hook_never_saw(app: App, broker: Broker,
 
 def test_running_relay_polls_within_its_interval(app: App, make_engine: Callable[[], Engine]):
     clock = Clock()  # the relay's passes driven on a fake clock, as its thread would run them
+    clock.advance(seconds=60)  # ahead of the real time the stubs below are stamped with
     relay = Relay(app.producer, make_engine(), options=FAST_POLL, now=clock)
     assert relay.run_once(relay.clock.now_ms()) == 0  # the first pass polls: nothing yet
     ids = send_stubs(make_engine(), 3)
@@ -239,7 +241,8 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
     [message_id] = send_stubs(engine, 1)
     clock = Clock()
     relay = Relay(closed_broker_producer(open_broker), engine, now=clock,
-                  options=RelayOptions(retry_delay_ms=1_000, max_send_count=3))
+                  options=RelayOptions(retry_delay_ms=1_000,
+                                       rules=ResendRules(max_send_count=3)))
 
     assert relay.publish_due() == 0
     row = stub_row(engine, message_id)
@@ -265,7 +268,8 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
 def test_stub_is_void_after_max_send_count_failed_attempts(engine: Engine, open_broker):
     [message_id] = send_stubs(engine, 1)
     relay = Relay(closed_broker_producer(open_broker), engine,
-                  options=RelayOptions(max_send_count=2, retry_delay_ms=0))
+                  options=RelayOptions(rules=ResendRules(max_send_count=2),
+                                       retry_delay_ms=0))
 
     relay.publish_due()
     assert stub_row(engine, message_id)["status"] == "unconfirmed"
