@@ -30,7 +30,7 @@ from outbox import (
 from outbox.alerts import Alerter
 from outbox.resend import Resender, ResendReport, ResendRules
 from storage_engine import Broker, FakeClock, SendBackOutcome
-from tests.outbox.conftest import stub_row, wait_for
+from tests.outbox.conftest import stub_row
 from tests.outbox.resend_support import (
     GRACE,
     GROUP,
@@ -52,6 +52,7 @@ from tests.support.alert_servers import (
     WebhookServer,
     webhook_server_fixture,  # noqa: F401  (the webhook_server fixture)
 )
+from tests.support.polling import wait_until
 
 
 @pytest.fixture
@@ -437,8 +438,8 @@ def deliver_delayed(broker: Broker, store_clock: FakeClock, topic: str,
                     message_id: str) -> Any:
     store_clock.advance(1_000)
     broker.delay_service.run_once(store_clock.now_ms())
-    [view] = wait_for(lambda: broker.find_by_unique_key(topic, message_id),
-                      what="the delayed delivery")
+    [view] = wait_until(lambda: broker.find_by_unique_key(topic, message_id),
+                        what="the delayed delivery")
     return view
 
 
