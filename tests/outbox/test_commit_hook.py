@@ -19,8 +19,9 @@ import outbox
 from framework import App
 from outbox import Outbox, Relay, RelayOptions
 from storage_engine import Broker
-from tests.outbox.conftest import add_order, stored_records, stub_row, wait_for
+from tests.outbox.conftest import add_order, stored_records, stub_row
 from tests.outbox.test_relay import send_stubs
+from tests.support.polling import wait_until
 
 NO_POLL = RelayOptions(poll_interval_ms=3_600_000)
 """A relay whose polling pass (after the one at start) is an hour away."""
@@ -120,12 +121,12 @@ def test_a_committed_stub_is_published_without_waiting_for_the_poll(
     # another process's stub, found by the poll at start
     [polled] = send_stubs(make_engine(), 1, first_order=100)
     app.start()
-    wait_for(lambda: box.relay.stats.published_by_poll == 1, what="the poll at start")
+    wait_until(lambda: box.relay.stats.published_by_poll == 1, what="the poll at start")
     with box.session.begin() as session:
         add_order(session, 1)
         message_id = outbox.send(session, "orders", b"now")
     # the next poll is an hour away: only the hand-off can publish it
-    wait_for(lambda: box.relay.stats.published_by_hook == 1, what="the hand-off")
+    wait_until(lambda: box.relay.stats.published_by_hook == 1, what="the hand-off")
     assert stub_row(engine, message_id)["published_at"] is not None
     assert box.relay.stats.published_by_poll == 1
     assert sorted(view.unique_key for view in stored_records(broker, "orders")) == \

@@ -34,8 +34,8 @@ from tests.outbox.conftest import (
     stub_count,
     stub_row,
     stub_rows,
-    wait_for,
 )
+from tests.support.polling import wait_until
 
 FAST_POLL = RelayOptions(poll_interval_ms=50)
 
@@ -103,7 +103,7 @@ def test_committed_send_is_published_promptly_by_the_after_commit_hook(
     # a stub from another process, found by the relay thread's first poll at start
     [polled_id] = send_stubs(make_engine(), 1, first_order=100)
     app.start()
-    wait_for(lambda: box.relay.stats.published_by_poll == 1, what="the first poll")
+    wait_until(lambda: box.relay.stats.published_by_poll == 1, what="the first poll")
 
     properties = {"source": "shop"}
     with box.session.begin() as session:
@@ -111,8 +111,8 @@ def test_committed_send_is_published_promptly_by_the_after_commit_hook(
         message_id = outbox.send(session, "orders", {"order": 1}, tags="created",
                                  keys=["order-1", "customer-7"], properties=properties)
     # the next poll is a minute away: only the hook can publish it within the deadline
-    wait_for(lambda: stub_row(box.engine, message_id)["published_at"], timeout_s=5,
-             what="the hook's publish")
+    wait_until(lambda: stub_row(box.engine, message_id)["published_at"], timeout_s=5,
+               what="the hook's publish")
 
     assert box.relay.stats.published_by_hook == 1
     assert box.relay.stats.published_by_poll == 1
@@ -130,7 +130,7 @@ def test_sends_before_start_are_remembered_and_published_at_start(app: App, brok
         add_order(session, 1)
         message_id = outbox.send(session, "orders", "before start")
     app.start()
-    wait_for(lambda: stub_row(box.engine, message_id)["published_at"], what="the publish")
+    wait_until(lambda: stub_row(box.engine, message_id)["published_at"], what="the publish")
     assert_published_as_stored(box.engine, broker, message_id)
 
 
@@ -360,8 +360,8 @@ def test_delayed_message_goes_through_the_delay_topic(app: App, broker: Broker, 
         row["log_position"]
 
     # the delay service delivers it to the real topic (levels are milliseconds here)
-    [delivered] = wait_for(lambda: broker.store.query_by_unique_key("orders", message_id),
-                           what="the delayed delivery")
+    [delivered] = wait_until(lambda: broker.store.query_by_unique_key("orders", message_id),
+                             what="the delayed delivery")
     assert bytes(delivered.body) == b"later" and delivered.tags == "reminder"
     assert delivered.queue_id == row["queue_id"]
     assert stub_count(engine) == 1

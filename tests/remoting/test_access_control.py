@@ -16,7 +16,7 @@ from storage_engine.remoting import AccessControl, AccessDeniedError, Credential
 from storage_engine.remoting.acl_file import parse_acl
 from storage_engine.remoting.auth import sign
 from storage_engine.remoting.protocol import Code
-from tests.remoting.conftest import store_config, wait_until
+from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import pull_status, receive_status, send
 from tests.remoting.rocketmq_clients import (
     configuration,
@@ -24,6 +24,7 @@ from tests.remoting.rocketmq_clients import (
     start_producer,
     start_simple_consumer,
 )
+from tests.support.polling import wait_until
 
 ACL = {
     "clock_skew_s": 300,

@@ -17,8 +17,8 @@ from storage_engine.remoting.conversion import (
 )
 from storage_engine.remoting.protocol import Code, definition
 from storage_engine.remoting.statuses import RequestError
-from tests.remoting.conftest import wait_until
 from tests.support.broker_process import write_broker_conf
+from tests.support.polling import wait_until
 
 PEER = ("127.0.0.1", 40000)
 

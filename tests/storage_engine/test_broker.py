@@ -47,8 +47,9 @@ from storage_engine.formats import (
     java_string_hashcode,
 )
 from storage_engine.store.topics import DELAY_TOPIC
-from tests.storage_engine.broker_support import BrokerFactory, broker_config, wait_until
+from tests.storage_engine.broker_support import BrokerFactory, broker_config
 from tests.storage_engine.conftest import START_MS
+from tests.support.polling import wait_until
 
 TOPIC = "orders"
 GROUP = "billing"

@@ -16,7 +16,8 @@ import pytest
 from storage_engine import Broker, GetStatus, Message
 from storage_engine.broker.long_polling import ArrivalWaiter
 from storage_engine.errors import InvalidQueueError
-from tests.storage_engine.broker_support import Background, BrokerFactory, wait_until
+from tests.storage_engine.broker_support import Background, BrokerFactory
+from tests.support.polling import wait_until
 
 TOPIC = "orders"
 GROUP = "billing"
