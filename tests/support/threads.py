@@ -9,7 +9,7 @@ to ``GRACE_S`` for the threads the test started to end. A thread still alive the
 ``stop()`` returns before its thread ends, a consumer or executor nobody closed, a daemon left
 mid-write.
 
-- Threads a library keeps beyond what a test can close are exempt by name
+- Threads a library keeps beyond what a test can close are exempt by name or class
   (``LIBRARY_THREADS``: a pattern each, with its reason); nothing else is.
 - ``@pytest.mark.leaves_threads(reason)`` exempts one test whose threads outlive it by design;
   the reason is required.
@@ -29,7 +29,8 @@ import pytest
 GRACE_S = 2.0  # a thread told to stop may still be finishing its last round
 MARKER = "leaves_threads"
 
-# Threads of a library that no public call of it ends (``re.fullmatch`` on the thread name).
+# Threads of a library that no public call of it ends (``re.fullmatch`` on the thread's name
+# or on its class as ``module.QualName``).
 LIBRARY_THREADS: dict[str, str] = {
     "channel_io_loop_thread": "rocketmq-python-client: one asyncio loop shared by every client "
                               "of the process, started by the first and never stopped",
@@ -38,6 +39,8 @@ LIBRARY_THREADS: dict[str, str] = {
     r"Thread-\d+ \(_poll_wrapper\)": "grpc.aio's completion-queue poller, alive while any aio "
                                      "channel object is (Postbox uses no grpc.aio; the official "
                                      "client shut down after its server went away keeps one)",
+    r"py4j\.clientserver\.FinalizerWorker": "py4j: one per Java gateway, and PySpark keeps its "
+                                            "gateway for the process after SparkSession.stop()",
 }
 
 
@@ -47,7 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _exempt(thread: threading.Thread) -> bool:
-    return any(re.fullmatch(pattern, thread.name) for pattern in LIBRARY_THREADS)
+    kind = f"{type(thread).__module__}.{type(thread).__qualname__}"
+    return any(re.fullmatch(pattern, thread.name) or re.fullmatch(pattern, kind)
+               for pattern in LIBRARY_THREADS)
 
 
 def _describe(thread: threading.Thread) -> str:
