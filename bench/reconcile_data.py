@@ -346,8 +346,7 @@ def _dead_letter(plan: _Plan, n: int, unique_key: str, origin: str | None) -> Me
 
 
 def _commit_offsets(plan: _Plan, store: MessageStore) -> None:
-    """The group is past every stub but the pending ones, persisted to ``consumerOffset.json``
-    (the broker's table; no broker runs here, and this process holds the store)."""
+    """The group past every stub but the pending ones, in ``consumerOffset.json`` (no broker)."""
     offsets = ConfigStores.open(store.root_dir, store.clock).consumer_offsets
     for queue_id, offset in enumerate(plan.committed):
         end = store.max_offset(TOPIC, queue_id)
