@@ -5,7 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from tests.cli.cli_support import assert_one_error_line, run, run_json
+
+# The demo ends with a Spark job: more than 600 s (the default timeout) on a 2-core machine busy
+# with other suites, where a run without a timeout finished.
+pytestmark = pytest.mark.timeout(1_800)
 
 
 def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
