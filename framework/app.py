@@ -309,5 +309,5 @@ def _stop_at_exit(app_ref: weakref.ref[App]) -> None:
                 "call app.stop())")
     try:
         app.stop()
-    except Exception:  # noqa: BLE001 (an exit hook must not keep the other hooks from running)
+    except Exception:  # an exit hook must not keep the other hooks from running
         log.exception("[app] stopping the app at interpreter exit failed")

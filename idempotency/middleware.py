@@ -108,7 +108,7 @@ class _Admitted:
     """Its effect committed under our mark: ``after_batch`` settles the mark as done."""
 
 
-class _Rollback(Exception):  # noqa: N818 - control flow: leave the transaction with an outcome
+class _Rollback(Exception):  # control flow: leave the transaction with an outcome
     def __init__(self, outcome: ConsumeOutcome) -> None:
         super().__init__(outcome.reason)
         self.outcome = outcome
@@ -214,7 +214,7 @@ class IdempotencyMiddleware(Middleware):
             log.warning("could not delete the receipt rows of %d messages that never ran "
                         "(%s); the cleanup job removes them once stale", len(marks), error)
 
-    def around_consume(self, context: ConsumeContext, call_next) -> ConsumeOutcome:  # noqa: ANN001
+    def around_consume(self, context: ConsumeContext, call_next) -> ConsumeOutcome:
         """Run the decision flow of the module docstring around the handler."""
         if not context.handler.idempotent:
             return call_next()
@@ -249,7 +249,7 @@ class IdempotencyMiddleware(Middleware):
             self.stats.taken_over += 1
         return self._run_handler(context, call_next, entry, batched)
 
-    def _run_handler(self, context: ConsumeContext, call_next, entry: _Admitted,  # noqa: ANN001
+    def _run_handler(self, context: ConsumeContext, call_next, entry: _Admitted,
                      batched: bool) -> ConsumeOutcome:
         message = context.message
         group, message_id, token = entry.mark
