@@ -533,4 +533,4 @@ def unpack_record(buf, position: int) -> tuple:
     props = buf[props_at + 2:props_at + 2 + props_length]
     if type(body) is not bytes:  # memoryview / bytearray input
         body, topic, props = bytes(body), bytes(topic), bytes(props)
-    return fields[:14] + (body, topic, props)
+    return (*fields[:14], body, topic, props)
