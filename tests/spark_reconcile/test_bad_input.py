@@ -104,7 +104,7 @@ def test_a_missing_table_is_named(spark, small, tmp_path: Path) -> None:
     with create_engine(database_url).begin() as connection:
         connection.execute(text("CREATE TABLE message_log (consumer_group TEXT)"))
     out = tmp_path / "out"
-    with pytest.raises(MissingTableError, match="message_stub.*postbox db upgrade"):
+    with pytest.raises(MissingTableError, match=r"message_stub.*postbox db upgrade"):
         run_reconciliation(options(small.root, database_url, out), spark=spark)
     assert_no_outputs(out)
 
