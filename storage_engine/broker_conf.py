@@ -12,8 +12,9 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from .config import BrokerRole, FlushMode, parse_delay_levels
+from .config import BrokerRole, FlushMode, StoreConfig, parse_delay_levels
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
-def build_store_config(cls, source, *, strict: bool, overrides: Mapping[str, object]):
+def build_store_config(cls: type[StoreConfig], source: str | os.PathLike[str] | Mapping[str, str],
+                       *, strict: bool, overrides: Mapping[str, object]) -> StoreConfig:
     """Build ``cls`` (a ``StoreConfig``) from broker.conf keys plus explicit overrides."""
     if isinstance(source, Mapping):
         entries = {str(key): str(value) for key, value in source.items()}
@@ -142,11 +144,14 @@ def build_store_config(cls, source, *, strict: bool, overrides: Mapping[str, obj
     return _assemble(cls, groups, top, tuple(sorted(unknown)), dict(overrides))
 
 
-def _assemble(cls, groups, top, unknown, overrides):
+def _assemble(cls: type[StoreConfig], groups: dict[str, dict[str, object]],
+              top: dict[str, object], unknown: tuple[str, ...],
+              overrides: dict[str, object]) -> StoreConfig:
     defaults = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     for group, values in groups.items():
-        group_type = defaults[group].default_factory  # type: ignore[misc]
+        group_type = defaults[group].default_factory
+        assert callable(group_type)  # every group field has a default_factory
         kwargs[group] = group_type(**values)
     kwargs.update(top)
     kwargs.update(overrides)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
@@ -329,8 +330,8 @@ class StoreConfig:
         return _parse_host_port(self.store_host)
 
     @classmethod
-    def from_broker_conf(cls, source: str | os.PathLike | Mapping[str, str], *,
-                         strict: bool = False, **overrides) -> StoreConfig:
+    def from_broker_conf(cls, source: str | os.PathLike[str] | Mapping[str, str], *,
+                         strict: bool = False, **overrides: Any) -> StoreConfig:
         """Build a config from RocketMQ ``broker.conf`` keys (a file path or a mapping).
 
         Args:
@@ -342,7 +343,7 @@ class StoreConfig:
 
         return build_store_config(cls, source, strict=strict, overrides=overrides)
 
-    def replace(self, **changes) -> StoreConfig:
+    def replace(self, **changes: Any) -> StoreConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 

@@ -56,6 +56,7 @@ class HAMasterService(Service):
     def start(self) -> None:
         """Bind the listening socket, then start accepting."""
         if self._listener is None:
+            assert self._config.listen_address is not None  # the store starts it for ha_listen
             host, port = self._config.listen_address
             listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             try:
@@ -75,6 +76,7 @@ class HAMasterService(Service):
     def run_once(self, now_ms: int) -> int:
         """Accept at most one slave (waiting up to ``ACCEPT_POLL_MS``); reap closed ones."""
         self._reap()
+        assert self._listener is not None  # bound by start()
         try:
             sock, address = self._listener.accept()
         except TimeoutError:

@@ -66,8 +66,9 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
         if request.client_type in _CONSUMER_TYPES and request.HasField("group"):
             group = group_name(request.group)
             parts.authorize(context, groups=[group])
-            caller = required_client_id(metadata(context))
-            parts.broker.register_consumer(group, caller, parts.sessions.topics(caller))
+            member = required_client_id(metadata(context))
+            parts.broker.register_consumer(group, member, parts.sessions.topics(member))
+            caller: str | None = member
         else:
             parts.authorize(context)
             caller = client_id(metadata(context))

@@ -11,7 +11,8 @@ import re
 
 from ..errors import InvalidTopicError
 from ..formats.directory import DELAY_TOPIC as DELAY_TOPIC  # re-exported
-from ..formats.directory import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
+from ..formats.directory import DLQ_TOPIC_PREFIX as DLQ_TOPIC_PREFIX  # re-exported
+from ..formats.directory import RETRY_TOPIC_PREFIX as RETRY_TOPIC_PREFIX  # re-exported
 
 TOPIC_LENGTH_MAX = 127
 SYSTEM_TOPIC_LENGTH_MAX = 255
