@@ -26,6 +26,7 @@ entry-point group (the ``idempotency`` package registers it) unless one is alrea
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.metadata
 import logging
 import os
@@ -38,7 +39,7 @@ from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
-from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, plan_groups
+from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
 from .middleware import Middleware
 from .producer import Producer
 from .transport import BrokerClient, check_store_url, open_client
@@ -51,6 +52,7 @@ IDEMPOTENCY_MIDDLEWARE = "idempotency"
 """Name of the factory that serves ``idempotent=True`` handlers."""
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class App:
@@ -72,9 +74,9 @@ class App:
         access_key, secret_key: credentials for a ``grpc://`` broker with access control.
     """
 
-    def __init__(self, store_url: str | os.PathLike | None = None, *,
+    def __init__(self, store_url: str | os.PathLike[str] | None = None, *,
                  database_url: str | None = None, redis_url: str | None = None,
-                 broker_conf: Mapping[str, str] | str | os.PathLike | None = None,
+                 broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None,
                  broker: BrokerClient | None = None, clock: Clock | None = None,
                  consumer_options: ConsumerOptions | None = None,
                  instance_name: str | None = None, access_key: str | None = None,
@@ -114,7 +116,7 @@ class App:
                 consume_timestamp_ms: int | None = None, orderly: bool = False,
                 broadcast: bool = False,
                 reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT,
-                batch_size: int = 1, idempotent: bool = False) -> Callable:
+                batch_size: int = 1, idempotent: bool = False) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``topic`` for ``consumer_group``.
 
         The function is returned unchanged. It receives a ``ConsumedMessage`` (a list of them
@@ -125,8 +127,9 @@ class App:
         ``broadcast`` delivers every message to every consumer of the group.
         """
 
-        def register(function: Callable) -> Callable:
-            spec = HandlerSpec(function, topic, consumer_group, tags or "*", consume_from,
+        def register(function: F) -> F:
+            spec = HandlerSpec(function, topic, consumer_group, tags or "*",
+                               parse_consume_from(consume_from),
                                consume_timestamp_ms, orderly, broadcast, reconsume_count_max,
                                batch_size, idempotent)
             with self._lock:
@@ -166,7 +169,8 @@ class App:
         with self._lock:
             if name not in self._resources:
                 self._resources[name] = (factory(), close)
-            return self._resources[name][0]
+            value: T = self._resources[name][0]
+            return value
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -253,7 +257,7 @@ class App:
             self._run_closer(callback)
         for value, close in reversed(resources.values()):
             if close is not None:
-                self._run_closer(lambda value=value, close=close: close(value))
+                self._run_closer(functools.partial(close, value))
         with self._lock:
             if self._owns_client and self._client is not None:
                 self._client.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from storage_engine import ConsumeFrom, validate_topic
 
@@ -23,7 +24,7 @@ BATCH_SIZE_MAX = 1024
 class HandlerSpec:
     """One registered handler and its options (see ``App.handler``)."""
 
-    function: Callable
+    function: Callable[..., Any]
     topic: str
     consumer_group: str
     tags: str = "*"

@@ -27,23 +27,23 @@ class Scheduler:
     def __init__(self, clock: Clock, name: str) -> None:
         self._clock = clock
         self._name = name
-        self._heap: list[tuple[int, int, Callable[[], None]]] = []
+        self._heap: list[tuple[int, int, Callable[[], object]]] = []
         self._sequence = itertools.count()
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
-    def call_at(self, due_ms: int, action: Callable[[], None]) -> None:
+    def call_at(self, due_ms: int, action: Callable[[], object]) -> None:
         """Run ``action`` at ``due_ms`` (or as soon after as the thread gets to it)."""
         with self._condition:
             heapq.heappush(self._heap, (due_ms, next(self._sequence), action))
             self._condition.notify()
 
-    def call_later(self, delay_ms: int, action: Callable[[], None]) -> None:
+    def call_later(self, delay_ms: int, action: Callable[[], object]) -> None:
         """Run ``action`` after ``delay_ms``."""
         self.call_at(self._clock.now_ms() + delay_ms, action)
 
-    def call_every(self, interval_ms: int, action: Callable[[], None]) -> None:
+    def call_every(self, interval_ms: int, action: Callable[[], object]) -> None:
         """Run ``action`` every ``interval_ms`` (first after one interval)."""
 
         def repeat() -> None:
@@ -71,7 +71,7 @@ class Scheduler:
             self._run(action)
             ran += 1
 
-    def _run(self, action: Callable[[], None]) -> None:
+    def _run(self, action: Callable[[], object]) -> None:
         try:
             action()
         except Exception:  # one failing chore must not stop the others
