@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from storage_engine.key_index import KeyIndexFile
 
 from storage_engine import (
     CommitLogConfig,
@@ -28,6 +27,7 @@ from storage_engine import (
 )
 from storage_engine.formats import MAGIC_V1, RecordFields, UniqueKeyGenerator, encode_record
 from storage_engine.formats import index_key_hash as engine_index_key_hash
+from storage_engine.store.key_index import KeyIndexFile
 from tests.storage_engine.conftest import (
     TINY_SEGMENT_SIZE_BYTES,
     put_all,

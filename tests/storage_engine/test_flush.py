@@ -19,7 +19,7 @@ from storage_engine import (
     StoreNotWritableError,
     verify_store,
 )
-from storage_engine import segment as segment_module
+from storage_engine.store import segment as segment_module
 from tests.storage_engine.conftest import put_all, read_queue, small_config
 
 TOPIC = "orders"

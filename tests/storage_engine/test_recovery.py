@@ -1,4 +1,4 @@
-"""The recovery table (``storage_engine/recovery.py``): one test per disk state, each asserting
+"""The recovery table (``storage_engine/store/recovery.py``): one test per disk state, each asserting
 the exact state the store recovers to — which messages survive, where each queue and the key
 index stand, where appends continue — and that ``verify_store`` agrees afterwards.
 
