@@ -99,7 +99,7 @@ class App:
         self._producer: Producer | None = None
         self._lock = threading.RLock()
         self._started = False
-        self._start_callbacks: list[Callable[[], None]] = []
+        self._start_callbacks: list[Callable[[], object]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
         self._exit_hook_armed = False
@@ -148,7 +148,7 @@ class App:
                 raise AppStateError("add middleware before app.start()")
             self.middleware.append(middleware)
 
-    def on_start(self, callback: Callable[[], None]) -> None:
+    def on_start(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` after the consumers start (at once if the app is running)."""
         with self._lock:
             self._start_callbacks.append(callback)

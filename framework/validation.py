@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 
 from storage_engine import validate_topic
 from storage_engine.formats import (
-    PROPERTY_ARGUMENTS,
+    PROPERTY_ARGUMENTS as PROPERTY_ARGUMENTS,  # re-exported (outbox.send)
+)
+from storage_engine.formats import (
     empty_body_problem,
     reserved_property_problem,
 )

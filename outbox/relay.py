@@ -339,7 +339,7 @@ class Relay:
         batch: list[_Notification] = []
         while self._pending and len(batch) < self.options.batch_size:
             batch.append(self._pending.popleft())
-        keep = []
+        keep: list[_Notification] = []
         for item in self._retries:
             (batch if item.due_s <= now_s and len(batch) < self.options.batch_size
              else keep).append(item)
