@@ -217,7 +217,7 @@ def _dead_letter_ids(app: App) -> set[str]:
         letters = app.client.dead_letters(GROUP, offset, 100)
         if not letters:
             return ids
-        ids.update(letter.unique_key for letter in letters)
+        ids.update(letter.unique_key for letter in letters if letter.unique_key is not None)
         offset = letters[-1].queue_offset + 1
 
 
