@@ -1,6 +1,6 @@
-"""The recovery table (``storage_engine/store/recovery.py``): one test per disk state, each asserting
-the exact state the store recovers to — which messages survive, where each queue and the key
-index stand, where appends continue — and that ``verify_store`` agrees afterwards.
+"""The recovery table (``storage_engine/store/recovery.py``): one test per disk state, each
+asserting the exact state the store recovers to — which messages survive, where each queue and
+the key index stand, where appends continue — and that ``verify_store`` agrees afterwards.
 
 Unclean stops here are made with ``abandon`` (threads stopped, files released, no close); the
 same states produced by a real ``kill -9`` are covered in ``test_crash.py``.
