@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
-.PHONY: demo test test-database lint bench clean
+.PHONY: demo test test-slow test-database lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
@@ -26,6 +26,11 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The long runs `make test` leaves out (marker `slow`): the 100-kill crash loop and the
+# 400-example power-loss property test (a few minutes each); CI runs them.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 # The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
 # Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.

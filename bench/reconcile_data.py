@@ -56,6 +56,7 @@ from storage_engine import (
     StoreConfig,
     dead_letter_topic,
 )
+from storage_engine.broker.config_stores import ConfigStores
 from storage_engine.formats import (
     COMMIT_LOG_DIR_NAME,
     CONFIG_DIR_NAME,
@@ -345,14 +346,17 @@ def _dead_letter(plan: _Plan, n: int, unique_key: str, origin: str | None) -> Me
 
 
 def _commit_offsets(plan: _Plan, store: MessageStore) -> None:
-    """The group is past every stub but the pending ones; persisted when the store closes."""
+    """The group is past every stub but the pending ones, persisted to ``consumerOffset.json``
+    (the broker's table; no broker runs here, and this process holds the store)."""
+    offsets = ConfigStores.open(store.root_dir, store.clock).consumer_offsets
     for queue_id, offset in enumerate(plan.committed):
         end = store.max_offset(TOPIC, queue_id)
         expected_end = offset + len(range(queue_id, plan.pending, plan.queues))
         if end != expected_end:
             raise BenchDataError(f"queue {queue_id} of {TOPIC} ends at offset {end}, planned "
                                  f"{expected_end}")
-        store.config_stores.consumer_offsets.commit(TOPIC, GROUP, queue_id, offset)
+        offsets.commit(TOPIC, GROUP, queue_id, offset)
+    offsets.persist()
 
 
 def _check_offsets_file(plan: _Plan, store_root: Path) -> None:

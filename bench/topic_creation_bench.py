@@ -54,7 +54,7 @@ def main() -> None:
             group_marks = {WINDOW, args.groups}
             groups = _timed(lambda i: broker.subscription_group(f"bench-group-{i}"),
                             args.groups, group_marks)
-            tables = broker.store.config_stores
+            tables = broker.tables
             writes = (getattr(tables.topics, "persist_count", "?"),
                       getattr(tables.subscription_groups, "persist_count", "?"))
     for size, ms in sorted(topics.items()):

@@ -11,8 +11,14 @@
     app.start(); app.producer.send("orders", b"...", tags="paid"); app.stop()
 
 Nothing connects at import or decoration time. ``framework.testing.InlineRunner`` drives the
-consumers deterministically in tests.
+consumers deterministically in tests. ``Service`` (the one background loop) and ``GroupCommit``
+(the one leader/follower batcher) are the engine's, re-exported for the packages above, which do
+not import the engine.
 """
+
+from storage_engine import SendResult
+from storage_engine.group_commit import GroupCommit
+from storage_engine.service import Service
 
 from .allocation import MessageQueue, strategy_by_name
 from .app import App
@@ -23,15 +29,21 @@ from .handlers import ConsumerGroupPlan, HandlerSpec
 from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
-from .producer import Producer, SendResult, SendStatus
+from .producer import Producer, SendStatus
 from .transport import BrokerClient
-from .validation import MAX_MESSAGE_SIZE_BYTES, InvalidMessageError, check_message
+from .validation import (
+    MAX_MESSAGE_SIZE_BYTES,
+    InvalidMessageError,
+    check_message,
+    check_unique_key,
+)
 
 __all__ = [
     "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
     "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
-    "ConsumerOptions", "DeadLetter", "FrameworkError", "HandlerRegistrationError", "HandlerSpec",
+    "ConsumerOptions", "DeadLetter", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
+    "HandlerSpec",
     "InvalidMessageError", "MessageQueue", "Middleware", "OutcomeKind", "Producer", "RetryLater",
-    "SendResult", "SendStatus", "SkipMessage", "UniqueKeyGenerator", "check_message",
-    "strategy_by_name",
+    "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",
+    "check_unique_key", "strategy_by_name",
 ]

@@ -4,8 +4,8 @@ Construction and ``@app.handler`` only record configuration — nothing opens, c
 a thread until ``start()`` (or the first use of ``app.producer``, which opens the store). The
 store URL is ``file:///path`` (embedded broker in this process) or ``grpc://host:port`` (a
 network broker, ``docs/remote-transport.md``; ``access_key``/``secret_key`` when it enforces
-access control); ``database_url``/``redis_url`` are kept for the outbox and idempotency
-layers. ``start()`` opens the broker, plans one consumer per consumer group and starts them;
+access control); ``database_url``/``redis_url`` are kept for the layers above (the outbox,
+middleware). ``start()`` opens the broker, plans one consumer per consumer group and starts them;
 ``stop()`` drains them, persists offsets and closes what the app opened. Thread-safe after
 ``start()``.
 
@@ -16,18 +16,17 @@ and the store closes cleanly (no ``abort`` file), so a script that raises betwee
 and ``stop()`` still exits instead of waiting forever for the app's non-daemon threads. The
 hook holds the app weakly and is armed once per app.
 
-Layers above the framework (the outbox relay, the idempotency middleware) plug in without the
-framework importing them: ``on_start``/``on_stop`` run their services with the app,
-``resource`` shares one object per app (the database engine), and handlers registered with
-``idempotent=True`` get the middleware named ``idempotency`` in the ``postbox.middleware``
-entry-point group (the ``idempotency`` package registers it) unless one is already added.
+Layers above the framework plug in without the framework importing them: ``on_start``/
+``on_stop`` run their services with the app, ``resource`` shares one object per app (a database
+engine), and middleware declare the ``@app.handler`` options they add; ``start()`` builds a
+middleware registered in the ``postbox.middleware`` entry-point group when a handler sets one
+of its options and no added middleware declares it (``framework.plugins``).
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import importlib.metadata
 import logging
 import os
 import threading
@@ -41,15 +40,11 @@ from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
 from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
 from .middleware import Middleware
+from .plugins import MiddlewarePlugins
 from .producer import Producer
 from .transport import BrokerClient, check_store_url, open_client
 
 log = logging.getLogger(__name__)
-
-MIDDLEWARE_ENTRY_POINTS = "postbox.middleware"
-"""Entry-point group of middleware factories, each called with the app."""
-IDEMPOTENCY_MIDDLEWARE = "idempotency"
-"""Name of the factory that serves ``idempotent=True`` handlers."""
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,8 +56,8 @@ class App:
     Args:
         store_url: ``file:///var/lib/postbox`` (or a plain path) for the embedded store, or
             ``grpc://host:port`` for a network broker.
-        database_url: SQLAlchemy URL for the outbox and idempotency (optional).
-        redis_url: Redis URL for the idempotency fast path (optional).
+        database_url: SQLAlchemy URL for the layers above: the outbox, middleware (optional).
+        redis_url: Redis URL for middleware that use one (optional).
         broker_conf: RocketMQ ``broker.conf`` keys (a mapping or a file path) for the embedded
             store (a network broker is configured where it runs).
         broker: an already-open broker to share (several apps in one process, tests); the app
@@ -92,6 +87,8 @@ class App:
         self.instance_name = instance_name
         self._credentials = (access_key, secret_key)
         self.middleware: list[Middleware] = []
+        self.plugins = MiddlewarePlugins()
+        """Middleware registered by entry point, built by ``start()`` when handlers need them."""
         self.handlers: list[HandlerSpec] = []
         self.consumers: list[Consumer] = []
         self._client = broker
@@ -116,7 +113,7 @@ class App:
                 consume_timestamp_ms: int | None = None, orderly: bool = False,
                 broadcast: bool = False,
                 reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT,
-                batch_size: int = 1, idempotent: bool = False) -> Callable[[F], F]:
+                batch_size: int = 1, **options: Any) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``topic`` for ``consumer_group``.
 
         The function is returned unchanged. It receives a ``ConsumedMessage`` (a list of them
@@ -124,17 +121,21 @@ class App:
         exception retries it through ``%RETRY%group`` (delay level 3 + attempts, up to
         ``reconsume_count_max`` times, then the DLQ); raising ``DeadLetter`` sends it to the
         DLQ at once. ``orderly`` consumes each queue in order and retries in place;
-        ``broadcast`` delivers every message to every consumer of the group.
+        ``broadcast`` delivers every message to every consumer of the group. Other keyword
+        options are those the app's middleware declare (``idempotent=True``, for one, when the
+        ``postbox`` package is installed); an unknown one is a ``ConfigurationError`` naming
+        the known ones. Add middleware before registering the handlers that use its options.
         """
 
         def register(function: F) -> F:
             spec = HandlerSpec(function, topic, consumer_group, tags or "*",
                                parse_consume_from(consume_from),
                                consume_timestamp_ms, orderly, broadcast, reconsume_count_max,
-                               batch_size, idempotent)
+                               batch_size, options)
             with self._lock:
                 if self._started:
                     raise AppStateError("register handlers before app.start()")
+                self.plugins.check_options(spec, self.middleware)
                 plan_groups([*self.handlers, spec])  # conflicts are reported at decoration
                 self.handlers.append(spec)
             return function
@@ -212,7 +213,8 @@ class App:
                 return self
             client = self.client
             self._arm_exit_hook()
-            self._add_idempotency_middleware()
+            for plugin in self.plugins.needed(self.handlers, self.middleware):
+                self.middleware.append(plugin.from_app(self))  # innermost
             for plan in plan_groups(self.handlers):
                 consumer = Consumer(client, plan, clock=self.clock,
                                     options=self.consumer_options,
@@ -227,21 +229,6 @@ class App:
         for callback in callbacks:
             callback()
         return self
-
-    def _add_idempotency_middleware(self) -> None:
-        """Load the ``idempotency`` middleware when a handler needs it and none was added."""
-        if not any(spec.idempotent for spec in self.handlers):
-            return
-        if any(getattr(layer, "serves_idempotent_handlers", False) for layer in self.middleware):
-            return
-        found = importlib.metadata.entry_points(group=MIDDLEWARE_ENTRY_POINTS,
-                                                name=IDEMPOTENCY_MIDDLEWARE)
-        if not found:
-            raise ConfigurationError(
-                "a handler is idempotent=True but no idempotency middleware is installed "
-                "(install the postbox package, or app.add_middleware(...) one)")
-        factory = next(iter(found)).load()
-        self.middleware.append(factory(self))  # innermost: it runs the handler's transaction
 
     def stop(self) -> None:
         """Drain consumers, persist offsets, and close the broker if this app opened it."""

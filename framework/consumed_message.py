@@ -1,16 +1,17 @@
 """``ConsumedMessage``: what a handler receives.
 
 A thin, immutable wrapper over the stored record (``storage_engine.MessageView``) that restores
-the original topic of a retried message (a record read from ``%RETRY%group`` with a
-``RETRY_TOPIC`` property shows that topic, reference §10.4) and names the message by its client
-id (``UNIQ_KEY``) when it has one, as RocketMQ's clients do. ``queue_id``/``queue_offset`` stay
-those of the queue the record was read from; ``view`` is the raw record.
+the original topic of a retried or dead-lettered message (a record read from ``%RETRY%group``
+or ``%DLQ%group`` with a ``RETRY_TOPIC`` property shows that topic, reference §10.4:
+``formats.original_topic``) and names the message by its client id (``UNIQ_KEY``) when it has
+one, as RocketMQ's clients do. ``queue_id``/``queue_offset`` stay those of the queue the record
+was read from; ``view`` is the raw record.
 """
 
 from __future__ import annotations
 
 from storage_engine import MessageView
-from storage_engine.formats import PROPERTY_RETRY_TOPIC
+from storage_engine.formats import PROPERTY_DLQ_REASON, original_topic
 
 
 class ConsumedMessage:
@@ -22,10 +23,7 @@ class ConsumedMessage:
                  local_attempts: int = 0) -> None:
         self.view = view
         self.consumer_group = consumer_group
-        stored_topic = view.topic
-        original = view.properties.get(PROPERTY_RETRY_TOPIC) if stored_topic.startswith(
-            "%RETRY%") else None
-        self.topic = original or stored_topic
+        self.topic = original_topic(view.topic, view.properties)
         self.reconsume_count = view.reconsume_count + local_attempts
         """How many times the message was delivered before (retry topic and orderly retries)."""
 
@@ -63,6 +61,12 @@ class ConsumedMessage:
     def properties(self) -> dict[str, str]:
         """All properties of the stored record."""
         return self.view.properties
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        """Why the message was dead-lettered (``DLQ_REASON``, set by ``DeadLetter(reason)``),
+        or ``None``."""
+        return self.view.properties.get(PROPERTY_DLQ_REASON)
 
     @property
     def stored_topic(self) -> str:

@@ -2,7 +2,8 @@
 
 Errors raised by the store or broker underneath (``storage_engine.StorageError`` subclasses) pass
 through unchanged; these are the framework's own: configuration mistakes, handler registration
-conflicts and lifecycle misuse.
+conflicts and lifecycle misuse. A message that can never be stored raises the store's
+``InvalidMessageError`` (exported by ``framework`` under that name), whichever layer refused it.
 """
 
 from __future__ import annotations

@@ -8,11 +8,13 @@ and all its handlers must agree on orderly/broadcast/consume-from (they share on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from storage_engine import ConsumeFrom, validate_topic
+from storage_engine.formats import is_system_group_topic
 
 from .errors import ConfigurationError, HandlerRegistrationError
 
@@ -34,7 +36,8 @@ class HandlerSpec:
     broadcast: bool = False
     reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT
     batch_size: int = 1
-    idempotent: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Options added by middleware (``Middleware.handler_options``), as the handler gave them."""
 
     def __post_init__(self) -> None:
         if not callable(self.function):
@@ -43,7 +46,7 @@ class HandlerSpec:
             validate_topic(self.topic)
         except ValueError as error:
             raise ConfigurationError(f"handler topic: {error}") from error
-        if self.topic.startswith(("%RETRY%", "%DLQ%")):
+        if is_system_group_topic(self.topic):
             raise ConfigurationError(f"handler topic {self.topic!r}: subscribe to the original "
                                      "topic; retries are delivered to its handler")
         if not isinstance(self.consumer_group, str) or not self.consumer_group:
@@ -57,9 +60,7 @@ class HandlerSpec:
         if type(self.batch_size) is not int or not 1 <= self.batch_size <= BATCH_SIZE_MAX:
             raise ConfigurationError(f"batch_size must be in 1..{BATCH_SIZE_MAX}, got "
                                      f"{self.batch_size!r}")
-        if self.idempotent and self.batch_size > 1:
-            raise ConfigurationError("an idempotent handler takes one message per call "
-                                     "(batch_size=1): each message commits on its own")
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
         if self.orderly and self.broadcast:
             raise ConfigurationError("a handler cannot be both orderly and broadcast")
 

@@ -1,5 +1,5 @@
-"""Middleware: hooks around every handler call, so cross-cutting behaviour (idempotency,
-metrics, tracing) plugs in without touching handlers.
+"""Middleware: hooks around every handler call, so cross-cutting behaviour (exactly-once
+effects, metrics, tracing) plugs in without touching handlers.
 
 A middleware overrides ``before_consume`` / ``after_consume``, or ``around_consume`` for full
 control (run the handler inside a database transaction, skip it, change its arguments). The
@@ -13,19 +13,26 @@ consume task, around the handler calls of the messages it carries, so a middlewa
 message work for all of them at once (one database transaction instead of one per message).
 They are an optimisation only: a middleware must give every message its full treatment in
 ``around_consume`` when they were not called (orderly consumption, direct ``invoke`` callers).
+
+A middleware may add keyword options to ``@app.handler`` by declaring them in
+``handler_options`` (name → default), check a handler's use of them in ``check_handler``, and be
+built by ``App.start()`` itself with ``from_app`` when a package registers it by entry point
+(``framework.plugins``). It reads its options from ``context.handler.options``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .consumed_message import ConsumedMessage
 from .outcomes import SUCCESS, ConsumeOutcome, OutcomeKind, SkipMessage
 
 if TYPE_CHECKING:
+    from .app import App
     from .handlers import HandlerSpec
 
 log = logging.getLogger(__name__)
@@ -54,6 +61,22 @@ class ConsumeContext:
 
 class Middleware:
     """Base class: every hook does nothing."""
+
+    handler_options: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    """The ``@app.handler`` keyword options this middleware adds, each with its default; a
+    handler's values are in ``HandlerSpec.options`` (only those it passed)."""
+
+    @classmethod
+    def check_handler(cls, spec: HandlerSpec) -> None:
+        """Raise ``ConfigurationError`` if ``spec`` uses this middleware's options wrongly
+        (called when the handler is registered)."""
+
+    @classmethod
+    def from_app(cls, app: App) -> Middleware:
+        """Build this middleware from ``app``'s configuration (for a middleware registered in
+        the ``postbox.middleware`` entry-point group, which ``App.start()`` adds itself)."""
+        raise NotImplementedError(f"{cls.__qualname__} cannot be built from an app: add it "
+                                  "with app.add_middleware(...)")
 
     def before_consume(self, context: ConsumeContext) -> None:
         """Called before the handler; raise ``SkipMessage`` to skip it."""

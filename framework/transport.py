@@ -26,7 +26,7 @@ from storage_engine import (
     MessageView,
     QueueProgress,
     SendBackResult,
-    SendReceipt,
+    SendResult,
     StoreConfig,
     SubscriptionGroupConfig,
     TopicConfig,
@@ -42,7 +42,7 @@ class BrokerClient(Protocol):
     """Broker operations the producer and consumers use (embedded or remote)."""
 
     def send(self, message: Message, *, queue_id: int | None = None,
-             sharding_key: str | None = None) -> SendReceipt: ...
+             sharding_key: str | None = None) -> SendResult: ...
 
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, *,
              tags: str | None = None, suspend_timeout_ms: int = 0) -> GetResult: ...

@@ -2,34 +2,35 @@
 
 The outbox stores a message in the application's database long before the relay hands it to the
 broker; a message the broker would refuse must be refused at ``outbox.send`` instead, while the
-caller can still fix it. These are the broker's own rules (topic names, property framing, the
-default body limit of broker.conf ``maxMessageSize``, no empty body, no system property names
-among user properties: ``storage_engine.formats.message_rules``), checked without a broker.
+caller can still fix it. The rules are the broker's own, stated once in
+``storage_engine.formats.message_rules`` (topic names, text framing, the default body limit of
+broker.conf ``maxMessageSize``, no empty body, no system property names among user properties)
+and checked here without a broker.
+
+``InvalidMessageError`` is the store's (``storage_engine.InvalidMessageError``), re-exported:
+one error means "this message can never be stored", whether the framework, the broker or the
+store refused it, so ``except framework.InvalidMessageError`` catches all three.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from storage_engine import validate_topic
+from storage_engine import InvalidMessageError as InvalidMessageError  # re-exported
+from storage_engine.formats import (
+    MAX_MESSAGE_SIZE_BYTES as MAX_MESSAGE_SIZE_BYTES,  # re-exported
+)
 from storage_engine.formats import (
     PROPERTY_ARGUMENTS as PROPERTY_ARGUMENTS,  # re-exported (outbox.send)
 )
 from storage_engine.formats import (
-    empty_body_problem,
-    reserved_property_problem,
+    new_message_problem,
+    unique_key_problem,
+    user_properties_problem,
 )
 
-from .errors import ConfigurationError
-
-MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
-"""The broker's default body limit (broker.conf ``maxMessageSize``)."""
-
-_FRAMING = ("\x01", "\x02")
-
-
-class InvalidMessageError(ConfigurationError):
-    """The message can never be stored: nothing was written."""
+UNIQUE_KEY_LENGTH_MAX = 128
+"""Longest ``unique_key=`` (the outbox's ``message_id`` column holds 128 characters)."""
 
 
 def check_message(topic: object, body: bytes, *, tags: object = None,
@@ -43,30 +44,13 @@ def check_message(topic: object, body: bytes, *, tags: object = None,
     ``arguments`` names the caller's argument for each system property it sets (for the
     error that refuses such a property). Returns ``keys`` as a list of non-empty keys.
     """
-    try:
-        validate_topic(topic)
-    except ValueError as error:
-        raise InvalidMessageError(str(error)) from error
-    if str(topic).startswith(("%RETRY%", "%DLQ%")):
-        raise InvalidMessageError(f"topic {topic!r} is a system topic; send to a normal topic")
-    if type(body) is not bytes:
-        raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}")
-    if problem := empty_body_problem(body):
-        raise InvalidMessageError(problem)
-    if len(body) > max_body_bytes:
-        raise InvalidMessageError(f"message body is {len(body):,} bytes; the limit is "
-                                  f"{max_body_bytes:,} (broker.conf maxMessageSize)")
-    if tags is not None:
-        _check_text("tags", tags)
     key_list = _keys(keys)
-    for key in key_list:
-        _check_text("keys", key)
-        if " " in key:
-            raise InvalidMessageError(f"key {key!r} contains a space (keys are space-separated)")
-    check_properties(properties, arguments)
-    if delay_level is not None and (type(delay_level) is not int or delay_level < 0):
-        raise InvalidMessageError(f"delay_level must be an int in 1..18, got {delay_level!r}")
-    return key_list
+    problem = new_message_problem(topic, body, tags=tags, keys=key_list,
+                                  properties=properties, delay_level=delay_level,
+                                  max_body_bytes=max_body_bytes, arguments=arguments)
+    if problem:
+        raise InvalidMessageError(problem, topic=topic if isinstance(topic, str) else None)
+    return [key for key in key_list if key]
 
 
 def check_properties(properties: Mapping[str, str] | None,
@@ -74,33 +58,23 @@ def check_properties(properties: Mapping[str, str] | None,
     """Raise ``InvalidMessageError`` unless every user property has a legal name and value;
     a system property name (``UNIQ_KEY``, ``KEYS``, ``TAGS``, ``DELAY``, ...) is refused with
     the argument to use instead."""
-    for name, value in (properties or {}).items():
-        if not isinstance(name, str) or not name:
-            raise InvalidMessageError("property names must be non-empty strings")
-        if problem := reserved_property_problem(name, arguments):
-            raise InvalidMessageError(problem)
-        _check_text(f"property {name!r}", name)
-        _check_text(f"property {name!r}", value)
+    if problem := user_properties_problem(properties, arguments):
+        raise InvalidMessageError(problem)
+
+
+def check_unique_key(unique_key: object, argument: str = "unique_key",
+                     length_max: int = UNIQUE_KEY_LENGTH_MAX) -> None:
+    """Raise ``InvalidMessageError`` unless ``unique_key`` can be a message id: a non-blank
+    string of at most ``length_max`` characters without U+0001/U+0002 (they frame the
+    record's properties); the error names the caller's ``argument``."""
+    if problem := unique_key_problem(unique_key, length_max, argument):
+        raise InvalidMessageError(problem)
 
 
 def _keys(keys: Iterable[str] | str | None) -> list[str]:
+    """``keys`` as a list (a str is split on spaces); empty keys are dropped by the caller."""
     if keys is None:
         return []
     if isinstance(keys, str):
         return [key for key in keys.split(" ") if key]
-    listed = list(keys)
-    for key in listed:
-        if not isinstance(key, str):
-            raise InvalidMessageError(f"keys must be strings, got {key!r}")
-    return [key for key in listed if key]
-
-
-def _check_text(what: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise InvalidMessageError(f"{what} must be a string, got {type(value).__name__}")
-    if any(mark in value for mark in _FRAMING):
-        raise InvalidMessageError(f"{what} contains U+0001 or U+0002 (record framing)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise InvalidMessageError(f"{what} is not valid Unicode text") from error
+    return list(keys)

@@ -1,15 +1,17 @@
 """Exactly-once handler middleware: Redis SET NX hint plus database authority (DESIGN §5).
 
-``@app.handler(..., idempotent=True)`` is all an application writes: ``App.start()`` loads
-``middleware_for_app`` through the ``postbox.middleware`` entry point. Build
-``IdempotencyMiddleware`` directly to choose the engine or Redis client yourself.
+``@app.handler(..., idempotent=True)`` is all an application writes: ``IdempotencyMiddleware``
+declares the ``idempotent`` handler option and is registered in the ``postbox.middleware``
+entry-point group, so ``App.start()`` builds it (``IdempotencyMiddleware.from_app``: the app's
+database and Redis) for the handlers that set it. Add one yourself with
+``app.add_middleware(IdempotencyMiddleware(engine, guard))``, before registering the handlers,
+to choose the engine or Redis client.
 
 May import ``framework`` and ``outbox.tables`` / ``outbox.database``.
 """
 
-from .app_factory import middleware_for_app
 from .middleware import IdempotencyMiddleware, IdempotencyStats
 from .redis_guard import GuardState, GuardStats, RedisGuard
 
 __all__ = ["GuardState", "GuardStats", "IdempotencyMiddleware", "IdempotencyStats",
-           "RedisGuard", "middleware_for_app"]
+           "RedisGuard"]

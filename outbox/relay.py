@@ -1,14 +1,19 @@
 """The relay: publishes committed stubs to the broker and records where they went.
 
 Two ways in, one way out:
-- **After-commit hook.** ``attach()`` marks the engine; ``outbox.send`` then remembers each id on
-  its connection, and the engine's commit event hands them to the relay thread. The event fires
-  just before the database commits, so an id the relay cannot see yet is tried again a few
-  milliseconds later (``hook_retry_delays_ms``) before the poller is left to find it; an id
-  whose transaction rolled back simply never appears.
+- **After-commit hand-off.** ``attach()`` puts a ``CommitHook`` on the engine: ``outbox.send``
+  reports each id to it, and once the transaction that wrote the stub has committed the ids
+  reach the relay thread, which claims and publishes them at once (no timer, no extra read);
+  the ids of a transaction or savepoint that rolled back are never handed over.
 - **Polling.** Every ``poll_interval_ms`` the relay claims due, never-published stubs —
-  whatever the hook missed: a crash between commit and publish, another process's sends, a
-  failed attempt waiting for its retry time.
+  whatever the hook never saw: a crash between commit and hand-off, another process's sends,
+  a failed attempt waiting for its retry time.
+
+The relay is a ``Service`` (the project's one background loop): ``start()`` runs its thread
+(``postbox-relay``, a daemon), and a pass is ``run_once(now_ms)`` — publish what the hook
+handed over, else poll when the poll is due — which tests drive with a fake clock. The loop's
+time in ms comes from the same ``now`` function as the database time. A failed pass (database
+or broker down) is logged, and the thread backs off and goes on.
 
 Either way a stub is first *claimed* (``claims.claim_stubs``: ``send_count + 1`` and a lease,
 ``SKIP LOCKED`` where the database has it), so several relays never publish one stub at the
@@ -16,8 +21,8 @@ same time; then published with its own message id as ``UNIQ_KEY``; then its queu
 offset, log position and offsetMsgId are recorded under the claim token. A crash after the
 publish and before the record leaves the lease to expire and the stub to be published again:
 the relay is at-least-once, and consumers deduplicate by message id (``idempotency``). A failed
-attempt records ``last_error`` and a retry time; after ``max_send_count`` attempts the stub
-becomes ``void`` for an operator to handle.
+attempt records ``last_error`` and a retry time; after ``max_send_count`` attempts (the resend
+rule's, ``RelayOptions.rules``) the stub becomes ``void`` for an operator to handle.
 """
 
 from __future__ import annotations
@@ -27,20 +32,20 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Self
 
-from sqlalchemy import Connection, Engine, bindparam, event, select, update
+from sqlalchemy import Connection, Engine, bindparam, select, update
 
-from framework import Producer
+from framework import Producer, Service
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
 from .clock import NowFunction, utc_now
+from .commit_hook import CommitHook
 from .database import run_transaction
-from .send import PENDING_IDS_INFO_KEY, RELAY_EXECUTION_OPTION
+from .options import RelayOptions
 from .tables import StubStatus, message_stub
 
 log = logging.getLogger(__name__)
@@ -54,24 +59,6 @@ _RECORD_PUBLISHED = update(message_stub).where(
     published_at=bindparam("b_now"), lease_owner=None, lease_until=None, last_error=None,
     updated_at=bindparam("b_now"), overtaken_at=None, next_resend_at=bindparam("b_next"))
 """Where a publish went, fenced by the claim token; built once (one executemany per batch)."""
-
-
-@dataclass(frozen=True)
-class RelayOptions:
-    """Relay tuning; the defaults suit one relay per application process."""
-
-    batch_size: int = 100
-    poll_interval_ms: int = 1_000
-    lease_ms: int = 30_000
-    """How long a claim holds a stub; a relay that dies holding it blocks it this long."""
-    max_send_count: int = 5
-    retry_delay_ms: int = 1_000
-    """Wait before retrying a failed publish; doubles per attempt up to ``retry_delay_max_ms``."""
-    retry_delay_max_ms: int = 60_000
-    resend_check_ms: int = 60_000
-    """After a publish, ``next_resend_at`` = now + this: the earliest the resend rule looks."""
-    hook_retry_delays_ms: tuple[int, ...] = (2, 10, 50, 250, 1_000)
-    max_pending_notifications: int = 100_000
 
 
 @dataclass
@@ -90,17 +77,14 @@ class RelayStats:
         return self.published_by_hook + self.published_by_poll
 
 
-@dataclass(order=True)
-class _Notification:
-    due_s: float
-    message_id: str = field(compare=False)
-    attempt: int = field(default=0, compare=False)
+FAILURE_BACKOFF_MAX_MS = 5_000
+"""Longest wait after failed passes in a row (0.2 s after one, doubling)."""
 
 
 ProducerSource = Producer | Callable[[], Producer]
 
 
-class Relay:
+class Relay(Service):
     """Publishes stubs of one database through one producer.
 
     Args:
@@ -108,65 +92,50 @@ class Relay:
             app.producer``, so the broker opens only when the relay first publishes).
         engine: the engine whose ``message_stub`` table this relay serves.
         owner: a name for this relay in ``lease_owner`` (default: host and pid).
-        now: database time source (naive UTC).
+        now: database time source (naive UTC); the loop's clock too.
     """
+
+    name = "relay"
+    daemon = True
 
     def __init__(self, producer: ProducerSource, engine: Engine, *,
                  options: RelayOptions | None = None, owner: str | None = None,
                  now: NowFunction = utc_now) -> None:
+        super().__init__(_MillisecondClock(now))
         self._producer_source = producer
         self.engine = engine
         self.options = options or RelayOptions()
         self.owner = owner or _default_owner()
         self._now = now
         self.stats = RelayStats()
-        self._pending: collections.deque[_Notification] = collections.deque()
-        self._retries: list[_Notification] = []
+        self._pending: collections.deque[str] = collections.deque()
         self._condition = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        self._attached = False
+        self._next_poll_ms = 0
+        self._resume_ms = 0  # after failed passes: no pass before this
+        self._failures = 0  # failed passes in a row
+        self.hook = CommitHook(engine, self.notify)
+        """Hands this relay the ids of committed stubs (``attach()`` / ``detach()``)."""
         self.on_void: Callable[[list[tuple[ClaimedStub, str]]], None] | None = None
         """Called (after the commit) with the stubs this relay voided and their last error —
         the resend worker raises its alerts here."""
 
-    # ---- the after-commit hook ---------------------------------------------------------------
+    # ---- the after-commit hand-off ----------------------------------------------------------
 
     def attach(self) -> None:
-        """Watch the engine: ids sent through it reach this relay as their transaction commits."""
-        if self._attached:
-            return
-        self.engine.update_execution_options(**{RELAY_EXECUTION_OPTION: True})
-        event.listen(self.engine, "commit", self._on_commit)
-        event.listen(self.engine, "rollback", self._on_rollback)
-        self._attached = True
+        """Watch the engine: ids sent through it reach this relay once their transaction has
+        committed."""
+        self.hook.attach()
 
     def detach(self) -> None:
         """Stop watching the engine."""
-        if not self._attached:
-            return
-        self.engine.update_execution_options(**{RELAY_EXECUTION_OPTION: False})
-        event.remove(self.engine, "commit", self._on_commit)
-        event.remove(self.engine, "rollback", self._on_rollback)
-        self._attached = False
-
-    def _on_commit(self, connection: Any) -> None:
-        ids = connection.info.pop(PENDING_IDS_INFO_KEY, None)
-        if ids:
-            self.notify(ids)
-
-    @staticmethod
-    def _on_rollback(connection: Any) -> None:
-        connection.info.pop(PENDING_IDS_INFO_KEY, None)
+        self.hook.detach()
 
     def notify(self, message_ids: Iterable[str]) -> None:
-        """Ask for these stubs to be published soon (the hook calls this)."""
-        now_s = time.monotonic()
+        """Ask for these committed stubs to be published soon (the hook calls this)."""
         with self._condition:
             room = self.options.max_pending_notifications - len(self._pending)
-            for message_id in list(message_ids)[:max(room, 0)]:
-                self._pending.append(_Notification(now_s, message_id))
-            self._condition.notify()
+            self._pending.extend(list(message_ids)[:max(room, 0)])
+        self.wakeup()
 
     # ---- publishing ----------------------------------------------------------------------------
 
@@ -190,16 +159,6 @@ class Relay:
                     stub.message_id.in_(unseen))).scalars())
             unseen = [message_id for message_id in unseen if message_id not in present]
         return published, unseen
-
-    def run_once(self) -> int:
-        """Publish everything notified so far, then one polling pass (for tasks and tests)."""
-        with self._condition:
-            batch = [item.message_id for item in self._pending]
-            self._pending.clear()
-        published = 0
-        for start in range(0, len(batch), self.options.batch_size):
-            published += self.publish_ids(batch[start:start + self.options.batch_size])[0]
-        return published + self.publish_due()
 
     def _claim(self, limit: int, message_ids: list[str] | None = None) -> list[ClaimedStub]:
         """Claim due, never-published stubs (only ``message_ids`` when given)."""
@@ -288,79 +247,74 @@ class Relay:
         source = self._producer_source
         return source if isinstance(source, Producer) else source()
 
-    # ---- the thread ----------------------------------------------------------------------------
+    # ---- the loop ------------------------------------------------------------------------------
 
-    def start(self) -> Relay:
-        """Start the relay thread (hook notifications and polling)."""
+    def start(self) -> Self:
+        """Start the relay thread (hook notifications and polling); its first pass polls."""
+        self._next_poll_ms = 0
+        return super().start()
+
+    def run_once(self, now_ms: int) -> int:
+        """One pass at ``now_ms``: publish the notified stubs that are ready (one batch), or,
+        with none, poll when the poll is due; return how many stubs were published.
+
+        A failed pass is logged and counted (``stats.errors``); the next one waits 0.2 s,
+        doubling per failure in a row up to ``FAILURE_BACKOFF_MAX_MS``.
+        """
+        if now_ms < self._resume_ms:
+            return 0
         with self._condition:
-            if self._thread is not None:
-                return self
-            self._stopping = False
-            self._thread = threading.Thread(target=self._run, name="postbox-relay", daemon=True)
-            self._thread.start()
-        return self
+            batch = self._take_ready()
+        if not batch and now_ms < self._next_poll_ms:
+            return 0
+        try:
+            if batch:
+                published = self._publish_notified(batch)
+            else:
+                published = self.publish_due()
+                self._next_poll_ms = now_ms + self.options.poll_interval_ms
+        except Exception:  # database or broker down: log, back off, keep the thread alive
+            self.stats.errors += 1
+            self._failures += 1
+            log.exception("relay pass failed (%d in a row); retrying", self._failures)
+            self._resume_ms = now_ms + min(100 * 2 ** self._failures, FAILURE_BACKOFF_MAX_MS)
+            return 0
+        self._failures = 0
+        return published
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread; stubs not yet published stay for the next relay's poll."""
+    def idle_wait_ms(self, now_ms: int) -> int:
+        """Until the next poll or the end of a back-off (0 while handed-over ids wait)."""
         with self._condition:
-            thread, self._thread = self._thread, None
-            self._stopping = True
-            self._condition.notify_all()
-        if thread is not None:
-            thread.join(timeout_s)
+            wake_ms = now_ms if self._pending else self._next_poll_ms
+        return max(wake_ms, self._resume_ms) - now_ms
 
-    def _run(self) -> None:
-        next_poll_s = time.monotonic()
-        failures = 0
-        while True:
-            with self._condition:
-                if self._stopping:
-                    return
-                now_s = time.monotonic()
-                batch = self._take_ready(now_s)
-                if not batch and now_s < next_poll_s:
-                    self._condition.wait(self._wait_s(now_s, next_poll_s))
-                    continue
-            try:
-                if batch:
-                    self._publish_notified(batch)
-                else:
-                    self.publish_due()
-                    next_poll_s = time.monotonic() + self.options.poll_interval_ms / 1000
-                failures = 0
-            except Exception:  # database or broker down: log, back off, keep the thread alive
-                self.stats.errors += 1
-                failures += 1
-                log.exception("relay pass failed (%d in a row); retrying", failures)
-                with self._condition:
-                    self._condition.wait(min(0.1 * 2 ** failures, 5.0))
-
-    def _take_ready(self, now_s: float) -> list[_Notification]:
-        batch: list[_Notification] = []
+    def _take_ready(self) -> list[str]:
+        batch: list[str] = []
         while self._pending and len(batch) < self.options.batch_size:
             batch.append(self._pending.popleft())
-        keep: list[_Notification] = []
-        for item in self._retries:
-            (batch if item.due_s <= now_s and len(batch) < self.options.batch_size
-             else keep).append(item)
-        self._retries = keep
         return batch
 
-    def _wait_s(self, now_s: float, next_poll_s: float) -> float:
-        wake_s = min([next_poll_s, *(item.due_s for item in self._retries)])
-        return max(wake_s - now_s, 0.0005)
+    def _publish_notified(self, message_ids: list[str]) -> int:
+        """Publish ids the hook handed over: committed, so no re-reading; one a poll or
+        another relay took meanwhile is simply not claimed."""
+        claimed = self._claim(len(message_ids), message_ids)
+        published = self.publish_claimed(claimed)
+        self.stats.published_by_hook += published
+        return published
 
-    def _publish_notified(self, batch: list[_Notification]) -> None:
-        attempts = {item.message_id: item.attempt for item in batch}
-        _, unseen = self.publish_ids(list(attempts))
-        delays = self.options.hook_retry_delays_ms
-        now_s = time.monotonic()
-        with self._condition:
-            for message_id in unseen:  # not committed yet (or rolled back): look again soon
-                attempt = attempts[message_id]
-                if attempt < len(delays):
-                    self._retries.append(_Notification(now_s + delays[attempt] / 1000,
-                                                       message_id, attempt + 1))
+
+_EPOCH = datetime(1970, 1, 1)  # naive UTC, as ``now`` returns
+
+
+class _MillisecondClock:
+    """The relay's ``now`` function as a ``Clock`` (epoch milliseconds) for its loop."""
+
+    def __init__(self, now: NowFunction) -> None:
+        self._now = now
+
+    def now_ms(self) -> int:
+        """The database time in epoch milliseconds."""
+        return (self._now() - _EPOCH) // timedelta(milliseconds=1)
 
 
 def _default_owner() -> str:

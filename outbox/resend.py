@@ -41,20 +41,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, select, update
 
-from framework import App, ConfigurationError
+from framework import App, ConsumedMessage
 
 from .alerts import Alert, Alerter, AlertKind, AlertReport
 from .claims import ClaimedStub, claim_stubs, lease_free
 from .clock import NowFunction, utc_now
 from .database import run_transaction
-from .relay import Relay, RelayOptions
+from .options import ResendRules
+from .relay import Relay
 from .tables import StubStatus, message_log, message_processed, message_stub
 
 log = logging.getLogger(__name__)
@@ -62,73 +63,9 @@ stub = message_stub.c
 logged = message_log.c
 processed = message_processed.c
 
-DLQ_REASON = "DLQ_REASON"
-RETRY_TOPIC = "RETRY_TOPIC"
-DLQ_TOPIC_PREFIX = "%DLQ%"
 DEAD_LETTER_PAGE = 100
 DEAD_LETTER_PAGES_PER_RUN = 20
 GROUP_EVIDENCE_TTL_S = 60.0
-
-
-@dataclass(frozen=True)
-class ResendRules:
-    """When a published, unconfirmed stub is sent again (defaults documented in the README).
-
-    The wait after the n-th send is ``backoff_schedule_ms[n-1]`` (the last entry repeating)
-    when a schedule is given, else ``backoff_ms * backoff_multiplier ** (n-1)`` capped at
-    ``backoff_max_ms``.
-    """
-
-    max_send_count: int = 5
-    grace_ms: int = 30_000
-    """How long a group must have been past a stub without it before the stub is lost."""
-    backoff_ms: int = 60_000
-    backoff_multiplier: float = 2.0
-    backoff_max_ms: int = 30 * 60_000
-    backoff_schedule_ms: tuple[int, ...] = ()
-    recheck_ms: int = 30_000
-    """Wait before looking again at a stub no group has moved past yet."""
-    consumer_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    """Topic → consumer groups whose progress decides. Topics not listed use every group the
-    broker knows consuming them that has logged or processed a message of the topic (an
-    idempotent consumer); list the groups when one filters by tags the stubs do not carry."""
-    batch_size: int = 200
-    lease_ms: int = 60_000
-
-    def __post_init__(self) -> None:
-        for name in ("max_send_count", "batch_size", "lease_ms", "backoff_ms", "recheck_ms"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"ResendRules.{name} must be at least 1")
-        if self.grace_ms < 0 or self.backoff_max_ms < self.backoff_ms:
-            raise ConfigurationError("ResendRules needs grace_ms >= 0 and "
-                                     "backoff_max_ms >= backoff_ms")
-        if self.backoff_multiplier < 1 or any(wait < 1 for wait in self.backoff_schedule_ms):
-            raise ConfigurationError("ResendRules needs backoff_multiplier >= 1 and positive "
-                                     "backoff_schedule_ms entries")
-        for topic, groups in self.consumer_groups.items():
-            if isinstance(groups, str) or not all(isinstance(group, str) for group in groups):
-                raise ConfigurationError(f"ResendRules.consumer_groups[{topic!r}] must be a "
-                                         f"list of group names, got {groups!r}")
-
-    def backoff(self, send_count: int) -> timedelta:
-        """The wait after the ``send_count``-th send before the rule looks again."""
-        attempt = max(send_count, 1)
-        if self.backoff_schedule_ms:
-            schedule = self.backoff_schedule_ms
-            return timedelta(milliseconds=schedule[min(attempt, len(schedule)) - 1])
-        wait = self.backoff_ms * self.backoff_multiplier ** (attempt - 1)
-        return timedelta(milliseconds=min(wait, self.backoff_max_ms))
-
-    def relay_options(self, base: RelayOptions | None = None) -> RelayOptions:
-        """``base`` (default ``RelayOptions()``) with this rule's ``max_send_count`` and first
-        wait, so a stub's first resend check comes ``backoff(1)`` after its first publish."""
-        return replace(base or RelayOptions(), max_send_count=self.max_send_count,
-                       resend_check_ms=int(self.backoff(1) / timedelta(milliseconds=1)))
-
-    def horizon(self) -> timedelta:
-        """The longest a stub can go on being resent: every backoff plus every grace period."""
-        waits = sum((self.backoff(n) for n in range(1, self.max_send_count + 1)), timedelta())
-        return waits + timedelta(milliseconds=self.grace_ms) * self.max_send_count
 
 
 @dataclass
@@ -455,11 +392,10 @@ class Resender:
     def _void_letters(self, group: str, letters: Sequence[Any], now: datetime) -> list[Alert]:
         reasons: dict[str, tuple[str, str]] = {}
         for letter in letters:
-            properties: Mapping[str, str] = letter.properties
-            reason = properties.get(DLQ_REASON) or "retries exhausted"
-            topic = properties.get(RETRY_TOPIC) or letter.topic
+            dead = ConsumedMessage(letter, group)  # its topic: the one it was first sent to
+            reason = dead.dead_letter_reason or "retries exhausted"
             if letter.unique_key:  # the stub's id: copies keep the UNIQ_KEY of the original
-                reasons[letter.unique_key] = (topic, reason)
+                reasons[letter.unique_key] = (dead.topic, reason)
         alerts: list[Alert] = []
 
         def write(connection: Connection) -> None:

@@ -2,9 +2,9 @@
 
 The stub commits or rolls back with the business rows next to it, so a message exists exactly
 when the business change does. Nothing is published here: when a ``Relay`` watches the engine,
-the id is handed to it as the transaction commits (the after-commit hook); otherwise, and
-whenever the hook is missed, the relay's polling finds the stub. Everything is validated before
-the insert, so a bad message raises with nothing written.
+the id is handed to it once the transaction has committed (``outbox.commit_hook``); otherwise,
+and whenever the hand-off is missed, the relay's polling finds the stub. Everything is validated
+before the insert, so a bad message raises with nothing written.
 """
 
 from __future__ import annotations
@@ -19,17 +19,16 @@ from typing import Any
 from sqlalchemy import Connection, insert
 from sqlalchemy.orm import Session
 
-from framework import UniqueKeyGenerator, check_message
+from framework import UniqueKeyGenerator, check_message, check_unique_key
 from framework.validation import PROPERTY_ARGUMENTS
 
 from .clock import utc_now
-from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError
+from .errors import BodyNotSerializableError, NoTransactionError
 from .tables import MESSAGE_ID_LENGTH, StubStatus, message_stub
 
 RELAY_EXECUTION_OPTION = "postbox_outbox_relay"
-"""Engine execution option a watching ``Relay`` sets; ``send`` then queues ids for it."""
-PENDING_IDS_INFO_KEY = "postbox.outbox.pending"
-"""``Connection.info`` key of the ids written in the connection's current transaction."""
+"""Engine execution option holding the ``CommitHook`` of a watching ``Relay``; ``send`` reports
+each id it writes to it (``written(connection, message_id)``)."""
 SEND_ARGUMENTS = {**{name: argument for name, argument in PROPERTY_ARGUMENTS.items()
                      if argument != "sharding_key="}, "UNIQ_KEY": "message_id="}
 """The ``send`` argument for each system property (``properties=`` may not set them)."""
@@ -62,11 +61,8 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
                              delay_level=delay_level, arguments=SEND_ARGUMENTS)
     if message_id is None:
         message_id = _id_generator(os.getpid()).next()
-    elif not isinstance(message_id, str) or not message_id.strip() or \
-            len(message_id) > MESSAGE_ID_LENGTH or "\x01" in message_id or "\x02" in message_id:
-        raise InvalidMessageError(f"message_id must be a non-empty string of at most "
-                                  f"{MESSAGE_ID_LENGTH} characters without U+0001/U+0002 "
-                                  f"(record framing), got {message_id!r}")
+    else:
+        check_unique_key(message_id, "message_id", MESSAGE_ID_LENGTH)
     created = now or utc_now()
     connection.execute(_INSERT_STUB, {
         "message_id": message_id, "topic": topic, "tags": tags,
@@ -75,8 +71,9 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
         "delay_level": delay_level or None, "status": StubStatus.UNCONFIRMED.value,
         "send_count": 0, "next_resend_at": created, "created_at": created,
         "updated_at": created})
-    if connection.get_execution_options().get(RELAY_EXECUTION_OPTION):
-        connection.info.setdefault(PENDING_IDS_INFO_KEY, []).append(message_id)
+    hook = connection.get_execution_options().get(RELAY_EXECUTION_OPTION)
+    if hook is not None:
+        hook.written(connection, message_id)
     return message_id
 
 
@@ -126,4 +123,4 @@ def _id_generator(pid: int) -> UniqueKeyGenerator:
     return UniqueKeyGenerator()
 
 
-__all__ = ["PENDING_IDS_INFO_KEY", "RELAY_EXECUTION_OPTION", "encode_body", "send"]
+__all__ = ["RELAY_EXECUTION_OPTION", "encode_body", "send"]

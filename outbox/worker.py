@@ -36,8 +36,9 @@ from .alerts import Alerter, AlertSettings
 from .cleanup import CleanupPolicy, run_cleanup
 from .clock import NowFunction, utc_now
 from .database import database_engine
-from .relay import Relay, RelayOptions
-from .resend import Resender, ResendRules, retention_horizon
+from .options import RelayOptions, ResendRules
+from .relay import Relay
+from .resend import Resender, retention_horizon
 from .task_lease import TaskLease
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class OutboxWorker:
         cleanup: retention and batch sizes for ``cleanup``.
         alerter: alert sinks (default: from ``POSTBOX_ALERT_*`` environment variables).
         schedule: task periods (used for the lease's ``min_interval``).
-        relay_options: polling-relay tuning (its ``max_send_count`` follows ``rules``).
+        relay_options: polling-relay tuning (it follows ``rules``: their ``max_send_count``).
         log_engine: the consumers' database when it is not the stub database.
         consumer_retry: how long the consumers' own retries can last (for the retention
             check).

@@ -1,25 +1,31 @@
 """Postbox's embedded message store, byte-compatible with Apache RocketMQ's file store.
 
-Public surface (DESIGN §3.3)::
+Public surface (DESIGN §3.3, §3.4)::
 
     from storage_engine import MessageStore, StoreConfig, Message, FlushMode, verify_store
+    from storage_engine import Broker
 
-Everything else in the package is internal to the engine; ``storage_engine.formats`` is also
-public, for tools that decode store files (the Spark jobs, the CLI).
+exported here with what using them takes: the config groups of ``StoreConfig``, the values the
+store and the broker return, ``repair_store`` and the store checks tools make, the clocks, the
+topic-name rules, and the errors a caller handles differently (every one of them derives from
+``StorageError``; the full list is ``storage_engine.errors``). ``storage_engine.formats`` is
+public too, for tools that decode store files (the Spark jobs, the CLI).
+
+The rooms (docs/architecture.md, checked by ``.importlinter``): ``store`` (the core),
+``broker`` (broker semantics and its config tables), ``ha`` (replication), ``remoting`` (the
+network server and client), ``formats`` (byte layouts, pure). ``store`` and ``broker`` export
+their own front doors; every other module is internal to the engine.
 """
 
-from .broker.broker import Broker
-from .broker.config_beans import SubscriptionGroupConfig, TopicConfig
-from .broker.model import (
-    PERM_INHERIT,
-    PERM_READ,
-    PERM_READ_WRITE,
-    PERM_WRITE,
+from .broker import (
+    Broker,
     ConsumeFrom,
     QueueProgress,
     SendBackOutcome,
     SendBackResult,
-    SendReceipt,
+    SendResult,
+    SubscriptionGroupConfig,
+    TopicConfig,
 )
 from .clock import Clock, FakeClock, SystemClock
 from .config import (
@@ -38,58 +44,48 @@ from .config import (
 from .errors import (
     BrokerUnavailableError,
     ConfigError,
-    ConfigMismatchError,
     CorruptionError,
     DiskFullError,
-    GroupNotFoundError,
     InvalidMessageError,
-    InvalidMessageIdError,
-    InvalidQueueError,
-    InvalidTopicError,
-    LimitExceededError,
     MessageNotFoundError,
-    MessageTooLargeError,
-    MidLogCorruptionError,
-    NoPermissionError,
     NotAStoreError,
     NotMasterError,
-    PropertiesTooLargeError,
-    RepairError,
-    ReplicationError,
     StorageError,
     StorageIOError,
     StoreClosedError,
     StoreLockedError,
-    StoreNotWritableError,
-    StoreStateError,
-    TableFullError,
-    TopicNotFoundError,
 )
-from .formats import HostAddress, MessageView
-from .store.message import GetResult, GetStatus, Message, PutResult, PutStatus
-from .store.message_store import MessageStore
-from .store.repair import RepairReport, repair_store
-from .store.store_layout import infer_config, is_store, require_store
+from .formats import MessageView
+from .store import (
+    GetResult,
+    GetStatus,
+    Message,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    infer_config,
+    repair_store,
+    require_store,
+    verify_store,
+)
 from .store.topics import dead_letter_topic, retry_topic, validate_topic
-from .store.verify import verify_store
 
 __all__ = [
-    "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "Broker", "BrokerConfig",
-    "BrokerUnavailableError",
-    "ConsumeFrom", "GroupNotFoundError", "NoPermissionError", "QueueProgress",
-    "SendBackOutcome", "SendBackResult", "SendReceipt", "SubscriptionGroupConfig",
-    "TopicConfig", "TopicNotFoundError",
-    "BrokerRole", "Clock", "CommitLogConfig", "ConfigError", "ConfigMismatchError",
-    "ConsumeQueueConfig", "CorruptionError", "DelayConfig", "DiskFullError", "FakeClock",
-    "FlushConfig", "HAConfig", "NotAStoreError", "NotMasterError", "ReplicationError",
-    "FlushMode", "GetResult", "GetStatus", "HostAddress", "InvalidMessageError",
-    "InvalidMessageIdError", "InvalidQueueError", "InvalidTopicError", "KeyIndexConfig",
-    "LimitExceededError", "Message", "MessageNotFoundError", "MessageStore",
-    "MessageTooLargeError", "MessageView", "PropertiesTooLargeError", "PutResult", "PutStatus",
-    "RetentionConfig", "StorageError", "StorageIOError", "StoreClosedError", "StoreConfig",
-    "StoreLockedError", "StoreNotWritableError", "StoreStateError", "SystemClock",
-    "TableFullError",
-    "dead_letter_topic", "infer_config", "is_store", "require_store", "retry_topic",
-    "validate_topic", "verify_store",
-    "MidLogCorruptionError", "RepairError", "RepairReport", "repair_store",
+    # the store (DESIGN §3.3)
+    "FlushMode", "GetResult", "GetStatus", "Message", "MessageStore", "MessageView", "PutResult",
+    "PutStatus", "StoreConfig", "verify_store",
+    # the config groups of StoreConfig
+    "BrokerConfig", "BrokerRole", "CommitLogConfig", "ConsumeQueueConfig", "DelayConfig",
+    "FlushConfig", "HAConfig", "KeyIndexConfig", "RetentionConfig",
+    # the broker (DESIGN §3.4) and the values of its API
+    "Broker", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult", "SendResult",
+    "SubscriptionGroupConfig", "TopicConfig",
+    # tools, clocks, topic names
+    "infer_config", "repair_store", "require_store",
+    "Clock", "FakeClock", "SystemClock",
+    "dead_letter_topic", "retry_topic", "validate_topic",
+    # errors a caller handles differently
+    "BrokerUnavailableError", "ConfigError", "CorruptionError", "DiskFullError",
+    "InvalidMessageError", "MessageNotFoundError", "NotAStoreError", "NotMasterError",
+    "StorageError", "StorageIOError", "StoreClosedError", "StoreLockedError",
 ]

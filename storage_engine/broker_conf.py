@@ -3,24 +3,48 @@
 Keys that map onto the store are applied; keys that belong to a RocketMQ broker but have no
 meaning for an embedded store (cluster and name-server settings) are accepted silently; anything
 else is reported in ``StoreConfig.unknown_broker_keys`` and logged, or rejected when strict.
+
+This module knows broker.conf (the properties syntax, the keys, ``messageDelayLevel``) and
+imports nothing of ``config``: ``StoreConfig.from_broker_conf`` passes its class in, and a key
+whose value names an enum member (``flushDiskType``, ``brokerRole``) is converted by the type
+of the field it sets, which the config module owns. Pure functions; no state.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
-from .config import BrokerRole, FlushMode, StoreConfig, parse_delay_levels
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """Parse RocketMQ's ``messageDelayLevel`` (``"1s 5s ... 2h"``; ``ms`` also accepted)."""
+    levels = []
+    for token in text.split():
+        match = re.fullmatch(r"(\d+)(ms|s|m|h|d)", token)
+        if match is None:
+            raise ConfigError(f"delay level {token!r} in messageDelayLevel is not like 5s/1m/2h")
+        levels.append(int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)])
+    if not levels:
+        raise ConfigError("messageDelayLevel defines no levels")
+    return tuple(levels)
+
+
 # broker.conf key → (group, field, converter). group None = a top-level StoreConfig field.
 _Converter = Callable[[str], object]
+_ENUM_MEMBER = "enum member"
+"""Converter marker: the text is the value of a member of the field's enum type."""
 
 
 def _integer(text: str) -> int:
@@ -39,7 +63,7 @@ def _cq_units(text: str) -> int:
     return -(-size // 20)  # RocketMQ rounds the file size up to a multiple of 20
 
 
-_MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
+_MAPPING: dict[str, tuple[str | None, str, _Converter | str]] = {
     "storePathRootDir": (None, "root_dir", lambda text: Path(text.strip())),
     "mappedFileSizeCommitLog": ("commit_log", "segment_size_bytes", _integer),
     "maxMessageSize": ("commit_log", "max_message_size_bytes", _integer),
@@ -49,7 +73,7 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
     "messageIndexEnable": ("key_index", "enabled", _boolean),
     "maxHashSlotNum": ("key_index", "slot_count_max", _integer),
     "maxIndexNum": ("key_index", "entry_count_max", _integer),
-    "flushDiskType": ("flush", "mode", lambda text: FlushMode(text.strip())),
+    "flushDiskType": ("flush", "mode", _ENUM_MEMBER),
     "flushIntervalCommitLog": ("flush", "interval_ms", _integer),
     "flushCommitLogLeastPages": ("flush", "least_pages", _integer),
     "flushCommitLogThoroughInterval": ("flush", "thorough_interval_ms", _integer),
@@ -74,7 +98,7 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter]] = {
     "topicCountMax": ("broker", "topic_count_max", _integer),  # Postbox-only
     "subscriptionGroupCountMax": ("broker", "subscription_group_count_max", _integer),  # Postbox
     "topicQueueCountMax": ("broker", "topic_queue_count_max", _integer),  # Postbox-only
-    "brokerRole": (None, "broker_role", lambda text: BrokerRole(text.strip())),
+    "brokerRole": (None, "broker_role", _ENUM_MEMBER),
     "haListenPort": ("ha", "ha_listen", lambda text: f"0.0.0.0:{_integer(text)}"),
     "haMasterAddress": ("ha", "master_address", str.strip),
     "haSendHeartbeatInterval": ("ha", "heartbeat_interval_ms", _integer),
@@ -116,8 +140,7 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
-def build_store_config(cls: type[StoreConfig], source: str | os.PathLike[str] | Mapping[str, str],
-                       *, strict: bool, overrides: Mapping[str, object]) -> StoreConfig:
+def build_store_config(cls, source, *, strict: bool, overrides: Mapping[str, object]):
     """Build ``cls`` (a ``StoreConfig``) from broker.conf keys plus explicit overrides."""
     if isinstance(source, Mapping):
         entries = {str(key): str(value) for key, value in source.items()}
@@ -130,7 +153,8 @@ def build_store_config(cls: type[StoreConfig], source: str | os.PathLike[str] | 
         if key in _MAPPING:
             group, name, convert = _MAPPING[key]
             try:
-                converted = convert(value)
+                converted = (convert(value) if callable(convert)
+                             else _enum_member(cls, group, name, value))
             except (ValueError, ConfigError) as error:
                 raise ConfigError(f"broker.conf {key}={value!r}: {error}") from error
             (top if group is None else groups.setdefault(group, {}))[name] = converted
@@ -144,11 +168,21 @@ def build_store_config(cls: type[StoreConfig], source: str | os.PathLike[str] | 
     return _assemble(cls, groups, top, tuple(sorted(unknown)), dict(overrides))
 
 
-def _assemble(cls: type[StoreConfig], groups: dict[str, dict[str, object]],
-              top: dict[str, object], unknown: tuple[str, ...],
-              overrides: dict[str, object]) -> StoreConfig:
+def _enum_member(cls, group: str | None, name: str, text: str) -> enum.Enum:
+    """``text`` as a member of the enum type of field ``name`` (of ``cls``, or of its
+    ``group``), that type read from the field's default."""
+    owner = cls if group is None else _fields(cls)[group].default_factory
+    enum_type: type[enum.Enum] = type(_fields(owner)[name].default)
+    return enum_type(text.strip())
+
+
+def _fields(owner) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(owner)}
+
+
+def _assemble(cls, groups, top, unknown, overrides):
     defaults = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for group, values in groups.items():
         group_type = defaults[group].default_factory
         assert callable(group_type)  # every group field has a default_factory

@@ -4,7 +4,9 @@ Defaults follow RocketMQ's ``MessageStoreConfig`` (reference Appendix A): 1 GiB 
 segments, 300 000 consume-queue units a file, 5 000 000 index slots and 20 000 000 index entries,
 ASYNC flush. Every size can be made small for tests. ``StoreConfig.from_broker_conf`` builds a
 config from RocketMQ's own ``broker.conf`` keys; keys it does not know are reported (logged and
-kept in ``StoreConfig.unknown_broker_keys``), or rejected with ``strict=True``.
+kept in ``StoreConfig.unknown_broker_keys``), or rejected with ``strict=True``. Reading
+broker.conf (its syntax, its keys, ``messageDelayLevel``) is ``broker_conf``'s job, which imports
+nothing of this module.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .broker_conf import DEFAULT_DELAY_LEVELS, build_store_config, parse_delay_levels
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -178,23 +181,6 @@ class RetentionConfig:
                  "retention.disk_check_interval_ms", "and disk_check_bytes must be positive")
 
 
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """Parse RocketMQ's ``messageDelayLevel`` (``"1s 5s ... 2h"``; ``ms`` also accepted)."""
-    levels = []
-    for token in text.split():
-        match = re.fullmatch(r"(\d+)(ms|s|m|h|d)", token)
-        if match is None:
-            raise ConfigError(f"delay level {token!r} in messageDelayLevel is not like 5s/1m/2h")
-        levels.append(int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)])
-    if not levels:
-        raise ConfigError("messageDelayLevel defines no levels")
-    return tuple(levels)
-
-
 @dataclass(frozen=True, kw_only=True)
 class DelayConfig:
     """Delay levels for scheduled messages."""
@@ -339,9 +325,8 @@ class StoreConfig:
             strict: raise ``ConfigError`` on unknown keys instead of reporting them.
             overrides: StoreConfig fields that win over the file (e.g. ``root_dir``).
         """
-        from .broker_conf import build_store_config
-
-        return build_store_config(cls, source, strict=strict, overrides=overrides)
+        config: StoreConfig = build_store_config(cls, source, strict=strict, overrides=overrides)
+        return config
 
     def replace(self, **changes: Any) -> StoreConfig:
         """A copy with some fields changed."""

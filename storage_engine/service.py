@@ -1,9 +1,22 @@
-"""``Service``: a background worker with ``start``/``stop``/``wakeup`` and a bounded ``run_once``.
+"""``Service``: the one background loop of the project — ``start``/``stop``/``wakeup`` around a
+bounded ``run_once(now_ms)``.
 
-The thread loop calls ``run_once(now_ms)``; when it did nothing it waits for ``wakeup()`` or the
-interval. Tests drive ``run_once`` directly instead of starting threads. Threads are not daemons:
-``stop()`` joins them (storage threads are never abandoned mid-write). A ``run_once`` that raises
-stops the loop and records the error in ``failure`` for the owner to surface.
+Every background chore (the engine's flushes, dispatch, retention, delay delivery, replication,
+persistence and lease expiry; the framework's consumer scheduler; the outbox relay) is a
+subclass. A pass is ``run_once(now_ms)``: one bounded batch of work given the time, returning how
+much it did. The thread loop calls it with ``clock.now_ms()``; after a pass that did nothing it
+sleeps ``idle_wait_ms(now_ms)`` (``interval_ms`` unless a subclass knows when its next work is
+due), or less when ``wakeup()`` is called. Tests drive ``run_once`` directly with a ``FakeClock``
+instead of starting the thread and sleeping.
+
+Threads are named ``postbox-<name>``. They are not daemons unless the subclass says so
+(``daemon = True``: it writes nothing that a half-done pass could damage); ``stop()`` joins the
+thread (storage threads are never abandoned mid-write). A ``run_once`` that raises stops the loop
+and records the error in ``failure`` for the owner to surface (fail-stop); a subclass that must
+outlive errors catches them in its ``run_once``.
+
+Thread-safety: ``start``, ``stop`` and ``wakeup`` may be called from any thread, ``stop`` also
+from the service's own thread (it then does not join itself). Nothing here is persisted.
 """
 
 from __future__ import annotations
@@ -11,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Self
 
 from .clock import Clock
 
@@ -22,6 +36,7 @@ class Service:
 
     name = "service"
     interval_ms = 1000
+    daemon = False
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -36,6 +51,11 @@ class Service:
         """Do one bounded batch of work; return how many items were processed."""
         raise NotImplementedError
 
+    def idle_wait_ms(self, now_ms: int) -> int:
+        """How long the thread sleeps after a pass that did nothing (``wakeup`` cuts it short);
+        0 runs the next pass at once."""
+        return self.interval_ms
+
     def fail(self, error: BaseException) -> None:
         """Record the error that stopped this service (whatever thread hit it) and tell the
         owner; only the first one counts."""
@@ -46,13 +66,15 @@ class Service:
         for listener in self.failure_listeners:
             listener(error)
 
-    def start(self) -> None:
-        """Start the thread (idempotent)."""
+    def start(self) -> Self:
+        """Start the thread (idempotent); returns the service."""
         if self._thread is not None:
-            return
+            return self
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._loop, name=f"postbox-{self.name}")
+        self._thread = threading.Thread(target=self._loop, name=f"postbox-{self.name}",
+                                        daemon=self.daemon)
         self._thread.start()
+        return self
 
     def wakeup(self) -> None:
         """Ask the loop to run again now."""
@@ -60,15 +82,19 @@ class Service:
 
     def stop(self, timeout_ms: int = 10_000) -> None:
         """Stop the loop and join the thread (idempotent)."""
-        thread = self._thread
-        if thread is None:
-            return
         self._stopping.set()
         self._wakeup_event.set()
+        thread, self._thread = self._thread, None
+        if thread is None or thread is threading.current_thread():
+            return
         thread.join(timeout_ms / 1000)
         if thread.is_alive():
             log.error("[%s] thread did not stop within %d ms", self.name, timeout_ms)
-        self._thread = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` was called (and ``start`` not called since)."""
+        return self._stopping.is_set()
 
     @property
     def is_running(self) -> bool:
@@ -77,6 +103,7 @@ class Service:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
+            self._wakeup_event.clear()  # a wakeup from here on makes the wait below return
             try:
                 processed = self.run_once(self.clock.now_ms())
             except BaseException as error:  # surfaced through ``failure``; loop ends
@@ -84,8 +111,9 @@ class Service:
                 self.fail(error)
                 return
             if not processed:
-                self._wakeup_event.wait(self.interval_ms / 1000)
-                self._wakeup_event.clear()
+                wait_ms = self.idle_wait_ms(self.clock.now_ms())
+                if wait_ms > 0:
+                    self._wakeup_event.wait(wait_ms / 1000)
 
     def on_failure(self, error: BaseException) -> None:
         """Hook for subclasses: called once when ``run_once`` raised."""

@@ -1,4 +1,4 @@
 """Plugins shared by every test package."""
 
 pytest_plugins = ["tests.support.services", "tests.support.ci_policy",
-                  "tests.support.rocketmq_lab"]
+                  "tests.support.rocketmq_lab", "tests.support.threads", "pytester"]

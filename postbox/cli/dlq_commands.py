@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from storage_engine import Broker, MessageView, SendReceipt, StorageError
+from storage_engine import Broker, MessageView, SendResult, StorageError
 from storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
 
 from .common import (
@@ -160,7 +160,7 @@ def offsets_to_resend(broker: Broker, group: str, offsets: list[int],
     return found, missing
 
 
-def resend_document(dlq_offset: int, dlq_msg_id: str, receipt: SendReceipt) -> dict[str, Any]:
+def resend_document(dlq_offset: int, dlq_msg_id: str, receipt: SendResult) -> dict[str, Any]:
     """Where one dead letter was re-sent to."""
     return {"dlq_offset": dlq_offset, "dlq_msg_id": dlq_msg_id, "topic": receipt.topic,
             "queue_id": receipt.queue_id, "queue_offset": receipt.queue_offset,

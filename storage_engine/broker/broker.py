@@ -12,6 +12,12 @@ every group has consumed (``consumption_floor``), so disk pressure deletes only 
 The network server exposes the same operations later; the framework talks to either through
 the same method names.
 
+Config tables: the broker, not the store, owns ``config/*.json`` (``ConfigStores``, as in
+RocketMQ). ``Broker.open`` loads them once it holds the store's lock and before the store
+recovers (``MessageStore.open(on_locked=...)``), so a table that cannot be loaded refuses the open
+with nothing changed; ``Broker(store)`` loads them over a store already open. ``close`` persists
+them.
+
 Services: the persist service, then the delay service, started in that order by the constructor
 and stopped in reverse by ``close``, which then persists every config table and closes the store
 when the broker owns it (``Broker.open``). On a SLAVE store the delay service does not run (the
@@ -34,7 +40,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from ..clock import Clock
+from ..clock import Clock, SystemClock
 from ..config import BrokerRole, StoreConfig
 from ..errors import (
     GroupNotFoundError,
@@ -60,6 +66,7 @@ from ..store.topics import (
     validate_topic,
 )
 from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
+from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consumer_registry import ConsumerRegistry, MembershipListener, validate_client_id
 from .consumption_floor import ConsumptionFloor
 from .delay_service import DelayService, schedule_delayed
@@ -71,7 +78,7 @@ from .model import (
     QueueProgress,
     SendBackOutcome,
     SendBackResult,
-    SendReceipt,
+    SendResult,
 )
 from .persist import BrokerPersistService
 from .progress import ProgressReader, physical_memory_bytes
@@ -96,18 +103,21 @@ class Broker:
     ``memory_bytes`` is the physical RAM used by the consume-from-last "message still in
     memory" estimate (reference §12.2); it defaults to this machine's. ``start_services=False``
     runs neither the persist nor the delay thread (inspection tools: nothing is delivered or
-    persisted behind their back; ``close`` still persists the tables).
+    persisted behind their back; ``close`` still persists the tables). ``tables``: the store's
+    config tables, already loaded (``Broker.open`` passes them); by default they are loaded
+    here from the store's ``config/`` directory (``ConfigFileError`` when one cannot be).
     """
 
     def __init__(self, store: MessageStore, *, clock: Clock | None = None,
                  owns_store: bool = False, memory_bytes: int | None = None,
-                 start_services: bool = True) -> None:
+                 start_services: bool = True, tables: ConfigStores | None = None) -> None:
         self._store = store
         self._clock = clock or store.clock
         self._owns_store = owns_store
         self._config = store.config.broker
         self._levels_ms = store.config.delay.levels_ms
-        self._tables = store.config_stores
+        self._tables = (tables if tables is not None
+                        else ConfigStores.open(store.root_dir, self._clock))
         self._topics = TopicManager(self._tables.topics, self._config,
                                     store.config.queue_id_max + 1)
         self._group_lock = threading.Lock()
@@ -146,10 +156,18 @@ class Broker:
     @classmethod
     def open(cls, config: StoreConfig, *, clock: Clock | None = None,
              memory_bytes: int | None = None) -> Broker:
-        """Open the store (``MessageStore.open``) and start the broker's services on it."""
-        store = MessageStore.open(config, clock=clock)
+        """Load the config tables and open the store (``MessageStore.open``), then start the
+        broker's services on it.
+
+        The tables are loaded once the store's lock is held and before the store recovers: a
+        table that cannot be loaded (``ConfigFileError``) refuses the open with nothing changed.
+        """
+        clock = clock or SystemClock()
+        tables = ConfigStores(config.root_dir / CONFIG_DIR_NAME, clock)
+        store = MessageStore.open(config, clock=clock, on_locked=tables.load_all)
         try:
-            return cls(store, clock=clock, owns_store=True, memory_bytes=memory_bytes)
+            return cls(store, clock=clock, owns_store=True, memory_bytes=memory_bytes,
+                       tables=tables)
         except BaseException:
             store.close()
             raise
@@ -165,9 +183,7 @@ class Broker:
             service.stop()
         self._store.set_consumption_floor(None)
         try:
-            for table in (self._tables.topics, self._tables.subscription_groups,
-                          self._tables.consumer_offsets, self._tables.delay_offsets):
-                table.persist()
+            self._tables.persist_all()
         finally:
             if self._owns_store:
                 self._store.close()
@@ -182,6 +198,12 @@ class Broker:
     def store(self) -> MessageStore:
         """The store this broker works on."""
         return self._store
+
+    @property
+    def tables(self) -> ConfigStores:
+        """The config tables this broker owns (topics, groups, consumer and delay offsets,
+        filters): for tools and tests; the broker's methods are the way to change them."""
+        return self._tables
 
     def _check_open(self) -> None:
         if self._closed:
@@ -263,7 +285,7 @@ class Broker:
     # ---- send --------------------------------------------------------------------------------
 
     def send(self, message: Message, *, queue_id: int | None = None,
-             sharding_key: str | None = None) -> SendReceipt:
+             sharding_key: str | None = None) -> SendResult:
         """Store a message: auto-create the topic, pick the queue (explicit, else by sharding
         key ``abs(java_hash(key)) % write_queue_nums``, else round-robin per topic), divert a
         ``DELAY`` property (level 1..18, clamped) to ``SCHEDULE_TOPIC_XXXX``.
@@ -287,12 +309,12 @@ class Broker:
             check_writable(config)
         return self._put(message, self._topics.select_queue(config, queue_id, sharding_key))
 
-    def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendReceipt:
+    def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendResult:
         """Store ``message`` for ``queue_id``, through the delay topic when it asks for it."""
         scheduled = schedule_delayed(message, queue_id, self._levels_ms) if delay else None
         stored, stored_queue_id, level = scheduled or (message, queue_id, 0)
         result = self._store.put_message(stored, stored_queue_id)
-        return SendReceipt(
+        return SendResult(
             topic=message.topic, queue_id=queue_id, stored_topic=result.topic,
             stored_queue_id=result.queue_id, queue_offset=result.queue_offset,
             log_position=result.log_position, offset_msg_id=result.msg_id,
@@ -457,7 +479,7 @@ class Broker:
         result = self._store.get_message(group, topic, 0, start, max_count)
         return result.messages
 
-    def resend_dead_letter(self, group: str, queue_offset: int) -> SendReceipt:
+    def resend_dead_letter(self, group: str, queue_offset: int) -> SendResult:
         """Send the dead letter at ``queue_offset`` again, as a new message, to the topic it
         first failed on (``RETRY_TOPIC``); the DLQ keeps its copy.
 

@@ -500,7 +500,18 @@ class ConsumerFilterTable(_ConfigTable):
 
 
 class ConfigStores:
-    """The five config tables of one store's ``config`` directory."""
+    """The five config tables of one store's ``config`` directory (the broker owns them)."""
+
+    @classmethod
+    def open(cls, root_dir: str | Path, clock: Clock | None = None) -> ConfigStores:
+        """The tables of the store at ``root_dir``, loaded (``load_all``).
+
+        For tools that read or edit the tables of a store no broker runs on; the process must
+        hold the store (its ``lock`` file) or know that no broker runs there.
+        """
+        stores = cls(Path(root_dir) / CONFIG_DIR_NAME, clock)
+        stores.load_all()
+        return stores
 
     def __init__(self, config_dir: str | Path, clock: Clock | None = None) -> None:
         self.config_dir = Path(config_dir)

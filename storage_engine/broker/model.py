@@ -32,8 +32,10 @@ class SendBackOutcome(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class SendReceipt:
-    """Where a sent message was stored.
+class SendResult:
+    """Where a sent message was stored: what ``Broker.send`` and every ``BrokerClient`` return,
+    and what ``framework.Producer.send`` returns (DESIGN §4 ``SendResult``) — one type from the
+    broker up; the store's own ``PutResult`` stays below it.
 
     ``topic``/``queue_id`` are the destination the sender asked for (after queue selection);
     ``stored_topic``/``stored_queue_id``/``queue_offset`` are where the record really went — the
@@ -53,9 +55,20 @@ class SendReceipt:
     status: PutStatus
 
     @property
+    def msg_id(self) -> str:
+        """``UNIQ_KEY`` (the id consumers, the outbox and idempotency use) when the message
+        has one, else the offsetMsgId."""
+        return self.unique_key or self.offset_msg_id
+
+    @property
     def delayed(self) -> bool:
         """Whether the message waits in the delay topic before reaching ``topic``."""
         return self.delay_level > 0
+
+
+SendReceipt = SendResult
+"""The name ``SendResult`` had in the broker API before it became the framework's result too;
+kept importable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +76,7 @@ class SendBackResult:
     """What ``Broker.send_back`` did with a failed message."""
 
     outcome: SendBackOutcome
-    receipt: SendReceipt | None
+    receipt: SendResult | None
     reconsume_count: int  # the copy's reconsume count (original + 1)
 
 

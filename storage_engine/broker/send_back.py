@@ -21,15 +21,12 @@ from ..formats import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
     PROPERTY_KEYS,
-    PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_REAL_QID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
+    RETRY_BOOKKEEPING_PROPERTIES,
     MessageView,
 )
 from ..store.message import Message
@@ -38,12 +35,6 @@ DLQ_REASON_LENGTH_MAX = 1024
 
 # Passed to ``Message`` as fields, not as user properties (the encoder writes them itself).
 _FIELD_PROPERTIES = frozenset({PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY})
-
-# Broker-side retry/delay bookkeeping that an operator's re-send starts afresh without.
-_RESEND_DROPPED = frozenset({
-    PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_DELAY, PROPERTY_REAL_TOPIC,
-    PROPERTY_REAL_QID, PROPERTY_DLQ_REASON, PROPERTY_WAIT, PROPERTY_RECONSUME_TIME,
-    PROPERTY_MAX_RECONSUME_TIMES})
 
 
 def user_properties(view: MessageView) -> dict[str, str]:
@@ -77,7 +68,7 @@ def send_back_copy(view: MessageView, topic: str, *, delay_level: int,
 def resend_copy(view: MessageView, topic: str) -> Message:
     """A fresh message for ``topic`` from a dead letter (reconsume count 0, born now)."""
     properties = {name: value for name, value in user_properties(view).items()
-                  if name not in _RESEND_DROPPED}
+                  if name not in RETRY_BOOKKEEPING_PROPERTIES}
     properties[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = view.msg_id
     return Message(topic, view.body, tags=view.tags, keys=view.keys or None,
                    properties=properties, unique_key=view.unique_key, flag=view.flag,

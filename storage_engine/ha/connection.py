@@ -34,8 +34,8 @@ from collections.abc import Callable
 
 from ..clock import Clock
 from ..config import HAConfig
+from ..group_commit import PositionWaiters
 from ..store.commit_log import CommitLog
-from ..store.position_waiters import PositionWaiters
 from .protocol import (
     ReportDecoder,
     encode_frame_header,

@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from typing import Self
 
 from ..clock import Clock
 from ..config import HAConfig
 from ..errors import StorageIOError
+from ..group_commit import PositionWaiters
 from ..service import Service
 from ..store.commit_log import CommitLog
-from ..store.position_waiters import PositionWaiters
 from .connection import SlaveConnection
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,8 @@ class HAMasterService(Service):
         self.listen_address: tuple[str, int] | None = None
         """Where the service listens (the real port when ``ha_listen`` asked for 0)."""
 
-    def start(self) -> None:
-        """Bind the listening socket, then start accepting."""
+    def start(self) -> Self:
+        """Bind the listening socket, then start accepting; returns the service."""
         if self._listener is None:
             assert self._config.listen_address is not None  # the store starts it for ha_listen
             host, port = self._config.listen_address
@@ -71,7 +72,7 @@ class HAMasterService(Service):
             self._listener = listener
             self.listen_address = listener.getsockname()[:2]
             log.info("[ha] master listening for slaves on %s:%d", *self.listen_address)
-        super().start()
+        return super().start()
 
     def run_once(self, now_ms: int) -> int:
         """Accept at most one slave (waiting up to ``ACCEPT_POLL_MS``); reap closed ones."""

@@ -6,7 +6,7 @@ framework), so a ``grpc://host:port`` app runs the producer, handlers, outbox an
 exactly as a ``file://`` app does. Stored messages arrive as commit-log records decoded into
 ``MessageView`` objects; a ``StorageError`` raised by the broker is raised here with the same
 class; a broker that cannot be reached raises ``BrokerUnavailableError`` (never a hang: every
-call has a deadline, ``timeout_s`` beyond any wait it asks for).
+call has a deadline, ``timeout_ms`` beyond any wait it asks for).
 
 Long waits (``wait_for_arrival``, ``pull`` with a suspend timeout) run as cancellable calls:
 ``cancel()`` and ``wake_waiters()`` end them as they end the embedded waits. Membership: see
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig
-from ..broker.model import ConsumeFrom, QueueProgress, SendBackResult, SendReceipt
+from ..broker.model import ConsumeFrom, QueueProgress, SendBackResult, SendResult
 from ..errors import InvalidMessageError, StoreClosedError
-from ..formats import MessageView
+from ..formats import MessageView, body_problem
 from ..store.message import GetResult, Message
 from .codec import (
     decode_records,
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
 
-TIMEOUT_S = 10.0
+TIMEOUT_MS = 10_000
 """Deadline of an ordinary call, and the margin added to a long wait's own timeout."""
 HEARTBEAT_INTERVAL_MS = 30_000
 """Keep-alive of registrations (``broker.consumer_expiry_ms`` is 120 s by default)."""
@@ -80,18 +80,18 @@ class RemoteBroker:
     Args:
         address: the broker's ``host:port``.
         credentials: access key and secret key, when the broker enforces access control.
-        timeout_s: deadline of ordinary calls (and margin on long waits).
+        timeout_ms: deadline of ordinary calls (and margin on long waits).
         heartbeat_interval_ms: keep-alive period of this client's consumer registrations.
     """
 
     def __init__(self, address: str, *, credentials: Credentials | None = None,
-                 timeout_s: float = TIMEOUT_S,
+                 timeout_ms: int = TIMEOUT_MS,
                  heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS) -> None:
         if not isinstance(address, str) or not address:
             raise InvalidMessageError(f"broker address must be 'host:port', got {address!r}")
         self.address = address
         self.client_id = f"{socket.gethostname()}@{os.getpid()}#{next(_client_counter)}"
-        self._timeout_s = timeout_s
+        self._timeout_s = timeout_ms / 1000  # grpc takes float seconds
         self._credentials = credentials
         self._signed_metadata = _metadata_signer(credentials)
         self._channel = grpc.insecure_channel(address, options=list(CHANNEL_OPTIONS))
@@ -156,15 +156,14 @@ class RemoteBroker:
     # ---- sending -------------------------------------------------------------------------------
 
     def send(self, message: Message, *, queue_id: int | None = None,
-             sharding_key: str | None = None) -> SendReceipt:
+             sharding_key: str | None = None) -> SendResult:
         """Store a message (see ``Broker.send``)."""
         body = message.body
-        if not isinstance(body, bytes | bytearray | memoryview):
-            raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}",
-                                      topic=message.topic if isinstance(message.topic, str)
-                                      else None)
+        if problem := body_problem(body):
+            raise InvalidMessageError(problem, topic=message.topic if isinstance(
+                message.topic, str) else None)
         header = encode_json(message_header(message, queue_id, sharding_key))
-        receipt: SendReceipt = self._sends.submit(message.topic, header, bytes(body))
+        receipt: SendResult = self._sends.submit(message.topic, header, bytes(body))
         return receipt
 
     def _send_batch(self, headers: list[bytes], bodies: list[bytes]) -> list[Any]:
@@ -191,7 +190,7 @@ class RemoteBroker:
         })
         return send_back_from_json(values)
 
-    def resend_dead_letter(self, group: str, queue_offset: int) -> SendReceipt:
+    def resend_dead_letter(self, group: str, queue_offset: int) -> SendResult:
         """Send a dead letter again to its original topic (see ``Broker.resend_dead_letter``)."""
         values, _ = self._call("ResendDeadLetter", {"group": group, "queue_offset": queue_offset})
         return _receipt(values)
@@ -387,7 +386,7 @@ class RemoteBroker:
         self.close()
 
 
-def _receipt(values: dict[str, Any]) -> SendReceipt:
+def _receipt(values: dict[str, Any]) -> SendResult:
     receipt = receipt_from_json(values)
     assert receipt is not None
     return receipt
@@ -403,5 +402,5 @@ def _metadata_signer(credentials: Credentials | None
     return lambda client_id: signed_metadata(credentials, client_id)
 
 
-__all__ = ["BUSY_BACKOFF_MS", "CHANNEL_OPTIONS", "HEARTBEAT_INTERVAL_MS", "TIMEOUT_S",
+__all__ = ["BUSY_BACKOFF_MS", "CHANNEL_OPTIONS", "HEARTBEAT_INTERVAL_MS", "TIMEOUT_MS",
            "RemoteBroker"]

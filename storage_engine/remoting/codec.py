@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any, overload
 
 from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig, bean_from_json, bean_to_json
-from ..broker.model import QueueProgress, SendBackOutcome, SendBackResult, SendReceipt
+from ..broker.model import QueueProgress, SendBackOutcome, SendBackResult, SendResult
 from ..errors import ConfigError, CorruptionError, InvalidTopicError
 from ..formats import MAGIC_V2, MessageView, RecordKind, check_record, encode_record_parts
 from ..store.message import GetResult, GetStatus, Message, PutStatus
@@ -106,15 +106,15 @@ def decode_records(payload: bytes, count: int, *, check_crc: bool = False) -> li
 
 
 @overload
-def receipt_to_json(receipt: SendReceipt) -> dict[str, Any]: ...
+def receipt_to_json(receipt: SendResult) -> dict[str, Any]: ...
 
 
 @overload
 def receipt_to_json(receipt: None) -> None: ...
 
 
-def receipt_to_json(receipt: SendReceipt | None) -> dict[str, Any] | None:
-    """A ``SendReceipt`` as JSON values."""
+def receipt_to_json(receipt: SendResult | None) -> dict[str, Any] | None:
+    """A ``SendResult`` as JSON values."""
     if receipt is None:
         return None
     return {
@@ -127,11 +127,11 @@ def receipt_to_json(receipt: SendReceipt | None) -> dict[str, Any] | None:
     }
 
 
-def receipt_from_json(values: dict[str, Any] | None) -> SendReceipt | None:
-    """The ``SendReceipt`` of ``receipt_to_json``."""
+def receipt_from_json(values: dict[str, Any] | None) -> SendResult | None:
+    """The ``SendResult`` of ``receipt_to_json``."""
     if values is None:
         return None
-    return SendReceipt(**{**values, "status": PutStatus(values["status"])})
+    return SendResult(**{**values, "status": PutStatus(values["status"])})
 
 
 def send_back_to_json(result: SendBackResult) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Send (``apache.rocketmq.v2.Message`` → ``Message``):
   (``MESSAGE_BODY_TOO_LARGE`` naming ``commit_log.max_message_size_bytes``).
 * ``message_id`` (the client-generated id) becomes ``UNIQ_KEY``; tag → ``TAGS``; keys →
   ``KEYS`` (no blanks or spaces: the store separates keys with spaces); user properties
-  stay properties (none may use a name the broker reserves: ``ILLEGAL_MESSAGE_PROPERTY_KEY``).
+  stay properties (none may use a name the broker reserves: ``ILLEGAL_MESSAGE_PROPERTY_KEY``;
+  the rules of ``formats.message_rules``, as for every entry point).
 * born timestamp and born host (the client's address, with the port of the connection).
 * ``message_group`` (FIFO) → property ``__SHARDINGKEY`` and the queue is chosen by it, so a
   group's messages share one queue in send order. Consumption of such messages is not strictly
@@ -55,6 +56,8 @@ from ..formats import (
     PROPERTY_UNIQ_KEY,
     SYSFLAG_COMPRESSED,
     MessageView,
+    empty_body_problem,
+    user_properties_problem,
 )
 from ..store.message import Message
 from .protocol import Code, definition
@@ -90,8 +93,8 @@ def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tupl
         raise RequestError(Code.NOT_IMPLEMENTED, f"{kind} messages are not supported by Postbox")
     if system.body_encoding not in (definition.ENCODING_UNSPECIFIED, definition.IDENTITY):
         raise RequestError(Code.BAD_REQUEST, "only IDENTITY body encoding is accepted")
-    if not proto.body:
-        raise RequestError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+    if problem := empty_body_problem(proto.body):
+        raise RequestError(Code.MESSAGE_BODY_EMPTY, problem)
     properties = _user_properties(proto)
     tag = _tag(system) if system.HasField("tag") else None
     group = _name(system.message_group, Code.ILLEGAL_MESSAGE_GROUP, "message group") \
@@ -129,23 +132,20 @@ def delay_level_for(delivery_ms: int, now_ms: int, levels_ms: Sequence[int]) -> 
 
 
 def _user_properties(proto: definition.Message) -> dict[str, str]:
-    properties = {}
-    for name, value in proto.user_properties.items():
-        if not name or name in RESERVED_PROPERTIES or _framing(name) or _framing(value):
-            raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                               f"user property {name[:64]!r} is empty, reserved by the broker "
-                               "or contains U+0001/U+0002")
-        properties[name] = value
+    """The user properties, refused by the rules of ``formats.message_rules`` (and this
+    server's own ``DELIVERY_TIMESTAMP_MS``)."""
+    properties = dict(proto.user_properties)
+    problem = user_properties_problem(properties, arguments={}) or next((
+        f"property {name[:64]!r} is a system property the broker sets; choose another name"
+        for name in properties if name in RESERVED_PROPERTIES), None)
+    if problem:
+        raise RequestError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
     return properties
-
-
-def _framing(text: str) -> bool:
-    return "\x01" in text or "\x02" in text
 
 
 def _name(value: str, code: int, what: str) -> str:
     if not value or not value.strip() or len(value) > NAME_LENGTH_MAX \
-            or not value.isprintable() or _framing(value):
+            or not value.isprintable():  # U+0001/U+0002 (record framing) are not printable
         raise RequestError(code, f"{what} must be 1..{NAME_LENGTH_MAX} printable characters, "
                                  f"got {value[:64]!r}")
     return value

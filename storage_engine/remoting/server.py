@@ -102,6 +102,7 @@ class BrokerServer:
             long_polling_max_ms=config.broker.long_polling_max_ms,
             default_invisible_ms=default_invisible_ms)
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
 
     def _advertised_host(self) -> str:
         return "127.0.0.1" if self._host in ("0.0.0.0", "::", "") else self._host
@@ -121,9 +122,10 @@ class BrokerServer:
         """Bind, register the services, start lease expiry and the server."""
         if self._server is not None:
             return
+        self._executor = futures.ThreadPoolExecutor(max_workers=self._workers,
+                                                    thread_name_prefix="postbox-rpc")
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._workers,
-                                       thread_name_prefix="postbox-rpc"),
+            self._executor,
             options=[("grpc.max_receive_message_length", self.max_request_bytes),
                      ("grpc.max_send_message_length", -1),
                      ("grpc.so_reuseport", 0)],
@@ -156,6 +158,8 @@ class BrokerServer:
         self._broker.wake_waiters()
         if self._server is not None:
             self._server.stop(grace_s).wait()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)  # grpc leaves the pool it was given running
         self.parts.expiry.stop()
         log.info("[server] stopped (%d leases open: redelivered from the committed offsets)",
                  self.parts.book.lease_count())

@@ -52,6 +52,7 @@ from ..formats import (
     takes_queue_offset,
 )
 from .damage import next_valid_position, survey
+from .message import PutResult
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
@@ -78,14 +79,6 @@ class PreparedMessage(NamedTuple):
     keys: str | None  # the KEYS property (space-separated)
     unique_key: str | None
     user_properties: Mapping[str, str]  # the dispatchers read DELAY from them
-
-
-class Appended(NamedTuple):
-    """Where one message landed."""
-
-    log_position: int
-    queue_offset: int
-    store_timestamp_ms: int
 
 
 _new_tuple = tuple.__new__  # builds NamedTuples without their Python-level __new__ (hot path)
@@ -220,7 +213,7 @@ class CommitLog:
 
     # ---- append ------------------------------------------------------------------------------
 
-    def append(self, batch: Sequence[PreparedMessage]) -> list[Appended]:
+    def append(self, batch: Sequence[PreparedMessage]) -> list[PutResult]:
         """Append messages in order under the put lock; every message gets the same store time.
 
         Raises:
@@ -241,8 +234,8 @@ class CommitLog:
             self.last_store_timestamp_ms = now
             return self._append_locked(batch, now)
 
-    def _append_locked(self, batch: Sequence[PreparedMessage], now: int) -> list[Appended]:
-        results: list[Appended] = []
+    def _append_locked(self, batch: Sequence[PreparedMessage], now: int) -> list[PutResult]:
+        results: list[PutResult] = []
         segment = self.segments.last
         pending: list[bytes] = []  # records for ``segment``, written in one copy
         position = segment.end_position if segment is not None else 0
@@ -261,7 +254,7 @@ class CommitLog:
         return results
 
     def _encode(self, message: PreparedMessage, position: int, now: int,
-                results: list[Appended]) -> bytes:
+                results: list[PutResult]) -> bytes:
         """Encode one record at ``position``; take its queue offset only once it encoded."""
         key = (message.topic, message.queue_id)
         takes_offset = takes_queue_offset(message.sys_flag)
@@ -283,7 +276,8 @@ class CommitLog:
             message.topic, message.queue_id, queue_offset, position, message.size,
             message.sys_flag, now, message.tags, message.keys, message.unique_key,
             message.user_properties)))
-        results.append(_new_tuple(Appended, (position, queue_offset, now)))
+        results.append(PutResult(message.topic, message.queue_id, queue_offset, position,
+                                 message.size, now, store_host))
         return record
 
     @staticmethod

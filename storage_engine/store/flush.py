@@ -35,11 +35,11 @@ from collections.abc import Callable
 
 from ..clock import Clock
 from ..config import FlushConfig
+from ..group_commit import PositionWaiters
 from ..service import Service
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet
-from .position_waiters import PositionWaiters
 
 log = logging.getLogger(__name__)
 

@@ -69,6 +69,7 @@ class PutStatus(enum.Enum):
     """How an append ended. Failures raise instead; these are all "stored"."""
 
     PUT_OK = "PUT_OK"
+    SEND_OK = "PUT_OK"  # an alias: RocketMQ's clients (and ``framework.SendStatus``) say SEND_OK
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, not confirmed durable (SYNC mode)
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # stored; no slave acknowledged it in time
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # stored; SYNC_MASTER had no usable slave

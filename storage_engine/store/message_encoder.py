@@ -2,12 +2,15 @@
 
 Everything that can be wrong with a message is found here, before the put lock is taken, so a
 rejected write never touches the log: topic names (they become directory names), queue ids, body
-type, emptiness (``formats.message_rules``) and size (``commit_log.max_message_size_bytes``),
-property framing characters and the 32 767-byte properties limit, hosts. Thread-safe: the
+type, emptiness and size (``commit_log.max_message_size_bytes``), property names, framing
+characters and UTF-8 text (the rules of ``formats.message_rules``, stated there once), the
+32 767-byte properties limit, hosts. Thread-safe: the
 caches only grow and hold immutable values.
 """
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 from ..config import StoreConfig
 from ..errors import (
@@ -21,10 +24,14 @@ from ..formats import (
     PROPERTIES_SIZE_MAX_BYTES,
     PROPERTY_CRC_LENGTH,
     PROPERTY_CRC_PLACEHOLDER,
+    body_problem,
+    body_size_problem,
     empty_body_problem,
     encode_host,
     masked_crc32,
+    property_name_problem,
     record_size,
+    text_problem,
     uses_v2,
 )
 from .commit_log import PreparedMessage
@@ -80,11 +87,9 @@ class MessageEncoder:
             body = self._coerce_body(body, topic)
         if not body and (problem := empty_body_problem(body, message.properties)):
             raise InvalidMessageError(problem, topic=topic)
-        if len(body) > self._max_body:
-            raise MessageTooLargeError(
-                f"message body is {len(body):,} bytes; the limit is {self._max_body:,}: raise "
-                "commit_log.max_message_size_bytes (broker.conf maxMessageSize)",
-                setting="commit_log.max_message_size_bytes", topic=topic)
+        if problem := body_size_problem(len(body), self._max_body):
+            raise MessageTooLargeError(f"{problem}: raise commit_log.max_message_size_bytes",
+                                       setting="commit_log.max_message_size_bytes", topic=topic)
         keys = message.keys
         if keys is not None and type(keys) is not str:
             keys = " ".join(key for key in keys if key) or None
@@ -114,10 +119,9 @@ class MessageEncoder:
 
     @staticmethod
     def _coerce_body(body: object, topic: str) -> bytes:
-        if not isinstance(body, bytes | bytearray | memoryview):
-            raise InvalidMessageError(f"body must be bytes, got {type(body).__name__}",
-                                      topic=topic)
-        return bytes(body)
+        if isinstance(body, bytes | bytearray | memoryview):
+            return bytes(body)
+        raise InvalidMessageError(body_problem(body) or "body must be bytes", topic=topic)
 
     def _remember_topic(self, topic: object) -> tuple[bytes, bool]:
         validate_topic(topic)
@@ -138,9 +142,8 @@ class MessageEncoder:
         if message.properties:
             for name, value in message.properties.items():
                 if value is not None:
-                    if not isinstance(name, str) or not name:
-                        raise InvalidMessageError("property names must be non-empty strings",
-                                                  topic=message.topic)
+                    if problem := property_name_problem(name):
+                        raise InvalidMessageError(problem, topic=message.topic)
                     parts.append(f"{name}\x01{value}\x02")
         if keys:
             parts.append(f"KEYS\x01{keys}\x02")
@@ -150,13 +153,11 @@ class MessageEncoder:
             parts.append(f"UNIQ_KEY\x01{message.unique_key}\x02")
         text = "".join(parts)
         if text.count("\x01") != len(parts) or text.count("\x02") != len(parts):
-            self._reject_framing(message, keys)
+            self._reject_text(message, keys)
         try:
             encoded = text.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise InvalidMessageError(f"properties, tags or keys are not valid Unicode text "
-                                      f"({error.reason} at character {error.start})",
-                                      topic=message.topic) from error
+            self._reject_text(message, keys, error)
         limit = PROPERTIES_SIZE_MAX_BYTES - PROPERTY_CRC_LENGTH * self._property_crc
         if len(encoded) > limit:
             reserved = " (20 more carry the record CRC)" if self._property_crc else ""
@@ -167,16 +168,20 @@ class MessageEncoder:
         return encoded
 
     @staticmethod
-    def _reject_framing(message: Message, keys: str | None) -> None:
-        """Raise naming the first field that contains U+0001 or U+0002."""
-        fields = [("key", keys), ("tags", message.tags), ("unique_key", message.unique_key)]
-        fields += [(f"property {name!r}", f"{name}{value}")
-                   for name, value in (message.properties or {}).items() if value is not None]
-        for what, value in fields:
-            if value and ("\x01" in str(value) or "\x02" in str(value)):
-                raise InvalidMessageError(f"{what} contains U+0001 or U+0002, which frame "
-                                          "properties in the record", topic=message.topic)
-        raise InvalidMessageError("properties contain U+0001 or U+0002", topic=message.topic)
+    def _reject_text(message: Message, keys: str | None,
+                     cause: UnicodeEncodeError | None = None) -> NoReturn:
+        """Raise naming the first field that breaks ``formats.text_problem`` (a framing
+        character, text that is not UTF-8)."""
+        fields: list[tuple[str, str | None]] = [("key", keys), ("tags", message.tags),
+                                                ("unique_key", message.unique_key)]
+        for name, value in (message.properties or {}).items():
+            if value is not None:
+                fields += [(f"property {name!r}", name), (f"property {name!r}", str(value))]
+        for what, text in fields:
+            if text and (problem := text_problem(what, str(text))):
+                raise InvalidMessageError(problem, topic=message.topic) from cause
+        raise InvalidMessageError("properties are not storable text",
+                                  topic=message.topic) from cause
 
     def _host(self, host: str) -> bytes:
         encoded = self._hosts.get(host)

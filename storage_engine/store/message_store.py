@@ -1,14 +1,15 @@
 """``MessageStore``: the facade that owns the files, the services and the public API.
 
-Open: take the ``lock`` file, load the config stores, commit-log segments, consume queues,
-key-index files and the checkpoint, recover (``recovery.py``: truncate what is invalid, rebuild
-what the derived files miss), make the result durable and checkpoint it, create the ``abort``
-marker and start the services in order: commit-log flusher (group flush in SYNC mode, periodic
-in ASYNC), dispatch, consume-queue flusher (which persists the checkpoint), retention. Close:
-stop them in reverse, flush the log, dispatch the remainder, flush queues and index, write the
-checkpoint and config stores, remove ``abort`` (only when all of that succeeded) and release the
-lock. A store left with ``abort`` present was not closed cleanly; the next open recovers from
-the checkpoint.
+Open: take the ``lock`` file, call the opener's ``on_locked`` hook (the broker loads its config
+tables there, so a garbled table refuses the open before anything is recovered), load the
+commit-log segments, consume queues, key-index files and the checkpoint, recover
+(``recovery.py``: truncate what is invalid, rebuild what the derived files miss), make the result
+durable and checkpoint it, create the ``abort`` marker and start the services in order:
+commit-log flusher (group flush in SYNC mode, periodic in ASYNC), dispatch, consume-queue flusher
+(which persists the checkpoint), retention. Close: stop them in reverse, flush the log, dispatch
+the remainder, flush queues and index, write the checkpoint, remove ``abort`` (only when all of
+that succeeded) and release the lock. A store left with ``abort`` present was not closed
+cleanly; the next open recovers from the checkpoint.
 
 Replication (``ha/``, docs/replication.md) follows ``config.broker_role``: a master with
 ``ha.ha_listen`` runs the HA service last (so it starts after, and stops before, the others) and
@@ -16,6 +17,10 @@ a SYNC_MASTER put also waits for a slave's acknowledgement (``PutStatus.FLUSH_SL
 after ``ha.slave_timeout_ms``, ``SLAVE_NOT_AVAILABLE`` without a usable slave); a SLAVE refuses
 puts (``NotMasterError``), copies the master's log through its HA client and dispatches only
 whole records; at a clean close it trims a partial last record, which the master resends.
+
+The store knows nothing of the broker: the config tables in ``config/`` (topics, groups,
+consumer and delay offsets) belong to ``storage_engine.broker``, which also gives retention its
+consumption floor (``set_consumption_floor``). A store opened alone never reads or writes them.
 
 Fail-stop: when any service fails (an fdatasync error, a corrupt record under dispatch) the
 commit log refuses appends from then on; reads keep working and ``close`` writes nothing more.
@@ -31,7 +36,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..broker.config_stores import CONFIG_DIR_NAME, ConfigStores
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, FlushMode, StoreConfig
 from ..errors import DiskFullError, NotMasterError, StorageIOError, StoreClosedError
@@ -86,7 +90,6 @@ class MessageStore:
         self.queues = ConsumeQueueSet(root / "consumequeue", config.consume_queue.units_per_file)
         self.key_index = KeyIndex(root / "index", config.key_index, clock)
         self.checkpoint = Checkpoint(root)
-        self.config_stores = ConfigStores(root / CONFIG_DIR_NAME, clock)
         self._listeners: list[ArrivalListener] = []
         dispatchers: list[Dispatcher] = [
             ConsumeQueueDispatcher(self.queues, config.delay.levels_ms, self._listeners)]
@@ -159,11 +162,15 @@ class MessageStore:
     @classmethod
     def open(cls, config: StoreConfig, *, clock: Clock | None = None,
              disk_usage: DiskUsageProbe = measure_disk_usage,
-             hour_of_day: Callable[[int], int] = local_hour) -> MessageStore:
+             hour_of_day: Callable[[int], int] = local_hour,
+             on_locked: Callable[[], None] | None = None) -> MessageStore:
         """Open (creating if needed), recover and start a store.
 
         ``clock``, ``disk_usage`` (usage of the store's partition) and ``hour_of_day`` are
         injectable so tests can drive retention without waiting or filling a disk.
+        ``on_locked`` runs once the ``lock`` file is held and before any store file is read;
+        what it raises refuses the open with nothing loaded or changed (``Broker.open`` loads
+        its config tables there: one process at a time, and before recovery).
 
         A disk too full to write the ``abort`` marker does not stop the open: the store opens
         read-only (reads work, puts raise ``DiskFullError`` saying why) and becomes writable
@@ -171,14 +178,16 @@ class MessageStore:
         """
         store = cls(config, clock or SystemClock(), disk_usage=disk_usage,
                     hour_of_day=hour_of_day)
-        store._open()
+        store._open(on_locked)
         return store
 
-    def _open(self) -> None:
+    def _open(self, on_locked: Callable[[], None] | None) -> None:
         root = self.config.root_dir
         root.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
         try:
+            if on_locked is not None:
+                on_locked()
             abort_path = root / ABORT_FILE_NAME
             clean = not abort_path.exists()
             self._load_and_recover(clean)
@@ -214,7 +223,6 @@ class MessageStore:
 
     def _load_and_recover(self, clean: bool) -> None:
         """Load every file, recover (``recovery.py``), rebuild, and make the result durable."""
-        self.config_stores.load_all()  # first: a garbled config refuses the open untouched
         self.commit_log.load()
         self.queues.load()
         self.key_index.load()
@@ -254,7 +262,6 @@ class MessageStore:
                 if self._replica_boundary is not None:
                     self._replica_boundary.trim_tail()
                 self._flush_all()
-                self.config_stores.persist_all()
                 (self.config.root_dir / ABORT_FILE_NAME).unlink(missing_ok=True)
                 fsync_dir(self.config.root_dir)
             else:
@@ -339,10 +346,10 @@ class MessageStore:
                 replicated = self._wait_replicated(end, started_ms)
                 if replicated is not PutStatus.PUT_OK:
                     status = replicated
-        host = self._store_host
-        return [PutResult(p.topic, p.queue_id, a.queue_offset, a.log_position, p.size,
-                          a.store_timestamp_ms, host, status)
-                for p, a in zip(batch, appended, strict=True)]
+        if status is not PutStatus.PUT_OK:  # the commit log's results say PUT_OK
+            for result in appended:
+                result.status = status
+        return appended
 
     def _admit(self, batch: Sequence[PreparedMessage]) -> None:
         """Back-pressure (``DiskGuard``): raise ``DiskFullError`` before the disk passes the

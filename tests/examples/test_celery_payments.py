@@ -39,6 +39,7 @@ from tests.support.alert_servers import (  # noqa: F401 - fixtures
     smtp_server_fixture,
     webhook_server_fixture,
 )
+from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_PERIOD_S = 1.0
@@ -101,17 +102,16 @@ class Deployment:
                          for process in self.processes)
 
     def wait_for(self, condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """``wait_until`` that also fails as soon as one of the processes exits."""
+        def holds() -> Any:
             value = condition()
-            if value:
-                return value
-            for process in self.processes:
-                if process.process.poll() is not None:
-                    pytest.fail(f"{process.name} exited ({process.process.returncode}) while "
-                                f"waiting for {what}\n{self.logs()}")
-            time.sleep(0.2)
-        pytest.fail(f"timed out waiting for {what}\n{self.logs()}")
+            exited = [process for process in self.processes if process.process.poll() is not None]
+            if not value and exited:
+                pytest.fail(f"{exited[0].name} exited ({exited[0].process.returncode}) while "
+                            f"waiting for {what}\n{self.logs()}")
+            return value
+
+        return wait_until(holds, timeout_s, what, interval_s=0.2, detail=self.logs)
 
     def stop(self) -> None:
         for process in reversed(self.processes):

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from framework.contrib.celery import (
     host_app,
     kombu_redis_url,
 )
+from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,11 +98,13 @@ def test_the_cli_pool_default_becomes_solo(redis_server_url: str, tmp_path: Path
              "--pool=prefork", "--concurrency=2", "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60
-            while not (tmp_path / "store" / "lock").exists():  # the hosted app opened it
-                assert worker.poll() is None, log_path.read_text(errors="replace")
-                assert time.monotonic() < deadline, log_path.read_text(errors="replace")
-                time.sleep(0.2)
+            def store_opened() -> bool:  # by the hosted app
+                opened = (tmp_path / "store" / "lock").exists()
+                assert opened or worker.poll() is None, log_path.read_text(errors="replace")
+                return opened
+
+            wait_until(store_opened, 60, "the worker's app to open the store", interval_s=0.2,
+                       detail=lambda: log_path.read_text(errors="replace"))
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)

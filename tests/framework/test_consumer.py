@@ -11,15 +11,9 @@ import pytest
 from framework import App, BrokerClient, ConsumerOptions
 from framework.testing import InlineRunner
 from storage_engine import Broker
+from tests.support.polling import wait_until
 
 FAST = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=100, persist_interval_ms=100)
-
-
-def _wait_for(condition, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 class Recorder:
@@ -51,14 +45,14 @@ def test_restart_resumes_from_committed_offset(open_broker, client):
     app = _consumer_app(client(broker), first).start()
     for i in range(100):
         app.producer.send("events", f"m{i}")
-    _wait_for(lambda: first.count() == 100)
+    wait_until(lambda: first.count() == 100)
     app.stop()  # drains and persists offsets
     producer = App(broker=client(broker)).producer
     for i in range(100, 150):
         producer.send("events", f"m{i}")
     second = Recorder()
     app2 = _consumer_app(client(broker), second).start()
-    _wait_for(lambda: second.count() == 50)
+    wait_until(lambda: second.count() == 50)
     app2.stop()
     assert set(second.bodies) == {f"m{i}" for i in range(100, 150)}
     assert max(first.bodies.values()) == 1 and max(second.bodies.values()) == 1
@@ -70,7 +64,7 @@ def test_offsets_survive_broker_reopen(open_broker, client, tmp_path):
     app = _consumer_app(client(broker), recorder).start()
     for i in range(40):
         app.producer.send("events", f"m{i}")
-    _wait_for(lambda: recorder.count() == 40)
+    wait_until(lambda: recorder.count() == 40)
     app.stop()
     config = broker.store.config
     broker.close()
@@ -79,7 +73,7 @@ def test_offsets_survive_broker_reopen(open_broker, client, tmp_path):
         later = Recorder()
         app2 = _consumer_app(client(reopened), later).start()
         app2.producer.send("events", "after")
-        _wait_for(lambda: later.count() == 1)
+        wait_until(lambda: later.count() == 1)
         app2.stop()
         assert list(later.bodies) == ["after"]
     finally:
@@ -104,16 +98,16 @@ def test_rebalancing_one_three_two_consumers_processes_everything(open_broker, c
 
     send(200)
     apps += [_consumer_app(client(broker), recorders[i]).start() for i in (1, 2)]
-    _wait_for(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
+    wait_until(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
     send(200)
-    _wait_for(lambda: all(r.count() for r in recorders) and total() >= 400)
+    wait_until(lambda: all(r.count() for r in recorders) and total() >= 400)
     assignments = [set(a.consumers[0].assigned_queues()) for a in apps]
     assert not (assignments[0] & assignments[1] or assignments[1] & assignments[2]
                 or assignments[0] & assignments[2])
     apps.pop().stop()  # 3 → 2
-    _wait_for(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
+    wait_until(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
     send(200)
-    _wait_for(lambda: len(set().union(*(r.bodies for r in recorders))) == 600)
+    wait_until(lambda: len(set().union(*(r.bodies for r in recorders))) == 600)
     for app in apps:
         app.stop()
     seen = Counter()
@@ -165,7 +159,7 @@ def test_broadcast_delivers_every_message_to_every_consumer(open_broker, client,
         apps.append(app.start())
     for i in range(50):
         apps[0].producer.send("events", f"m{i}")
-    _wait_for(lambda: all(r.count() == 50 for r in recorders))
+    wait_until(lambda: all(r.count() == 50 for r in recorders))
     for app in apps:
         app.stop()
     assert (tmp_path / "offsets" / "node0" / "cache" / "offsets.json").exists()
@@ -178,7 +172,7 @@ def test_broadcast_delivers_every_message_to_every_consumer(open_broker, client,
                 consume_from="first")(again)
     app.start()
     app.producer.send("events", "late")
-    _wait_for(lambda: again.count() == 1)
+    wait_until(lambda: again.count() == 1)
     app.stop()
     assert list(again.bodies) == ["late"]
 

@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from storage_engine import Broker, Message, StoreConfig
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_until
 
 MESSAGE_COUNT = 3_000
 
@@ -55,10 +55,8 @@ def test_kill_9_mid_consumption_then_restart_loses_nothing(tmp_path):
     second_log.touch()
 
     process = _start(root, first_log)
-    deadline = time.monotonic() + 60
-    while len(_handled(first_log)) < MESSAGE_COUNT // 3:
-        assert time.monotonic() < deadline, "the consumer made no progress"
-        time.sleep(0.01)
+    wait_until(lambda: len(_handled(first_log)) >= MESSAGE_COUNT // 3, 60,
+               "the consumer to make progress")
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     first = _handled(first_log)
@@ -66,12 +64,10 @@ def test_kill_9_mid_consumption_then_restart_loses_nothing(tmp_path):
     committed, sizes = _committed_and_sizes(root)
 
     process = _start(root, second_log)
-    deadline = time.monotonic() + 60
     expected_second = {(q, o) for q, count in sizes.items()
                        for o in range(committed[q], count)}
-    while set(_handled(second_log)) != expected_second:
-        assert time.monotonic() < deadline, "the restarted consumer did not finish"
-        time.sleep(0.01)
+    wait_until(lambda: set(_handled(second_log)) == expected_second, 60,
+               "the restarted consumer to finish")
     process.stdin.close()
     assert process.wait(30) == 0
     second = _handled(second_log)

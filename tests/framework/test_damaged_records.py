@@ -11,24 +11,18 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from framework import App, ConsumerOptions
-from storage_engine import Broker, MidLogCorruptionError, repair_store, verify_store
+from storage_engine import Broker, repair_store, verify_store
+from storage_engine.errors import MidLogCorruptionError
 from tests.storage_engine.conftest import small_config
+from tests.support.polling import wait_until
 
 FAST = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=100, persist_interval_ms=100)
 COUNT = 300
-
-
-def _wait_for(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def _write(root: Path):
@@ -68,9 +62,9 @@ def _consume_all(config) -> tuple[dict[str, int], Broker]:
 
     app.start()
     try:
-        _wait_for(lambda: len(received) == COUNT - 1)
+        wait_until(lambda: len(received) == COUNT - 1)
         app.producer.send("events", "after")  # past the damaged offset: still delivered
-        _wait_for(lambda: "after" in received)
+        wait_until(lambda: "after" in received)
     finally:
         app.stop()
     return received, broker

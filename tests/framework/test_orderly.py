@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import defaultdict
 
 from framework import App, ConsumerOptions
 from framework.testing import InlineRunner
+from tests.support.polling import wait_until
 
 
 def _send_sharded(app: App, accounts: int, per_account: int) -> dict[str, list[str]]:
@@ -122,10 +122,8 @@ def test_orderly_order_holds_across_a_rebalance(open_broker, client):
             producer.send("ledger", f"acct-{account}:{step}", sharding_key=f"acct-{account}")
         if step == 10:
             second = start_app()
-    deadline = time.monotonic() + 20
-    while not all(len(set(seen[f"acct-{a}"])) == 30 for a in range(6)):
-        assert time.monotonic() < deadline, dict(seen)
-        time.sleep(0.01)
+    wait_until(lambda: all(len(set(seen[f"acct-{a}"])) == 30 for a in range(6)), 20,
+               "every step of every account", detail=lambda: dict(seen))
     second.stop()
     first.stop()
     for account, steps in seen.items():

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from framework import App, InvalidMessageError
+import storage_engine
+from framework import (
+    App,
+    ConsumedMessage,
+    DeadLetter,
+    InvalidMessageError,
+    SendResult,
+    SendStatus,
+    check_message,
+)
 from framework.testing import InlineRunner
-from storage_engine import Broker, Message
+from storage_engine import Broker, Message, PutStatus
 from storage_engine import InvalidMessageError as StoreInvalidMessageError
 from storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
 
@@ -95,3 +104,73 @@ def test_broker_and_store_refuse_an_empty_body_before_writing(open_broker):
         broker.store.put_message(Message("orders", b""), queue_id=0)
     assert written(broker) == (0, {})
     assert broker.topic_config("orders") is None  # the refused send created no topic
+
+
+# ---- one rule set, one error type ------------------------------------------------------------
+
+def test_framework_and_store_refuse_with_one_error_type(open_broker):
+    """``framework.InvalidMessageError`` is the store's: a refusal by the store underneath (here
+    a body over the store's own ``max_message_size_bytes``) is caught by the framework's name."""
+    broker = open_broker(max_message_size_bytes=16)
+    app = App(broker=broker)
+    assert InvalidMessageError is StoreInvalidMessageError
+    with pytest.raises(InvalidMessageError, match="max_message_size_bytes"):
+        app.producer.send("orders", b"x" * 17)
+    assert written(broker) == (0, {})
+
+
+SAME_RULE = [
+    pytest.param(dict(topic="a/b"), id="topic-slash"),
+    pytest.param(dict(topic="t" * 128), id="topic-too-long"),
+    pytest.param(dict(tags="a\x01b"), id="tags-framing"),
+    pytest.param(dict(keys=["a\x02b"]), id="key-framing"),
+    pytest.param(dict(properties={"note": "a\x01b"}), id="property-value-framing"),
+    pytest.param(dict(properties={"": "v"}), id="property-name-empty"),
+    pytest.param(dict(tags="\ud800"), id="tags-not-unicode"),
+    pytest.param(dict(body=b""), id="empty-body"),
+]
+
+
+@pytest.mark.parametrize("fields", SAME_RULE)
+def test_framework_check_and_store_state_a_broken_rule_alike(open_broker, fields):
+    """The rules are stated once (``formats.message_rules``): ``check_message`` (the outbox's
+    check) and the store's encoder refuse the same message with the same words."""
+    message = {"topic": "orders", "body": b"x", **fields}
+    store = open_broker().store
+    with pytest.raises(StoreInvalidMessageError) as by_store:
+        store.put_message(Message(message.pop("topic"), message.pop("body"), **message))
+    with pytest.raises(InvalidMessageError) as by_framework:
+        check_message(**{"topic": "orders", "body": b"x", **fields})
+    assert str(by_framework.value) == str(by_store.value)
+
+
+def test_a_dead_letter_shows_its_first_topic_and_reason(open_broker, fake_clock):
+    """``ConsumedMessage`` over a dead letter restores the topic it was first sent to and the
+    ``DeadLetter`` reason (the outbox's dead-letter rule reads both through it)."""
+    broker = open_broker(clock=fake_clock)
+    app = App(broker=broker, clock=fake_clock)
+
+    @app.handler(topic="orders", consumer_group="billing")
+    def refuse(message):
+        raise DeadLetter("cannot parse")
+
+    app.producer.send("orders", b"poison")
+    InlineRunner(app, broker=broker).run_until_idle(advance_clock=True)
+    app.stop()
+    (letter,) = broker.dead_letters("billing")
+    dead = ConsumedMessage(letter, "billing")
+    assert (dead.topic, dead.stored_topic) == ("orders", "%DLQ%billing")
+    assert dead.dead_letter_reason == "cannot parse"
+
+
+def test_broker_and_producer_return_one_result_type(open_broker):
+    """``Producer.send`` returns the broker's ``SendResult`` itself (DESIGN §4's name): the
+    UNIQ_KEY as ``msg_id``, the asked-for and the stored queue, the store's status."""
+    broker = open_broker()
+    sent = App(broker=broker).producer.send("orders", b"x", delay_level=1)
+    direct = broker.send(Message("orders", b"y", unique_key="k-1"))
+    assert SendResult is storage_engine.SendResult
+    assert type(sent) is type(direct) is SendResult
+    assert sent.msg_id == sent.unique_key and direct.msg_id == "k-1"
+    assert (sent.topic, sent.stored_topic) == ("orders", "SCHEDULE_TOPIC_XXXX")
+    assert sent.status is SendStatus.SEND_OK is PutStatus.PUT_OK

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import Engine, func, select
@@ -67,13 +65,6 @@ def stop_consumer(process: subprocess.Popen) -> None:
     assert process.stdin is not None
     process.stdin.close()
     assert process.wait(60) == 0
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def stub_counts(engine: Engine) -> dict[str, int]:

@@ -20,9 +20,9 @@ from tests.idempotency.process_support import (
     start_consumer,
     stop_consumer,
     stub_counts,
-    wait_until,
 )
 from tests.support.idempotent_consumer import business, ledger
+from tests.support.polling import wait_until
 
 MESSAGES = 20
 

@@ -21,9 +21,9 @@ from tests.idempotency.process_support import (
     stop_consumer,
     stub_counts,
     wait_ready,
-    wait_until,
 )
 from tests.support.idempotent_consumer import business, ledger
+from tests.support.polling import wait_until
 
 MESSAGES = 300
 COPIES = 3

@@ -14,7 +14,7 @@ from sqlalchemy.orm import DeclarativeBase
 import outbox
 from framework import App, ConfigurationError, DeadLetter, Middleware, RetryLater, SkipMessage
 from framework.testing import InlineRunner
-from idempotency import GuardState, RedisGuard
+from idempotency import GuardState, IdempotencyMiddleware, RedisGuard
 from storage_engine import Message
 from tests.idempotency.conftest import count_rows, ledger
 from tests.support.services import database_backend, free_port
@@ -37,7 +37,7 @@ def _publish(app: App, message_id: str, copies: int = 1) -> None:
 
 
 def _middleware(app: App):
-    return next(layer for layer in app.middleware if layer.serves_idempotent_handlers)
+    return next(layer for layer in app.middleware if isinstance(layer, IdempotencyMiddleware))
 
 
 def _stub(app: App, message_id: str):
@@ -333,6 +333,40 @@ def test_an_idempotent_handler_takes_one_message_per_call(tmp_path):
     with pytest.raises(ConfigurationError, match="batch_size=1"):
         app.handler(topic="orders", consumer_group="billing", idempotent=True,
                     batch_size=8)(lambda messages, session: None)
+
+
+def test_idempotent_must_be_a_bool(tmp_path):
+    app = App(store_url=str(tmp_path / "store"))
+    with pytest.raises(ConfigurationError, match="idempotent= must be True or False"):
+        app.handler(topic="orders", consumer_group="billing",
+                    idempotent="yes")(lambda message, session: None)
+    assert app.handlers == []
+
+
+def test_the_middleware_is_found_by_entry_point_and_built_once(make_app, fake_clock):
+    """``idempotent=True`` alone gets the registered middleware, built from the app at start;
+    one added by the application serves the handlers instead."""
+    app = make_app(clock=fake_clock)
+    calls: list[str] = []
+    _register_ledger_handler(app, calls)
+    assert dict(app.handlers[0].options) == {"idempotent": True}
+    app.start(threads=False)
+    [layer] = app.middleware
+    assert isinstance(layer, IdempotencyMiddleware)
+    assert layer.engine is outbox.database_engine(app)
+    app.stop()
+
+    own = IdempotencyMiddleware(outbox.database_engine(app))
+    chosen = make_app(clock=fake_clock, name="other")
+    chosen.add_middleware(own)
+    _register_ledger_handler(chosen, calls)
+    chosen.start(threads=False)
+    assert chosen.middleware == [own]
+    message_id = _send_stub(chosen)
+    _publish(chosen, message_id)
+    InlineRunner(chosen).run_until_idle()
+    assert calls == [message_id]
+    assert own.stats.processed == 1
 
 
 def test_the_database_check_runs_in_the_handlers_transaction(make_app, fake_clock):

@@ -44,7 +44,7 @@ class PostboxEndpoint:
         store = self.directory / "store"
         with Broker.open(self.config()) as broker:
             for group, times in self.retry_max_times.items():
-                broker.store.config_stores.subscription_groups.put(
+                broker.tables.subscription_groups.put(
                     SubscriptionGroupConfig(group, retry_max_times=times))
         self.process = BrokerProcess(store, broker_conf=conf).start()
         return self

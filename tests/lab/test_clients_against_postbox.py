@@ -18,7 +18,6 @@ import pytest
 from rocketmq import ConsumeResult, MessageListener
 
 from tests.lab.postbox_side import Deliveries, PostboxEndpoint
-from tests.remoting.conftest import wait_until
 from tests.remoting.rocketmq_clients import (
     configuration,
     message,
@@ -26,6 +25,7 @@ from tests.remoting.rocketmq_clients import (
     start_push_consumer,
     start_simple_consumer,
 )
+from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import LabDriver
 
 TOPIC = "ClientsCorpus"

@@ -14,7 +14,6 @@ client. The Java broker also delivers the delayed message Postbox left pending.
 from __future__ import annotations
 
 import base64
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from storage_engine import Broker, HAConfig, Message, StoreConfig
 from tests.lab.compare import differences, postbox_fields, read_queue
+from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import copy_store
 from tests.support.rocketmq_processes import LAB_BROKER_SETTINGS, free_broker_ports
 
@@ -61,13 +61,6 @@ def corpus() -> list[tuple[Message, int | None]]:
     return [*plain, *large, *transactions, *grpc]
 
 
-def wait_for(condition, what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def write_corpus(broker: Broker) -> dict:
     """Postbox's side of the corpus; returns what the Java side must find."""
     broker.create_topic(MAIN, 4)
@@ -86,9 +79,9 @@ def write_corpus(broker: Broker) -> dict:
     assert len(pulled) == 4
     for offset, view in enumerate(pulled):
         broker.send_back(GROUP, view, delay_level=-1 if offset % 2 else 0)
-    wait_for(lambda: broker.find_by_unique_key(MAIN, delivered.unique_key),
-             "Postbox's delay service")
-    wait_for(lambda: broker.store.max_offset(f"%RETRY%{GROUP}", 0) == 2, "the retries")
+    wait_until(lambda: broker.find_by_unique_key(MAIN, delivered.unique_key),
+               what="Postbox's delay service")
+    wait_until(lambda: broker.store.max_offset(f"%RETRY%{GROUP}", 0) == 2, what="the retries")
     for queue_id in range(4):
         broker.commit_offset(GROUP, MAIN, queue_id, broker.store.max_offset(MAIN, queue_id) // 2)
     for queue_id in range(2):

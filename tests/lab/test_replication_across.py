@@ -43,6 +43,7 @@ from storage_engine import (
 from storage_engine.broker_conf import parse_properties
 from storage_engine.remoting import RemoteBroker
 from tests.support.broker_process import BrokerProcess, write_broker_conf
+from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import DriverError, copy_store
 
 JAVA_TOPIC = "ReplFromJava"
@@ -62,18 +63,6 @@ REPL_BROKER = "repl-postbox"
 JAVA_SYNC_MASTER = {"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2", "totalReplicas": "2"}
 """A Java 5.x SYNC_MASTER waits for a slave's acknowledgement only when it needs two in-sync
 replicas (itself and the slave); with the default ``inSyncReplicas=1`` it answers at once."""
-
-
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1):
-    """Poll ``condition`` until truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 def ha_address(conf_path: Path) -> str:
@@ -151,8 +140,8 @@ def wait_for_route(driver, topic: str, broker_name: str) -> None:
             return False
         return bool(queues) and {queue["broker"] for queue in queues} == {broker_name}
 
-    wait_for(routed, CONNECT_TIMEOUT_S, f"a route for {topic} to {broker_name} only",
-             interval_s=1)
+    wait_until(routed, CONNECT_TIMEOUT_S, f"a route for {topic} to {broker_name} only",
+               interval_s=1)
 
 
 def stored_on(offset_msg_id: str, broker_address: str) -> bool:
@@ -181,8 +170,8 @@ def first_acknowledged_send(driver, topic: str) -> dict:
         return result if result["status"] == "SEND_OK" else failures.append(result["status"])
 
     try:
-        return wait_for(acknowledged, ACK_PROBE_TIMEOUT_S, "a SEND_OK from the Java master",
-                        interval_s=1)
+        return wait_until(acknowledged, ACK_PROBE_TIMEOUT_S, "a SEND_OK from the Java master",
+                          interval_s=1)
     except AssertionError as error:
         raise AssertionError(f"{error}; answers: {failures[-3:]}") from None
 
@@ -197,8 +186,8 @@ def test_postbox_slave_holds_every_message_a_java_sync_master_acknowledged_after
         ha=HAConfig(master_address=ha_address(master.conf_path)))
     slave = MessageStore.open(config)
     try:
-        wait_for(lambda: slave.ha_status()["connected"], CONNECT_TIMEOUT_S,
-                 "the Postbox slave connected to the Java master")
+        wait_until(lambda: slave.ha_status()["connected"], CONNECT_TIMEOUT_S,
+                   "the Postbox slave connected to the Java master")
         driver.run("create-topic", broker_addr=master.address, topic=JAVA_TOPIC,
                    queues=QUEUE_COUNT, message_type="NORMAL")
         wait_for_route(driver, JAVA_TOPIC, master.name)
@@ -309,8 +298,8 @@ def test_java_slave_holds_every_message_a_postbox_sync_master_acknowledged_after
     slave = start_java_slave(live_rocketmq, rocketmq_brokers, master, tmp_path / "java-slave")
     messages = postbox_corpus()
     with RemoteBroker(master.address) as producer:
-        wait_for(lambda: producer.send(Message("probe", b"probe")).status is PutStatus.PUT_OK,
-                 ACK_PROBE_TIMEOUT_S, "a PUT_OK from the Postbox master", interval_s=0.5)
+        wait_until(lambda: producer.send(Message("probe", b"probe")).status is PutStatus.PUT_OK,
+                   ACK_PROBE_TIMEOUT_S, "a PUT_OK from the Postbox master", interval_s=0.5)
         started = time.monotonic()
         receipts = [producer.send(message) for message in messages]
         send_s = time.monotonic() - started

@@ -22,12 +22,12 @@ compared tightly: the machine is loaded). docs/remoting.md lists the figures and
 from __future__ import annotations
 
 import base64
-import time
 
 import pytest
 
 from tests.lab.postbox_side import Deliveries, PostboxEndpoint
 from tests.remoting.raw_calls import pull_all
+from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import DriverError, LabDriver
 
 SIMPLE_TOPIC, PUSH_TOPIC, DELAY_TOPIC = "SideBySideSimple", "SideBySidePush", "SideBySideDelay"
@@ -75,16 +75,6 @@ def run_scenario(driver: LabDriver, endpoint: str) -> dict:
         invisible_ms=INVISIBLE_MS, send=delayed, expect=[m["body"] for m in delayed],
         max_attempts=1, timeout_ms=60_000, quiet_ms=0))
     return {"simple": simple, "push": push, "delay": delay}
-
-
-def poll(read, timeout_s: float, interval_s: float = 1.0):
-    """Call ``read`` until it returns something truthy or ``timeout_s`` passes; its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = read()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
 
 
 def apache_dead_letters(lab, group: str) -> list[str]:
@@ -166,10 +156,14 @@ def test_retry_dlq_filter_and_invisible_time_match_the_apache_proxy(live_rocketm
             assert -EARLY_MS <= lateness_ms <= SLACK_MS, (name, delivery)
 
     dead = [f"{PUSH_TOPIC}-4"], [f"{SIMPLE_TOPIC}-1"]
-    assert poll(lambda: apache_dead_letters(lab, PUSH_GROUP), 60) == dead[0]
-    assert poll(lambda: apache_dead_letters(lab, SIMPLE_GROUP), 60) == dead[1]
-    assert poll(lambda: postbox_dead_letters(postbox.address, PUSH_GROUP), 30) == dead[0]
-    assert poll(lambda: postbox_dead_letters(postbox.address, SIMPLE_GROUP), 30) == dead[1]
+    assert wait_until(lambda: apache_dead_letters(lab, PUSH_GROUP), 60,
+                      interval_s=1.0) == dead[0]
+    assert wait_until(lambda: apache_dead_letters(lab, SIMPLE_GROUP), 60,
+                      interval_s=1.0) == dead[1]
+    assert wait_until(lambda: postbox_dead_letters(postbox.address, PUSH_GROUP), 30,
+                      interval_s=1.0) == dead[0]
+    assert wait_until(lambda: postbox_dead_letters(postbox.address, SIMPLE_GROUP), 30,
+                      interval_s=1.0) == dead[1]
 
 
 FIFO_TOPIC, FIFO_GROUP = "SideBySideFifo", "side-fifo"

@@ -8,13 +8,12 @@
   milliseconds), closed and verified by ``open_broker`` at teardown.
 - ``app``: an ``App`` on that broker with ``database_url`` = the migrated database; stopped at
   teardown (before the broker closes).
-- helpers: ``stub_row``/``stub_rows``/``stub_count``, ``order_count``, ``wait_for`` (poll with a
-  deadline), ``stored_records`` (every record of a topic, read back from the store's queues).
+- helpers: ``stub_row``/``stub_rows``/``stub_count``, ``order_count``, ``stored_records``
+  (every record of a topic, read back from the store's queues).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,18 +32,6 @@ orders = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("note", String(64), nullable=False),
 )
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float = 5.0, what: str = "condition"
-             ) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned); fail at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s} s"
-        time.sleep(0.01)
 
 
 def stub_row(engine: Engine, message_id: str) -> Any:

@@ -15,7 +15,15 @@ import pytest
 from sqlalchemy import Engine, event, insert, select
 
 from framework import Producer
-from outbox import Relay, RelayOptions, StubStatus, admin, claim_stubs, message_stub
+from outbox import (
+    Relay,
+    RelayOptions,
+    ResendRules,
+    StubStatus,
+    admin,
+    claim_stubs,
+    message_stub,
+)
 from outbox.admin import (
     AdminError,
     get_stub,
@@ -307,15 +315,16 @@ def test_rearmed_stub_is_published_by_the_relay(engine: Engine, broker: Broker,
                                                 open_broker) -> None:
     add_stub(engine, "lost", created_at=T0)
     broken = open_broker("closed-store")
-    failing = Relay(Producer(broken), engine, options=RelayOptions(max_send_count=2,
-                                                                   retry_delay_ms=0))
+    failing = Relay(Producer(broken), engine, options=RelayOptions(
+        rules=ResendRules(max_send_count=2), retry_delay_ms=0))
     broken.close()
     failing.publish_due()
     failing.publish_due()
     assert stub_row(engine, "lost")["status"] == VOID
 
     assert rearm(engine, ["lost"]) == ["lost"]
-    relay = Relay(Producer(broker), engine, options=RelayOptions(max_send_count=2))
+    relay = Relay(Producer(broker), engine, options=RelayOptions(
+        rules=ResendRules(max_send_count=2)))
     assert relay.publish_due() == 1
 
     row = stub_row(engine, "lost")

@@ -13,7 +13,16 @@ from sqlalchemy import Engine, func, select, update
 
 import outbox
 from framework import App, Producer
-from outbox import Outbox, Relay, RelayOptions, StubStatus, claim_stubs, message_stub
+from outbox import (
+    Outbox,
+    Relay,
+    RelayOptions,
+    ResendRules,
+    StubStatus,
+    claim_stubs,
+    create_database_engine,
+    message_stub,
+)
 from outbox.claims import unpublished_due
 from outbox.clock import utc_now
 from outbox.database import run_transaction
@@ -25,8 +34,8 @@ from tests.outbox.conftest import (
     stub_count,
     stub_row,
     stub_rows,
-    wait_for,
 )
+from tests.support.polling import wait_until
 
 FAST_POLL = RelayOptions(poll_interval_ms=50)
 
@@ -94,7 +103,7 @@ def test_committed_send_is_published_promptly_by_the_after_commit_hook(
     # a stub from another process, found by the relay thread's first poll at start
     [polled_id] = send_stubs(make_engine(), 1, first_order=100)
     app.start()
-    wait_for(lambda: box.relay.stats.published_by_poll == 1, what="the first poll")
+    wait_until(lambda: box.relay.stats.published_by_poll == 1, what="the first poll")
 
     properties = {"source": "shop"}
     with box.session.begin() as session:
@@ -102,8 +111,8 @@ def test_committed_send_is_published_promptly_by_the_after_commit_hook(
         message_id = outbox.send(session, "orders", {"order": 1}, tags="created",
                                  keys=["order-1", "customer-7"], properties=properties)
     # the next poll is a minute away: only the hook can publish it within the deadline
-    wait_for(lambda: stub_row(box.engine, message_id)["published_at"], timeout_s=5,
-             what="the hook's publish")
+    wait_until(lambda: stub_row(box.engine, message_id)["published_at"], timeout_s=5,
+               what="the hook's publish")
 
     assert box.relay.stats.published_by_hook == 1
     assert box.relay.stats.published_by_poll == 1
@@ -121,7 +130,7 @@ def test_sends_before_start_are_remembered_and_published_at_start(app: App, brok
         add_order(session, 1)
         message_id = outbox.send(session, "orders", "before start")
     app.start()
-    wait_for(lambda: stub_row(box.engine, message_id)["published_at"], what="the publish")
+    wait_until(lambda: stub_row(box.engine, message_id)["published_at"], what="the publish")
     assert_published_as_stored(box.engine, broker, message_id)
 
 
@@ -145,12 +154,35 @@ def test_polling_publishes_stubs_the_hook_never_saw(app: App, broker: Broker,
 
 
 def test_running_relay_polls_within_its_interval(app: App, make_engine: Callable[[], Engine]):
-    box = Outbox(app, options=FAST_POLL)
-    app.start()
+    clock = Clock()  # the relay's passes driven on a fake clock, as its thread would run them
+    clock.advance(minutes=1)  # ahead of the sends below (a stub is due from its send time)
+    relay = Relay(app.producer, make_engine(), options=FAST_POLL, now=clock)
+    assert relay.run_once(relay.clock.now_ms()) == 0  # the first pass polls: nothing yet
     ids = send_stubs(make_engine(), 3)
-    wait_for(lambda: all(stub_row(box.engine, message_id)["published_at"]
-                         for message_id in ids), what="the polled publishes")
-    assert box.relay.stats.published_by_poll == 3
+    clock.advance(milliseconds=49)
+    assert relay.run_once(relay.clock.now_ms()) == 0  # the next poll is not due
+    assert relay.idle_wait_ms(relay.clock.now_ms()) == 1  # the thread sleeps until it is
+    clock.advance(milliseconds=1)
+    assert relay.run_once(relay.clock.now_ms()) == 3
+    assert all(stub_row(relay.engine, message_id)["published_at"] for message_id in ids)
+    assert relay.stats.published_by_poll == 3
+
+
+def test_a_failed_pass_backs_off_doubling_and_the_loop_goes_on(app: App, tmp_path):
+    # a real database fault: a database with no outbox tables (as if it were not migrated)
+    clock = Clock()
+    relay = Relay(app.producer, create_database_engine(f"sqlite:///{tmp_path / 'bare.db'}"),
+                  now=clock)
+    start_ms = relay.clock.now_ms()
+    assert relay.run_once(start_ms) == 0
+    assert relay.stats.errors == 1
+    assert relay.idle_wait_ms(start_ms) == 200
+    assert relay.run_once(start_ms + 199) == 0  # still backing off: no attempt
+    assert relay.stats.errors == 1
+    assert relay.run_once(start_ms + 200) == 0  # tried again, failed again: twice the wait
+    assert relay.stats.errors == 2
+    assert relay.idle_wait_ms(start_ms + 200) == 400
+    relay.engine.dispose()
 
 
 def test_several_relays_never_publish_a_stub_twice(app: App, broker: Broker,
@@ -209,7 +241,8 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
     [message_id] = send_stubs(engine, 1)
     clock = Clock()
     relay = Relay(closed_broker_producer(open_broker), engine, now=clock,
-                  options=RelayOptions(retry_delay_ms=1_000, max_send_count=3))
+                  options=RelayOptions(retry_delay_ms=1_000,
+                                       rules=ResendRules(max_send_count=3)))
 
     assert relay.publish_due() == 0
     row = stub_row(engine, message_id)
@@ -235,7 +268,8 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
 def test_stub_is_void_after_max_send_count_failed_attempts(engine: Engine, open_broker):
     [message_id] = send_stubs(engine, 1)
     relay = Relay(closed_broker_producer(open_broker), engine,
-                  options=RelayOptions(max_send_count=2, retry_delay_ms=0))
+                  options=RelayOptions(rules=ResendRules(max_send_count=2),
+                                       retry_delay_ms=0))
 
     relay.publish_due()
     assert stub_row(engine, message_id)["status"] == "unconfirmed"
@@ -326,8 +360,8 @@ def test_delayed_message_goes_through_the_delay_topic(app: App, broker: Broker, 
         row["log_position"]
 
     # the delay service delivers it to the real topic (levels are milliseconds here)
-    [delivered] = wait_for(lambda: broker.store.query_by_unique_key("orders", message_id),
-                           what="the delayed delivery")
+    [delivered] = wait_until(lambda: broker.store.query_by_unique_key("orders", message_id),
+                             what="the delayed delivery")
     assert bytes(delivered.body) == b"later" and delivered.tags == "reminder"
     assert delivered.queue_id == row["queue_id"]
     assert stub_count(engine) == 1

@@ -16,60 +16,48 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, insert, select
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session
 
-import outbox
-from framework import App, ConfigurationError
+from framework import App
 from idempotency import ledger
 from outbox import (
     Relay,
-    RelayOptions,
     StubStatus,
     claim_stubs,
-    message_log,
-    message_processed,
     message_stub,
 )
-from outbox.alerts import Alerter, WebhookSink
-from outbox.clock import utc_now
-from outbox.resend import Resender, ResendReport, ResendRules, retention_horizon
+from outbox.alerts import Alerter
+from outbox.resend import Resender, ResendReport, ResendRules
 from storage_engine import Broker, FakeClock, SendBackOutcome
-from tests.outbox.conftest import stub_row, wait_for
+from tests.outbox.conftest import stub_row
+from tests.outbox.resend_support import (
+    GRACE,
+    GROUP,
+    RECHECK,
+    Build,
+    Clock,
+    consumed_before,
+    locations,
+    log_processed,
+    log_receipt,
+    move_past,
+    publish,
+    send_stub,
+    webhook_alerter,
+    where,
+)
 from tests.storage_engine.conftest import START_MS
 from tests.support.alert_servers import (
     WebhookServer,
     webhook_server_fixture,  # noqa: F401  (the webhook_server fixture)
 )
-
-GROUP = "billing"
-RECHECK = timedelta(milliseconds=ResendRules().recheck_ms)
-GRACE = timedelta(milliseconds=ResendRules().grace_ms)
-
-
-class Clock:
-    """The database time the rule reads (naive UTC), moved by the test."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or utc_now()
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
+from tests.support.polling import wait_until
 
 
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-def webhook_alerter(server: WebhookServer) -> Alerter:
-    return Alerter([WebhookSink(server.url, timeout_s=2.0, retry_delay_s=0.01)])
-
-
-Build = Callable[..., tuple[Relay, Resender]]
 
 
 @pytest.fixture
@@ -88,67 +76,6 @@ def build(app: App, engine: Engine, clock: Clock) -> Build:
         return relay, resender
 
     return factory
-
-
-def send_stub(engine: Engine, clock: Clock, topic: str = "orders", body: bytes = b"order",
-              **options: Any) -> str:
-    """Commit one stub created at ``clock.now``; its id."""
-    with engine.begin() as connection:
-        return outbox.send(connection, topic, body, now=clock.now, **options)
-
-
-def publish(relay: Relay, engine: Engine, message_id: str) -> Any:
-    """Publish the stub through the relay; its row afterwards."""
-    assert relay.publish_ids([message_id]) == (1, [])
-    return stub_row(engine, message_id)
-
-
-def move_past(engine: Engine, broker: Broker, row: Any, group: str = GROUP,
-              by: int = 1) -> None:
-    """The group — an idempotent consumer, which has processed an earlier message of the
-    topic — commits an offset ``by`` past the stub's offset in its queue."""
-    consumed_before(engine, row["topic"], group)
-    broker.commit_offset(group, row["topic"], row["queue_id"], row["queue_offset"] + by)
-
-
-def consumed_before(engine: Engine, topic: str, group: str = GROUP) -> None:
-    """The trace an idempotent consumer leaves: a processed row of an earlier message."""
-    with engine.begin() as connection:
-        earlier = f"earlier-{group}-{topic}"
-        if connection.execute(select(message_processed.c.message_id).where(
-                message_processed.c.message_id == earlier)).first() is None:
-            connection.execute(insert(message_processed).values(
-                consumer_group=group, message_id=earlier, topic=topic,
-                processed_at=datetime(2025, 1, 1)))
-
-
-def log_receipt(engine: Engine, message_id: str, topic: str, queue_id: int, queue_offset: int,
-                now: datetime, group: str = GROUP) -> None:
-    """The ``message_log`` row the idempotency layer writes when a group receives a message."""
-    with engine.begin() as connection:
-        connection.execute(insert(message_log).values(
-            consumer_group=group, message_id=message_id, topic=topic, queue_id=queue_id,
-            queue_offset=queue_offset, created_at=now))
-
-
-def log_processed(engine: Engine, message_id: str, topic: str, now: datetime,
-                  group: str = GROUP) -> None:
-    """The ``message_processed`` row of a group whose handler committed (its stub lives in
-    another database: nothing confirms it here)."""
-    with engine.begin() as connection:
-        connection.execute(insert(message_processed).values(
-            consumer_group=group, message_id=message_id, topic=topic, processed_at=now))
-
-
-def locations(broker: Broker, topic: str, message_id: str) -> list[tuple[int, int, int]]:
-    """(queue id, queue offset, log position) of every record of the message in ``topic``."""
-    assert broker.store.wait_dispatched()
-    return sorted((view.queue_id, view.queue_offset, view.log_position)
-                  for view in broker.find_by_unique_key(topic, message_id))
-
-
-def where(row: Any) -> tuple[int, int, int]:
-    return row["queue_id"], row["queue_offset"], row["log_position"]
 
 
 # ---- lost stubs are resent --------------------------------------------------------------
@@ -511,8 +438,8 @@ def deliver_delayed(broker: Broker, store_clock: FakeClock, topic: str,
                     message_id: str) -> Any:
     store_clock.advance(1_000)
     broker.delay_service.run_once(store_clock.now_ms())
-    [view] = wait_for(lambda: broker.find_by_unique_key(topic, message_id),
-                      what="the delayed delivery")
+    [view] = wait_until(lambda: broker.find_by_unique_key(topic, message_id),
+                        what="the delayed delivery")
     return view
 
 
@@ -637,59 +564,3 @@ def test_a_fresh_cursor_reads_the_dead_letters_again_without_alerting_twice(
     again = resender.void_dead_lettered({})  # a lost cursor: the void stub stays as it is
     assert (again.examined, again.dead_lettered, again.alerts) == (1, 0, [])
     assert len(webhook_server.wait_for(1)) == 1
-
-
-# ---- the rule's settings ------------------------------------------------------------------
-
-
-def test_backoff_is_exponential_and_capped():
-    rules = ResendRules(backoff_ms=60_000, backoff_multiplier=3, backoff_max_ms=300_000)
-    assert [rules.backoff(n) for n in (0, 1, 2, 3, 4, 10)] == [
-        timedelta(seconds=seconds) for seconds in (60, 60, 180, 300, 300, 300)]
-    defaults = ResendRules()
-    assert [defaults.backoff(n) for n in range(1, 8)] == [
-        timedelta(minutes=minutes) for minutes in (1, 2, 4, 8, 16, 30, 30)]
-
-
-def test_an_explicit_schedule_repeats_its_last_entry():
-    rules = ResendRules(backoff_schedule_ms=(1_000, 5_000, 20_000))
-    assert [rules.backoff(n) for n in (1, 2, 3, 4, 10)] == [
-        timedelta(seconds=seconds) for seconds in (1, 5, 20, 20, 20)]
-
-
-def test_horizon_and_retention_horizon_of_the_defaults():
-    rules = ResendRules()
-    # backoffs 1 + 2 + 4 + 8 + 16 min, and five 30 s grace periods
-    assert rules.horizon() == timedelta(minutes=31, seconds=150)
-    retry = timedelta(hours=4, minutes=45, seconds=40)
-    assert retention_horizon(rules, retry) == timedelta(minutes=31, seconds=150) + 5 * retry + \
-        timedelta(hours=1)
-    scheduled = ResendRules(max_send_count=3, grace_ms=0, backoff_schedule_ms=(10_000,))
-    assert scheduled.horizon() == timedelta(seconds=30)
-
-
-def test_relay_options_carry_max_send_count_and_the_first_wait():
-    rules = ResendRules(max_send_count=3, backoff_schedule_ms=(2_500, 9_000))
-    options = rules.relay_options(RelayOptions(batch_size=7, lease_ms=1_234))
-    assert (options.max_send_count, options.resend_check_ms) == (3, 2_500)
-    assert (options.batch_size, options.lease_ms) == (7, 1_234)
-    defaults = ResendRules().relay_options()
-    assert (defaults.max_send_count, defaults.resend_check_ms) == (5, 60_000)
-    assert defaults.batch_size == RelayOptions().batch_size
-
-
-@pytest.mark.parametrize("settings", [
-    {"max_send_count": 0}, {"batch_size": 0}, {"lease_ms": 0}, {"backoff_ms": 0},
-    {"recheck_ms": 0}, {"grace_ms": -1}, {"backoff_ms": 10_000, "backoff_max_ms": 9_999},
-    {"backoff_multiplier": 0.5}, {"backoff_schedule_ms": (1_000, 0)},
-], ids=str)
-def test_bad_rules_are_refused(settings: dict[str, Any]):
-    with pytest.raises(ConfigurationError, match="ResendRules"):
-        ResendRules(**settings)
-
-
-def test_edge_rules_are_accepted():
-    rules = ResendRules(grace_ms=0, backoff_multiplier=1, backoff_ms=5, backoff_max_ms=5,
-                        max_send_count=1, recheck_ms=1, batch_size=1, lease_ms=1)
-    assert rules.backoff(7) == timedelta(milliseconds=5)
-    assert rules.horizon() == timedelta(milliseconds=5)

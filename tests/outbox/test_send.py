@@ -27,8 +27,8 @@ from tests.outbox.conftest import (
     stored_records,
     stub_count,
     stub_row,
-    wait_for,
 )
+from tests.support.polling import wait_until
 
 UNIQ_KEY = re.compile(r"[0-9A-F]{32}")
 NOW = datetime(2024, 5, 6, 7, 8, 9, 123456)
@@ -101,7 +101,7 @@ def test_rolled_back_business_transaction_leaves_no_stub_and_nothing_is_publishe
     with box.session.begin() as session:
         add_order(session, 2)
         kept_id = outbox.send(session, "kept", b"kept")
-    wait_for(lambda: stub_row(box.engine, kept_id)["published_at"], what="the kept publish")
+    wait_until(lambda: stub_row(box.engine, kept_id)["published_at"], what="the kept publish")
     box.relay.publish_due()
 
     assert stub_row(box.engine, lost_id) is None

@@ -21,12 +21,13 @@ from outbox.resend import ResendRules, retention_horizon
 from outbox.tables import outbox_task
 from outbox.worker import DEFAULT_CONSUMER_RETRY, TASK_NAMES, OutboxWorker, TaskSchedule
 from storage_engine import Broker
-from tests.outbox.conftest import stub_row, stub_rows, wait_for
+from tests.outbox.conftest import stub_row, stub_rows
 from tests.outbox.test_resend import Clock, move_past, send_stub, webhook_alerter
 from tests.support.alert_servers import (
     WebhookServer,
     webhook_server_fixture,  # noqa: F401  (the webhook_server fixture)
 )
+from tests.support.polling import wait_until
 
 # the default rules' horizon by hand: backoffs 1+2+4+8+16 min and five 30 s grace periods,
 # then five times the consumer's retry schedule (4 h 45 min 40 s), plus one hour of margin
@@ -239,8 +240,8 @@ def test_resend_due_voids_what_a_real_consumer_dead_lettered_once(
     message_id = send_stub(engine, clock, body=b"7")
     assert worker.relay_pending()["published"] == 1
     app.start()
-    wait_for(lambda: broker.store.wait_dispatched() and broker.dead_letters("billing"),
-             timeout_s=10, what="the dead letter")
+    wait_until(lambda: broker.store.wait_dispatched() and broker.dead_letters("billing"),
+               timeout_s=10, what="the dead letter")
 
     totals = {"task": "resend_due", "skipped": False, "dead_lettered": 1, "resent": 0,
               "exhausted": 0, "confirmed": 0, "grace_started": 0, "waiting": 0,

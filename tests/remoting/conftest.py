@@ -4,13 +4,11 @@
 start`` on a fresh store under ``tmp_path`` (``prepare(broker)`` may set the store up first
 through an embedded ``Broker``), and at teardown stops it with SIGTERM: exit code 0 and a store
 that ``verify_store`` finds consistent are part of every test. Clients made with ``clients``
-are shut down at teardown, before the server stops. ``wait_until`` polls a condition (no fixed
-sleeps).
+are shut down at teardown, before the server stops.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,19 +16,6 @@ import pytest
 
 from storage_engine import Broker, StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
-
-
-def wait_until(condition: Callable[[], object], timeout_s: float = 15.0,
-               interval_s: float = 0.02) -> object:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 def store_config(store: Path, broker_conf: Path) -> StoreConfig:

@@ -16,7 +16,7 @@ from storage_engine.remoting import AccessControl, AccessDeniedError, Credential
 from storage_engine.remoting.acl_file import parse_acl
 from storage_engine.remoting.auth import sign
 from storage_engine.remoting.protocol import Code
-from tests.remoting.conftest import store_config, wait_until
+from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import pull_status, receive_status, send
 from tests.remoting.rocketmq_clients import (
     configuration,
@@ -24,6 +24,7 @@ from tests.remoting.rocketmq_clients import (
     start_producer,
     start_simple_consumer,
 )
+from tests.support.polling import wait_until
 
 ACL = {
     "clock_skew_s": 300,
@@ -119,13 +120,15 @@ def test_authorize_aborts_calls_of_another_grpc_service():
         access.authorize(context, topics=[request.decode()], groups=["readers"])
         return b"ok"
 
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+    workers = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    server = grpc.server(workers)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(handle)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/test.Echo/Call")
+        call = channel.unary_unary("/test.Echo/Call")
         app = signed_metadata(Credentials("app", "app-secret"), "client-1")
         assert call(b"secure", metadata=app, timeout=5) == b"ok"
         for topic, metadata, code in [
@@ -137,7 +140,9 @@ def test_authorize_aborts_calls_of_another_grpc_service():
                 call(topic, metadata=metadata, timeout=5)
             assert refused.value.code() is code
     finally:
-        server.stop(0)
+        channel.close()
+        server.stop(0).wait()
+        workers.shutdown()
 
 
 def test_acl_file_create_right_and_group_topics():

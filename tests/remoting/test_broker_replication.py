@@ -15,8 +15,8 @@ import pytest
 
 from storage_engine import Message, NotMasterError, PutStatus
 from storage_engine.remoting import RemoteBroker
-from tests.remoting.conftest import wait_until
 from tests.support.broker_process import BrokerProcess, write_broker_conf
+from tests.support.polling import wait_until
 
 TOPIC = "orders"
 MESSAGE_COUNT = 300

@@ -15,10 +15,10 @@ from storage_engine.remoting.conversion import (
     message_to_proto,
     timestamp,
 )
-from storage_engine.remoting.protocol import definition
+from storage_engine.remoting.protocol import Code, definition
 from storage_engine.remoting.statuses import RequestError
-from tests.remoting.conftest import wait_until
 from tests.support.broker_process import write_broker_conf
+from tests.support.polling import wait_until
 
 PEER = ("127.0.0.1", 40000)
 
@@ -59,3 +59,20 @@ def test_clients_cannot_set_the_delivery_property_themselves():
     message.user_properties[PROPERTY_DELIVERY_TIMESTAMP_MS] = "1"
     with pytest.raises(RequestError):
         message_from_proto(message, "later", peer_host=PEER, now_ms=0, levels_ms=(1000,))
+
+
+@pytest.mark.parametrize("name", ["__RMQ.TRANSIENT.flag", "DLQ_REASON", "CORRELATION_ID", ""])
+def test_grpc_sends_obey_the_one_property_rule(name):
+    """The gRPC entry point refuses user properties by ``formats.message_rules``, like every
+    other entry point: transient names, every system name, empty names."""
+    message = proto(b"x")
+    message.user_properties[name] = "v"
+    with pytest.raises(RequestError) as refused:
+        message_from_proto(message, "later", peer_host=PEER, now_ms=0, levels_ms=(1000,))
+    assert refused.value.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+def test_grpc_empty_body_is_refused_in_the_rule_s_words():
+    with pytest.raises(RequestError, match="body is empty") as refused:
+        message_from_proto(proto(b""), "later", peer_host=PEER, now_ms=0, levels_ms=(1000,))
+    assert refused.value.code == Code.MESSAGE_BODY_EMPTY

@@ -12,7 +12,7 @@ import pytest
 from storage_engine import Broker
 from storage_engine.remoting.protocol import Code, service
 from tests.cli.cli_support import assert_one_error_line, run
-from tests.remoting.conftest import store_config, wait_until
+from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import TIMEOUT_S, resource, stub
 from tests.remoting.rocketmq_clients import (
     configuration,
@@ -21,6 +21,7 @@ from tests.remoting.rocketmq_clients import (
     start_simple_consumer,
 )
 from tests.support.broker_process import BrokerProcess
+from tests.support.polling import wait_until
 
 
 def test_sigterm_persists_the_watermark_and_a_restart_redelivers(broker_server, clients,

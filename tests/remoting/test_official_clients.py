@@ -10,7 +10,6 @@ import time
 from rocketmq import ConsumeResult, MessageListener
 
 from storage_engine import Broker, SubscriptionGroupConfig
-from tests.remoting.conftest import wait_until
 from tests.remoting.raw_calls import pull_all
 from tests.remoting.rocketmq_clients import (
     configuration,
@@ -19,6 +18,7 @@ from tests.remoting.rocketmq_clients import (
     start_push_consumer,
     start_simple_consumer,
 )
+from tests.support.polling import wait_until
 
 
 def test_send_and_simple_consume_with_tags_keys_properties(broker_server, clients):
@@ -109,7 +109,7 @@ class Recorder(MessageListener):
 
 def test_push_consumer_acks_and_dead_letters_after_max_attempts(broker_server, clients):
     def three_attempts(broker: Broker) -> None:
-        broker.store.config_stores.subscription_groups.put(
+        broker.tables.subscription_groups.put(
             SubscriptionGroupConfig("pushers", retry_max_times=2))
 
     server = broker_server(prepare=three_attempts)

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from framework import App, ConsumerOptions
-from storage_engine import Message, NoPermissionError
+from storage_engine import Message
+from storage_engine.errors import NoPermissionError
 from storage_engine.remoting.acl_file import parse_acl
 from storage_engine.remoting.auth import AccessControl, Credentials
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from storage_engine import Broker, StoreConfig
 from storage_engine.remoting.client import RemoteBroker
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_until
 
 CONSUMERS = 3
 MESSAGES = 600
@@ -27,13 +27,6 @@ def _spawn(address: str, handled: Path) -> subprocess.Popen:
         [sys.executable, "-m", "tests.support.remote_consumer_process", "--broker", address,
          "--handled", str(handled)], cwd=REPO_ROOT, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE)
-
-
-def _wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s} s"
-        time.sleep(0.02)
 
 
 def _assignments(logs: list[Path]) -> list[set[str]]:
@@ -65,14 +58,14 @@ def test_three_consumer_processes_share_the_queues_exactly_once(broker_process, 
             for process in processes:
                 assert process.stdout is not None
                 assert process.stdout.readline().strip() == b"ready"
-            _wait_until(lambda: len(admin.consumer_ids("g")) == CONSUMERS, 30, "3 members")
-            _wait_until(lambda: _settled(logs), 30, "a settled assignment")
+            wait_until(lambda: len(admin.consumer_ids("g")) == CONSUMERS, 30, "3 members")
+            wait_until(lambda: _settled(logs), 30, "a settled assignment")
 
             producer_app = App(store_url=f"grpc://{broker_process.address}")
             for index in range(MESSAGES):
                 producer_app.producer.send("events", f"m{index}")
             producer_app.stop()
-            _wait_until(lambda: sum(len(_handled(log)) for log in logs) >= MESSAGES, 60,
+            wait_until(lambda: sum(len(_handled(log)) for log in logs) >= MESSAGES, 60,
                         "every message handled")
         finally:
             for process in processes:

@@ -15,12 +15,10 @@ from storage_engine import (
     BrokerConfig,
     BrokerUnavailableError,
     InvalidMessageError,
-    InvalidQueueError,
-    InvalidTopicError,
     Message,
     StoreClosedError,
-    TopicNotFoundError,
 )
+from storage_engine.errors import InvalidQueueError, InvalidTopicError, TopicNotFoundError
 from storage_engine.remoting.client import RemoteBroker
 
 UNREACHABLE_PROMPTLY_S = 5.0
@@ -52,6 +50,20 @@ def test_broker_down_is_a_prompt_clear_error_not_a_hang():
         app.start()
     app.stop()
     assert time.monotonic() - started < UNREACHABLE_PROMPTLY_S
+
+
+def test_call_deadline_is_timeout_ms():
+    """A broker that accepts the connection but never answers costs a call ``timeout_ms``
+    (milliseconds, as every duration of the engine), not the default 10 s."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with RemoteBroker(address, timeout_ms=300) as client:
+            started = time.monotonic()
+            with pytest.raises(BrokerUnavailableError):
+                client.send(Message("events", b"x"))
+            assert time.monotonic() - started < UNREACHABLE_PROMPTLY_S
 
 
 def test_bad_names_over_the_network_are_rejected_and_create_nothing(open_broker, loopback):

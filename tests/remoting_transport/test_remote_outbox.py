@@ -11,8 +11,9 @@ from sqlalchemy import insert, select
 import outbox
 from framework import App, ConsumerOptions
 from tests.idempotency.conftest import count_rows
-from tests.idempotency.process_support import stub_counts, wait_until
+from tests.idempotency.process_support import stub_counts
 from tests.support.idempotent_consumer import business, ledger
+from tests.support.polling import wait_until
 
 MESSAGES = 40
 FAST = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=200, persist_interval_ms=100)

@@ -6,13 +6,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from storage_engine import (
-    CorruptionError,
-    InvalidMessageError,
-    LimitExceededError,
-    Message,
-    MessageView,
-)
+from storage_engine import CorruptionError, InvalidMessageError, Message, MessageView
+from storage_engine.errors import LimitExceededError
 from storage_engine.formats import RecordFields, encode_host, encode_record
 from storage_engine.remoting import codec
 from storage_engine.remoting.error_status import ERROR_METADATA_KEY, error_from_rpc, status_code

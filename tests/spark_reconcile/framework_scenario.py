@@ -32,7 +32,8 @@ from framework import App, ConsumerOptions, DeadLetter
 from outbox.resend import ResendRules
 from outbox.tables import StubStatus, message_log, message_stub
 from outbox.worker import OutboxWorker
-from tests.idempotency.process_support import stub_counts, wait_until
+from tests.idempotency.process_support import stub_counts
+from tests.support.polling import wait_until
 
 TOPIC = "orders"
 AUDIT_TOPIC = "audit"

@@ -63,6 +63,7 @@ def build_small_store(base: Path, messages: int = 120) -> SmallStore:
         connection.execute(insert(message_stub), rows)
     engine.dispose()
     offsets = built.root / "config" / "consumerOffset.json"
+    offsets.parent.mkdir(exist_ok=True)  # the broker's directory; a store alone makes none
     offsets.write_text(encode_config_json({"offsetTable": {f"{TOPIC}@{GROUP}": {0: messages}}}))
     return built
 

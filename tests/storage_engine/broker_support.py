@@ -8,7 +8,6 @@ no problem, as the ``open_store`` fixture does for plain stores.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,18 +46,6 @@ class BrokerFactory:
             broker.close()
         for broker in self._opened:
             assert verify_store(broker.store.root_dir, broker.store.config) == []
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    """Poll ``condition`` until true (for states no event announces, e.g. "a thread is now
-    blocked in a wait"); False after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.002)
-    return True
 
 
 class Background:

@@ -59,6 +59,7 @@ from storage_engine import (
 )
 from storage_engine.formats import PROPERTY_DELAY
 from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_until
 
 QUEUE_COUNT = 4
 SEGMENT_SIZE_BYTES = 32 * 1024
@@ -270,14 +271,13 @@ class ReplicationProcess:
 
     def wait_for(self, predicate, timeout_s: float = 20, what: str = "condition") -> dict:
         """Poll ``status`` until ``predicate(status)``; the last status."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = self.status()
-            if predicate(status):
-                return status
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}: {status}")
-            time.sleep(0.02)
+        last: list[dict] = []
+
+        def holds() -> dict | None:
+            last[:] = [self.status()]
+            return last[0] if predicate(last[0]) else None
+
+        return wait_until(holds, timeout_s, what, interval_s=0.02, detail=lambda: last[0])
 
     def close(self) -> None:
         """Clean shutdown (``close`` command) and wait for the exit."""

@@ -18,18 +18,20 @@ from storage_engine import (
     CorruptionError,
     GetStatus,
     InvalidMessageError,
-    InvalidMessageIdError,
-    InvalidQueueError,
-    InvalidTopicError,
     Message,
     MessageNotFoundError,
     MessageStore,
-    MessageTooLargeError,
-    PropertiesTooLargeError,
     PutResult,
     StoreClosedError,
     StoreLockedError,
     verify_store,
+)
+from storage_engine.errors import (
+    InvalidMessageIdError,
+    InvalidQueueError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
 )
 from tests.storage_engine.conftest import TINY_SEGMENT_SIZE_BYTES, put_all, small_config
 

@@ -15,28 +15,31 @@ import threading
 import pytest
 
 from storage_engine import (
-    PERM_READ,
-    PERM_WRITE,
     Broker,
     ConfigError,
     ConsumeFrom,
     FakeClock,
     GetStatus,
-    GroupNotFoundError,
     InvalidMessageError,
-    InvalidQueueError,
-    InvalidTopicError,
     Message,
     MessageStore,
-    NoPermissionError,
     QueueProgress,
     StorageError,
     StoreClosedError,
     SubscriptionGroupConfig,
+    verify_store,
+)
+from storage_engine.broker import PERM_READ, PERM_WRITE
+from storage_engine.broker.config_file import ConfigFileError
+from storage_engine.broker.config_stores import ConfigStores, ConsumerOffsetTable, DelayOffsetTable
+from storage_engine.broker.topic_manager import sharding_queue
+from storage_engine.errors import (
+    GroupNotFoundError,
+    InvalidQueueError,
+    InvalidTopicError,
+    NoPermissionError,
     TopicNotFoundError,
 )
-from storage_engine.broker.config_stores import ConsumerOffsetTable, DelayOffsetTable
-from storage_engine.broker.topic_manager import sharding_queue
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -44,8 +47,9 @@ from storage_engine.formats import (
     java_string_hashcode,
 )
 from storage_engine.store.topics import DELAY_TOPIC
-from tests.storage_engine.broker_support import BrokerFactory, broker_config, wait_until
+from tests.storage_engine.broker_support import BrokerFactory, broker_config
 from tests.storage_engine.conftest import START_MS
+from tests.support.polling import wait_until
 
 TOPIC = "orders"
 GROUP = "billing"
@@ -126,7 +130,7 @@ def test_topic_without_write_perm_refuses_sends_and_without_read_perm_refuses_pu
 
 
 def test_group_with_consume_disabled_may_not_pull(broker: Broker):
-    broker.store.config_stores.subscription_groups.put(
+    broker.tables.subscription_groups.put(
         SubscriptionGroupConfig("paused", consume_enable=False))
     with pytest.raises(NoPermissionError, match="consume_enable"):
         broker.pull("paused", TOPIC, 0, 0)
@@ -293,7 +297,7 @@ def test_delay_progress_is_persisted_on_its_own_schedule(broker: Broker, clock: 
     broker.send(Message(TOPIC, b"later", properties={PROPERTY_DELAY: "1"}))
     clock.advance(1_000)
     assert broker.pull(GROUP, TOPIC, 0, 0, suspend_timeout_ms=5_000).status is GetStatus.FOUND
-    delay_offsets = broker.store.config_stores.delay_offsets
+    delay_offsets = broker.tables.delay_offsets
     assert wait_until(lambda: delay_offsets.get(1) == 1)  # the cursor moves after the put
     path = broker.store.root_dir / "config" / "delayOffset.json"
     interval_ms = broker.store.config.broker.delay_offset_persist_interval_ms
@@ -413,6 +417,44 @@ def test_broker_over_a_callers_store_leaves_it_open(open_store, config, clock: F
         broker.send(Message(TOPIC, b"y"))
     assert store.wait_dispatched()
     assert [m.body for m in store.get_message(GROUP, TOPIC, 0, 0).messages] == [b"x"]
+
+
+def _file_digests(root) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file() and path.name != "lock"}
+
+
+def test_a_garbled_config_table_refuses_the_broker_open_and_nothing_changes(
+        brokers: BrokerFactory, clock: FakeClock):
+    broker = brokers.open("held")
+    broker.send(Message(TOPIC, b"kept"))
+    broker.commit_offset(GROUP, TOPIC, 0, 1)
+    root, config = broker.store.root_dir, broker.store.config
+    broker.close()
+    assert verify_store(root, config) == []
+    for name in ("topics.json", "topics.json.bak"):
+        (root / "config" / name).write_bytes(b'{"topicConfigTable":{')
+    before = _file_digests(root)
+
+    with pytest.raises(ConfigFileError, match=r"topics\.json"):
+        Broker.open(config, clock=clock)
+    assert _file_digests(root) == before  # no recovery, no abort marker, no table rewritten
+    with MessageStore.open(config, clock=clock) as store:  # the store alone needs no table
+        assert store.max_offset(TOPIC, 0) == 1
+    assert (root / "config" / "topics.json").read_bytes() == b'{"topicConfigTable":{'
+
+
+def test_a_store_alone_neither_reads_nor_writes_the_broker_tables(open_store, tmp_path,
+                                                                   clock: FakeClock):
+    root = tmp_path / "alone"
+    store = open_store(broker_config(root), clock=clock)
+    store.put_message(Message(TOPIC, b"x"))
+    store.close()
+    assert not (root / "config").exists()
+    with Broker.open(broker_config(root), clock=clock) as broker:
+        assert broker.tables.topics.get(TOPIC) is None  # the store alone created no topic
+        broker.commit_offset(GROUP, TOPIC, 0, 1)
+    assert ConfigStores.open(root).consumer_offsets.query(TOPIC, GROUP, 0) == 1
 
 
 def test_services_run_while_open_and_stop_at_close(brokers: BrokerFactory):

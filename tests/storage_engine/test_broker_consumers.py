@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
-    Broker,
-    FakeClock,
-    InvalidMessageError,
-    InvalidQueueError,
-    InvalidTopicError,
-)
+from storage_engine import Broker, FakeClock, InvalidMessageError
+from storage_engine.errors import InvalidQueueError, InvalidTopicError
 from tests.storage_engine.broker_support import BrokerFactory
 
 GROUP = "billing"
@@ -57,7 +52,7 @@ def test_membership_changes_are_reported_and_ids_sorted(broker: Broker, changes)
 
 def test_first_heartbeat_creates_the_group_and_its_retry_topic(broker: Broker):
     broker.register_consumer(GROUP, "c1", ["orders"])
-    assert broker.store.config_stores.subscription_groups.get(GROUP) is not None
+    assert broker.tables.subscription_groups.get(GROUP) is not None
     assert broker.queue_ids(f"%RETRY%{GROUP}") == [0]
 
 

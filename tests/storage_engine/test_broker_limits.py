@@ -14,16 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from storage_engine import (
-    Broker,
-    BrokerConfig,
-    ConfigError,
-    LimitExceededError,
-    Message,
-    RetentionConfig,
-    StoreConfig,
-    TableFullError,
-)
+from storage_engine import Broker, BrokerConfig, ConfigError, Message, RetentionConfig, StoreConfig
+from storage_engine.errors import LimitExceededError, TableFullError
 from tests.storage_engine.conftest import DiskProbe, small_config
 
 
@@ -78,7 +70,7 @@ def test_creation_encodes_each_topic_once_and_unchanged_tables_are_not_rewritten
     """Before: every creation re-encoded every topic (n² beans for n creations) and every
     close rewrote every table, even on a disk with no room left."""
     broker = brokers.open()
-    topics = broker.store.config_stores.topics
+    topics = broker.tables.topics
     for number in range(300):
         broker.create_topic(f"topic-{number}", 1)
     assert topics.persist_count == 300  # still durable when create_topic returns

@@ -15,11 +15,9 @@ from storage_engine import (
     Broker,
     FakeClock,
     GetStatus,
-    GroupNotFoundError,
     Message,
     MessageNotFoundError,
     MessageView,
-    NoPermissionError,
     SendBackOutcome,
     SubscriptionGroupConfig,
 )
@@ -28,6 +26,7 @@ from storage_engine.broker.send_back import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
 )
+from storage_engine.errors import GroupNotFoundError, NoPermissionError
 from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -220,7 +219,7 @@ def test_a_dead_letter_is_never_delayed_even_if_the_original_carried_delay(broke
 # ---- groups that cannot retry --------------------------------------------------------------
 
 def test_group_without_retry_queues_discards(broker: Broker):
-    broker.store.config_stores.subscription_groups.put(
+    broker.tables.subscription_groups.put(
         SubscriptionGroupConfig("no-retry", retry_queue_nums=0))
     result = broker.send_back("no-retry", _consume(broker))
     assert result.outcome is SendBackOutcome.DISCARDED and result.receipt is None

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_engine import FakeClock, InvalidMessageError, InvalidQueueError, InvalidTopicError
+from storage_engine import FakeClock, InvalidMessageError
 from storage_engine.broker.config_file import ConfigFile, ConfigFileError
 from storage_engine.broker.config_stores import (
     ConfigStores,
@@ -36,7 +36,7 @@ from storage_engine.broker.config_stores import (
     TopicConfig,
     TopicConfigTable,
 )
-from storage_engine.errors import StorageIOError
+from storage_engine.errors import InvalidQueueError, InvalidTopicError, StorageIOError
 from storage_engine.formats import NESTING_DEPTH_MAX, decode_config_json, encode_config_json
 from tests.support.rmq_decoder import VECTORS_DIR
 

@@ -28,13 +28,13 @@ from storage_engine import (
     GetStatus,
     Message,
     MessageStore,
-    MidLogCorruptionError,
     PutResult,
     PutStatus,
     StoreConfig,
     repair_store,
     verify_store,
 )
+from storage_engine.errors import MidLogCorruptionError
 from tests.storage_engine.conftest import small_config
 
 TOPIC = "orders"

@@ -290,7 +290,8 @@ def test_kill_9_keeps_every_acknowledged_message(tmp_path, mode, iterations, see
         "land too early to test much")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # `make test-slow`, run by CI
+@pytest.mark.timeout(1_200)  # about 5 min each on a busy 2-core machine
 @pytest.mark.parametrize(("mode", "seed"), [(FlushMode.SYNC, 1), (FlushMode.ASYNC, 2)])
 def test_kill_9_long_run(tmp_path, mode, seed):
     for store_number in range(4):  # 4 x 25 kills: the checks reread whole stores

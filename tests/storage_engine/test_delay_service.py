@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from storage_engine import (
     Message,
     MessageStore,
 )
+from storage_engine.broker.config_stores import CONFIG_DIR_NAME, DelayOffsetTable
 from storage_engine.broker.delay_service import (
     DELIVER_BATCH_MAX,
     WAIT_MAX_MS,
@@ -50,8 +52,22 @@ def dstore(open_store, tmp_path, clock) -> MessageStore:
     return open_store(delay_config(tmp_path / "store"), clock=clock)
 
 
+_DELAY_TABLES: weakref.WeakKeyDictionary[MessageStore, DelayOffsetTable] = (
+    weakref.WeakKeyDictionary())
+
+
+def delay_offsets(store: MessageStore) -> DelayOffsetTable:
+    """The store's ``delayOffset.json`` table, loaded once per open store (the broker's job)."""
+    table = _DELAY_TABLES.get(store)
+    if table is None:
+        table = _DELAY_TABLES[store] = DelayOffsetTable(store.root_dir / CONFIG_DIR_NAME,
+                                                        clock=store.clock)
+        table.load()
+    return table
+
+
 def service_for(store: MessageStore, clock) -> DelayService:
-    return DelayService(store, store.config_stores.delay_offsets, LEVELS_MS, clock)
+    return DelayService(store, delay_offsets(store), LEVELS_MS, clock)
 
 
 def delayed(body: bytes, level: int | str, *, topic: str = TOPIC, **fields) -> Message:
@@ -135,7 +151,7 @@ def test_nothing_is_delivered_before_the_deliver_time(dstore, clock):
     assert properties["custom"] == "v" and properties[PROPERTY_WAIT] == "false"
     assert PROPERTY_DELAY not in properties and "TIMER_DELAY_SEC" not in properties
     assert service.pending_count() == 0
-    assert service.cursor(1) == 1 and dstore.config_stores.delay_offsets.get(1) == 1
+    assert service.cursor(1) == 1 and delay_offsets(dstore).get(1) == 1
     assert service.lateness_ms_samples() == [0]
     assert run(service, dstore, start + 1000) == 0  # delivered once
     assert dstore.max_offset(TOPIC, 2) == 1
@@ -303,14 +319,14 @@ def test_a_failed_put_keeps_the_cursor_and_the_message_is_delivered_when_it_clea
         assert run(service, store, now) == 0
         assert service.interval_ms == 100
         now += 100
-    assert service.cursor(1) == 0 and store.config_stores.delay_offsets.get(1) is None
+    assert service.cursor(1) == 0 and delay_offsets(store).get(1) is None
     assert store.max_offset(TOPIC, 0) == 0 and service.pending_count() == 2
 
     probe.ratio = 0.5
     store.retention.run_once(clock.now_ms())
     assert run(service, store, now) == 2
     assert [v.body for v in read_queue(store, TOPIC)] == [b"first", b"second"]
-    assert store.config_stores.delay_offsets.get(1) == 2
+    assert delay_offsets(store).get(1) == 2
 
 
 def test_units_whose_records_retention_deleted_are_skipped(probed, clock):
@@ -344,10 +360,11 @@ def test_the_cursor_survives_close_and_reopen(open_store, tmp_path, clock):
     clock.advance(500)
     divert(store, delayed(b"c", 1))  # due 100 ms from now
     assert run(service, store, clock.now_ms()) == 2
-    store.close()  # a clean close persists delayOffset.json
+    delay_offsets(store).persist()  # as the broker's close does
+    store.close()
 
     store = open_store(config, clock=clock)
-    assert store.config_stores.delay_offsets.levels() == {1: 2}
+    assert delay_offsets(store).levels() == {1: 2}
     service = service_for(store, clock)
     assert service.cursors() == {1: 2, 2: 0, 3: 0}
     assert run(service, store, clock.now_ms() + 100) == 1
@@ -357,7 +374,7 @@ def test_the_cursor_survives_close_and_reopen(open_store, tmp_path, clock):
 def test_saved_offsets_are_clamped_into_their_queues_on_load(dstore, clock):
     divert(dstore, delayed(b"a", 1))
     divert(dstore, delayed(b"b", 1))
-    table = dstore.config_stores.delay_offsets
+    table = delay_offsets(dstore)
     table.set(1, 50)
     table.set(2, 5)
     table.set(3, 3)
@@ -371,7 +388,7 @@ def test_an_unsaved_level_starts_at_its_queue_minimum(dstore, clock):
     divert(dstore, delayed(b"a", 1))
     service = service_for(dstore, clock)
     assert service.cursors() == {1: 0, 2: 0, 3: 0}
-    assert dstore.config_stores.delay_offsets.levels() == {}
+    assert delay_offsets(dstore).levels() == {}
 
 
 # ---- the real thread -------------------------------------------------------------------------
@@ -380,7 +397,7 @@ def test_the_thread_delivers_on_the_system_clock(open_store, tmp_path):
     levels = parse_delay_levels("50ms 1s")
     store = open_store(small_config(tmp_path / "store",
                                     delay=DelayConfig(levels_ms=levels)))
-    service = DelayService(store, store.config_stores.delay_offsets, levels, store.clock)
+    service = DelayService(store, delay_offsets(store), levels, store.clock)
     service.start()
     try:
         diverted, queue_id, _level = schedule_delayed(delayed(b"live", 1), 0, levels)

@@ -16,9 +16,9 @@ from storage_engine import (
     Message,
     PutStatus,
     StorageIOError,
-    StoreNotWritableError,
     verify_store,
 )
+from storage_engine.errors import StoreNotWritableError
 from storage_engine.store import segment as segment_module
 from tests.storage_engine.conftest import put_all, read_queue, small_config
 

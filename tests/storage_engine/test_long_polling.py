@@ -13,9 +13,11 @@ import time
 
 import pytest
 
-from storage_engine import Broker, GetStatus, InvalidQueueError, Message
+from storage_engine import Broker, GetStatus, Message
 from storage_engine.broker.long_polling import ArrivalWaiter
-from tests.storage_engine.broker_support import Background, BrokerFactory, wait_until
+from storage_engine.errors import InvalidQueueError
+from tests.storage_engine.broker_support import Background, BrokerFactory
+from tests.support.polling import wait_until
 
 TOPIC = "orders"
 GROUP = "billing"

@@ -6,14 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from storage_engine.store.position_waiters import PositionWaiters
-
-
-def until(predicate, timeout_s: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+from storage_engine.group_commit import PositionWaiters
+from tests.support.polling import wait_until
 
 
 def start_waiters(waiters: PositionWaiters, targets, results: dict[int, bool],
@@ -31,7 +25,7 @@ def test_waiters_are_released_in_target_order_and_time_out():
     acks = PositionWaiters()
     results: dict[int, bool] = {}
     threads = start_waiters(acks, (10, 20, 30), results)
-    until(lambda: acks.waiting_count == 3, what="three waiters")
+    wait_until(lambda: acks.waiting_count == 3, what="three waiters")
     acks.advance(20)
     threads[0].join(5)
     threads[1].join(5)
@@ -51,7 +45,7 @@ def test_advance_returns_how_many_waiters_it_released():
     waiters = PositionWaiters(5)
     results: dict[int, bool] = {}
     threads = start_waiters(waiters, (10, 20, 30), results)
-    until(lambda: waiters.waiting_count == 3, what="three waiters")
+    wait_until(lambda: waiters.waiting_count == 3, what="three waiters")
     assert waiters.advance(4) == 0 and waiters.position == 5  # never backwards
     assert waiters.advance(25) == 2 and waiters.waiting_count == 1
     assert waiters.advance(30) == 1
@@ -78,7 +72,7 @@ def test_the_first_waiter_leads_and_hands_leadership_to_the_lowest_uncovered_one
     threads = [threading.Thread(target=follow, args=(t,)) for t in (20, 30)]
     for thread in threads:
         thread.start()
-    until(lambda: waiters.waiting_count == 2, what="two followers")
+    wait_until(lambda: waiters.waiting_count == 2, what="two followers")
     assert waiters.advance(10) == 0  # the leader's own target: no follower covered
     waiters.end_lead()  # to the lowest uncovered waiter (20), which covers only itself
     for thread in threads:

@@ -265,7 +265,8 @@ def test_power_loss_keeps_a_durable_prefix(tmp_path, mode, geometry, operations)
     run_operations(tmp_path, mode, geometry, operations)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # `make test-slow`, run by CI
+@pytest.mark.timeout(1_200)  # about 5 min each on a busy 2-core machine
 @pytest.mark.parametrize("mode", [FlushMode.SYNC, FlushMode.ASYNC])
 @settings(SETTINGS, max_examples=400)
 @given(geometry=st.sampled_from(sorted(GEOMETRIES)),

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from storage_engine import BrokerRole, verify_store
+from tests.support.polling import wait_until
 
 from .replication_process import QUEUE_COUNT, SEGMENT_SIZE_BYTES, ReplicationProcess, body_for
 
@@ -57,10 +57,8 @@ def wait_caught_up(slave: ReplicationProcess, position: int, timeout_s: float = 
 
 def wait_stopped(pid: int, timeout_s: float = 10) -> None:
     """Until the kernel reports ``pid`` stopped (SIGSTOP lands asynchronously)."""
-    deadline = time.monotonic() + timeout_s
-    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
-        assert time.monotonic() < deadline, f"process {pid} did not stop"
-        time.sleep(0.001)
+    wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T",
+               timeout_s, f"process {pid} to stop", interval_s=0.001)
 
 
 def log_bytes(root: Path, start: int, end: int) -> bytes:

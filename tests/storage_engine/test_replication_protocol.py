@@ -24,13 +24,14 @@ from storage_engine import (
     Message,
     MessageStore,
     NotMasterError,
-    ReplicationError,
     StorageIOError,
     StoreConfig,
     SystemClock,
     verify_store,
 )
+from storage_engine.errors import ReplicationError
 from storage_engine.formats import BLANK_MAGIC
+from storage_engine.group_commit import PositionWaiters
 from storage_engine.ha.connection import SlaveConnection
 from storage_engine.ha.protocol import (
     FRAME_HEADER_SIZE_BYTES,
@@ -42,7 +43,7 @@ from storage_engine.ha.protocol import (
     transfer_start,
 )
 from storage_engine.ha.slave import HASlaveClient
-from storage_engine.store.position_waiters import PositionWaiters
+from tests.support.polling import wait_until
 
 SEGMENT = 4096
 
@@ -70,13 +71,6 @@ def read_exactly(sock: socket.socket, size: int) -> bytes:
         assert chunk, "connection closed"
         data += chunk
     return data
-
-
-def until(predicate, timeout_s: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 # ---- pure pieces -----------------------------------------------------------------------------
@@ -185,7 +179,7 @@ def test_frames_stay_in_one_segment_copy_blank_tails_and_apply_at_the_same_posit
             client.apply_frame(frames[-1][0] + 1, frames[-1][1])
         partial_end = slave.commit_log.max_position
         theirs.sendall(encode_report(partial_end))
-        until(lambda: acks.position == partial_end, what="the acknowledgement")
+        wait_until(lambda: acks.position == partial_end, what="the acknowledgement")
         assert connection.acked_position == partial_end
         with pytest.raises(NotMasterError):
             slave.put_message(Message("t", b"mine"))
@@ -254,7 +248,7 @@ def test_a_frame_at_a_wrong_position_makes_the_slave_reconnect(tmp_path, fake_ma
         assert read_exactly(second, 8) == encode_report(500)
         second.close()
         assert slave.failure is None
-        until(lambda: slave.max_offset("t", 0) == 1, what="the whole first record dispatched")
+        wait_until(lambda: slave.max_offset("t", 0) == 1, what="the whole first record dispatched")
         assert slave.ha_status()["connect_count"] >= 2
     finally:
         slave.close()
@@ -298,7 +292,7 @@ def test_master_closes_a_silent_slave(tmp_path):
             while chunk := quiet.recv(100):
                 received += chunk
             assert received[:FRAME_HEADER_SIZE_BYTES] == encode_frame_header(0, 0)  # heartbeat
-        until(lambda: not master.ha_status()["slaves"], what="the connection to be dropped")
+        wait_until(lambda: not master.ha_status()["slaves"], what="the connection to be dropped")
     finally:
         master.close()
 

@@ -20,12 +20,11 @@ from storage_engine import (
     FakeClock,
     FlushMode,
     GetStatus,
-    HostAddress,
     Message,
     PutResult,
     StoreConfig,
 )
-from storage_engine.formats import UniqueKeyGenerator
+from storage_engine.formats import HostAddress, UniqueKeyGenerator
 from tests.storage_engine.conftest import START_MS, put_all, read_queue, small_config
 from tests.support.rmq_decoder import index_key_hash, java_hash
 

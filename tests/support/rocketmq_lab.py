@@ -17,7 +17,7 @@ Fixtures (docs/compat-lab.md has the whole story):
   has (the name server routes a topic to every broker that holds it).
 
 Tests that use these fixtures carry the ``live_rocketmq`` marker (``-m 'not live_rocketmq'``
-leaves them out).
+leaves them out) and a ``timeout`` of ``LAB_TIMEOUT_S`` instead of the default per-test one.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from tests.support.rocketmq_processes import (
 
 MARKER = "live_rocketmq"
 DRIVER_TIMEOUT_S = 180
+LAB_TIMEOUT_S = 1_200  # per test (pytest-timeout); the first one also installs and starts the lab
 RESULT_PREFIX = "LAB-RESULT "
 
 
@@ -68,6 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if lab_fixtures & set(getattr(item, "fixturenames", ())):
             item.add_marker(MARKER)
+            item.add_marker(pytest.mark.timeout(LAB_TIMEOUT_S))
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import redis
 from sqlalchemy import MetaData, create_engine, inspect
 
 from outbox.tables import metadata
+from tests.support.polling import wait_until
 
 DATABASE_URL_ENV = "POSTBOX_TEST_DATABASE_URL"
 REDIS_URL_ENV = "POSTBOX_REDIS_URL"
@@ -116,19 +116,21 @@ class RedisProcess:
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.directory)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
         client = redis.Redis.from_url(self.url)
+
+        def answers() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                if self._process.poll() is not None:
+                    raise RuntimeError("redis-server exited at start") from None
+                return False
+
         try:
-            while True:
-                try:
-                    client.ping()
-                    return self
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline or self._process.poll() is not None:
-                        raise RuntimeError("redis-server did not start") from None
-                    time.sleep(0.02)
+            wait_until(answers, 10, "redis-server to answer", interval_s=0.02)
         finally:
             client.close()
+        return self
 
     def stop(self) -> None:
         """Kill the server (SIGKILL: nothing is saved, clients see refused connections)."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
-from idempotency.group_commit import GroupCommit
+from storage_engine.group_commit import GroupCommit
 
 
 def test_a_lone_call_runs_at_once_with_its_own_items():
@@ -21,17 +22,25 @@ def test_a_lone_call_runs_at_once_with_its_own_items():
     assert rounds == [[1, 2, 3]] and commit.rounds == 1
 
 
+class FirstRoundBlocks:
+    """A batch function that records its rounds; the first one blocks until ``release``."""
+
+    def __init__(self, transform: Callable[[str], str] = str) -> None:
+        self.rounds: list[list[str]] = []
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.transform = transform
+
+    def __call__(self, items: list[str]) -> list[str]:
+        self.rounds.append(items)
+        if len(self.rounds) == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+        return [self.transform(item) for item in items]
+
+
 def test_threads_arriving_during_a_round_share_the_next_one():
-    entered, release = threading.Event(), threading.Event()
-    rounds: list[list[str]] = []
-
-    def slow_first(items: list[str]) -> list[str]:
-        rounds.append(items)
-        if len(rounds) == 1:
-            entered.set()
-            assert release.wait(10)
-        return [item.upper() for item in items]
-
+    slow_first = FirstRoundBlocks(str.upper)
+    entered, release, rounds = slow_first.entered, slow_first.release, slow_first.rounds
     commit = GroupCommit(slow_first)
     results: dict[str, list[str]] = {}
 
@@ -78,3 +87,23 @@ def test_a_round_never_takes_more_than_max_items_but_never_splits_a_request():
     assert rounds == [3]
     with pytest.raises(ValueError, match="max_items"):
         GroupCommit(lambda items: items, max_items=0)
+
+
+def test_a_round_takes_queued_requests_while_joins_accepts_them():
+    first_blocks = FirstRoundBlocks()
+    # a round holds one letter only
+    commit = GroupCommit(first_blocks, joins=lambda held, following: following[0][0] == held[0][0])
+    leader = threading.Thread(target=commit.run, args=(["a0"],))
+    leader.start()
+    assert first_blocks.entered.wait(10)
+    followers = []
+    for item in ["a1", "a2", "b1", "a3"]:  # queued in this order behind the running round
+        followers.append(threading.Thread(target=commit.run, args=([item],)))
+        followers[-1].start()
+        while len(commit._queue) < len(followers):
+            threading.Event().wait(0.001)
+    first_blocks.release.set()
+    for thread in [leader, *followers]:
+        thread.join(10)
+    assert first_blocks.rounds == [["a0"], ["a1", "a2"], ["b1"], ["a3"]]  # runs from the head
+    assert commit.rounds == 4

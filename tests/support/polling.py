@@ -1,0 +1,35 @@
+"""Poll until a condition holds: the one helper every test uses for "this happens soon".
+
+For states nothing announces (a row a relay wrote, a record another process stored, a thread now
+blocked in a wait). Where an event, a condition variable or a fake clock can tell the test, it
+uses that instead; this is for what only polling can see.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+WAIT_S = 30.0  # a generous bound for "happens soon": on a loaded CI machine, not a latency bound
+INTERVAL_S = 0.01
+
+
+def wait_until(condition: Callable[[], T], timeout_s: float = WAIT_S, what: str = "condition",
+               *, interval_s: float = INTERVAL_S, detail: Callable[[], object] | None = None
+               ) -> T:
+    """Call ``condition`` every ``interval_s`` until it returns something truthy, and return
+    that. After ``timeout_s`` fail with an ``AssertionError`` naming ``what`` (and
+    ``detail()``, when given, for the state that was not reached). An exception from
+    ``condition`` ends the wait at once (a process that died, say)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            context = f": {detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{context}")
+        time.sleep(interval_s)
