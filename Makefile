@@ -17,9 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/postbox demo
 
+# ruff (style and bug patterns), import-linter (layering, .importlinter), mypy (types; the
+# public surfaces strictly, see [tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest -q
@@ -41,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.store_bench
 
 clean:
-	rm -rf $(VENV) .postbox .pytest_cache
+	rm -rf $(VENV) .postbox .pytest_cache .mypy_cache

@@ -87,7 +87,7 @@ class GroupCommitFile:
         try:
             while self._flush_once():
                 pass
-        except BaseException as error:  # noqa: BLE001 - handed to the waiting producers
+        except BaseException as error:  # handed to the waiting producers
             with self._lock:
                 self.failure = error
                 self._flushed.notify_all()

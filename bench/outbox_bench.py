@@ -230,7 +230,7 @@ def running_pipeline(args: argparse.Namespace, target: Target, redis_url: str,
     box = Outbox(app, engine=engine)
 
     @app.handler(topic=TOPIC, consumer_group=group, consume_from="first", idempotent=True)
-    def bill(message, session) -> None:  # noqa: ANN001 - the handler under test
+    def bill(message, session) -> None:
         data = json.loads(message.body)
         session.execute(insert(ledger_rows).values(
             message_id=message.msg_id, order_no=data["order"], amount=data["amount"]))

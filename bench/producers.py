@@ -78,7 +78,7 @@ def run_producers(thread_count: int, puts_per_thread: int,
                 timings.append(clock() - start)
                 if not confirmed:
                     unconfirmed[index] += 1
-        except BaseException as error:  # noqa: BLE001 - re-raised by the caller below
+        except BaseException as error:  # re-raised by the caller below
             errors.append(error)
             barrier.abort()
 

@@ -253,7 +253,7 @@ def wait_backend_exit(url: str, pid: int) -> None:
 # ---------------------------------------------------------------- one size
 
 
-def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:  # noqa: ANN001
+def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:
     """Wall seconds, per-step seconds, counts and peak RSS of one reconciliation."""
     from spark_reconcile import ReconcileOptions
     from spark_reconcile.job import run_reconciliation
@@ -324,7 +324,7 @@ def generation_progress(args: argparse.Namespace, stubs: int) -> Callable[[int, 
     return report
 
 
-def measure_size(spark, stubs: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
+def measure_size(spark, stubs: int, args: argparse.Namespace) -> dict:
     """Generate, reconcile with Spark and with SQL, check both; everything removed after."""
     work = Path(tempfile.mkdtemp(prefix="postbox-reconcile-bench-", dir=args.dir))
     try:

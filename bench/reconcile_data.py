@@ -315,7 +315,7 @@ def _put_stubs(plan: _Plan, store: MessageStore, first: int, stop: int) -> list:
     return placed
 
 
-def _stub_row(plan: _Plan, n: int, kind: C, result) -> tuple:  # noqa: ANN001 (a PutResult)
+def _stub_row(plan: _Plan, n: int, kind: C, result) -> tuple:
     created = plan.second_of(n)
     status, send_count, next_resend, updated, confirmed, error = (
         "unconfirmed", 1, plan.stamp(created + 61), created + 1, None, None)
@@ -369,7 +369,7 @@ def _check_offsets_file(plan: _Plan, store_root: Path) -> None:
 class _RowWriter:
     """Bulk inserts on one raw DBAPI connection: COPY on PostgreSQL, executemany elsewhere."""
 
-    def __init__(self, dbapi_connection, dialect: sa.Dialect) -> None:  # noqa: ANN001
+    def __init__(self, dbapi_connection, dialect: sa.Dialect) -> None:
         self.raw = dbapi_connection
         self.copy = dialect.name == "postgresql"
         self.marker = "?" if dialect.paramstyle == "qmark" else "%s"
@@ -584,7 +584,7 @@ def sql_classify(database_url: str, store_facts: StoreFacts, *, as_of: datetime 
     return counts, seconds
 
 
-def _load_facts(writer: _RowWriter, cursor, facts: StoreFacts) -> None:  # noqa: ANN001
+def _load_facts(writer: _RowWriter, cursor, facts: StoreFacts) -> None:
     for name, columns in _FACT_TABLES.items():  # a fresh connection: none exists yet
         cursor.execute(f"CREATE TEMPORARY TABLE {name} ({columns})")
     for name, rows in (("facts_dead_letter", facts.dead_letters),

@@ -16,6 +16,7 @@ consumers deterministically in tests. ``Service`` (the one background loop) and 
 not import the engine.
 """
 
+from storage_engine import SendResult
 from storage_engine.group_commit import GroupCommit
 from storage_engine.service import Service
 
@@ -28,7 +29,7 @@ from .handlers import ConsumerGroupPlan, HandlerSpec
 from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
-from .producer import Producer, SendResult, SendStatus
+from .producer import Producer, SendStatus
 from .transport import BrokerClient
 from .validation import (
     MAX_MESSAGE_SIZE_BYTES,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -174,7 +174,7 @@ def md5_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest()[:4], "big")
 
 
-_STRATEGY_FACTORIES = {
+_STRATEGY_FACTORIES: dict[str, Callable[[], AllocationStrategy]] = {
     Averaging.name: Averaging,
     ByCircle.name: ByCircle,
     ConsistentHash.name: ConsistentHash,

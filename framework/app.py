@@ -26,6 +26,7 @@ of its options and no added middleware declares it (``framework.plugins``).
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import threading
@@ -37,7 +38,7 @@ from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
-from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, plan_groups
+from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
 from .middleware import Middleware
 from .plugins import MiddlewarePlugins
 from .producer import Producer
@@ -46,6 +47,7 @@ from .transport import BrokerClient, check_store_url, open_client
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class App:
@@ -67,9 +69,9 @@ class App:
         access_key, secret_key: credentials for a ``grpc://`` broker with access control.
     """
 
-    def __init__(self, store_url: str | os.PathLike | None = None, *,
+    def __init__(self, store_url: str | os.PathLike[str] | None = None, *,
                  database_url: str | None = None, redis_url: str | None = None,
-                 broker_conf: Mapping[str, str] | str | os.PathLike | None = None,
+                 broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None,
                  broker: BrokerClient | None = None, clock: Clock | None = None,
                  consumer_options: ConsumerOptions | None = None,
                  instance_name: str | None = None, access_key: str | None = None,
@@ -94,7 +96,7 @@ class App:
         self._producer: Producer | None = None
         self._lock = threading.RLock()
         self._started = False
-        self._start_callbacks: list[Callable[[], None]] = []
+        self._start_callbacks: list[Callable[[], object]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
         self._exit_hook_armed = False
@@ -111,7 +113,7 @@ class App:
                 consume_timestamp_ms: int | None = None, orderly: bool = False,
                 broadcast: bool = False,
                 reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT,
-                batch_size: int = 1, **options: Any) -> Callable:
+                batch_size: int = 1, **options: Any) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``topic`` for ``consumer_group``.
 
         The function is returned unchanged. It receives a ``ConsumedMessage`` (a list of them
@@ -125,8 +127,9 @@ class App:
         the known ones. Add middleware before registering the handlers that use its options.
         """
 
-        def register(function: Callable) -> Callable:
-            spec = HandlerSpec(function, topic, consumer_group, tags or "*", consume_from,
+        def register(function: F) -> F:
+            spec = HandlerSpec(function, topic, consumer_group, tags or "*",
+                               parse_consume_from(consume_from),
                                consume_timestamp_ms, orderly, broadcast, reconsume_count_max,
                                batch_size, options)
             with self._lock:
@@ -146,7 +149,7 @@ class App:
                 raise AppStateError("add middleware before app.start()")
             self.middleware.append(middleware)
 
-    def on_start(self, callback: Callable[[], None]) -> None:
+    def on_start(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` after the consumers start (at once if the app is running)."""
         with self._lock:
             self._start_callbacks.append(callback)
@@ -167,7 +170,8 @@ class App:
         with self._lock:
             if name not in self._resources:
                 self._resources[name] = (factory(), close)
-            return self._resources[name][0]
+            value: T = self._resources[name][0]
+            return value
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -240,7 +244,7 @@ class App:
             self._run_closer(callback)
         for value, close in reversed(resources.values()):
             if close is not None:
-                self._run_closer(lambda value=value, close=close: close(value))
+                self._run_closer(functools.partial(close, value))
         with self._lock:
             if self._owns_client and self._client is not None:
                 self._client.close()
@@ -296,5 +300,5 @@ def _stop_at_exit(app_ref: weakref.ref[App]) -> None:
                 "call app.stop())")
     try:
         app.stop()
-    except Exception:  # noqa: BLE001 (an exit hook must not keep the other hooks from running)
+    except Exception:  # an exit hook must not keep the other hooks from running
         log.exception("[app] stopping the app at interpreter exit failed")

@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
-from storage_engine import Clock, MessageView
+from storage_engine import Clock, MessageView, SendBackResult
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
@@ -50,7 +51,7 @@ class QueueState:
     """One message queue assigned to this consumer."""
 
     queue: MessageQueue
-    process_queue: ProcessQueue
+    process_queue: ProcessQueue[MessageView]
     next_offset: int
     tags: str
     attempts: dict[int, int] = field(default_factory=dict)  # orderly: offset -> local retries
@@ -192,10 +193,11 @@ class ConsumeService:
         return True
 
     def _send_back(self, message: ConsumedMessage, level: int, spec: HandlerSpec | None,
-                   reason: str):
+                   reason: str) -> SendBackResult:
         max_times = spec.reconsume_count_max if spec else None
-        kwargs = {"delay_level": level,
-                  "max_reconsume_times": (1 << 31) - 1 if max_times is None else max_times}
+        kwargs: dict[str, Any] = {
+            "delay_level": level,
+            "max_reconsume_times": (1 << 31) - 1 if max_times is None else max_times}
         if reason:
             kwargs["reason"] = reason[:512]
         return self._client.send_back(self._group, message.view, **kwargs)

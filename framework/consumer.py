@@ -28,15 +28,23 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from storage_engine import BrokerUnavailableError, Clock, GetStatus, MessageView, retry_topic
+from storage_engine import (
+    BrokerUnavailableError,
+    Clock,
+    GetResult,
+    GetStatus,
+    MessageView,
+    retry_topic,
+)
 
 from .allocation import MessageQueue, strategy_by_name
 from .consume_service import ConsumeService, QueueState
 from .errors import ConfigurationError
 from .handlers import ConsumerGroupPlan
 from .middleware import Middleware
-from .offset_store import BrokerOffsetStore, LocalFileOffsetStore
+from .offset_store import BrokerOffsetStore, LocalFileOffsetStore, OffsetStore
 from .process_queue import ProcessQueue
 from .scheduler import Scheduler
 from .transport import BrokerClient
@@ -121,6 +129,7 @@ class Consumer:
         self._members_changed = False  # threads=False: the inline driver rebalances
         self._pull_thread: threading.Thread | None = None
         self.scheduler = Scheduler(clock, f"consumer-{self.group}")
+        self.offsets: OffsetStore
         if plan.broadcast:
             offset_dir = self.options.offset_dir or Path.home() / ".postbox_offsets"
             self.offsets = LocalFileOffsetStore(offset_dir / self._instance_dir(instance_name),
@@ -275,13 +284,13 @@ class Consumer:
     def _take(self, queue: MessageQueue) -> None:
         offset = self.offsets.read(queue)
         if offset is None:
-            spec = self.plan.handlers.get(queue.topic) or next(iter(self.plan.handlers.values()))
+            start = self.plan.handlers.get(queue.topic) or next(iter(self.plan.handlers.values()))
             offset = self.client.start_offset(self.group, queue.topic, queue.queue_id,
-                                              spec.consume_from, spec.consume_timestamp_ms)
+                                              start.consume_from, start.consume_timestamp_ms)
             self.offsets.update(queue, offset)
         spec = self.plan.handlers.get(queue.topic)
         tags = spec.tags if spec else "*"
-        process_queue: ProcessQueue = ProcessQueue()
+        process_queue: ProcessQueue[MessageView] = ProcessQueue()
         self._states[queue] = QueueState(queue, process_queue, offset, tags)
         log.info("[rebalance] %s takes %s from offset %d", self.client_id, queue, offset)
 
@@ -352,7 +361,8 @@ class Consumer:
             progressed += self._apply_pull(state, result, idle)
         return progressed, idle, throttled
 
-    def _apply_pull(self, state: QueueState, result, idle: dict) -> int:
+    def _apply_pull(self, state: QueueState, result: GetResult,
+                    idle: dict[tuple[str, int], int]) -> int:
         status = result.status
         pq = state.process_queue
         pq.last_pull_ms = self.clock.now_ms()
@@ -424,7 +434,7 @@ class Consumer:
         """Handler invocations so far (messages)."""
         return self.consume.stats.consumed if self.consume else 0
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """A JSON-able summary of this consumer."""
         consume = self.consume.stats if self.consume else None
         return {"client_id": self.client_id, "group": self.group,

@@ -26,7 +26,7 @@ BATCH_SIZE_MAX = 1024
 class HandlerSpec:
     """One registered handler and its options (see ``App.handler``)."""
 
-    function: Callable
+    function: Callable[..., Any]
     topic: str
     consumer_group: str
     tags: str = "*"

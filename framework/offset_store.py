@@ -106,7 +106,7 @@ class BrokerOffsetStore(_InMemoryOffsets):
 class LocalFileOffsetStore(_InMemoryOffsets):
     """Broadcasting: offsets in ``<directory>/<group>/offsets.json`` for this consumer only."""
 
-    def __init__(self, directory: str | os.PathLike, consumer_group: str) -> None:
+    def __init__(self, directory: str | os.PathLike[str], consumer_group: str) -> None:
         self.path = Path(directory) / consumer_group / "offsets.json"
         self._offsets: dict[MessageQueue, int] = self._load()
         self._lock = threading.Lock()

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 
-class RetryLater(Exception):  # noqa: N818 - a control-flow signal, named for what it asks
+class RetryLater(Exception):  # a control-flow signal, named for what it asks
     """Ask for redelivery; ``delay_level`` (1..18) overrides "3 + reconsume count"."""
 
     def __init__(self, delay_level: int | None = None, reason: str = "") -> None:
@@ -23,7 +23,7 @@ class RetryLater(Exception):  # noqa: N818 - a control-flow signal, named for wh
         self.reason = reason
 
 
-class DeadLetter(Exception):  # noqa: N818 - a control-flow signal, named for what it asks
+class DeadLetter(Exception):  # a control-flow signal, named for what it asks
     """Give up on the message now: it goes to ``%DLQ%group`` with ``reason``."""
 
     def __init__(self, reason: str = "") -> None:
@@ -67,6 +67,6 @@ class ConsumeOutcome:
 SUCCESS = ConsumeOutcome(OutcomeKind.SUCCESS)
 
 
-class SkipMessage(Exception):  # noqa: N818 - a control-flow signal
+class SkipMessage(Exception):  # a control-flow signal
     """Raised by middleware ``before_consume`` to finish a message without running the handler
     (e.g. it was already processed): counted as a success."""

@@ -33,21 +33,21 @@ class Scheduler(Service):
     def __init__(self, clock: Clock, name: str) -> None:
         super().__init__(clock)
         self.name = name
-        self._heap: list[tuple[int, int, Callable[[], None]]] = []
+        self._heap: list[tuple[int, int, Callable[[], object]]] = []
         self._sequence = itertools.count()
         self._lock = threading.Lock()
 
-    def call_at(self, due_ms: int, action: Callable[[], None]) -> None:
+    def call_at(self, due_ms: int, action: Callable[[], object]) -> None:
         """Run ``action`` at ``due_ms`` (or as soon after as the thread gets to it)."""
         with self._lock:
             heapq.heappush(self._heap, (due_ms, next(self._sequence), action))
         self.wakeup()
 
-    def call_later(self, delay_ms: int, action: Callable[[], None]) -> None:
+    def call_later(self, delay_ms: int, action: Callable[[], object]) -> None:
         """Run ``action`` after ``delay_ms``."""
         self.call_at(self.clock.now_ms() + delay_ms, action)
 
-    def call_every(self, interval_ms: int, action: Callable[[], None]) -> None:
+    def call_every(self, interval_ms: int, action: Callable[[], object]) -> None:
         """Run ``action`` every ``interval_ms`` (first after one interval)."""
 
         def repeat() -> None:
@@ -82,7 +82,7 @@ class Scheduler(Service):
         due_ms = self.next_due_ms()
         return IDLE_WAIT_MS if due_ms is None else max(min(IDLE_WAIT_MS, due_ms - now_ms), 1)
 
-    def _run(self, action: Callable[[], None]) -> None:
+    def _run(self, action: Callable[[], object]) -> None:
         try:
             action()
         except Exception:  # one failing chore must not stop the others

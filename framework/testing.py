@@ -77,7 +77,8 @@ class InlineRunner:
                 return rounds
             now_ms = clock.now_ms()
             if due > now_ms:
-                clock.advance(due - now_ms)  # type: ignore[union-attr]
+                assert isinstance(clock, FakeClock)  # advance_clock checked it above
+                clock.advance(due - now_ms)
         raise AppStateError(f"consumers still busy after {max_rounds} rounds")
 
     def _next_due_ms(self) -> int | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from storage_engine import (
@@ -97,7 +97,15 @@ class BrokerClient(Protocol):
     def close(self) -> None: ...
 
 
-def store_path(store_url: str | os.PathLike) -> Path:
+if TYPE_CHECKING:  # `make lint` (mypy) holds both implementations to the protocol
+    from storage_engine.remoting import RemoteBroker
+
+    def _implementations(embedded: Broker, remote: RemoteBroker) -> list[BrokerClient]:
+        """Type-checked only: each implementation is a ``BrokerClient``."""
+        return [embedded, remote]
+
+
+def store_path(store_url: str | os.PathLike[str]) -> Path:
     """The directory a ``file://`` URL (or plain path) names."""
     text = os.fspath(store_url)
     parsed = urlparse(text)
@@ -114,7 +122,7 @@ def store_path(store_url: str | os.PathLike) -> Path:
     raise ConfigurationError(f"store URL {text!r}: scheme must be file:// or grpc://")
 
 
-def remote_address(store_url: str | os.PathLike) -> str | None:
+def remote_address(store_url: str | os.PathLike[str]) -> str | None:
     """``host:port`` of a ``grpc://host:port`` URL; None for a ``file://`` URL or a path."""
     text = os.fspath(store_url)
     parsed = urlparse(text)
@@ -134,9 +142,9 @@ def remote_address(store_url: str | os.PathLike) -> str | None:
     return parsed.netloc
 
 
-def store_config(store_url: str | os.PathLike,
-                 broker_conf: Mapping[str, str] | str | os.PathLike | None = None,
-                 **overrides) -> StoreConfig:
+def store_config(store_url: str | os.PathLike[str],
+                 broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None,
+                 **overrides: Any) -> StoreConfig:
     """The store configuration for a URL plus optional RocketMQ broker.conf keys."""
     root = store_path(store_url)
     if broker_conf is None:
@@ -144,8 +152,8 @@ def store_config(store_url: str | os.PathLike,
     return StoreConfig.from_broker_conf(broker_conf, root_dir=root, **overrides)
 
 
-def check_store_url(store_url: str | os.PathLike,
-                    broker_conf: Mapping[str, str] | str | os.PathLike | None = None, *,
+def check_store_url(store_url: str | os.PathLike[str],
+                    broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None, *,
                     access_key: str | None = None, secret_key: str | None = None) -> None:
     """Validate a store URL with the options that go with it, opening nothing."""
     if (access_key is None) != (secret_key is None):
@@ -160,8 +168,8 @@ def check_store_url(store_url: str | os.PathLike,
                                  "is configured where it runs")
 
 
-def open_client(store_url: str | os.PathLike,
-                broker_conf: Mapping[str, str] | str | os.PathLike | None = None, *,
+def open_client(store_url: str | os.PathLike[str],
+                broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None, *,
                 clock: Clock | None = None, access_key: str | None = None,
                 secret_key: str | None = None) -> BrokerClient:
     """The broker a store URL names: embedded (``file://``) or remote (``grpc://``)."""
@@ -189,7 +197,9 @@ def open_remote_broker(address: str, *, access_key: str | None = None,
     except ImportError as error:
         raise ConfigurationError(f"the grpc:// transport needs grpcio ({error}); install it "
                                  "with pip install 'postbox[server]'") from error
+    if (access_key is None) != (secret_key is None):
+        raise ConfigurationError("access_key= and secret_key= go together")
     credentials = None
-    if access_key is not None:
+    if access_key is not None and secret_key is not None:
         credentials = Credentials(access_key=access_key, secret_key=secret_key)
     return RemoteBroker(address, credentials=credentials)

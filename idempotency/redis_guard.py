@@ -173,7 +173,8 @@ class RedisGuard:
         if client is not None and not isinstance(self._client_source, redis.Redis):
             client.close()
 
-    def _run(self, script: str, consumer_group: str, message_id: str, *args: object) -> None:
+    def _run(self, script: str, consumer_group: str, message_id: str,
+             *args: str | int) -> None:
         if self._skipping():
             return
         try:

@@ -48,7 +48,7 @@ def make_celery(name: str, build_worker: Callable[[], OutboxWorker], *,
     celery = create_celery(name, broker_url=broker_url, **settings)
     workers: dict[str, OutboxWorker] = {}
 
-    def build_app():  # noqa: ANN202 - framework.App, made with the worker
+    def build_app():
         worker = build_worker()
         workers["worker"] = worker
         return worker.app

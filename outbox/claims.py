@@ -27,8 +27,20 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, and_, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    RowMapping,
+    ScalarSelect,
+    Select,
+    and_,
+    or_,
+    select,
+    update,
+)
 
 from .database import run_transaction, supports_skip_locked
 from .tables import StubStatus, message_stub
@@ -96,7 +108,8 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
     if supports_skip_locked(engine):
         candidates = candidates.with_for_update(skip_locked=True)
         # a CTE runs once; PostgreSQL may re-run an IN subquery, each run skipping other rows
-        claimable = select(candidates.cte("claimable").prefix_with("MATERIALIZED"))
+        claimable: Select[Any] | ScalarSelect[Any] = select(
+            candidates.cte("claimable").prefix_with("MATERIALIZED"))
     else:
         claimable = candidates.scalar_subquery()
     claimed = update(message_stub).where(wanted, stub.message_id.in_(claimable)) \

@@ -97,11 +97,12 @@ def create_database_engine(url: str | URL, *,
 
 def database_engine(app: App) -> Engine:
     """The app's shared engine, from ``app.database_url``."""
-    if not app.database_url:
+    url = app.database_url
+    if not url:
         raise ConfigurationError("this needs a database: App(..., database_url=...)")
     pool_size = max(POOL_SIZE, app.consumer_options.consume_thread_count + POOL_HEADROOM)
     return app.resource(ENGINE_RESOURCE, lambda: create_database_engine(
-        app.database_url, pool_size=pool_size), close=Engine.dispose)
+        url, pool_size=pool_size), close=Engine.dispose)
 
 
 def dialect_name(engine: Engine) -> str:

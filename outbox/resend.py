@@ -230,6 +230,8 @@ class Resender:
         grace = timedelta(milliseconds=self.rules.grace_ms)
         plan = _Plan()
         for item in candidates:
+            # _locate_delayed kept located stubs only
+            assert item.queue_id is not None and item.queue_offset is not None
             names = groups[item.topic]
             key = item.message_id
             if names and all((group, key) in done for group in names):

@@ -28,6 +28,8 @@ are stable across databases.
 from __future__ import annotations
 
 import enum
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -69,7 +71,7 @@ class StubStatus(enum.StrEnum):
     VOID = "void"
 
 
-def _timestamp(**kwargs: object) -> Column:
+def _timestamp(**kwargs: Any) -> Column[datetime]:
     """A naive-UTC timestamp with microseconds on every database (MySQL's default drops them)."""
     name = kwargs.pop("name")
     kind = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")

@@ -155,8 +155,9 @@ class OutboxWorker:
     def _resend_due(self, state: dict[str, Any]) -> dict[str, Any]:
         cursors = state.setdefault("dead_letter_cursors", {})
         letters = self.resender.void_dead_lettered(cursors)
-        totals = {"dead_lettered": letters.dead_lettered, "resent": 0, "exhausted": 0,
-                  "confirmed": 0, "grace_started": 0, "waiting": 0, "examined": 0}
+        totals: dict[str, Any] = {"dead_lettered": letters.dead_lettered, "resent": 0,
+                                  "exhausted": 0, "confirmed": 0, "grace_started": 0,
+                                  "waiting": 0, "examined": 0}
         failed_alerts = [name for report in letters.alerts for name in report.failed]
         for _ in range(MAX_PASSES_PER_RUN):
             report = self.resender.resend_due()

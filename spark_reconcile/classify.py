@@ -176,6 +176,7 @@ def _unify(*frames: DataFrame) -> DataFrame:
         part = frame.withColumn("created_at", F.col("created_at").cast("timestamp_ntz"))
         unified = part.select(*columns) if unified is None else unified.unionByName(
             part.select(*columns))
+    assert unified is not None  # called with the frames of every input
     hour = F.date_trunc("hour", F.col("created_at")).cast("timestamp_ntz")
     return unified.withColumn("hour", hour).select(*CLASSIFICATION_COLUMNS)
 

@@ -137,7 +137,7 @@ def _no_processed_rows(spark: SparkSession) -> DataFrame:
         T.StructField(column, _spark_type(kind)) for column, kind in PROCESSED_COLUMNS.items()]))
 
 
-def _spark_type(kind) -> T.DataType:  # noqa: ANN001 (a pyarrow type)
+def _spark_type(kind) -> T.DataType:
     if kind == pa.string():
         return T.StringType()
     if kind == pa.int32():

@@ -39,7 +39,7 @@ OUTPUT_NAMES = ("classification", "classification.csv", "summary.json", "report.
 
 
 def run_reconciliation(options: ReconcileOptions, progress: Progress | None = None,
-                       spark=None) -> ReconcileResult:  # noqa: ANN001 (a SparkSession)
+                       spark=None) -> ReconcileResult:
     """Reconcile ``options.store_dir`` against ``options.database_url``.
 
     Raises:
@@ -81,7 +81,7 @@ def run_reconciliation(options: ReconcileOptions, progress: Progress | None = No
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _inputs(spark, options: ReconcileOptions, files, staging: Path,  # noqa: ANN001
+def _inputs(spark, options: ReconcileOptions, files, staging: Path,
             report: Progress) -> tuple[Inputs, str]:
     """The input frames, and how the tables were read."""
     offsets = offsets_frame(spark, files)  # read by the driver before the tables (see
@@ -113,7 +113,7 @@ def _judge(summary: ReconcileSummary, thresholds: Mapping[str, int]) -> None:
                         if summary.counts.get(name, 0) > limit]
 
 
-def _describe_inputs(options: ReconcileOptions, files, source: str) -> dict:  # noqa: ANN001
+def _describe_inputs(options: ReconcileOptions, files, source: str) -> dict:
     return {
         "store": str(files.root), "database": describe_url(options.database_url),
         "tables_read_by": source, "master": options.master,
@@ -122,7 +122,7 @@ def _describe_inputs(options: ReconcileOptions, files, source: str) -> dict:  # 
     }
 
 
-def _write_csv(classified, staging: Path) -> None:  # noqa: ANN001
+def _write_csv(classified, staging: Path) -> None:
     parts = staging / "classification-csv"
     classified.coalesce(1).write.csv(
         str(parts), header=True, escape='"')

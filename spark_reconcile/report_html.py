@@ -517,6 +517,11 @@ def _counts_table(summary: ReconcileSummary) -> str:
     ], [str(name) for name in ALL_CLASSES])
 
 
+def _class_cell(name: str) -> Callable[[Any], int]:
+    """The count of class ``name`` in a pivot row."""
+    return lambda item: item[1].get(name, 0)
+
+
 def _pivot(rows: Iterable[ClassCount], key: Callable[[ClassCount], str | None],
            title: str) -> str:
     """``key`` rows × class columns, with a total; largest totals first."""
@@ -528,8 +533,7 @@ def _pivot(rows: Iterable[ClassCount], key: Callable[[ClassCount], str | None],
     ordered = sorted(cells.items(), key=lambda item: (-sum(item[1].values()), item[0]))
     return _table([
         _Column(title, _text(lambda item: item[0])),
-        *(_number(str(name), lambda item, n=str(name): item[1].get(n, 0), dim_zero=True)
-          for name in ALL_CLASSES),
+        *(_number(str(name), _class_cell(str(name)), dim_zero=True) for name in ALL_CLASSES),
         _number("total", lambda item: sum(item[1].values())),
     ], ordered)
 

@@ -153,8 +153,8 @@ def build_store_config(cls, source, *, strict: bool, overrides: Mapping[str, obj
         if key in _MAPPING:
             group, name, convert = _MAPPING[key]
             try:
-                converted = (_enum_member(cls, group, name, value) if convert == _ENUM_MEMBER
-                             else convert(value))
+                converted = (convert(value) if callable(convert)
+                             else _enum_member(cls, group, name, value))
             except (ValueError, ConfigError) as error:
                 raise ConfigError(f"broker.conf {key}={value!r}: {error}") from error
             (top if group is None else groups.setdefault(group, {}))[name] = converted
@@ -172,7 +172,7 @@ def _enum_member(cls, group: str | None, name: str, text: str) -> enum.Enum:
     """``text`` as a member of the enum type of field ``name`` (of ``cls``, or of its
     ``group``), that type read from the field's default."""
     owner = cls if group is None else _fields(cls)[group].default_factory
-    enum_type = type(_fields(owner)[name].default)
+    enum_type: type[enum.Enum] = type(_fields(owner)[name].default)
     return enum_type(text.strip())
 
 
@@ -184,7 +184,8 @@ def _assemble(cls, groups, top, unknown, overrides):
     defaults = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, object] = {}
     for group, values in groups.items():
-        group_type = defaults[group].default_factory  # type: ignore[misc]
+        group_type = defaults[group].default_factory
+        assert callable(group_type)  # every group field has a default_factory
         kwargs[group] = group_type(**values)
     kwargs.update(top)
     kwargs.update(overrides)

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .broker_conf import DEFAULT_DELAY_LEVELS, build_store_config, parse_delay_levels
 from .errors import ConfigError
@@ -315,8 +316,8 @@ class StoreConfig:
         return _parse_host_port(self.store_host)
 
     @classmethod
-    def from_broker_conf(cls, source: str | os.PathLike | Mapping[str, str], *,
-                         strict: bool = False, **overrides) -> StoreConfig:
+    def from_broker_conf(cls, source: str | os.PathLike[str] | Mapping[str, str], *,
+                         strict: bool = False, **overrides: Any) -> StoreConfig:
         """Build a config from RocketMQ ``broker.conf`` keys (a file path or a mapping).
 
         Args:
@@ -324,9 +325,10 @@ class StoreConfig:
             strict: raise ``ConfigError`` on unknown keys instead of reporting them.
             overrides: StoreConfig fields that win over the file (e.g. ``root_dir``).
         """
-        return build_store_config(cls, source, strict=strict, overrides=overrides)
+        config: StoreConfig = build_store_config(cls, source, strict=strict, overrides=overrides)
+        return config
 
-    def replace(self, **changes) -> StoreConfig:
+    def replace(self, **changes: Any) -> StoreConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 

@@ -8,6 +8,8 @@ change.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StorageError(Exception):
     """Root of every error raised by ``storage_engine``."""
@@ -139,7 +141,7 @@ class MidLogCorruptionError(CorruptionError):
     --store DIR`` sets the damaged bytes aside and keeps every valid record where it is.
     """
 
-    def __init__(self, message: str, *, log_position: int, path: str, damages: list,
+    def __init__(self, message: str, *, log_position: int, path: str, damages: list[Any],
                  valid_records_after: int) -> None:
         super().__init__(message, log_position=log_position, path=path)
         self.damages = damages

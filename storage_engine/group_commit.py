@@ -77,7 +77,7 @@ class PositionWaiters:
     def wait(self, position: int, timeout_ms: int) -> bool:
         """Block until the position reached ``position``; False after ``timeout_ms`` (or when
         ``release_all`` gave up on every waiter)."""
-        return self._park(position, time.monotonic() + max(0, timeout_ms) / 1000, lead=False)
+        return bool(self._park(position, time.monotonic() + max(0, timeout_ms) / 1000, lead=False))
 
     def wait_or_lead(self, position: int, deadline: float | None) -> bool | None:
         """Wait for ``position`` as ``wait`` does, or lead: None means the caller is now the

@@ -17,7 +17,7 @@ from .config import PaymentsConfig
 config = PaymentsConfig.from_env()
 
 
-def _worker():  # noqa: ANN202 - OutboxWorker, built in the worker process only
+def _worker():
     prepare_database(config)
     return build_worker(config)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import insert, update
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, insert, update
 from sqlalchemy.orm import Session
 
 import outbox
@@ -20,9 +22,12 @@ def place_order(session: Session, customer: str, amount_cents: int, *,
     returns (order id, message id). ``fault`` marks the order for ``faults.FaultInjector``
     (``lose``, ``flaky``, ``poison``)."""
     now = utc_now()
-    order_id = session.execute(insert(orders).values(
+    inserted = session.execute(insert(orders).values(
         customer=customer, amount_cents=amount_cents, fault=fault, message_id="pending",
-        created_at=now)).inserted_primary_key[0]
+        created_at=now))
+    key = cast("CursorResult[Any]", inserted).inserted_primary_key  # an INSERT's result
+    assert key is not None  # a one-row INSERT has one
+    order_id = key[0]
     body = {"order_id": order_id, "customer": customer, "amount_cents": amount_cents}
     if fault:
         body["fault"] = fault

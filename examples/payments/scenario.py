@@ -130,7 +130,7 @@ def _faults(options: ScenarioOptions) -> dict[int, str]:
     return dict(zip(numbers, kinds, strict=False))
 
 
-def _place_orders(box, options: ScenarioOptions, marked: dict[int, str],  # noqa: ANN001
+def _place_orders(box, options: ScenarioOptions, marked: dict[int, str],
                   progress: Progress) -> list[str]:
     ids: list[str] = []
     chooser = random.Random(options.seed + 1)
@@ -145,7 +145,7 @@ def _place_orders(box, options: ScenarioOptions, marked: dict[int, str],  # noqa
     return ids
 
 
-def _publish_duplicates(app: App, box, message_ids: list[str]) -> int:  # noqa: ANN001
+def _publish_duplicates(app: App, box, message_ids: list[str]) -> int:
     if not message_ids:
         return 0
     with box.engine.connect() as connection:
@@ -159,7 +159,7 @@ def _publish_duplicates(app: App, box, message_ids: list[str]) -> int:  # noqa: 
     return len(rows)
 
 
-def _settle(app: App, box, worker, options: ScenarioOptions,  # noqa: ANN001
+def _settle(app: App, box, worker, options: ScenarioOptions,
             progress: Progress) -> bool:
     deadline = time.monotonic() + options.timeout_s
     total = options.orders
@@ -186,7 +186,7 @@ def _lag(app: App) -> int:
                if queue.topic == TOPIC)
 
 
-def _count(app: App, box, report: ScenarioReport) -> None:  # noqa: ANN001
+def _count(app: App, box, report: ScenarioReport) -> None:
     with box.engine.connect() as connection:
         rows = connection.execute(select(stub.status, stub.last_error, stub.send_count)).all()
         report.ledger_rows = connection.execute(
@@ -217,11 +217,11 @@ def _dead_letter_ids(app: App) -> set[str]:
         letters = app.client.dead_letters(GROUP, offset, 100)
         if not letters:
             return ids
-        ids.update(letter.unique_key for letter in letters)
+        ids.update(letter.unique_key for letter in letters if letter.unique_key is not None)
         offset = letters[-1].queue_offset + 1
 
 
-def _checks(box, report: ScenarioReport, options: ScenarioOptions) -> list[Check]:  # noqa: ANN001
+def _checks(box, report: ScenarioReport, options: ScenarioOptions) -> list[Check]:
     with box.engine.connect() as connection:
         statuses = dict(connection.execute(select(stub.message_id, stub.status)).all())
         billed = connection.execute(select(orders.c.message_id, orders.c.fault,

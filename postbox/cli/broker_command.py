@@ -19,7 +19,7 @@ import dataclasses
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -86,7 +86,7 @@ def store_config(store: Path | None, broker_conf: Path | None, segment_size: int
     ``StoreConfig.from_broker_conf``, then the flags, which win (``--store`` for the root
     directory, the replication flags for role and HA addresses)."""
     config = build_config(StoreOptions(store, broker_conf, segment_size))
-    ha_changes = {name: value for name, value in (
+    ha_changes: dict[str, Any] = {name: value for name, value in (
         ("ha_listen", replication.ha_listen), ("master_address", replication.master_ha),
         ("slave_timeout_ms", replication.slave_timeout_ms)) if value is not None}
     try:

@@ -89,7 +89,8 @@ class StoreOptions:
 def build_config(options: StoreOptions, default_dir: Path = DEFAULT_STORE_DIR) -> StoreConfig:
     """The ``StoreConfig`` the options describe (``--segment-size`` wins over broker.conf)."""
     if options.broker_conf is not None:
-        overrides = {} if options.store_dir is None else {"root_dir": options.store_dir}
+        overrides: dict[str, Any] = ({} if options.store_dir is None
+                                     else {"root_dir": options.store_dir})
         try:
             config = StoreConfig.from_broker_conf(options.broker_conf, **overrides)
         except OSError as error:

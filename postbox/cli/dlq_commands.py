@@ -126,9 +126,9 @@ def list_command(
         raise CliError(f"--limit must be >= 0 (0 = all), got {limit}")
     options = StoreOptions(store, broker_conf, segment_size, json_output)
     with open_broker(options) as broker:
-        views = iter_dead_letters(broker, group, offset, min(limit or DLQ_PAGE_SIZE,
+        pages = iter_dead_letters(broker, group, offset, min(limit or DLQ_PAGE_SIZE,
                                                              DLQ_PAGE_SIZE))
-        views = list(itertools.islice(views, limit) if limit else views)
+        views = list(itertools.islice(pages, limit) if limit else pages)
     if json_output:
         print_json([dead_letter_document(view) for view in views])
     elif views:

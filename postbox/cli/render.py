@@ -45,10 +45,10 @@ def format_time_ms(epoch_ms: int) -> str:
     value no calendar can show is printed as the number.
     """
     try:
-        moment = datetime.datetime.fromtimestamp(epoch_ms // 1000)
+        moment = datetime.datetime.fromtimestamp(epoch_ms // 1000, datetime.UTC).astimezone()
     except (OverflowError, OSError, ValueError):
         return str(epoch_ms)
-    moment = moment.replace(microsecond=(epoch_ms % 1000) * 1000)
+    moment = moment.replace(microsecond=(epoch_ms % 1000) * 1000, tzinfo=None)
     return moment.isoformat(sep=" ", timespec="milliseconds")
 
 

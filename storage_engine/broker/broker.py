@@ -191,7 +191,7 @@ class Broker:
     def __enter__(self) -> Broker:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @property

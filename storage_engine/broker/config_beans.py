@@ -116,7 +116,8 @@ def _check_bean(bean: Any) -> None:
     object.__setattr__(bean, "extra", MappingProxyType(dict(bean.extra)))
 
 
-def bean_from_json(kind: type, raw: Any, name_attribute: str, map_key: str) -> Any:
+def bean_from_json(kind: type[TopicConfig | SubscriptionGroupConfig], raw: Any,
+                   name_attribute: str, map_key: str) -> Any:
     """A bean from its JSON object; the map key stands in for a missing name field."""
     if not isinstance(raw, dict):
         raise ValueError(f"entry {map_key!r} is not an object")

@@ -396,10 +396,8 @@ class _BeanTable(_ConfigTable):
         document[self.TABLE_FIELD] = beans
         return document
 
-    @staticmethod
-    def validate_name(name: str) -> object:
-        """Raise an ``InvalidMessageError`` for an entry name this table must not add."""
-        raise NotImplementedError
+    validate_name: ClassVar[staticmethod[[str], object]]
+    """Raise an ``InvalidMessageError`` for an entry name this table must not add."""
 
     def _check_loaded_name(self, name: str) -> None:
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 from ..config import BrokerConfig
 from ..errors import (
@@ -80,7 +81,8 @@ class TopicManager:
             raise ConfigError(f"topic {topic!r}: order must be a bool, got {order!r}")
         with self._create_lock:
             existing = self._table.get(topic)
-            fields = dict(read_queue_nums=count, write_queue_nums=count, perm=perm, order=order)
+            fields: dict[str, Any] = dict(read_queue_nums=count, write_queue_nums=count,
+                                          perm=perm, order=order)
             if existing is None:
                 self._check_room(topic)
             config = (TopicConfig(topic, **fields) if existing is None

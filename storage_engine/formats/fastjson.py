@@ -41,8 +41,13 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from json.decoder import scanstring
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the C scanner json.decoder exports; typeshed does not declare it
+    def scanstring(string: str, end: int, strict: bool = True) -> tuple[str, int]:
+        """The JSON string starting after the quote at ``end - 1``, and where it ends."""
+else:
+    from json.decoder import scanstring
 
 NESTING_DEPTH_MAX = 64
 """Deepest nesting of objects/arrays accepted by the writer and the reader."""
@@ -125,7 +130,7 @@ def _write_value(value: Any, indent: int, nesting: int, parts: list[str]) -> Non
         raise TypeError(f"cannot write {type(value).__name__} to a config file")
 
 
-def _write_object(mapping: Mapping, indent: int, nesting: int, parts: list[str]) -> None:
+def _write_object(mapping: Mapping[Any, Any], indent: int, nesting: int, parts: list[str]) -> None:
     _check_nesting(nesting)
     if not mapping:
         parts.append("{}")
@@ -149,7 +154,8 @@ def _write_object(mapping: Mapping, indent: int, nesting: int, parts: list[str])
     parts.append("\n" + _TAB * indent + "}")
 
 
-def _write_array(items: list | tuple, indent: int, nesting: int, parts: list[str]) -> None:
+def _write_array(items: list[Any] | tuple[Any, ...], indent: int, nesting: int,
+                 parts: list[str]) -> None:
     _check_nesting(nesting)
     parts.append("[")
     for index, item in enumerate(items):
@@ -201,7 +207,9 @@ class _Reader:
         self.text = text
 
     def skip_space(self, position: int) -> int:
-        return _WHITESPACE.match(self.text, position).end()
+        space = _WHITESPACE.match(self.text, position)
+        assert space is not None  # the pattern matches the empty string
+        return space.end()
 
     def fail(self, message: str, position: int) -> json.JSONDecodeError:
         return json.JSONDecodeError(message, self.text, position)
@@ -225,10 +233,10 @@ class _Reader:
                 return literal, position + len(word)
         raise self.fail("Expecting value", position)
 
-    def object(self, position: int, depth: int) -> tuple[dict, int]:
+    def object(self, position: int, depth: int) -> tuple[dict[str | int, Any], int]:
         if depth >= NESTING_DEPTH_MAX:
             raise self.fail(f"nesting deeper than {NESTING_DEPTH_MAX} levels", position)
-        result: dict = {}
+        result: dict[str | int, Any] = {}
         position = self.skip_space(position + 1)
         if self.text.startswith("}", position):
             return result, position + 1
@@ -257,10 +265,10 @@ class _Reader:
             raise self.fail("Expecting property name (a string or an integer)", position)
         return int(match.group(1)), match.end()
 
-    def array(self, position: int, depth: int) -> tuple[list, int]:
+    def array(self, position: int, depth: int) -> tuple[list[Any], int]:
         if depth >= NESTING_DEPTH_MAX:
             raise self.fail(f"nesting deeper than {NESTING_DEPTH_MAX} levels", position)
-        result: list = []
+        result: list[Any] = []
         position = self.skip_space(position + 1)
         if self.text.startswith("]", position):
             return result, position + 1

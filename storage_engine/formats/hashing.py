@@ -32,7 +32,7 @@ def java_string_hashcode(text: str) -> int:
         units = memoryview(text.encode("utf-16-le")).cast("H")
     count = len(units)
     if count <= _POW31_TABLE_SIZE:
-        value = sum(map(mul, units, _POW31_DESCENDING[_POW31_TABLE_SIZE - count:]))
+        value: int = sum(map(mul, units, _POW31_DESCENDING[_POW31_TABLE_SIZE - count:]))
         value &= _UINT32_MASK
     else:
         value = 0

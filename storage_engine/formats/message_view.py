@@ -7,11 +7,13 @@ copying their bytes. Immutable after construction; safe to share between threads
 
 from __future__ import annotations
 
+from typing import Any
+
 from .constants import MAGIC_V2, PROPERTY_CRC_NAME
 from .hashing import masked_crc32
 from .message_id import encode_offset_msg_id
 from .properties import decode_properties, split_keys
-from .record import HostAddress, decode_host, unpack_record
+from .record import HostAddress, RecordBuffer, decode_host, unpack_record
 
 
 class MessageView:
@@ -23,8 +25,25 @@ class MessageView:
         "reconsume_count", "prepared_transaction_position", "body", "_topic", "_properties_raw",
         "_properties",
     )
+    store_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    log_position: int
+    sys_flag: int
+    born_timestamp_ms: int
+    _born_host: bytes
+    store_timestamp_ms: int
+    _store_host: bytes
+    reconsume_count: int
+    prepared_transaction_position: int
+    body: bytes
+    _topic: bytes
+    _properties_raw: bytes
 
-    def __init__(self, fields: tuple) -> None:
+    def __init__(self, fields: tuple[Any, ...]) -> None:
         (self.store_size, self.magic, self.body_crc, self.queue_id, self.flag,
          self.queue_offset, self.log_position, self.sys_flag, self.born_timestamp_ms,
          self._born_host, self.store_timestamp_ms, self._store_host, self.reconsume_count,
@@ -33,7 +52,7 @@ class MessageView:
         self._properties: dict[str, str] | None = None
 
     @classmethod
-    def decode(cls, buf, position: int) -> MessageView:
+    def decode(cls, buf: RecordBuffer, position: int) -> MessageView:
         """Decode the record at ``position`` of ``buf`` (validated by the caller)."""
         return cls(unpack_record(buf, position))
 
@@ -105,7 +124,7 @@ class MessageView:
         """Whether the stored body CRC matches the body."""
         return masked_crc32(self.body) == self.body_crc
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """All fields as plain values (for JSON output)."""
         return {
             "topic": self.topic, "queue_id": self.queue_id, "queue_offset": self.queue_offset,

@@ -28,7 +28,7 @@ def encode_properties(properties: Mapping[str, str | None]) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-def decode_properties(text: str | bytes) -> dict[str, str]:
+def decode_properties(text: str | bytes | bytearray | memoryview) -> dict[str, str]:
     """Parse a properties string with RocketMQ's rules; malformed segments are dropped.
 
     A segment ends at U+0002; segments shorter than 3 characters are skipped; a pair is kept only

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import mmap
 import socket
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .constants import (
     BLANK_MAGIC,
@@ -22,6 +23,9 @@ from .constants import (
 )
 from .hashing import masked_crc32
 from .properties import decode_properties
+
+RecordBuffer = bytes | bytearray | memoryview | mmap.mmap
+"""What the record readers take: file bytes, a mapped segment, or a view of either."""
 
 # --------------------------------------------------------------------------------------------
 # Hosts (born host / store host): 4-byte IPv4 or 16-byte IPv6 address + 4-byte port
@@ -227,7 +231,7 @@ class RecordCheck(NamedTuple):
     reason: str = ""
 
 
-def _topic_field(buf, after_body: int, is_v2: bool) -> tuple[int, int]:
+def _topic_field(buf: RecordBuffer, after_body: int, is_v2: bool) -> tuple[int, int]:
     """Return (topic start, topic length) given the position just after the body."""
     if is_v2:
         return after_body + 2, _TOPIC_LEN_V2.unpack_from(buf, after_body)[0]
@@ -251,7 +255,7 @@ def seal_property_crc(record: bytes) -> bytes:
     return record[:-11] + digits.encode("ascii") + b"\x02"
 
 
-def _property_crc_holds(buf, position: int, size: int) -> bool | None:
+def _property_crc_holds(buf: RecordBuffer, position: int, size: int) -> bool | None:
     """None when the record carries no property CRC, else whether it matches."""
     end = position + size
     tail_at = end - PROPERTY_CRC_LENGTH
@@ -263,7 +267,8 @@ def _property_crc_holds(buf, position: int, size: int) -> bool | None:
     return int(digits[::-1]) == masked_crc32(buf[position:tail_at])
 
 
-def check_record(buf, position: int, limit: int, *, check_crc: bool = True) -> RecordCheck:
+def check_record(buf: RecordBuffer, position: int, limit: int, *,
+                 check_crc: bool = True) -> RecordCheck:
     """Validate the record at ``position`` of ``buf`` without building a view.
 
     ``limit`` is the end of readable data in ``buf`` (the end of the segment). Mirrors RocketMQ's
@@ -299,7 +304,7 @@ def check_record(buf, position: int, limit: int, *, check_crc: bool = True) -> R
     return RecordCheck(RecordKind.MESSAGE, size)
 
 
-def _common_layout(buf, position: int, remaining: int) -> tuple | None:
+def _common_layout(buf: RecordBuffer, position: int, remaining: int) -> tuple[Any, ...] | None:
     """Header fields and field bounds of a well-formed v1 record with IPv4 hosts, else None.
 
     The layout nearly every record has, checked with one header unpack: recovery and dispatch
@@ -328,7 +333,7 @@ def _common_layout(buf, position: int, remaining: int) -> tuple | None:
     return fields, body_end, props_at, props_length
 
 
-def _crc_failure(buf, position: int, size: int, body_start: int, body_end: int,
+def _crc_failure(buf: RecordBuffer, position: int, size: int, body_start: int, body_end: int,
                  props_length: int, stored_crc: int) -> str:
     """Why the record's checksums or framing fail ("" when they hold).
 
@@ -348,7 +353,8 @@ def _crc_failure(buf, position: int, size: int, body_start: int, body_end: int,
     return ""
 
 
-def _check_fields(buf, position: int, size: int, is_v2: bool, check_crc: bool) -> RecordCheck:
+def _check_fields(buf: RecordBuffer, position: int, size: int, is_v2: bool,
+                  check_crc: bool) -> RecordCheck:
     sys_flag = _INT.unpack_from(buf, position + OFFSET_SYS_FLAG)[0]
     header = RECORD_HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6),
                              bool(sys_flag & SYSFLAG_STOREHOST_V6))]
@@ -374,7 +380,8 @@ def _check_fields(buf, position: int, size: int, is_v2: bool, check_crc: bool) -
     return RecordCheck(RecordKind.MESSAGE, size)
 
 
-def scan_records(buf, offset: int, limit: int, *, check_crc: bool = True) -> tuple[int, int]:
+def scan_records(buf: RecordBuffer, offset: int, limit: int, *,
+                 check_crc: bool = True) -> tuple[int, int]:
     """Skip over consecutive valid records of the common layout, starting at ``offset``.
 
     The fast loop of recovery scans: returns ``(stop, last)``, where ``stop`` is the offset of
@@ -413,10 +420,11 @@ class DispatchRecord(NamedTuple):
     tags: str | None
     keys: str | None
     unique_key: str | None
-    properties: dict
+    properties: dict[str, str]
 
 
-def decode_for_dispatch(buf, position: int, limit: int) -> tuple[str, int, DispatchRecord | None]:
+def decode_for_dispatch(buf: RecordBuffer, position: int,
+                        limit: int) -> tuple[str, int, DispatchRecord | None]:
     """Validate (without CRC) and decode the record at ``position`` for the dispatchers.
 
     Returns ``(kind, size, record)``: ``record`` is set only for ``RecordKind.MESSAGE``. This is
@@ -445,13 +453,13 @@ def decode_for_dispatch(buf, position: int, limit: int) -> tuple[str, int, Dispa
         properties.get("TAGS"), properties.get("KEYS"), properties.get("UNIQ_KEY"), properties)
 
 
-def decode_run(buf, offset: int, limit: int, count_max: int) -> list[DispatchRecord]:
+def decode_run(buf: RecordBuffer, offset: int, limit: int, count_max: int) -> list[DispatchRecord]:
     """Decode up to ``count_max`` consecutive records of the common layout from ``offset``.
 
     The fast loop of dispatch: stops early at the first record of another layout, a blank, the
     end or anything invalid, which :func:`decode_for_dispatch` then takes one at a time.
     """
-    records = []
+    records: list[DispatchRecord] = []
     while len(records) < count_max:
         layout = _common_layout(buf, offset, limit - offset)
         record = None if layout is None else _dispatch_record(buf, layout)
@@ -462,7 +470,7 @@ def decode_run(buf, offset: int, limit: int, count_max: int) -> list[DispatchRec
     return records
 
 
-def _dispatch_record(buf, layout: tuple) -> DispatchRecord | None:
+def _dispatch_record(buf: RecordBuffer, layout: tuple[Any, ...]) -> DispatchRecord | None:
     """The record of a common-layout ``layout``; None when its topic is not UTF-8."""
     fields, body_end, props_at, props_length = layout
     try:
@@ -484,7 +492,7 @@ def takes_queue_offset(sys_flag: int) -> bool:
                                                     SYSFLAG_TRANSACTION_COMMIT)
 
 
-def _header_for(buf, position: int) -> struct.Struct:
+def _header_for(buf: RecordBuffer, position: int) -> struct.Struct:
     sys_flag = _INT.unpack_from(buf, position + OFFSET_SYS_FLAG)[0]
     if not sys_flag & 0x30:
         return RECORD_HEADER_V4
@@ -492,7 +500,7 @@ def _header_for(buf, position: int) -> struct.Struct:
                            bool(sys_flag & SYSFLAG_STOREHOST_V6))]
 
 
-def topic_and_properties(buf, position: int) -> tuple[bytes, bytes]:
+def topic_and_properties(buf: RecordBuffer, position: int) -> tuple[bytes, bytes]:
     """The raw topic and properties bytes of the (validated) record at ``position``.
 
     Cheaper than :func:`unpack_record` when only these are needed: the body is not copied. Lets
@@ -510,7 +518,7 @@ def topic_and_properties(buf, position: int) -> tuple[bytes, bytes]:
             bytes(buf[props_at + 2:props_at + 2 + props_length]))
 
 
-def unpack_record(buf, position: int) -> tuple:
+def unpack_record(buf: RecordBuffer, position: int) -> tuple[Any, ...]:
     """Unpack a whole record into a flat tuple.
 
     Returns ``(size, magic, body_crc, queue_id, flag, queue_offset, log_position, sys_flag,
@@ -533,4 +541,4 @@ def unpack_record(buf, position: int) -> tuple:
     props = buf[props_at + 2:props_at + 2 + props_length]
     if type(body) is not bytes:  # memoryview / bytearray input
         body, topic, props = bytes(body), bytes(topic), bytes(props)
-    return fields[:14] + (body, topic, props)
+    return (*fields[:14], body, topic, props)

@@ -188,6 +188,7 @@ class SlaveConnection:
     def _first_position(self) -> int | None:
         commit_log = self._commit_log
         master_end = commit_log.max_position
+        assert self.request_position is not None  # the writer waits for the first report
         position = transfer_start(self.request_position, master_end,
                                   commit_log.config.segment_size_bytes)
         if position > master_end:
@@ -234,6 +235,7 @@ class SlaveConnection:
         Not blocking, a frame the socket takes only in part leaves the rest in ``_unsent``.
         """
         position = self.transfer_position
+        assert position is not None  # set before the first frame
         commit_log = self._commit_log
         if position >= commit_log.max_position:
             return 0

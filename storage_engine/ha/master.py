@@ -57,6 +57,7 @@ class HAMasterService(Service):
     def start(self) -> Self:
         """Bind the listening socket, then start accepting; returns the service."""
         if self._listener is None:
+            assert self._config.listen_address is not None  # the store starts it for ha_listen
             host, port = self._config.listen_address
             listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             try:
@@ -71,11 +72,12 @@ class HAMasterService(Service):
             self._listener = listener
             self.listen_address = listener.getsockname()[:2]
             log.info("[ha] master listening for slaves on %s:%d", *self.listen_address)
-        super().start()
+        return super().start()
 
     def run_once(self, now_ms: int) -> int:
         """Accept at most one slave (waiting up to ``ACCEPT_POLL_MS``); reap closed ones."""
         self._reap()
+        assert self._listener is not None  # bound by start()
         try:
             sock, address = self._listener.accept()
         except TimeoutError:

@@ -74,6 +74,7 @@ class HASlaveClient(Service):
         return self._receive(now_ms)
 
     def _connect(self, now_ms: int) -> bool:
+        assert self._master is not None  # the store runs a slave client only with a master
         try:
             sock = socket.create_connection(self._master, timeout=CONNECT_TIMEOUT_MS / 1000)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -101,6 +102,7 @@ class HASlaveClient(Service):
         if wait_ms <= 0:
             return 1 if self._report(now_ms) else 0
         sock = self._sock
+        assert sock is not None  # run_once connects first
         try:
             sock.settimeout(wait_ms / 1000)
             data = sock.recv(RECEIVE_BYTES_MAX)
@@ -135,6 +137,7 @@ class HASlaveClient(Service):
     def _apply_all(self, data: bytes) -> bool:
         """Apply every frame completed by ``data``; True when bytes were appended."""
         applied = False
+        assert self._decoder is not None  # made on connecting
         for start, body in self._decoder.feed(data):
             applied = self.apply_frame(start, body) or applied
         return applied
@@ -160,6 +163,7 @@ class HASlaveClient(Service):
 
     def _report(self, now_ms: int) -> bool:
         """Send the log end to the master; False (disconnected) when that failed."""
+        assert self._sock is not None  # reports go over a connection
         try:
             self._sock.sendall(encode_report(self._commit_log.max_position))
         except OSError as error:

@@ -16,6 +16,18 @@ package — can use ``RemoteBroker`` without loading the server's protocol modul
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what __getattr__ returns, for the type checker
+    from .auth import AccessControl as AccessControl
+    from .auth import AccessDeniedError as AccessDeniedError
+    from .auth import Credentials as Credentials
+    from .auth import signed_metadata as signed_metadata
+    from .client import RemoteBroker as RemoteBroker
+    from .server import DEFAULT_LISTEN as DEFAULT_LISTEN
+    from .server import BrokerServer as BrokerServer
+    from .server import ServerError as ServerError
+    from .server import parse_listen as parse_listen
 
 _EXPORTS = {
     "AccessControl": "auth", "AccessDeniedError": "auth", "Credentials": "auth",

@@ -113,7 +113,7 @@ class AccessControl:
             context.abort(error.grpc_code, str(error))
             raise  # not reached: abort raises
 
-    def check(self, metadata: Iterable[tuple[str, str]], *, topics: Iterable[str] = (),
+    def check(self, metadata: Iterable[tuple[str, str | bytes]], *, topics: Iterable[str] = (),
               groups: Iterable[str] = (), write: bool = False,
               create: Iterable[str] = (), describe: Iterable[str] = ()) -> Account:
         """The caller's account; ``AccessDeniedError`` when unauthenticated or not allowed:
@@ -137,10 +137,10 @@ class AccessControl:
                 raise _forbidden(account, f"no right on topic {topic!r}")
         return account
 
-    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Account:
         """The account whose valid signature the metadata carries."""
         values = {key: value for key, value in metadata
-                  if key in (DATE_TIME_KEY, AUTHORIZATION_KEY)}
+                  if key in (DATE_TIME_KEY, AUTHORIZATION_KEY) and isinstance(value, str)}
         header, date_time = values.get(AUTHORIZATION_KEY), values.get(DATE_TIME_KEY)
         if not header or not date_time:
             raise _unauthenticated("the call is not signed (authorization and x-mq-date-time "

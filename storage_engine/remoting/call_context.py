@@ -79,8 +79,8 @@ class ServiceParts:
 
 def metadata(context: grpc.ServicerContext) -> list[tuple[str, str]]:
     """The call's metadata as (key, value) pairs."""
-    return [(item.key, item.value) for item in context.invocation_metadata()
-            if isinstance(item.value, str)]
+    return [(key, value) for key, value in context.invocation_metadata()
+            if isinstance(value, str)]
 
 
 def peer_host(context: grpc.ServicerContext) -> tuple[str, int]:

@@ -95,8 +95,8 @@ class RemoteBroker:
         self._credentials = credentials
         self._signed_metadata = _metadata_signer(credentials)
         self._channel = grpc.insecure_channel(address, options=list(CHANNEL_OPTIONS))
-        self._stubs = {method: self._channel.unary_unary(f"/{SERVICE_NAME}/{method}")
-                       for method in METHODS}
+        self._stubs: dict[str, grpc.UnaryUnaryMultiCallable[bytes, bytes]] = {
+            method: self._channel.unary_unary(f"/{SERVICE_NAME}/{method}") for method in METHODS}
         self._inflight = InFlightCalls()
         self._sends = SendCoalescer(self._send_batch)
         self._closed = False
@@ -110,8 +110,10 @@ class RemoteBroker:
 
     # ---- calls ---------------------------------------------------------------------------------
 
-    def _metadata(self) -> list[tuple[str, str]] | None:
-        return None if self._signed_metadata is None else self._signed_metadata(self.client_id)
+    def _metadata(self) -> tuple[tuple[str, str | bytes], ...] | None:
+        if self._signed_metadata is None:
+            return None
+        return tuple(self._signed_metadata(self.client_id))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -161,7 +163,8 @@ class RemoteBroker:
             raise InvalidMessageError(problem, topic=message.topic if isinstance(
                 message.topic, str) else None)
         header = encode_json(message_header(message, queue_id, sharding_key))
-        return self._sends.submit(message.topic, header, bytes(body))
+        receipt: SendResult = self._sends.submit(message.topic, header, bytes(body))
+        return receipt
 
     def _send_batch(self, headers: list[bytes], bodies: list[bytes]) -> list[Any]:
         """One ``SendBatch`` call (headers already JSON); a receipt or a storage error per
@@ -244,7 +247,8 @@ class RemoteBroker:
         """The committed next offset, or None."""
         values, _ = self._call("QueryOffset", {"group": group, "topic": topic,
                                                "queue_id": queue_id})
-        return values["offset"]
+        offset: int | None = values["offset"]
+        return offset
 
     def start_offset(self, group: str, topic: str, queue_id: int,
                      consume_from: ConsumeFrom = ConsumeFrom.LAST,
@@ -256,7 +260,8 @@ class RemoteBroker:
         values, _ = self._call("StartOffset", {
             "group": group, "topic": topic, "queue_id": queue_id,
             "consume_from": consume_from.value, "timestamp_ms": timestamp_ms})
-        return values["offset"]
+        offset: int = values["offset"]
+        return offset
 
     # ---- topics and groups ---------------------------------------------------------------------
 
@@ -277,7 +282,8 @@ class RemoteBroker:
     def queue_ids(self, topic: str) -> list[int]:
         """Readable queue ids of a topic; [] when unknown."""
         values, _ = self._call("QueueIds", {"topic": topic})
-        return values["queue_ids"]
+        queue_ids: list[int] = values["queue_ids"]
+        return queue_ids
 
     def subscription_group(self, group: str) -> SubscriptionGroupConfig:
         """The group's config (created with defaults when auto-creation is on)."""
@@ -292,7 +298,8 @@ class RemoteBroker:
     def consumer_groups(self) -> list[str]:
         """Every group the broker knows."""
         values, _ = self._call("ConsumerGroups", {})
-        return values["groups"]
+        groups: list[str] = values["groups"]
+        return groups
 
     def dead_letters(self, group: str, offset: int = 0, max_count: int = 100
                      ) -> list[MessageView]:
@@ -313,7 +320,8 @@ class RemoteBroker:
                                                     "topics": names})
         self._membership.registered(group, client_id, names, changed=values["changed"],
                                     version=values["version"], epoch=values["epoch"])
-        return values["changed"]
+        changed: bool = values["changed"]
+        return changed
 
     def unregister_consumer(self, group: str, client_id: str) -> None:
         """Remove a member; listeners hear of the change."""
@@ -325,7 +333,8 @@ class RemoteBroker:
     def consumer_ids(self, group: str) -> list[str]:
         """Live members of ``group``, sorted."""
         values, _ = self._call("ConsumerIds", {"group": group})
-        return values["ids"]
+        ids: list[str] = values["ids"]
+        return ids
 
     def add_membership_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(group)`` whenever a group this client has members in changes."""

@@ -15,7 +15,7 @@ Pure functions; safe to call from any thread.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig, bean_from_json, bean_to_json
 from ..broker.model import QueueProgress, SendBackOutcome, SendBackResult, SendResult
@@ -103,6 +103,14 @@ def decode_records(payload: bytes, count: int, *, check_crc: bool = False) -> li
 
 
 # ---- receipts and results --------------------------------------------------------------------
+
+
+@overload
+def receipt_to_json(receipt: SendResult) -> dict[str, Any]: ...
+
+
+@overload
+def receipt_to_json(receipt: None) -> None: ...
 
 
 def receipt_to_json(receipt: SendResult | None) -> dict[str, Any] | None:

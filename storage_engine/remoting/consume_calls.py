@@ -126,11 +126,11 @@ def change_invisible(parts: ServiceParts, request: service.ChangeInvisibleDurati
                                what="invisible_duration")
     handle = ReceiptHandle.decode(request.receipt_handle)
     parts.authorize_handle(context, handle.topic)
-    handle = parts.pop.change_invisible(group, handle, invisible_ms)
-    if handle is None:
+    renewed = parts.pop.change_invisible(group, handle, invisible_ms)
+    if renewed is None:
         return service.ChangeInvisibleDurationResponse(status=_expired())
     return service.ChangeInvisibleDurationResponse(status=status(),
-                                                   receipt_handle=handle.encode())
+                                                   receipt_handle=renewed.encode())
 
 
 def forward_to_dead_letter(parts: ServiceParts,

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
+from typing import cast
 
 import grpc
 
@@ -116,7 +118,9 @@ def error_from_rpc(error: grpc.RpcError, address: str, method: str) -> StorageEr
 
 
 def _rebuild(error: grpc.RpcError) -> StorageError | None:
-    metadata = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    # (key, value) pairs at run time; the grpc stubs declare items without their tuple base
+    metadata = cast("Iterable[tuple[str, str | bytes]] | None",
+                    error.trailing_metadata() if hasattr(error, "trailing_metadata") else None)
     raw = next((value for key, value in metadata or () if key == ERROR_METADATA_KEY), None)
     if raw is None:
         return None

@@ -84,7 +84,7 @@ class LeaseBook:
 
     def due(self, now_ms: int, limit: int) -> list[tuple[PopQueue, int, str]]:
         """Up to ``limit`` (queue, offset, token) entries whose deadline is ``<= now_ms``."""
-        found = []
+        found: list[tuple[PopQueue, int, str]] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= now_ms and len(found) < limit:
                 _, _, key, offset, token = heapq.heappop(self._heap)

@@ -106,8 +106,9 @@ class PostboxService:
         """Add the service's method handlers to ``server`` (before it starts)."""
         table = self._handlers()
         assert tuple(table) == METHODS, "every method has exactly one handler"
-        handlers = {name: grpc.unary_unary_rpc_method_handler(self._wrap(name, handler))
-                    for name, handler in table.items()}
+        handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+            name: grpc.unary_unary_rpc_method_handler(self._wrap(name, handler))
+            for name, handler in table.items()}
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
 
@@ -139,7 +140,9 @@ class PostboxService:
                 abort_with_error(context, error)
                 raise  # not reached: abort raises
             except Exception:
-                if context.code() is not None:  # access control already ended the call
+                # access control already ended the call (grpcio has ServicerContext.code()
+                # since 1.38; the stubs lack it)
+                if context.code() is not None:  # type: ignore[attr-defined]
                     raise
                 log.exception("[postbox-service] %s failed", name)
                 context.abort(grpc.StatusCode.INTERNAL,

@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import sys
 import types
+from typing import TYPE_CHECKING
 
 _PACKAGE = "rocketmq"
 _PROTOCOL_PACKAGE = "rocketmq.grpc_protocol"
@@ -51,7 +52,12 @@ def _load_generated() -> tuple[types.ModuleType, ...]:
             sys.modules.pop(name, None)
 
 
-definition, service, service_grpc = _load_generated()
+if TYPE_CHECKING:  # the generated modules are untyped: their names are Any to the checker
+    from rocketmq.grpc_protocol import definition_pb2 as definition
+    from rocketmq.grpc_protocol import service_pb2 as service
+    from rocketmq.grpc_protocol import service_pb2_grpc as service_grpc
+else:
+    definition, service, service_grpc = _load_generated()
 Code = definition.Code
 
 __all__ = ["Code", "definition", "service", "service_grpc"]

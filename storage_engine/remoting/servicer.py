@@ -47,7 +47,7 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
     # ---- routes, membership, settings -------------------------------------------------------
 
     @answers(service.QueryRouteResponse)
-    def QueryRoute(self, request, context):  # noqa: D102, N802 (generated names)
+    def QueryRoute(self, request, context):  # noqa: D102 (generated names)
         parts = self._parts
         topic = topic_name(request.topic)
         parts.authorize(context, describe=[topic])
@@ -61,20 +61,21 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
         return service.QueryRouteResponse(status=status(), message_queues=queues)
 
     @answers(service.HeartbeatResponse)
-    def Heartbeat(self, request, context):  # noqa: D102, N802
+    def Heartbeat(self, request, context):  # noqa: D102
         parts = self._parts
         if request.client_type in _CONSUMER_TYPES and request.HasField("group"):
             group = group_name(request.group)
             parts.authorize(context, groups=[group])
-            caller = required_client_id(metadata(context))
-            parts.broker.register_consumer(group, caller, parts.sessions.topics(caller))
+            member = required_client_id(metadata(context))
+            parts.broker.register_consumer(group, member, parts.sessions.topics(member))
+            caller: str | None = member
         else:
             parts.authorize(context)
             caller = client_id(metadata(context))
         parts.sessions.touch(caller, parts.clock.now_ms())
         return service.HeartbeatResponse(status=status())
 
-    def Telemetry(self, request_iterator, context):  # noqa: D102, N802
+    def Telemetry(self, request_iterator, context):  # noqa: D102
         parts = self._parts
         try:
             parts.authorize(context)
@@ -120,7 +121,7 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
         return answer
 
     @answers(service.NotifyClientTerminationResponse)
-    def NotifyClientTermination(self, request, context):  # noqa: D102, N802
+    def NotifyClientTermination(self, request, context):  # noqa: D102
         parts = self._parts
         group = group_name(request.group) if request.HasField("group") else None
         parts.authorize(context, groups=[group] if group else [])
@@ -135,7 +136,7 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
         return service.NotifyClientTerminationResponse(status=status())
 
     @answers(service.QueryAssignmentResponse)
-    def QueryAssignment(self, request, context):  # noqa: D102, N802
+    def QueryAssignment(self, request, context):  # noqa: D102
         parts = self._parts
         topic = topic_name(request.topic)
         group = group_name(request.group)
@@ -149,53 +150,53 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
     # ---- send and consume -------------------------------------------------------------------
 
     @answers(service.SendMessageResponse)
-    def SendMessage(self, request, context):  # noqa: D102, N802
+    def SendMessage(self, request, context):  # noqa: D102
         return produce_calls.send(self._parts, request, context)
 
-    def ReceiveMessage(self, request, context) -> Iterator:  # noqa: D102, N802
+    def ReceiveMessage(self, request, context) -> Iterator:  # noqa: D102
         return consume_calls.receive(self._parts, request, context)
 
     @answers(service.AckMessageResponse)
-    def AckMessage(self, request, context):  # noqa: D102, N802
+    def AckMessage(self, request, context):  # noqa: D102
         return consume_calls.ack(self._parts, request, context)
 
     @answers(service.ChangeInvisibleDurationResponse)
-    def ChangeInvisibleDuration(self, request, context):  # noqa: D102, N802
+    def ChangeInvisibleDuration(self, request, context):  # noqa: D102
         return consume_calls.change_invisible(self._parts, request, context)
 
     @answers(service.ForwardMessageToDeadLetterQueueResponse)
-    def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: D102, N802
+    def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: D102
         return consume_calls.forward_to_dead_letter(self._parts, request, context)
 
-    def PullMessage(self, request, context) -> Iterator:  # noqa: D102, N802
+    def PullMessage(self, request, context) -> Iterator:  # noqa: D102
         return offset_calls.pull(self._parts, request, context)
 
     @answers(service.UpdateOffsetResponse)
-    def UpdateOffset(self, request, context):  # noqa: D102, N802
+    def UpdateOffset(self, request, context):  # noqa: D102
         return offset_calls.update_offset(self._parts, request, context)
 
     @answers(service.GetOffsetResponse)
-    def GetOffset(self, request, context):  # noqa: D102, N802
+    def GetOffset(self, request, context):  # noqa: D102
         return offset_calls.get_offset(self._parts, request, context)
 
     @answers(service.QueryOffsetResponse)
-    def QueryOffset(self, request, context):  # noqa: D102, N802
+    def QueryOffset(self, request, context):  # noqa: D102
         return offset_calls.query_offset(self._parts, request, context)
 
     # ---- not supported ----------------------------------------------------------------------
 
     @answers(service.EndTransactionResponse)
-    def EndTransaction(self, request, context):  # noqa: D102, N802
+    def EndTransaction(self, request, context):  # noqa: D102
         self._parts.authorize(context)
         return service.EndTransactionResponse(status=not_implemented("EndTransaction"))
 
     @answers(service.RecallMessageResponse)
-    def RecallMessage(self, request, context):  # noqa: D102, N802
+    def RecallMessage(self, request, context):  # noqa: D102
         self._parts.authorize(context)
         return service.RecallMessageResponse(status=not_implemented("RecallMessage"))
 
     @answers(service.SyncLiteSubscriptionResponse)
-    def SyncLiteSubscription(self, request, context):  # noqa: D102, N802
+    def SyncLiteSubscription(self, request, context):  # noqa: D102
         self._parts.authorize(context)
         return service.SyncLiteSubscriptionResponse(
             status=not_implemented("SyncLiteSubscription"))

@@ -235,7 +235,7 @@ class CommitLog:
             return self._append_locked(batch, now)
 
     def _append_locked(self, batch: Sequence[PreparedMessage], now: int) -> list[PutResult]:
-        results = []
+        results: list[PutResult] = []
         segment = self.segments.last
         pending: list[bytes] = []  # records for ``segment``, written in one copy
         position = segment.end_position if segment is not None else 0

@@ -212,6 +212,7 @@ class ConsumeQueue:
         """(log position, size, tag hash) of ``offset``; the caller checked the bounds."""
         position = offset * UNIT
         segment = self.segments.find(position)
+        assert segment is not None  # the caller checked the bounds
         return _unpack_unit(segment.buffer, position - segment.base_position)
 
     def read_units(self, offset: int, max_count: int) -> list[tuple[int, int, int]]:

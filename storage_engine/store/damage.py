@@ -47,9 +47,17 @@ DAMAGED_DIR_NAME = "damaged"
 class Segment(Protocol):
     """What the search needs of a segment (``MappedSegment``, or ``FileSegment`` for bytes)."""
 
-    base_position: int
-    size_bytes: int
-    path: Path
+    @property
+    def base_position(self) -> int:
+        """Log position of the segment's first byte."""
+
+    @property
+    def size_bytes(self) -> int:
+        """The segment's length."""
+
+    @property
+    def path(self) -> Path:
+        """The segment's file."""
 
     @property
     def buffer(self):

@@ -155,7 +155,7 @@ class DispatchService(Service):
                 feed.popleft()
                 if record.log_position < position:
                     continue  # dispatched already (e.g. from the log before the feed caught up)
-                records = (record,)
+                records = [record]
             else:  # from the log, up to the feed's first record
                 stop = end if record is None else min(end, record.log_position)
                 records = self._decode_from(position, stop, self.batch_size_max - processed)
@@ -167,7 +167,7 @@ class DispatchService(Service):
                     dispatcher.dispatch(record)
                 position += record.size
             processed += len(records)
-            timestamp_ms = record.store_timestamp_ms
+            timestamp_ms = records[-1].store_timestamp_ms
         if processed:
             for dispatcher in self._dispatchers:
                 dispatcher.batch_done()
@@ -181,6 +181,7 @@ class DispatchService(Service):
     def _decode_from(self, position: int, stop: int, count_max: int) -> list[DispatchRecord]:
         """Records from ``position`` in its segment, ending by ``stop`` (empty: a blank)."""
         segment = self._commit_log.segments.find(position)
+        assert segment is not None  # position < stop <= the log end
         base = segment.base_position
         records = decode_run(segment.buffer, position - base,
                              min(segment.written_position, stop - base), count_max)
@@ -191,6 +192,7 @@ class DispatchService(Service):
 
     def _decode_at(self, position: int) -> DispatchRecord | None:
         segment = self._commit_log.segments.find(position)
+        assert segment is not None  # position < the log end
         kind, _size, record = decode_for_dispatch(segment.buffer,
                                                   position - segment.base_position,
                                                   segment.written_position)

@@ -105,7 +105,7 @@ class GroupFlushService(CommitLogFlushService):
         """One group sync as the leader, then hand leadership on."""
         try:
             self.flush(0)
-        except Exception as error:  # noqa: BLE001 - fail-stop; waiters see ``failure``
+        except Exception as error:  # fail-stop; waiters see ``failure``
             log.exception("[%s] commit-log sync failed: the store stops accepting writes",
                           self.name)
             self.fail(error)

@@ -172,12 +172,13 @@ class MessageEncoder:
                      cause: UnicodeEncodeError | None = None) -> NoReturn:
         """Raise naming the first field that breaks ``formats.text_problem`` (a framing
         character, text that is not UTF-8)."""
-        fields = [("key", keys), ("tags", message.tags), ("unique_key", message.unique_key)]
+        fields: list[tuple[str, str | None]] = [("key", keys), ("tags", message.tags),
+                                                ("unique_key", message.unique_key)]
         for name, value in (message.properties or {}).items():
             if value is not None:
                 fields += [(f"property {name!r}", name), (f"property {name!r}", str(value))]
-        for what, value in fields:
-            if value and (problem := text_problem(what, str(value))):
+        for what, text in fields:
+            if text and (problem := text_problem(what, str(text))):
                 raise InvalidMessageError(problem, topic=message.topic) from cause
         raise InvalidMessageError("properties are not storable text",
                                   topic=message.topic) from cause

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, FlushMode, StoreConfig
@@ -42,7 +43,7 @@ from ..formats import END_FILE_MIN_BLANK_LENGTH, PROPERTY_WAIT, MessageView, enc
 from ..ha import HAMasterService, HASlaveClient, LogTimestampDispatcher, RecordBoundary
 from ..service import Service
 from .checkpoint import Checkpoint
-from .commit_log import CommitLog
+from .commit_log import CommitLog, PreparedMessage
 from .consume_queue_set import ConsumeQueueSet
 from .disk_guard import DiskGuard, DiskUsageProbe
 from .disk_guard import disk_usage as measure_disk_usage
@@ -200,7 +201,8 @@ class MessageStore:
         self._closed = False
         log.info("[open] store %s: log [%d, %d), %d queues, clean=%s, re-dispatched %d bytes",
                  root, self.commit_log.min_position, self.commit_log.max_position,
-                 len(self.queues.queues), clean, self.recovery.redispatched_bytes)
+                 len(self.queues.queues), clean,
+                 self.recovery.redispatched_bytes if self.recovery is not None else 0)
 
     def _write_abort_marker(self, *, at_open: bool = False) -> None:
         """Write the layout file and the ``abort`` marker (the store is now being written).
@@ -289,7 +291,7 @@ class MessageStore:
     def __enter__(self) -> MessageStore:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _check_open(self) -> None:
@@ -336,9 +338,10 @@ class MessageStore:
         if (self._sync_flush or self._sync_master) and appended and self._wants_wait(batch):
             end = appended[-1].log_position + batch[-1].size
             started_ms = self.clock.now_ms()
-            if self._sync_flush and not self.log_flusher.wait_flushed(
-                    end, self.config.flush.sync_timeout_ms):
-                status = self._flush_wait_failed(end)
+            if self._sync_flush:
+                assert isinstance(self.log_flusher, GroupFlushService)  # SYNC mode's flusher
+                if not self.log_flusher.wait_flushed(end, self.config.flush.sync_timeout_ms):
+                    status = self._flush_wait_failed(end)
             if self._sync_master:
                 replicated = self._wait_replicated(end, started_ms)
                 if replicated is not PutStatus.PUT_OK:
@@ -348,7 +351,7 @@ class MessageStore:
                 result.status = status
         return appended
 
-    def _admit(self, batch) -> None:
+    def _admit(self, batch: Sequence[PreparedMessage]) -> None:
         """Back-pressure (``DiskGuard``): raise ``DiskFullError`` before the disk passes the
         warning level; counts the commit-log segment this batch may have to create."""
         if self.guard.read_only_reason is not None:
@@ -367,7 +370,7 @@ class MessageStore:
         self.retention.consumption_floor = floor
 
     @staticmethod
-    def _wants_wait(batch) -> bool:
+    def _wants_wait(batch: Sequence[PreparedMessage]) -> bool:
         return any(p.user_properties.get(PROPERTY_WAIT) != "false" for p in batch)
 
     def _flush_wait_failed(self, end: int) -> PutStatus:
@@ -461,10 +464,11 @@ class MessageStore:
         """(host, port) the HA service listens on (the real port for ``ha_listen`` port 0)."""
         return None if self._ha_master is None else self._ha_master.listen_address
 
-    def ha_status(self) -> dict:
+    def ha_status(self) -> dict[str, Any]:
         """JSON-able replication state: role, and the master's slaves (acknowledged positions,
         bytes behind) or the slave's master connection; ``max_position`` is this log's end."""
-        status = {"role": self.role.value, "max_position": self.commit_log.max_position}
+        status: dict[str, Any] = {"role": self.role.value,
+                                  "max_position": self.commit_log.max_position}
         if self._ha_master is not None:
             status.update(self._ha_master.status())
         if self._ha_slave is not None:
@@ -477,7 +481,7 @@ class MessageStore:
         """Topic → queue ids that hold (or held) messages."""
         return self.queues.topics()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """A JSON-able summary of the store."""
         queues = [{"topic": t, "queue_id": q, "min_offset": cq.min_offset,
                    "max_offset": cq.max_offset}

@@ -249,6 +249,7 @@ class MessageReader:
         segment_size = self._log.config.segment_size_bytes
         while position < self._log.max_position:
             segment = self._log.segments.find(position)
+            assert segment is not None  # position < the log end
             check = check_record(segment.buffer, position - segment.base_position,
                                  segment.written_position, check_crc=False)
             if check.kind == RecordKind.BLANK:

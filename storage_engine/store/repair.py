@@ -33,6 +33,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..config import StoreConfig
@@ -49,6 +50,7 @@ from ..formats import (
 )
 from .damage import DAMAGED_DIR_NAME, Damage, survey
 from .fsutil import StoreLock, fsync_dir
+from .segment import MappedSegment
 from .segment_set import SegmentSet
 from .store_layout import infer_config
 
@@ -64,17 +66,17 @@ class RepairReport:
     """What ``repair_store`` did."""
 
     store: str
-    set_aside: list[dict] = field(default_factory=list)  # the JSON description of each span
+    set_aside: list[dict[str, Any]] = field(default_factory=list)  # each span's JSON description
     valid_records: int = 0  # valid records in the log (all kept at their positions)
     log_end: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {"store": self.store, "set_aside": list(self.set_aside),
                 "valid_records": self.valid_records, "log_end": self.log_end}
 
 
-def repair_store(root_dir: str | os.PathLike, config: StoreConfig | None = None, *,
+def repair_store(root_dir: str | os.PathLike[str], config: StoreConfig | None = None, *,
                  clock: Clock | None = None) -> RepairReport:
     """Set every damaged span of the store's commit log aside (see the module docstring).
 
@@ -105,9 +107,10 @@ def repair_store(root_dir: str | os.PathLike, config: StoreConfig | None = None,
     return report
 
 
-def _set_aside(root: Path, segments: SegmentSet, damage: Damage, now_ms: int) -> dict:
+def _set_aside(root: Path, segments: SegmentSet, damage: Damage, now_ms: int) -> dict[str, Any]:
     """Copy one span out, then overwrite it with filler of the same length."""
     segment = segments.find(damage.position)
+    assert segment is not None  # damage is found inside a segment
     offset = damage.position - segment.base_position
     filler_kind, filler = _filler(segment, offset, damage, now_ms)
     directory = root / DAMAGED_DIR_NAME
@@ -130,7 +133,8 @@ def _set_aside(root: Path, segments: SegmentSet, damage: Damage, now_ms: int) ->
     return description
 
 
-def _filler(segment, offset: int, damage: Damage, now_ms: int) -> tuple[str, bytes]:
+def _filler(segment: MappedSegment, offset: int, damage: Damage,
+            now_ms: int) -> tuple[str, bytes]:
     """(kind, bytes) that fill the span exactly: a closing blank, or a placeholder record.
 
     A span that runs to the end of its segment, or to the blank record closing it, becomes a

@@ -162,7 +162,7 @@ class MappedSegment:
         if start + length > self.allocated_end:
             allocate_range(self._fd, start, length, self.path)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """Append ``data`` at ``written_position`` (the caller checked there is room)."""
         start = self.written_position
         end = start + len(data)

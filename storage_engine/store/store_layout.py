@@ -25,6 +25,7 @@ import errno
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ..config import StoreConfig
 from ..errors import NotAStoreError
@@ -35,13 +36,13 @@ STORE_MARKERS = ("commitlog", "checkpoint")
 """Entries of a store root, at least one of which every store has (see the docstring)."""
 
 
-def is_store(root_dir: str | os.PathLike) -> bool:
+def is_store(root_dir: str | os.PathLike[str]) -> bool:
     """Whether ``root_dir`` holds a store (``commitlog/`` or ``checkpoint``). Reads only."""
     root = Path(root_dir)
     return (root / "commitlog").is_dir() or (root / "checkpoint").is_file()
 
 
-def require_store(root_dir: str | os.PathLike) -> Path:
+def require_store(root_dir: str | os.PathLike[str]) -> Path:
     """``root_dir`` as a ``Path`` if it holds a store, else raise ``NotAStoreError`` saying
     what is missing. Reads only."""
     root = Path(root_dir)
@@ -91,7 +92,7 @@ def write_open_markers(config: StoreConfig, abort_path: Path) -> OSError | None:
     return None
 
 
-def infer_config(root_dir: str | os.PathLike, base: StoreConfig | None = None) -> StoreConfig:
+def infer_config(root_dir: str | os.PathLike[str], base: StoreConfig | None = None) -> StoreConfig:
     """A config for the store at ``root_dir`` whose sizes match its files.
 
     Settings other than sizes come from ``base`` (defaults when omitted).
@@ -119,7 +120,7 @@ def infer_config(root_dir: str | os.PathLike, base: StoreConfig | None = None) -
     return config
 
 
-def _read_layout(root: Path) -> dict:
+def _read_layout(root: Path) -> dict[str, Any]:
     try:
         layout = json.loads((root / LAYOUT_FILE_NAME).read_text())
     except (FileNotFoundError, ValueError):

@@ -16,6 +16,7 @@ that is not a store (no ``commitlog/``, no ``checkpoint``) is reported as such, 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import StoreConfig
@@ -44,7 +45,7 @@ from .store_layout import infer_config, require_store
 from .topics import DELAY_TOPIC
 
 
-def verify_store(root_dir: str | os.PathLike, config: StoreConfig | None = None) -> list[str]:
+def verify_store(root_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> list[str]:
     """Return every problem found in the store at ``root_dir`` (empty when consistent).
 
     Without ``config`` the sizes are inferred from the store (``infer_config``). A directory
@@ -195,13 +196,15 @@ def _scan_segment(segments: list[FileSegment], index: int, records: list[Dispatc
         offset += size
 
 
-def _check_queues(directory: Path, records: list[DispatchRecord], by_position: dict,
-                  log_min: int, set_aside, config: StoreConfig, problems: list[str]) -> None:
+def _check_queues(directory: Path, records: list[DispatchRecord],
+                  by_position: dict[int, DispatchRecord], log_min: int,
+                  set_aside: Callable[[int], bool], config: StoreConfig,
+                  problems: list[str]) -> None:
     expected: dict[tuple[str, int], list[DispatchRecord]] = {}
     for record in records:
         if takes_queue_offset(record.sys_flag):
             expected.setdefault((record.topic, record.queue_id), []).append(record)
-    seen = set()
+    seen: set[tuple[str, int]] = set()
     if directory.is_dir():
         for topic in sorted(os.listdir(directory)):
             for queue_name in sorted(os.listdir(directory / topic)):
@@ -235,7 +238,9 @@ def _read_units(directory: Path, config: StoreConfig,
     return units
 
 
-def _check_queue(key, units, queue_records, by_position, problems) -> None:
+def _check_queue(key: tuple[str, int], units: list[tuple[int, int, int]],
+                 queue_records: list[DispatchRecord], by_position: dict[int, DispatchRecord],
+                 problems: list[str]) -> None:
     topic, queue_id = key
     real_units = [(i, u) for i, u in enumerate(units) if u[1] != FILLER_UNIT_SIZE]
     for offset, (position, size, code) in real_units:
@@ -259,8 +264,8 @@ def _check_queue(key, units, queue_records, by_position, problems) -> None:
                             f"(offset {record.queue_offset}) is missing from the consume queue")
 
 
-def _check_key_index(directory: Path, by_position: dict, log_min: int, set_aside,
-                     config: StoreConfig,
+def _check_key_index(directory: Path, by_position: dict[int, DispatchRecord], log_min: int,
+                     set_aside: Callable[[int], bool], config: StoreConfig,
                      problems: list[str]) -> None:
     if not directory.is_dir():
         return
@@ -279,8 +284,9 @@ def _index_geometry(size: int, config: StoreConfig) -> tuple[int, int] | None:
     return (slots, entries) if 40 + slots * 4 + entries * 20 == size else None
 
 
-def _check_index_file(name, data, geometry, by_position, log_min, set_aside,
-                      problems) -> None:
+def _check_index_file(name: str, data: bytes, geometry: tuple[int, int],
+                      by_position: dict[int, DispatchRecord], log_min: int,
+                      set_aside: Callable[[int], bool], problems: list[str]) -> None:
     slots, _entries = geometry
     *_times, _begin, _end, _used, count = INDEX_HEADER.unpack_from(data, 0)
     for number in range(1, max(count, 1)):

@@ -32,7 +32,7 @@ def test_the_readme_shows_the_example_files_as_they_are():
 
 
 @pytest.fixture
-def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SHOP_STORE", str(tmp_path / "store"))
     monkeypatch.setenv("SHOP_DATABASE_URL", f"sqlite:///{tmp_path / 'shop.db'}")
     monkeypatch.setenv("POSTBOX_REDIS_URL", "redis://127.0.0.1:1/0")  # never connected here

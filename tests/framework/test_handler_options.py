@@ -6,7 +6,10 @@ built by ``App.start()`` when a handler sets its option — the framework names 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import pytest
 
@@ -18,7 +21,7 @@ from framework.testing import InlineRunner
 class Traced(Middleware):
     """Declares ``traced`` (default False) and records the traced handlers' messages."""
 
-    handler_options = {"traced": False}
+    handler_options: ClassVar[Mapping[str, Any]] = MappingProxyType({"traced": False})
 
     def __init__(self) -> None:
         self.seen: list[str] = []
@@ -46,7 +49,7 @@ def test_an_unknown_option_is_refused_naming_the_known_ones(open_broker):
 
 def test_an_option_without_any_middleware_is_refused(open_broker):
     app = App(broker=open_broker())
-    with pytest.raises(ConfigurationError, match="unknown option.*traced"):
+    with pytest.raises(ConfigurationError, match=r"unknown option.*traced"):
         app.handler(topic="t", consumer_group="g", traced=True)(lambda message: None)
 
 

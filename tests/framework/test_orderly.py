@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import defaultdict
 
@@ -128,5 +129,5 @@ def test_orderly_order_holds_across_a_rebalance(open_broker, client):
     for account, steps in seen.items():
         firsts = list(dict.fromkeys(steps))  # a hand-over may replay a tail, never reorder
         assert firsts == list(range(30)), account
-        for earlier, later in zip(steps, steps[1:], strict=False):
+        for earlier, later in itertools.pairwise(steps):
             assert later == earlier + 1 or later <= earlier, (account, steps)

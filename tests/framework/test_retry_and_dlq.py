@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from framework import App, ConsumerOptions, DeadLetter, RetryLater
@@ -27,7 +28,7 @@ def test_failing_handler_sees_delays_in_level_order_then_lands_in_dlq(open_broke
 
     assert [count for _, count, _ in attempts] == list(range(17))  # first try + 16 retries
     assert {topic for _, _, topic in attempts} == {"orders"}  # original topic restored
-    gaps = [later[0] - earlier[0] for earlier, later in zip(attempts, attempts[1:], strict=False)]
+    gaps = [later[0] - earlier[0] for earlier, later in itertools.pairwise(attempts)]
     levels = parse_delay_levels(DEFAULT_LEVELS)
     assert gaps == list(levels[2:18])  # level 3 + reconsume count: 10 s, 30 s, 1 m … 2 h
     dead = broker.dead_letters("billing")

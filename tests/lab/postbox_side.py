@@ -12,6 +12,7 @@ clients talk to, and the driver's gRPC consumers run against any endpoint.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,7 @@ class Deliveries:
     def gaps_ms(self, body: str) -> list[int]:
         """Milliseconds between successive deliveries of ``body``."""
         times = [d["at_ms"] for d in self.by_body().get(body, [])]
-        return [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+        return [later - earlier for earlier, later in itertools.pairwise(times)]
 
     def corrupted(self) -> list[str]:
         return [d["body"] for d in self.all if d["corrupted"]]

@@ -32,6 +32,6 @@ def test_a_failed_download_says_so_and_leaves_no_half_filled_cache(tmp_path, mon
         fake_tool(tmp_path, name)
     fake_tool(tmp_path, "mvn", 'echo "Could not transfer artifact from central"; exit 1')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
-    with pytest.raises(LabSetupError, match="(?s)fetching the jars.*Could not transfer"):
+    with pytest.raises(LabSetupError, match=r"(?s)fetching the jars.*Could not transfer"):
         LabInstall.prepare(tmp_path / "cache")
     assert not [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]

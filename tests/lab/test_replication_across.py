@@ -164,7 +164,7 @@ def first_acknowledged_send(driver, topic: str) -> dict:
     def acknowledged():
         try:
             (result,) = driver.run("produce", sends=[probe])
-        except Exception as error:  # noqa: BLE001 - the broker refuses before the slave is in
+        except Exception as error:  # the broker refuses before the slave is in
             failures.append(str(error).splitlines()[0])
             return None
         return result if result["status"] == "SEND_OK" else failures.append(result["status"])

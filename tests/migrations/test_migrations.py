@@ -132,7 +132,7 @@ def test_unknown_revision_is_a_migration_error(database_url: str) -> None:
 
 
 def test_unreachable_database_is_a_migration_error() -> None:
-    with pytest.raises(migrations.MigrationError, match="127.0.0.1") as caught:
+    with pytest.raises(migrations.MigrationError, match=r"127\.0\.0\.1") as caught:
         migrations.current(UNREACHABLE_URL)
     assert isinstance(caught.value.__cause__, DBAPIError)
     with pytest.raises(migrations.MigrationError, match="cannot upgrade"):

@@ -184,7 +184,7 @@ def test_webhook_userinfo_becomes_basic_auth_and_never_shows_the_password(
     "http://127.0.0.1:99999/hook", "http://127.0.0.1:port/hook",
 ])
 def test_webhook_accepts_only_http_urls(url: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="URL"):
         WebhookSink(url)
 
 
@@ -317,7 +317,7 @@ def test_email_to_an_unreachable_server_is_reported() -> None:
 ])
 def test_email_sink_checks_its_settings(options: dict[str, object]) -> None:
     arguments: dict[str, object] = {"sender": "p@x.org", "recipients": ["o@x.org"], **options}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"EmailSink|email address"):
         EmailSink("127.0.0.1", **arguments)  # type: ignore[arg-type]
 
 

@@ -23,7 +23,7 @@ def connections_opened(engine: Engine) -> Callable[[], int]:
     opened = [0]
 
     @event.listens_for(engine, "connect")
-    def count(_dbapi_connection, _record) -> None:  # noqa: ANN001 - SQLAlchemy's signature
+    def count(_dbapi_connection, _record) -> None:
         opened[0] += 1
 
     return lambda: opened[0]
@@ -39,7 +39,7 @@ def concurrent_checkouts(engine: Engine, threads: int) -> None:
         try:
             with engine.connect():
                 barrier.wait()
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:  # reported below
             errors.append(error)
 
     workers = [threading.Thread(target=work) for _ in range(threads)]
@@ -50,7 +50,7 @@ def concurrent_checkouts(engine: Engine, threads: int) -> None:
     assert not errors, errors
 
 
-def test_threads_up_to_the_pool_size_reuse_their_connections(make_engine) -> None:  # noqa: ANN001
+def test_threads_up_to_the_pool_size_reuse_their_connections(make_engine) -> None:
     """12 threads holding a connection at once (more than SQLAlchemy's default pool of 5): the
     first round opens their connections, later rounds open none (an overflow connection would be
     closed on return and opened again, once per transaction)."""
@@ -68,7 +68,7 @@ def test_threads_up_to_the_pool_size_reuse_their_connections(make_engine) -> Non
 
 
 def test_an_apps_engine_has_room_for_its_consume_threads(migrated_database_url: str,
-                                                        tmp_path) -> None:  # noqa: ANN001
+                                                        tmp_path) -> None:
     threads = POOL_SIZE  # more consume threads than the default pool has room for
     app = App(tmp_path / "store", database_url=migrated_database_url,
               consumer_options=ConsumerOptions(consume_thread_count=threads))

@@ -233,7 +233,7 @@ def test_resend_due_voids_what_a_real_consumer_dead_lettered_once(
         build: Build, app: App, broker: Broker, engine: Engine, clock: Clock,
         webhook_server: WebhookServer):
     @app.handler(topic="orders", consumer_group="billing", consume_from="first")
-    def refuse(message) -> None:  # noqa: ANN001 - the framework's ConsumedMessage
+    def refuse(message) -> None:
         raise DeadLetter(f"order {message.text} refused")
 
     worker = build(alerter=webhook_alerter(webhook_server))

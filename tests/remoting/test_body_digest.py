@@ -54,7 +54,7 @@ def test_digest_is_md5_upper_case_hex_as_apache_sends_it():
         digest = body_digest(body)
         assert (digest.type, digest.checksum) == (definition.MD5, checksum)
         assert java_check(digest, body)
-    for body in bodies_with_short_crc(20) + [b"x" * 70_000]:
+    for body in [*bodies_with_short_crc(20), b"x" * 70_000]:
         assert java_check(body_digest(body), body)
         assert body_digest(body).checksum == Misc.md5_checksum(body)  # the Python client's
     for body in bodies_with_short_crc(3):  # the Python client zero-pads CRC32, Java and Go do
@@ -62,7 +62,7 @@ def test_digest_is_md5_upper_case_hex_as_apache_sends_it():
 
 
 def test_received_messages_carry_a_digest_the_java_client_accepts(tmp_path: Path):
-    bodies = bodies_with_short_crc(5) + [b"plain", bytes(range(256))]
+    bodies = [*bodies_with_short_crc(5), b"plain", bytes(range(256))]
     with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
         for body in bodies:
             broker.send(Message("digests", body), queue_id=0)
@@ -78,7 +78,7 @@ def test_received_messages_carry_a_digest_the_java_client_accepts(tmp_path: Path
 def test_official_java_client_flags_no_message_as_corrupted(broker_server):
     program = java_digest_check()
     server = broker_server()
-    bodies = bodies_with_short_crc(6) + [b"plain body", bytes(range(256)), b"\x00" * 100]
+    bodies = [*bodies_with_short_crc(6), b"plain body", bytes(range(256)), b"\x00" * 100]
     for body in bodies:
         assert send(server.address, "java-digests", body).status.code == Code.OK
     report = run_digest_check(program, server.address, "java-digests", "java-readers",

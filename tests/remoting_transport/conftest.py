@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("grpc")
 
-from storage_engine import Broker  # noqa: E402  (after the grpcio check)
-from tests.framework.conftest import open_broker  # noqa: E402, F401  (fixture used below)
-from tests.support.broker_process import BrokerProcess  # noqa: E402
-from tests.support.consumer_process import BROKER_CONF  # noqa: E402
-from tests.support.grpc_broker import LoopbackServer  # noqa: E402
-from tests.support.idempotent_consumer import MS_DELAY_LEVELS  # noqa: E402
+from storage_engine import Broker  # after the grpcio check
+from tests.framework.conftest import open_broker  # noqa: F401  (fixture used below)
+from tests.support.broker_process import BrokerProcess
+from tests.support.consumer_process import BROKER_CONF
+from tests.support.grpc_broker import LoopbackServer
+from tests.support.idempotent_consumer import MS_DELAY_LEVELS
 
 
 def start_broker_process(store: Path) -> BrokerProcess:

@@ -39,8 +39,8 @@ def test_frames_round_trip_and_reject_malformed_input():
             read()
 
 
-@pytest.mark.parametrize("topic,born_ip", [("orders", "10.0.0.1"), ("%RETRY%" + "g" * 200,
-                                                                    "fe80::1")])
+@pytest.mark.parametrize(("topic", "born_ip"), [("orders", "10.0.0.1"),
+                                                ("%RETRY%" + "g" * 200, "fe80::1")])
 def test_records_travel_byte_identical(topic, born_ip):
     views = [_view(topic, born_ip=born_ip), _view(topic, born_ip=born_ip, body=b"")]
     payload = codec.encode_records(views)

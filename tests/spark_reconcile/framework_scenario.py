@@ -67,7 +67,7 @@ class StuckError(RuntimeError):
     """The handler of a ``stuck`` message always fails."""
 
 
-def bill(message, session) -> None:  # noqa: ANN001
+def bill(message, session) -> None:
     kind = json.loads(message.body)["kind"]
     if kind == "poison":
         raise DeadLetter("card declined permanently")

@@ -28,7 +28,7 @@ OUTPUTS = ("report.html", "summary.json", "classification.csv", "classification"
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def small(tmp_path_factory: pytest.TempPathFactory):
     return build_small_store(tmp_path_factory.mktemp("small"))
 
 
@@ -42,7 +42,7 @@ def assert_no_outputs(out: Path) -> None:
     assert not [path for path in out.iterdir() if path.name.startswith(".reconcile-")]
 
 
-def test_the_small_store_reconciles_cleanly(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_the_small_store_reconciles_cleanly(spark, small, tmp_path: Path) -> None:
     result = run_reconciliation(options(small.root, small.database_url, tmp_path), spark=spark)
     assert len(segment_files(small.root)) >= 4
     assert result.summary.complete
@@ -51,7 +51,7 @@ def test_the_small_store_reconciles_cleanly(spark, small, tmp_path: Path) -> Non
     assert result.exit_code == 0
 
 
-def test_tables_read_through_jdbc_classify_the_same(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_tables_read_through_jdbc_classify_the_same(spark, small, tmp_path: Path) -> None:
     if not SQLITE_JDBC_JAR.is_file():
         pytest.skip(f"no SQLite JDBC driver at {SQLITE_JDBC_JAR} "
                     "(Debian: libxerial-sqlite-jdbc-java)")
@@ -70,7 +70,7 @@ def test_tables_read_through_jdbc_classify_the_same(spark, small, tmp_path: Path
     assert jdbc["by_topic_group_hour"] == exported["by_topic_group_hour"]
 
 
-def test_a_corrupt_segment_is_reported_and_the_rest_reconciled(spark, small,  # noqa: ANN001
+def test_a_corrupt_segment_is_reported_and_the_rest_reconciled(spark, small,
                                                                tmp_path: Path) -> None:
     store = tmp_path / "store"
     shutil.copytree(small.root, store)
@@ -99,17 +99,17 @@ def test_a_corrupt_segment_is_reported_and_the_rest_reconciled(spark, small,  # 
     assert 'id="incomplete-banner"' in html and segments[victim].name in html
 
 
-def test_a_missing_table_is_named(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_missing_table_is_named(spark, small, tmp_path: Path) -> None:
     database_url = f"sqlite:///{tmp_path / 'empty.db'}"
     with create_engine(database_url).begin() as connection:
         connection.execute(text("CREATE TABLE message_log (consumer_group TEXT)"))
     out = tmp_path / "out"
-    with pytest.raises(MissingTableError, match="message_stub.*postbox db upgrade"):
+    with pytest.raises(MissingTableError, match=r"message_stub.*postbox db upgrade"):
         run_reconciliation(options(small.root, database_url, out), spark=spark)
     assert_no_outputs(out)
 
 
-def test_an_empty_or_missing_store_is_an_error(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_an_empty_or_missing_store_is_an_error(spark, small, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(EmptyStoreError, match="no commit-log segment"):
         run_reconciliation(options(tmp_path / "empty", small.database_url, tmp_path / "out"),
@@ -120,7 +120,7 @@ def test_an_empty_or_missing_store_is_an_error(spark, small, tmp_path: Path) -> 
     assert_no_outputs(tmp_path / "out")
 
 
-def test_an_unreachable_database_is_an_error(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_an_unreachable_database_is_an_error(spark, small, tmp_path: Path) -> None:
     url = "postgresql+psycopg://reconcile:secret@127.0.0.1:1/test"
     with pytest.raises(DatabaseUnavailableError) as raised:
         run_reconciliation(options(small.root, url, tmp_path / "out"), spark=spark)
@@ -128,7 +128,7 @@ def test_an_unreachable_database_is_an_error(spark, small, tmp_path: Path) -> No
     assert_no_outputs(tmp_path / "out")
 
 
-def test_a_failed_run_keeps_no_half_written_report_over_a_good_one(spark, small,  # noqa: ANN001
+def test_a_failed_run_keeps_no_half_written_report_over_a_good_one(spark, small,
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_reconciliation(options(small.root, small.database_url, out), spark=spark)
@@ -140,7 +140,7 @@ def test_a_failed_run_keeps_no_half_written_report_over_a_good_one(spark, small,
     assert not [path for path in out.iterdir() if path.name.startswith(".reconcile-")]
 
 
-def test_cli_errors_are_one_line(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_cli_errors_are_one_line(spark, small, tmp_path: Path) -> None:
     assert_one_error_line(run("reconcile", "--store", str(tmp_path / "nowhere"), "--db",
                               small.database_url, "--out", str(tmp_path / "out")),
                           "does not exist")
@@ -154,7 +154,7 @@ def test_cli_errors_are_one_line(spark, small, tmp_path: Path) -> None:  # noqa:
                               str(tmp_path / "out")), "no table message_log, message_stub")
 
 
-def test_cli_json_and_exit_codes(spark, small, tmp_path: Path) -> None:  # noqa: ANN001
+def test_cli_json_and_exit_codes(spark, small, tmp_path: Path) -> None:
     args = ["reconcile", "--store", str(small.root), "--db", small.database_url, "--out",
             str(tmp_path / "out"), "--master", "local[2]", "--json"]
     over = run(*args)

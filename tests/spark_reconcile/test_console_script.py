@@ -23,7 +23,7 @@ TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def small(tmp_path_factory: pytest.TempPathFactory):
     return build_small_store(tmp_path_factory.mktemp("small"))
 
 
@@ -41,7 +41,7 @@ def bare_environment(tmp_path: Path) -> dict[str, str]:
     return environment
 
 
-def reconcile(small, tmp_path: Path, *more: str) -> subprocess.CompletedProcess:  # noqa: ANN001
+def reconcile(small, tmp_path: Path, *more: str) -> subprocess.CompletedProcess:
     work = tmp_path / "elsewhere"
     work.mkdir()
     return subprocess.run(
@@ -59,7 +59,7 @@ def test_bare_python_lacks_postbox():
     assert "ModuleNotFoundError" in completed.stderr
 
 
-def test_console_script_reconciles_from_any_directory(small, tmp_path: Path):  # noqa: ANN001
+def test_console_script_reconciles_from_any_directory(small, tmp_path: Path):
     completed = reconcile(small, tmp_path)
     assert completed.returncode == 0, completed.stderr[-3000:]
     document = json.loads(completed.stdout)
@@ -68,7 +68,7 @@ def test_console_script_reconciles_from_any_directory(small, tmp_path: Path):  #
     assert (tmp_path / "elsewhere" / "report" / "report.html").is_file()
 
 
-def test_a_failed_job_exits_4_not_the_verdict_code(small, tmp_path: Path):  # noqa: ANN001
+def test_a_failed_job_exits_4_not_the_verdict_code(small, tmp_path: Path):
     completed = reconcile(small, tmp_path, "--executor-python", str(BARE_PYTHON))
     assert completed.returncode == 4, completed.stderr[-3000:]
     assert completed.stdout == ""

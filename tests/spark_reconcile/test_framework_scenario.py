@@ -32,14 +32,14 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, redis_server_url: str) ->
     return {"base": base, "database_url": database_url, "ids": ids, "live_copy": live_copy}
 
 
-def reconcile(spark, scenario: dict, store: Path, out: Path, **options):  # noqa: ANN001
+def reconcile(spark, scenario: dict, store: Path, out: Path, **options):
     return run_reconciliation(ReconcileOptions(store_dir=store,
                                                database_url=scenario["database_url"],
                                                out_dir=out, grace_ms=0, **options),
                               spark=spark)
 
 
-def test_every_class_is_found_exactly(spark, scenario: dict, tmp_path: Path) -> None:  # noqa: ANN001
+def test_every_class_is_found_exactly(spark, scenario: dict, tmp_path: Path) -> None:
     result = reconcile(spark, scenario, scenario["base"] / "store", tmp_path / "out")
 
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -64,7 +64,7 @@ def test_every_class_is_found_exactly(spark, scenario: dict, tmp_path: Path) -> 
     assert list((tmp_path / "out" / "classification").glob("*.parquet"))
 
 
-def test_thresholds_decide_the_exit_code(spark, scenario: dict, tmp_path: Path) -> None:  # noqa: ANN001
+def test_thresholds_decide_the_exit_code(spark, scenario: dict, tmp_path: Path) -> None:
     result = reconcile(spark, scenario, scenario["base"] / "store", tmp_path / "out",
                        thresholds={"lost": COUNTS.lose_lost,
                                    "dead_lettered": COUNTS.poison + COUNTS.plain_poison})
@@ -72,7 +72,7 @@ def test_thresholds_decide_the_exit_code(spark, scenario: dict, tmp_path: Path) 
     assert result.exit_code == 0
 
 
-def test_a_grace_period_keeps_recent_overtaken_stubs_pending(spark, scenario: dict,  # noqa: ANN001
+def test_a_grace_period_keeps_recent_overtaken_stubs_pending(spark, scenario: dict,
                                                              tmp_path: Path) -> None:
     result = run_reconciliation(ReconcileOptions(
         store_dir=scenario["base"] / "store", database_url=scenario["database_url"],
@@ -82,7 +82,7 @@ def test_a_grace_period_keeps_recent_overtaken_stubs_pending(spark, scenario: di
     assert result.summary.counts["pending"] == expected["pending"] + expected["lost"]
 
 
-def test_a_copy_of_the_live_store_is_reconciled(spark, scenario: dict, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_copy_of_the_live_store_is_reconciled(spark, scenario: dict, tmp_path: Path) -> None:
     result = reconcile(spark, scenario, scenario["live_copy"], tmp_path / "out")
     assert result.summary.complete is True
     counts = result.summary.counts

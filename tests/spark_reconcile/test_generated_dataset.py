@@ -51,7 +51,7 @@ def test_the_generator_plans_every_class(dataset: dict) -> None:
     assert len(segments) >= 4
 
 
-def test_spark_finds_exactly_the_planned_counts(spark, dataset: dict,  # noqa: ANN001
+def test_spark_finds_exactly_the_planned_counts(spark, dataset: dict,
                                                 tmp_path: Path) -> None:
     result = run_reconciliation(ReconcileOptions(
         store_dir=dataset["base"] / "store", database_url=dataset["database_url"],
@@ -84,7 +84,7 @@ def test_the_generator_refuses_a_used_store(dataset: dict) -> None:
 
 
 def test_the_grace_cutoff_and_hours_do_not_depend_on_the_local_time_zone(
-        spark, dataset: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+        spark, dataset: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     utc = run_reconciliation(ReconcileOptions(
         store_dir=dataset["base"] / "store", database_url=dataset["database_url"],
         out_dir=tmp_path / "utc", grace_ms=GRACE_MS, as_of=dataset["now"]), spark=spark)

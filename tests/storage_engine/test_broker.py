@@ -436,7 +436,7 @@ def test_a_garbled_config_table_refuses_the_broker_open_and_nothing_changes(
         (root / "config" / name).write_bytes(b'{"topicConfigTable":{')
     before = _file_digests(root)
 
-    with pytest.raises(ConfigFileError, match="topics.json"):
+    with pytest.raises(ConfigFileError, match=r"topics\.json"):
         Broker.open(config, clock=clock)
     assert _file_digests(root) == before  # no recovery, no abort marker, no table rewritten
     with MessageStore.open(config, clock=clock) as store:  # the store alone needs no table

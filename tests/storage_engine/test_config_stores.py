@@ -191,7 +191,7 @@ def test_persist_keeps_the_previous_content_as_bak(tmp_path):
 def test_a_write_error_is_a_storage_io_error_naming_the_path(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     config = ConfigFile(tmp_path / "file" / "x.json")
-    with pytest.raises(StorageIOError, match="x.json") as caught:
+    with pytest.raises(StorageIOError, match=r"x\.json") as caught:
         config.persist({})
     assert caught.value.path == str(config.path)
 
@@ -272,7 +272,7 @@ def test_a_garbled_file_without_a_usable_bak_refuses_to_load(tmp_path, backup):
     config.path.write_bytes(b'{"offsetTable":{1:')
     if backup is not None:
         config.backup_path.write_bytes(backup)
-    with pytest.raises(ConfigFileError, match="delayOffset.json"):
+    with pytest.raises(ConfigFileError, match=r"delayOffset\.json"):
         config.load()
     assert config.path.read_bytes() == b'{"offsetTable":{1:'
 

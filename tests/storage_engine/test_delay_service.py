@@ -116,7 +116,7 @@ def test_schedule_delayed_clamps_the_level_to_the_last_one():
     assert (queue_id, level, diverted.properties[PROPERTY_DELAY]) == (2, 3, "3")
 
 
-@pytest.mark.parametrize("properties, sys_flag", [
+@pytest.mark.parametrize(("properties", "sys_flag"), [
     (None, 0), ({}, 0), ({PROPERTY_DELAY: "0"}, 0), ({PROPERTY_DELAY: "-1"}, 0),
     ({PROPERTY_DELAY: "soon"}, 0), ({PROPERTY_DELAY: ""}, 0),
     ({PROPERTY_DELAY: "1"}, 0x4),  # prepared transaction

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import itertools
 import string
 
 import pytest
@@ -220,7 +221,7 @@ def _decode_all(buffer: bytes, fast: bool) -> list:
     while True:
         run = decode_run(buffer, offset, len(buffer), 1_000) if fast else []
         if not run:
-            kind, size, record = decode_for_dispatch(buffer, offset, len(buffer))
+            kind, _size, record = decode_for_dispatch(buffer, offset, len(buffer))
             if kind != RecordKind.MESSAGE:
                 return records
             run = [record]
@@ -385,7 +386,7 @@ def test_unique_keys_decode_back_and_count_up(ip: str, pid: int, now_ms: int, co
         assert part.ms_since_month_start == now_ms - month_start_ms(now_ms)
         assert 0 <= part.ms_since_month_start < MONTH_MS_MAX
     counters = [part.counter for part in parts]
-    assert all(b - a == 1 for a, b in zip(counters, counters[1:], strict=False))
+    assert all(b - a == 1 for a, b in itertools.pairwise(counters))
 
 
 def test_unique_key_counter_wraps_at_16_bits():

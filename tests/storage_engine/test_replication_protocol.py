@@ -122,7 +122,7 @@ def test_ha_config_and_broker_conf_keys(tmp_path):
                                  transfer_batch_bytes=65536, slave_fall_behind_max_bytes=1024,
                                  slave_timeout_ms=700)
     assert StoreConfig(root_dir=tmp_path).ha == HAConfig()  # off by default
-    with pytest.raises(ConfigError, match="ha.master_address"):
+    with pytest.raises(ConfigError, match=r"ha\.master_address"):
         HAConfig(master_address="nowhere")
     with pytest.raises(ConfigError, match="housekeeping"):
         HAConfig(heartbeat_interval_ms=5000, housekeeping_interval_ms=5000)
@@ -301,7 +301,7 @@ def test_a_busy_ha_port_fails_the_open_with_the_setting_named(tmp_path):
     first = MessageStore.open(small_config(tmp_path / "first", ha_listen="127.0.0.1:0"))
     try:
         host, port = first.ha_listen_address
-        with pytest.raises(StorageIOError, match="ha.ha_listen"):
+        with pytest.raises(StorageIOError, match=r"ha\.ha_listen"):
             MessageStore.open(small_config(tmp_path / "second", ha_listen=f"{host}:{port}"))
         # the failed open released its lock: the directory opens again
         MessageStore.open(small_config(tmp_path / "second")).close()

@@ -157,7 +157,7 @@ def _handler_for(owner: WebhookServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        def do_POST(self) -> None:  # the name http.server calls
             length = min(int(self.headers.get("Content-Length") or 0), REQUEST_BODY_MAX_BYTES)
             raw_body = self.rfile.read(length)
             headers = {name.lower(): value for name, value in self.headers.items()}
@@ -173,7 +173,7 @@ def _handler_for(owner: WebhookServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(answer)
             self.close_connection = True
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+        def log_message(self, format: str, *args: Any) -> None:  # base signature
             pass
 
     return Handler
@@ -197,7 +197,7 @@ class _RecordingHandler:
     def __init__(self, owner: SmtpServer) -> None:
         self.owner = owner
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         owner = self.owner
         with owner._condition:
             if owner.reject_first > 0:

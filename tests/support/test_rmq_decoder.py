@@ -204,7 +204,7 @@ def test_consume_queue_checks_tags_size_and_offsets(vectors: Path) -> None:
     problems = check_consume_queue(bad, positions)
     assert len(problems) == 3
     assert "tagsCode" in problems[0] and "size 171" in problems[1] and "345" in problems[2]
-    shifted = check_consume_queue([(0, 0x7FFFFFFF, 0)] + good[:2], positions)
+    shifted = check_consume_queue([(0, 0x7FFFFFFF, 0), *good[:2]], positions)
     assert len(shifted) == 2 and all("QUEUEOFFSET" in p for p in shifted)
 
 
