@@ -1,4 +1,5 @@
 """Plugins shared by every test package."""
 
 pytest_plugins = ["tests.support.services", "tests.support.ci_policy",
-                  "tests.support.rocketmq_lab", "tests.support.threads", "pytester"]
+                  "tests.support.rocketmq_lab", "tests.support.threads", "tests.support.spark",
+                  "pytester"]

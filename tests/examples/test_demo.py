@@ -14,6 +14,7 @@ from tests.cli.cli_support import assert_one_error_line, run, run_json
 pytestmark = pytest.mark.timeout(1_800)
 
 
+@pytest.mark.usefixtures("spark")  # the demo reconciles on the shared Spark session
 def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     report = run_json("demo", "--dir", str(directory), "--orders", "300")
@@ -48,6 +49,7 @@ def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
     assert (directory / "reconcile" / "report.html").is_file()
 
 
+@pytest.mark.usefixtures("spark")  # the demo reconciles on the shared Spark session
 def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     root = logging.getLogger()
