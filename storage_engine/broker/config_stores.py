@@ -43,7 +43,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..clock import Clock, SystemClock
 from ..errors import InvalidMessageError, InvalidQueueError, InvalidTopicError
@@ -313,7 +313,10 @@ class DelayOffsetTable(_ConfigTable):
 # Versioned bean tables: topics, subscription groups
 # --------------------------------------------------------------------------------------------
 
-class _BeanTable(_ConfigTable):
+BeanT = TypeVar("BeanT")
+
+
+class _BeanTable(_ConfigTable, Generic[BeanT]):
     """``{"dataVersion": {...}, TABLE_FIELD: {name: bean}}``; beans held as dataclasses."""
 
     TABLE_FIELD: ClassVar[str]
@@ -342,11 +345,14 @@ class _BeanTable(_ConfigTable):
         with self._lock:
             return list(self._beans)
 
-    def _get(self, name: str) -> Any:
+    def get(self, name: str) -> BeanT | None:
+        """The named entry's config, or None."""
         with self._lock:
-            return self._beans.get(name)
+            value: BeanT | None = self._beans.get(name)
+            return value
 
-    def _put(self, bean: Any) -> bool:
+    def put(self, bean: BeanT) -> bool:
+        """Add or replace an entry (name validated); False when it was already exactly so."""
         name = getattr(bean, self.NAME_ATTRIBUTE)
         type(self).validate_name(name)
         with self._lock:
@@ -429,7 +435,7 @@ class _BeanTable(_ConfigTable):
         return snapshot
 
 
-class TopicConfigTable(_BeanTable):
+class TopicConfigTable(_BeanTable[TopicConfig]):
     """``topics.json``: ``topicConfigTable`` {topic: TopicConfig} with a ``dataVersion``."""
 
     FILE_NAME = "topics.json"
@@ -438,16 +444,8 @@ class TopicConfigTable(_BeanTable):
     NAME_ATTRIBUTE = "topic_name"
     validate_name = staticmethod(validate_topic)
 
-    def get(self, topic: str) -> TopicConfig | None:
-        """The topic's config, or None."""
-        return self._get(topic)
 
-    def put(self, config: TopicConfig) -> bool:
-        """Add or replace a topic (name validated); False when it was already exactly so."""
-        return self._put(config)
-
-
-class SubscriptionGroupTable(_BeanTable):
+class SubscriptionGroupTable(_BeanTable[SubscriptionGroupConfig]):
     """``subscriptionGroup.json``: ``subscriptionGroupTable`` {group: SubscriptionGroupConfig}
     with a ``dataVersion``."""
 
@@ -456,14 +454,6 @@ class SubscriptionGroupTable(_BeanTable):
     BEAN = SubscriptionGroupConfig
     NAME_ATTRIBUTE = "group_name"
     validate_name = staticmethod(validate_group)
-
-    def get(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config, or None."""
-        return self._get(group)
-
-    def put(self, config: SubscriptionGroupConfig) -> bool:
-        """Add or replace a group (name validated); False when it was already exactly so."""
-        return self._put(config)
 
 
 # --------------------------------------------------------------------------------------------
