@@ -90,7 +90,7 @@ def store_config(root: Path, segment_mib: int, message_count: int):
 
 def start_server(broker):
     """A started broker server for ``broker`` on 127.0.0.1; returns (server, port)."""
-    from storage_engine.remoting import BrokerServer
+    from network.grpc_v2 import BrokerServer
 
     server = BrokerServer(broker, "127.0.0.1:0")
     server.start()

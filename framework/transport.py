@@ -2,7 +2,7 @@
 
 Two implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this
 process, which already has exactly these methods — and remote —
-``storage_engine.remoting.client.RemoteBroker``, the same methods over gRPC to a network broker
+``network.grpc_v2.client.RemoteBroker``, the same methods over gRPC to a network broker
 (``docs/remote-transport.md``). ``open_client`` turns a store URL into one: ``file:///path`` (or
 a plain path) plus optional broker.conf keys opens an embedded broker (``open_broker``);
 ``grpc://host:port`` connects to a remote one (``open_remote_broker``; grpcio is imported only
@@ -98,7 +98,7 @@ class BrokerClient(Protocol):
 
 
 if TYPE_CHECKING:  # `make lint` (mypy) holds both implementations to the protocol
-    from storage_engine.remoting import RemoteBroker
+    from network.grpc_v2 import RemoteBroker
 
     def _implementations(embedded: Broker, remote: RemoteBroker) -> list[BrokerClient]:
         """Type-checked only: each implementation is a ``BrokerClient``."""
@@ -193,7 +193,7 @@ def open_remote_broker(address: str, *, access_key: str | None = None,
     (``BrokerUnavailableError``), not here.
     """
     try:
-        from storage_engine.remoting import Credentials, RemoteBroker
+        from network.grpc_v2 import Credentials, RemoteBroker
     except ImportError as error:
         raise ConfigurationError(f"the grpc:// transport needs grpcio ({error}); install it "
                                  "with pip install 'postbox[server]'") from error

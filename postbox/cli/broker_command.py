@@ -107,7 +107,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   slave_timeout_ms: SlaveTimeoutOption = None) -> None:
     """Serve a store to RocketMQ 5 clients and Postbox's remote transport until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
-        from storage_engine.remoting import (
+        from network.grpc_v2 import (
             AccessControl,
             BrokerServer,
             ServerError,

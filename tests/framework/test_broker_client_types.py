@@ -29,7 +29,7 @@ def test_mypy_accepts_both_implementations_and_rejects_a_partial_one(tmp_path: P
     accepted = _mypy(tmp_path, (
         "from framework import BrokerClient\n"
         "from storage_engine import Broker\n"
-        "from storage_engine.remoting import RemoteBroker\n\n"
+        "from network.grpc_v2 import RemoteBroker\n\n"
         "def clients(embedded: Broker, remote: RemoteBroker) -> list[BrokerClient]:\n"
         "    return [embedded, remote]\n"))
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr

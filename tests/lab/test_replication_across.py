@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from network.grpc_v2 import RemoteBroker
 from storage_engine import (
     BrokerRole,
     HAConfig,
@@ -41,7 +42,6 @@ from storage_engine import (
     verify_store,
 )
 from storage_engine.broker_conf import parse_properties
-from storage_engine.remoting import RemoteBroker
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import DriverError, copy_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from storage_engine.remoting.protocol import definition, service, service_grpc
+from network.grpc_v2.protocol import definition, service, service_grpc
 
 TIMEOUT_S = 10
 

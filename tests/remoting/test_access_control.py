@@ -11,11 +11,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from network.acl_file import parse_acl
+from network.grpc_v2 import AccessControl, AccessDeniedError, Credentials, signed_metadata
+from network.grpc_v2.auth import sign
+from network.grpc_v2.protocol import Code
 from storage_engine import Broker, ConfigError
-from storage_engine.remoting import AccessControl, AccessDeniedError, Credentials, signed_metadata
-from storage_engine.remoting.acl_file import parse_acl
-from storage_engine.remoting.auth import sign
-from storage_engine.remoting.protocol import Code
 from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import pull_status, receive_status, send
 from tests.remoting.rocketmq_clients import (

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from rocketmq.v5.util.misc import Misc
 
+from network.grpc_v2.conversion import body_digest, message_to_proto
+from network.grpc_v2.protocol import Code, definition
 from storage_engine import Broker, Message, StoreConfig
-from storage_engine.remoting.conversion import body_digest, message_to_proto
-from storage_engine.remoting.protocol import Code, definition
 from tests.remoting.java_client import java_digest_check, run_digest_check
 from tests.remoting.raw_calls import send
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from network.grpc_v2 import RemoteBroker
 from storage_engine import Message, NotMasterError, PutStatus
-from storage_engine.remoting import RemoteBroker
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from storage_engine import Broker, StoreConfig
-from storage_engine.remoting.conversion import (
+from network.grpc_v2.conversion import (
     PROPERTY_DELIVERY_TIMESTAMP_MS,
     message_from_proto,
     message_to_proto,
     timestamp,
 )
-from storage_engine.remoting.protocol import Code, definition
-from storage_engine.remoting.statuses import RequestError
+from network.grpc_v2.protocol import Code, definition
+from network.grpc_v2.statuses import RequestError
+from storage_engine import Broker, StoreConfig
 from tests.support.broker_process import write_broker_conf
 from tests.support.polling import wait_until
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from storage_engine.remoting.send_coalescer import SendCoalescer
+from network.grpc_v2.send_coalescer import SendCoalescer
 
 
 class Calls:

@@ -17,12 +17,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from network.grpc_v2.auth import Credentials, signed_metadata
+from network.grpc_v2.client import RemoteBroker
+from network.grpc_v2.codec import encode_record, message_header
+from network.grpc_v2.frame import pack, unpack
+from network.grpc_v2.postbox_service import METHODS, SERVICE_NAME
 from storage_engine import Broker, Message, StoreConfig
-from storage_engine.remoting.auth import Credentials, signed_metadata
-from storage_engine.remoting.client import RemoteBroker
-from storage_engine.remoting.codec import encode_record, message_header
-from storage_engine.remoting.frame import pack, unpack
-from storage_engine.remoting.postbox_service import METHODS, SERVICE_NAME
 from tests.support.acl_keys import KEYS_LACKING_ONE_RIGHT
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from framework import App, ConsumerOptions
+from network.acl_file import parse_acl
+from network.grpc_v2.auth import AccessControl, Credentials
 from storage_engine import Message
 from storage_engine.errors import NoPermissionError
-from storage_engine.remoting.acl_file import parse_acl
-from storage_engine.remoting.auth import AccessControl, Credentials
 
 ACL = {"accounts": [
     {"access_key": "orders-app", "secret_key": "s3cret",

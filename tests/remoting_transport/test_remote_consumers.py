@@ -10,8 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 from framework import App
+from network.grpc_v2.client import RemoteBroker
 from storage_engine import Broker, StoreConfig
-from storage_engine.remoting.client import RemoteBroker
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from framework import App, ConfigurationError
+from network.grpc_v2.client import RemoteBroker
 from storage_engine import (
     BrokerConfig,
     BrokerUnavailableError,
@@ -19,7 +20,6 @@ from storage_engine import (
     StoreClosedError,
 )
 from storage_engine.errors import InvalidQueueError, InvalidTopicError, TopicNotFoundError
-from storage_engine.remoting.client import RemoteBroker
 
 UNREACHABLE_PROMPTLY_S = 5.0
 

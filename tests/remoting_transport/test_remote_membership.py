@@ -10,9 +10,9 @@ from concurrent import futures
 
 import grpc
 
+from network.grpc_v2.client import RemoteBroker
+from network.grpc_v2.postbox_service import PostboxService
 from storage_engine import BrokerConfig, Message
-from storage_engine.remoting.client import RemoteBroker
-from storage_engine.remoting.postbox_service import PostboxService
 
 WAIT_S = 10.0
 

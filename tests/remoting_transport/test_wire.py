@@ -6,12 +6,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from network.grpc_v2 import codec
+from network.grpc_v2.error_status import ERROR_METADATA_KEY, error_from_rpc, status_code
+from network.grpc_v2.frame import pack, unpack
 from storage_engine import CorruptionError, InvalidMessageError, Message, MessageView
 from storage_engine.errors import LimitExceededError
 from storage_engine.formats import RecordFields, encode_host, encode_record
-from storage_engine.remoting import codec
-from storage_engine.remoting.error_status import ERROR_METADATA_KEY, error_from_rpc, status_code
-from storage_engine.remoting.frame import pack, unpack
 
 
 def _view(topic: str = "orders", *, born_ip: str = "10.0.0.1", body: bytes = b"hello"

@@ -7,8 +7,8 @@ closes the clients, then stops the server. The broker stays open: its owner clos
 
 from __future__ import annotations
 
+from network.grpc_v2 import BrokerServer, RemoteBroker
 from storage_engine import Broker
-from storage_engine.remoting import BrokerServer, RemoteBroker
 
 
 class LoopbackServer:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..broker.config_beans import validate_group
-from ..errors import InvalidMessageError
-from ..store.topics import DELAY_TOPIC, is_system_group_topic, validate_topic
+from storage_engine.broker.config_beans import validate_group
+from storage_engine.errors import InvalidMessageError
+from storage_engine.store.topics import DELAY_TOPIC, is_system_group_topic, validate_topic
+
 from .protocol import Code, definition
 from .statuses import RequestError
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..group_commit import GroupCommit
+from storage_engine.group_commit import GroupCommit
 
 BATCH_COUNT_MAX = 256
 BATCH_BYTES_MAX = 1 << 20

@@ -20,8 +20,9 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from ..errors import InvalidMessageError
-from ..store.topics import validate_topic
+from storage_engine.errors import InvalidMessageError
+from storage_engine.store.topics import validate_topic
+
 from .protocol import Code
 from .statuses import RequestError
 

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from ..formats import (
+from storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_TOPIC,
@@ -59,7 +59,8 @@ from ..formats import (
     empty_body_problem,
     user_properties_problem,
 )
-from ..store.message import Message
+from storage_engine.store.message import Message
+
 from .protocol import Code, definition
 from .statuses import RequestError
 

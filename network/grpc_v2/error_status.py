@@ -21,8 +21,8 @@ from typing import cast
 
 import grpc
 
-from .. import errors
-from ..errors import (
+from storage_engine import errors
+from storage_engine.errors import (
     BrokerUnavailableError,
     CorruptionError,
     DiskFullError,

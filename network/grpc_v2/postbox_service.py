@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from ..broker.broker import Broker
-from ..broker.config_beans import validate_group
-from ..broker.model import ConsumeFrom
-from ..errors import InvalidMessageError, MessageNotFoundError, StorageError
-from ..formats import PROPERTY_RETRY_TOPIC, MessageView
-from ..store.topics import validate_topic
-from .acl_file import SUB
+from storage_engine.broker.broker import Broker
+from storage_engine.broker.config_beans import validate_group
+from storage_engine.broker.model import ConsumeFrom
+from storage_engine.errors import InvalidMessageError, MessageNotFoundError, StorageError
+from storage_engine.formats import PROPERTY_RETRY_TOPIC, MessageView
+from storage_engine.store.topics import validate_topic
+
+from ..acl_file import SUB
 from .codec import (
     encode_records,
     get_result_header,
@@ -61,7 +62,7 @@ from .membership_board import MembershipBoard
 from .wait_slots import WaitSlots
 
 if TYPE_CHECKING:
-    from .acl_file import Account
+    from ..acl_file import Account
     from .auth import AccessControl
 
 log = logging.getLogger(__name__)

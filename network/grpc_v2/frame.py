@@ -20,7 +20,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidMessageError
+from storage_engine.errors import InvalidMessageError
 
 HEADER_LENGTH = struct.Struct(">I")
 assert HEADER_LENGTH.size == 4

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import StorageError
+from storage_engine.errors import StorageError
 
 log = logging.getLogger(__name__)
 

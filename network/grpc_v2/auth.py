@@ -39,8 +39,9 @@ from pathlib import Path
 
 import grpc
 
-from ..clock import Clock, SystemClock
-from .acl_file import PUB, SUB, Account, AclSettings, load_acl_file
+from storage_engine.clock import Clock, SystemClock
+
+from ..acl_file import PUB, SUB, Account, AclSettings, load_acl_file
 from .protocol import Code
 
 DATE_TIME_KEY = "x-mq-date-time"

@@ -28,13 +28,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..broker.broker import Broker
-from ..broker.send_back import send_back_copy
-from ..clock import Clock
-from ..errors import StorageError
-from ..formats import MessageView
-from ..service import Service
-from ..store.topics import retry_topic
+from storage_engine.broker.broker import Broker
+from storage_engine.broker.send_back import send_back_copy
+from storage_engine.clock import Clock
+from storage_engine.errors import StorageError
+from storage_engine.formats import MessageView
+from storage_engine.service import Service
+from storage_engine.store.topics import retry_topic
+
 from .lease_book import LeaseBook
 from .pop_queue import Lease, PopQueue
 

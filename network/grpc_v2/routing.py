@@ -17,8 +17,9 @@ DNS name keeps using that.
 
 from __future__ import annotations
 
-from ..broker.config_beans import TopicConfig
-from ..broker.model import PERM_READ, PERM_WRITE
+from storage_engine.broker.config_beans import TopicConfig
+from storage_engine.broker.model import PERM_READ, PERM_WRITE
+
 from .protocol import definition
 
 BROKER_NAME = "postbox"

@@ -29,11 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..broker.broker import Broker
-from ..clock import Clock
-from ..formats import MessageView
-from ..store.message import GetStatus
-from ..store.topics import retry_topic
+from storage_engine.broker.broker import Broker
+from storage_engine.clock import Clock
+from storage_engine.formats import MessageView
+from storage_engine.store.message import GetStatus
+from storage_engine.store.topics import retry_topic
+
 from .lease_book import LeaseBook
 from .lease_expiry import redirect
 from .pop_queue import Lease, PopQueue

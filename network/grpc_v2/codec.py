@@ -17,11 +17,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, overload
 
-from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig, bean_from_json, bean_to_json
-from ..broker.model import QueueProgress, SendBackOutcome, SendBackResult, SendResult
-from ..errors import ConfigError, CorruptionError, InvalidTopicError
-from ..formats import MAGIC_V2, MessageView, RecordKind, check_record, encode_record_parts
-from ..store.message import GetResult, GetStatus, Message, PutStatus
+from storage_engine.broker.config_beans import (
+    SubscriptionGroupConfig,
+    TopicConfig,
+    bean_from_json,
+    bean_to_json,
+)
+from storage_engine.broker.model import QueueProgress, SendBackOutcome, SendBackResult, SendResult
+from storage_engine.errors import ConfigError, CorruptionError, InvalidTopicError
+from storage_engine.formats import (
+    MAGIC_V2,
+    MessageView,
+    RecordKind,
+    check_record,
+    encode_record_parts,
+)
+from storage_engine.store.message import GetResult, GetStatus, Message, PutStatus
+
 from .frame import Fields
 
 # ---- a message to send ---------------------------------------------------------------------

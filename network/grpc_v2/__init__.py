@@ -9,8 +9,8 @@ implemented and how pop consumption works: ``docs/remoting.md``.
 Public surface (imported lazily, so a client-only install — grpcio without the RocketMQ client
 package — can use ``RemoteBroker`` without loading the server's protocol modules)::
 
-    from storage_engine.remoting import BrokerServer, AccessControl, Credentials, signed_metadata
-    from storage_engine.remoting import RemoteBroker
+    from network.grpc_v2 import BrokerServer, AccessControl, Credentials, signed_metadata
+    from network.grpc_v2 import RemoteBroker
 """
 
 from __future__ import annotations

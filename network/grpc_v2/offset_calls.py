@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import grpc
 
-from ..store.message import GetStatus
+from storage_engine.store.message import GetStatus
+
 from .call_context import ServiceParts, report
 from .conversion import message_to_proto
 from .names import duration_ms, group_name, topic_name

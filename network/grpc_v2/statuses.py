@@ -10,7 +10,7 @@ that decides which store error becomes which code; anything unexpected is
 
 from __future__ import annotations
 
-from ..errors import (
+from storage_engine.errors import (
     GroupNotFoundError,
     InvalidMessageError,
     InvalidQueueError,
@@ -25,6 +25,7 @@ from ..errors import (
     StoreNotWritableError,
     TopicNotFoundError,
 )
+
 from .protocol import Code, definition
 
 STATUS_MESSAGE_LENGTH_MAX = 1000

@@ -12,7 +12,7 @@ Long waits (``wait_for_arrival``, ``pull`` with a suspend timeout) run as cancel
 ``cancel()`` and ``wake_waiters()`` end them as they end the embedded waits. Membership: see
 ``MembershipWatch`` — listeners fire when a watched group changes, and registrations are
 kept alive with heartbeats. With ``credentials`` every call carries the signed metadata of
-``storage_engine.remoting.auth``.
+``network.grpc_v2.auth``.
 
 Thread-safety: every method may be called from any thread; one channel serves them all.
 ``close`` cancels open calls, stops the watch thread and closes the channel.
@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ..broker.config_beans import SubscriptionGroupConfig, TopicConfig
-from ..broker.model import ConsumeFrom, QueueProgress, SendBackResult, SendResult
-from ..errors import InvalidMessageError, StoreClosedError
-from ..formats import MessageView, body_problem
-from ..store.message import GetResult, Message
+from storage_engine.broker.config_beans import SubscriptionGroupConfig, TopicConfig
+from storage_engine.broker.model import ConsumeFrom, QueueProgress, SendBackResult, SendResult
+from storage_engine.errors import InvalidMessageError, StoreClosedError
+from storage_engine.formats import MessageView, body_problem
+from storage_engine.store.message import GetResult, Message
+
 from .codec import (
     decode_records,
     get_result_from,

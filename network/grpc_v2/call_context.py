@@ -20,9 +20,10 @@ from urllib.parse import unquote
 
 import grpc
 
-from ..broker.broker import Broker
-from ..clock import Clock
-from ..errors import StorageError
+from storage_engine.broker.broker import Broker
+from storage_engine.clock import Clock
+from storage_engine.errors import StorageError
+
 from .auth import AccessControl, AccessDeniedError
 from .client_sessions import ClientSessions
 from .lease_book import LeaseBook

@@ -34,8 +34,9 @@ from concurrent import futures
 
 import grpc
 
-from ..broker.broker import Broker
-from ..clock import Clock
+from storage_engine.broker.broker import Broker
+from storage_engine.clock import Clock
+
 from .auth import AccessControl
 from .call_context import ServiceParts
 from .client_sessions import ClientSessions

@@ -25,8 +25,9 @@ import heapq
 import itertools
 import threading
 
-from ..broker.broker import Broker
-from ..broker.model import ConsumeFrom
+from storage_engine.broker.broker import Broker
+from storage_engine.broker.model import ConsumeFrom
+
 from .pop_queue import Lease, PopQueue
 from .protocol import Code
 from .statuses import RequestError

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import grpc
 
-from ..store.message import PutStatus
+from storage_engine.store.message import PutStatus
+
 from .call_context import ServiceParts, metadata, peer_host, report
 from .conversion import message_from_proto
 from .names import client_id, sendable_topic_name
