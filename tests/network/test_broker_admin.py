@@ -61,6 +61,9 @@ def test_create_topic_then_list_and_stats(admin):
     assert stats[_mq("orders", 1)]["lastUpdateTimestamp"] == clock.now_ms()
     unknown = client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "nope"})
     assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+    config = json.loads(client.call(351, {"topic": "orders"}).body)  # GET_TOPIC_CONFIG
+    assert (config["topicName"], config["perm"], config["readQueueNums"]) == ("orders", 6, 2)
+    assert client.call(351, {"topic": "nope"}).code == ResponseCode.TOPIC_NOT_EXIST
 
 
 def test_create_topic_refuses_what_it_cannot_honour(admin):
