@@ -1,0 +1,121 @@
+"""A raw remoting client for tests: frames over a real socket, nothing hidden.
+
+``RawRemotingClient(address)`` connects; ``call(code, fields, body)`` sends one request and
+returns its response; ``oneway`` sends with flag bit 1; ``send_bytes`` writes anything (a
+malformed frame); ``server_requests`` collects the broker → client requests (e.g. 40
+NOTIFY_CONSUMER_IDS_CHANGED) that arrive, and ``answer_calls`` makes it reply to them. A reader
+thread matches responses by opaque; ``close`` ends it.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from typing import Any
+
+from network.remoting.wire import FrameDecoder, RemotingCommand, WireError, encode
+
+
+class RawRemotingClient:
+    """One connection to a remoting server."""
+
+    def __init__(self, address: tuple[str, int] | str, *, language: str = "JAVA",
+                 version: int = 479) -> None:
+        if isinstance(address, str):
+            host, port = address.rsplit(":", 1)
+            address = (host, int(port))
+        self.sock = socket.create_connection(address, timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.language, self.version = language, version
+        self._lock = threading.Lock()
+        self._waiting: dict[int, queue.Queue[RemotingCommand]] = {}
+        self.server_requests: queue.Queue[RemotingCommand] = queue.Queue()
+        self.answer_calls: Any = None  # callable(request) -> RemotingCommand | None
+        self.closed_by_peer = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="raw-remoting-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def request(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
+                oneway: bool = False) -> RemotingCommand:
+        """A request command as this client would send it."""
+        command = RemotingCommand.request(code, fields, body, oneway=oneway,
+                                          version=self.version)
+        command.language = self.language
+        return command
+
+    def call(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
+             timeout_s: float = 10.0) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        return self.call_command(self.request(code, fields, body), timeout_s=timeout_s)
+
+    def call_command(self, command: RemotingCommand, *, timeout_s: float = 10.0
+                     ) -> RemotingCommand:
+        """Send ``command`` and wait for the response with its opaque."""
+        answers = self.start_call(command)
+        return answers.get(timeout=timeout_s)
+
+    def start_call(self, command: RemotingCommand) -> queue.Queue[RemotingCommand]:
+        """Send ``command``; the returned queue receives its response."""
+        answers: queue.Queue[RemotingCommand] = queue.Queue()
+        with self._lock:
+            self._waiting[command.opaque] = answers
+        self.send_bytes(encode(command))
+        return answers
+
+    def pipeline(self, commands: list[RemotingCommand]) -> list[queue.Queue[RemotingCommand]]:
+        """Send all ``commands`` in one write; one response queue each."""
+        queues = []
+        with self._lock:
+            for command in commands:
+                queues.append(queue.Queue())
+                self._waiting[command.opaque] = queues[-1]
+        self.send_bytes(b"".join(encode(command) for command in commands))
+        return queues
+
+    def oneway(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"") -> None:
+        """Send a oneway request (no response expected)."""
+        self.send_bytes(encode(self.request(code, fields, body, oneway=True)))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write raw bytes."""
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        """Close the socket and end the reader."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self._reader.join(5)
+
+    def __enter__(self) -> RawRemotingClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        decoder = FrameDecoder()
+        try:
+            while data := self.sock.recv(1 << 16):
+                for command in decoder.feed(data):
+                    self._on_command(command)
+        except (OSError, WireError):
+            pass
+        self.closed_by_peer.set()
+
+    def _on_command(self, command: RemotingCommand) -> None:
+        if not command.is_response:
+            self.server_requests.put(command)
+            if self.answer_calls is not None and not command.is_oneway:
+                answer = self.answer_calls(command)
+                if answer is not None:
+                    self.send_bytes(encode(answer))
+            return
+        with self._lock:
+            answers = self._waiting.pop(command.opaque, None)
+        if answers is not None:
+            answers.put(command)
