@@ -119,3 +119,56 @@ class RawRemotingClient:
             answers = self._waiting.pop(command.opaque, None)
         if answers is not None:
             answers.put(command)
+
+
+def decode_records(body: bytes) -> list[Any]:
+    """Stored records back to back (a pull, view or query body), decoded by the independent
+    ``rmq_decoder``; asserts each is well formed."""
+    import struct as _struct
+
+    from tests.support.rmq_decoder import _decode_record
+
+    records = []
+    at = 0
+    while at < len(body):
+        (size,) = _struct.unpack_from(">i", body, at)
+        (position,) = _struct.unpack_from(">q", body, at + 28)
+        problems: list[str] = []
+        record = _decode_record(body[at:at + size], 0, position, problems)
+        assert record is not None and not problems, problems
+        records.append(record)
+        at += size
+    assert at == len(body)
+    return records
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """A send header's properties string."""
+    return "".join(f"{name}\x01{value}\x02" for name, value in properties.items())
+
+
+def send_fields(topic: str, queue_id: int = 0, *, properties: dict[str, str] | None = None,
+                group: str = "PG", v2: bool = True, **extra: Any) -> dict[str, Any]:
+    """The header of a send (V2 one-letter keys, or V1 names)."""
+    fields = {"producerGroup": group, "topic": topic, "defaultTopic": "TBW102",
+              "defaultTopicQueueNums": 4, "queueId": queue_id, "sysFlag": 0,
+              "bornTimestamp": 1_700_000_000_000, "flag": 0,
+              "properties": properties_text(properties or {}), "reconsumeTimes": 0,
+              "unitMode": False, **extra}
+    if not v2:
+        return fields
+    keys = {"producerGroup": "a", "topic": "b", "defaultTopic": "c",
+            "defaultTopicQueueNums": "d", "queueId": "e", "sysFlag": "f", "bornTimestamp": "g",
+            "flag": "h", "properties": "i", "reconsumeTimes": "j", "unitMode": "k",
+            "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n"}
+    return {keys[name]: value for name, value in fields.items()}
+
+
+def pull_fields(group: str, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
+                sys_flag: int = 0x4, suspend_ms: int = 0, subscription: str = "*",
+                commit_offset: int = 0) -> dict[str, Any]:
+    """The header of a PULL_MESSAGE (subscription flag set by default)."""
+    return {"consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+            "maxMsgNums": max_count, "sysFlag": sys_flag, "commitOffset": commit_offset,
+            "suspendTimeoutMillis": suspend_ms, "subVersion": 0, "subscription": subscription,
+            "expressionType": "TAG"}
