@@ -18,7 +18,7 @@ consumers leave), then the hold service. The broker itself belongs to the caller
 
 from __future__ import annotations
 
-from storage_engine import Broker
+from storage_engine.broker import Broker
 from storage_engine.config import BrokerRole, FlushMode
 
 from ..handlers import AccessControl

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage_engine import Broker
+from storage_engine.broker import Broker
 from storage_engine.broker.config_beans import validate_group
 from storage_engine.store.topics import validate_topic
 

@@ -14,7 +14,7 @@ or the store's rules. Thread-safety: as ``Broker``'s.
 
 from __future__ import annotations
 
-from storage_engine import Broker
+from storage_engine.broker import Broker
 from storage_engine.broker.model import ConsumeFrom
 from storage_engine.errors import CorruptionError, MessageNotFoundError
 from storage_engine.formats import INDEX_QUERY_RESULT_MAX

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage_engine import Broker
+from storage_engine.broker import Broker
 from storage_engine.broker.broker import PULL_BATCH_MAX
 from storage_engine.store.message import GetResult, GetStatus
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage_engine import Broker
+from storage_engine.broker import Broker
 from storage_engine.broker.model import SendResult
 from storage_engine.errors import CorruptionError, MessageNotFoundError
 from storage_engine.formats import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK
