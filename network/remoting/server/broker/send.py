@@ -84,8 +84,9 @@ class _SendHeader:
 class SendHandlers:
     """The producer-side handlers over one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, stats: Any = None) -> None:
         self._broker = broker
+        self._stats = stats  # ``record_put(count)`` (admin's runtime statistics), or None
 
     def register(self, table: HandlerTable, *, inline: bool) -> None:
         """Serve 10, 310, 320, 36 and 37 (``inline``: the store does not block on a send)."""
@@ -124,6 +125,8 @@ class SendHandlers:
         else:
             results = [self._broker.send(message_from_wire(topic, request.body, properties,
                                                            **common), queue_id=chosen)]
+        if self._stats is not None:
+            self._stats.record_put(len(results))
         return _send_response(request, results)
 
     def _send_all(self, messages: list[Message], queue_id: int | None) -> list[SendResult]:
