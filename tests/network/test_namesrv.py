@@ -20,14 +20,16 @@ from network.remoting.server import RemotingServer
 from storage_engine import Broker, StoreConfig
 from storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 LOCAL = BrokerIdentity("PostboxCluster", "postbox-a", 0, "127.0.0.1:10911")
 
 
 def _open_broker(tmp_path, **broker_conf):
-    config = StoreConfig(root_dir=tmp_path / "store")
+    config = small_store_config(tmp_path / "store")
     if broker_conf:
         config = StoreConfig.from_broker_conf({"storePathRootDir": str(tmp_path / "store"),
+                                               "mappedFileSizeCommitLog": "1048576",
                                                **broker_conf})
     return Broker.open(config)
 

@@ -10,16 +10,17 @@ from network.remoting.admin import advertised_topics, data_version
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity
 from network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 TOPIC = "postbox-registered-topic"
 
 
 def test_apache_name_server_routes_to_the_registered_postbox_broker(live_rocketmq, tmp_path):
     identity = BrokerIdentity("PostboxRegistered", "postbox-reg", 0, "127.0.0.1:41911")
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
         broker.create_topic(TOPIC, 3)
         registrar = NamesrvRegistrar(parse_namesrv_list(live_rocketmq.namesrv), identity,
                                      lambda: advertised_topics(broker, identity.broker_name),

@@ -17,8 +17,9 @@ from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
 from network.remoting.server import RemotingServer
 from network.remoting.wire import RemotingCommand
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 RC = RequestCode
 ACL = {"accounts": [
@@ -66,7 +67,7 @@ def test_fields_are_ordered_by_utf16_code_units_like_java():
 @pytest.fixture
 def servers(tmp_path):
     (tmp_path / "acl.json").write_text(json.dumps(ACL))
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
         broker.create_topic("orders", 2)
         access = RemotingAccess.load(tmp_path / "acl.json",
                                      lambda topic: broker.topic_config(topic) is not None)
