@@ -17,7 +17,7 @@ from __future__ import annotations
 from storage_engine.broker import Broker
 from storage_engine.broker.model import ConsumeFrom
 from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import INDEX_QUERY_RESULT_MAX
+from storage_engine.formats import INDEX_QUERY_RESULT_MAX, PROPERTY_RETRY_TOPIC
 from storage_engine.store.topics import validate_topic
 
 from ...codes import RequestCode, ResponseCode
@@ -114,6 +114,11 @@ class OffsetHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"can not find message by the offset, {position}: "
                                       f"{error}") from error
+        topic = request.fields.get_str("topic", None, max_chars=255)
+        if topic and topic not in (view.topic, view.properties.get(PROPERTY_RETRY_TOPIC)):
+            raise RequestRefusedError(  # the topic named is the one whose rights were checked
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {position}: "
+                                           f"the message there is not of topic {topic}")
         return request.response(ResponseCode.SUCCESS, body=encode_views([view]))
 
     def query_message(self, request: RemotingCommand, session: Session) -> RemotingCommand:

@@ -31,7 +31,11 @@ from typing import Any
 from storage_engine.broker import Broker
 from storage_engine.broker.model import SendResult
 from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK
+from storage_engine.formats import (
+    PROPERTY_DELAY,
+    PROPERTY_RETRY_TOPIC,
+    SYSFLAG_TRANSACTION_MASK,
+)
 from storage_engine.formats.directory import DELAY_TOPIC
 from storage_engine.store.message import Message, PutStatus
 from storage_engine.store.topics import dead_letter_topic
@@ -164,6 +168,11 @@ class SendHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"look message by offset failed, {position}: "
                                       f"{error}") from error
+        origin = fields.get_str("originTopic", None, max_chars=255)
+        if origin and origin not in (view.topic, view.properties.get(PROPERTY_RETRY_TOPIC)):
+            raise RequestRefusedError(  # else a SUB on one topic could copy out another's
+                ResponseCode.INVALID_PARAMETER,
+                f"the message at offset {position} is of topic {view.topic}, not {origin}")
         self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit)
         return request.response(ResponseCode.SUCCESS)
 
