@@ -127,22 +127,24 @@ class TopicAdmin:
         body = {"dataVersion": data_version(self._broker), "topicConfigTable": configs}
         return request.response(body=fastjson.dumps(body))
 
-    def topic_config(self, request: RemotingCommand, session: object) -> RemotingCommand:
-        """GET_TOPIC_CONFIG."""
+    def _existing_topic(self, request: RemotingCommand) -> TopicConfig:
+        """The config of the request's ``topic``; 17 TOPIC_NOT_EXIST when there is none."""
         topic = request.fields.get_str("topic", max_chars=NAME_MAX_CHARS)
         config = self._broker.topic_config(topic)
         if config is None:
             raise RequestRefusedError(ResponseCode.TOPIC_NOT_EXIST,
                                       f"No topic in this broker. topic: {topic}")
+        return config
+
+    def topic_config(self, request: RemotingCommand, session: object) -> RemotingCommand:
+        """GET_TOPIC_CONFIG."""
+        config = self._existing_topic(request)
         return request.response(body=fastjson.dumps(bean_to_json(config)))
 
     def topic_stats(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO."""
-        topic = request.fields.get_str("topic", max_chars=NAME_MAX_CHARS)
-        config = self._broker.topic_config(topic)
-        if config is None:
-            raise RequestRefusedError(ResponseCode.TOPIC_NOT_EXIST,
-                                      f"topic[{topic}] not exist")
+        config = self._existing_topic(request)
+        topic = config.topic_name
         store = self._broker.store
         table = {}
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 from storage_engine.clock import Clock
 
+from ..route_data import QueueData
+
 DEFAULT_BROKER_TIMEOUT_MS = 120_000
 MASTER_ID = 0
 
@@ -38,17 +40,6 @@ class RouteTableError(Exception):
 
 class RouteTableFullError(RouteTableError):
     """A registration over the table's limits (brokers, topics a broker)."""
-
-
-@dataclass(frozen=True)
-class QueueData:
-    """A topic's queues on one broker name (RocketMQ's ``QueueData``)."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
 
 
 @dataclass(frozen=True)
