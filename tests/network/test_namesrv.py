@@ -185,3 +185,23 @@ def test_remote_config_write_is_refused(namesrv):
                              b"configStorePath=/tmp/x\nkvConfigPath=/tmp/y")
     assert answer.code == ResponseCode.NO_PERMISSION
     assert "CVE-2023-33246" in answer.remark
+
+
+def test_query_data_version_says_whether_a_registration_changed_and_keeps_it_alive(namesrv,
+                                                                                   clock):
+    server, _, _ = namesrv
+    who = {"brokerName": "remote-v", "brokerAddr": "10.0.0.9:10911", "clusterName": "Other",
+           "brokerId": 0}
+    with RawRemotingClient(server.address) as client:
+        unknown = client.call(322, who, b'{"counter":1,"stateVersion":0,"timestamp":1}')
+        assert unknown.code == 0 and unknown.ext_fields["changed"] == "true"
+        assert _register(client, "remote-v", "10.0.0.9:10911", ["v-topic"]).code == 0
+        same = client.call(322, who, b'{"counter":1,"stateVersion":0,"timestamp":1}')
+        newer = client.call(322, who, b'{"counter":2,"stateVersion":0,"timestamp":5}')
+        assert same.ext_fields["changed"] == "false"
+        assert json.loads(same.body) == {"counter": 1, "timestamp": 1}
+        assert newer.ext_fields["changed"] == "true"
+        for _ in range(3):  # 300 s without a registration, alive through the queries
+            clock.advance(100_000)
+            assert client.call(322, who, b'{"counter":1,"timestamp":1}').code == 0
+        assert client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "v-topic"}).code == 0

@@ -129,6 +129,20 @@ class RouteTable:
             del self._registered[(broker_name, broker_id)]
             return True
 
+    def data_version(self, broker_name: str, broker_id: int) -> Mapping[str, object] | None:
+        """The ``dataVersion`` a registered broker last sent, or None when it is not here."""
+        with self._lock:
+            registration = self._registered.get((broker_name, broker_id))
+            return None if registration is None else dict(registration.data_version)
+
+    def touch(self, broker_name: str, broker_id: int) -> bool:
+        """Count a sign of life (QUERY_DATA_VERSION) as a registration's refresh."""
+        with self._lock:
+            registration = self._registered.get((broker_name, broker_id))
+            if registration is not None:
+                registration.last_update_ms = self._clock.now_ms()
+            return registration is not None
+
     def forget_topic(self, topic: str) -> int:
         """Drop ``topic`` from every registered broker's table (until it registers again);
         how many tables held it. The local broker's topics are its own business."""
