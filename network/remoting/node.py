@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 
 from storage_engine.broker import Broker
 
-from .admin import BrokerAdmin, RuntimeStats, advertised_topics, data_version
+from .admin import (
+    AdvertisedTopics,
+    BrokerAdmin,
+    RuntimeStats,
+    advertised_topics,
+    data_version,
+)
 from .namesrv import BrokerIdentity, NameServer, RouteTable
 from .registration import NamesrvRegistrar
 from .server import RemotingServer
@@ -99,8 +105,8 @@ class RemotingNode:
         self.broker_server.start()
         try:
             self.identity = self._identity()
-            self.routes.set_local(self.identity, lambda: advertised_topics(
-                self._broker, self.options.broker_name))
+            self.routes.set_local(self.identity, AdvertisedTopics(self._broker,
+                                                                  self.options.broker_name))
             if self.namesrv_server is not None:
                 self.namesrv_server.start()
             if self.options.namesrv_addresses:

@@ -11,7 +11,7 @@ import zlib
 import pytest
 
 from network.remoting import fastjson
-from network.remoting.admin import advertised_topics
+from network.remoting.admin import AdvertisedTopics, advertised_topics
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
 from network.remoting.namesrv.route_bodies import register_body
@@ -44,7 +44,7 @@ def namesrv(tmp_path, clock):
     with _open_broker(tmp_path) as broker:
         broker.create_topic("orders", 4)
         routes = RouteTable(clock)
-        routes.set_local(LOCAL, lambda: advertised_topics(broker, LOCAL.broker_name))
+        routes.set_local(LOCAL, AdvertisedTopics(broker, LOCAL.broker_name))
         server = RemotingServer(name="namesrv")
         NameServer(routes).register_handlers(server.handlers)
         server.start()

@@ -12,7 +12,7 @@ import pytest
 
 from network.remoting.access import RemotingAccess
 from network.remoting.acl_signature import sign, sign_request, signature_content, verify
-from network.remoting.admin import BrokerAdmin, advertised_topics
+from network.remoting.admin import AdvertisedTopics, BrokerAdmin
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
 from network.remoting.server import RemotingServer
@@ -83,7 +83,7 @@ def servers(tmp_path):
             broker_server.handlers.register(code, REACHED)
         routes = RouteTable(broker.store.clock)
         routes.set_local(BrokerIdentity("c", "postbox-a", 0, "127.0.0.1:1"),
-                         lambda: advertised_topics(broker, "postbox-a"))
+                         AdvertisedTopics(broker, "postbox-a"))
         namesrv = RemotingServer(name="namesrv", access=access)
         NameServer(routes).register_handlers(namesrv.handlers)
         broker_server.start()

@@ -26,7 +26,13 @@ from ..server.broker import BrokerRemotingServer, ClientRegistry
 from .consumer_book import Connection, ConsumerBook, GroupView
 from .group_admin import GroupAdmin
 from .runtime_info import RuntimeStats, register_runtime_info, runtime_table
-from .topic_admin import AUTO_CREATE_TOPIC, TopicAdmin, advertised_topics, data_version
+from .topic_admin import (
+    AUTO_CREATE_TOPIC,
+    AdvertisedTopics,
+    TopicAdmin,
+    advertised_topics,
+    data_version,
+)
 
 
 class BrokerAdmin:
@@ -60,6 +66,6 @@ class BrokerAdmin:
         return admin
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "BrokerAdmin", "Connection", "ConsumerBook", "GroupAdmin",
-           "GroupView", "RuntimeStats", "TopicAdmin", "advertised_topics", "data_version",
-           "runtime_table"]
+__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "BrokerAdmin", "Connection", "ConsumerBook",
+           "GroupAdmin", "GroupView", "RuntimeStats", "TopicAdmin", "advertised_topics",
+           "data_version", "runtime_table"]

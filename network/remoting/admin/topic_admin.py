@@ -42,22 +42,34 @@ GET_TOPIC_CONFIG = 351
 _MESSAGE_TYPE_ATTRIBUTE = "+message.type="
 
 
+class AdvertisedTopics:
+    """The topics this broker shows a name server, read live (a ``TopicSource``)."""
+
+    def __init__(self, broker: Broker, broker_name: str) -> None:
+        self._broker = broker
+        self._broker_name = broker_name
+
+    def get(self, topic: str) -> QueueData | None:
+        """One topic's queues (``TBW102`` while auto-creation is on), or None."""
+        config = self._broker.topic_config(topic)
+        if config is not None:
+            return QueueData(self._broker_name, config.read_queue_nums,
+                             config.write_queue_nums, config.perm, config.topic_sys_flag)
+        settings = self._broker.store.config.broker
+        if topic == AUTO_CREATE_TOPIC and settings.auto_create_topic:
+            count = settings.default_topic_queue_count
+            return QueueData(self._broker_name, count, count, AUTO_CREATE_TOPIC_PERM)
+        return None
+
+    def all(self) -> dict[str, QueueData]:
+        """Every topic of ``topics.json`` (and ``TBW102`` while auto-creation is on)."""
+        names = [*self._broker.tables.topics.names(), AUTO_CREATE_TOPIC]
+        return {name: data for name in names if (data := self.get(name)) is not None}
+
+
 def advertised_topics(broker: Broker, broker_name: str) -> dict[str, QueueData]:
     """Topic → ``QueueData`` this broker shows a name server."""
-    table = broker.tables.topics
-    topics = {}
-    for name in table.names():
-        config = table.get(name)
-        if config is not None:
-            topics[name] = QueueData(broker_name, config.read_queue_nums,
-                                     config.write_queue_nums, config.perm,
-                                     config.topic_sys_flag)
-    settings = broker.store.config.broker
-    if settings.auto_create_topic and AUTO_CREATE_TOPIC not in topics:
-        count = settings.default_topic_queue_count
-        topics[AUTO_CREATE_TOPIC] = QueueData(broker_name, count, count,
-                                              AUTO_CREATE_TOPIC_PERM)
-    return topics
+    return AdvertisedTopics(broker, broker_name).all()
 
 
 def data_version(broker: Broker) -> dict[str, int]:
@@ -175,5 +187,5 @@ def _check_attributes(topic: str, attributes: str | None) -> None:
                 f"{_MESSAGE_TYPE_ATTRIBUTE}...)")
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "TopicAdmin", "advertised_topics", "data_version",
-           "last_store_time_ms"]
+__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "TopicAdmin", "advertised_topics",
+           "data_version", "last_store_time_ms"]
