@@ -105,7 +105,7 @@ def test_auto_creation_topic_is_not_routed_when_auto_creation_is_off(tmp_path, c
 
 
 def test_cluster_info_and_topic_lists(namesrv):
-    server, _, _ = namesrv
+    server, broker, _ = namesrv
     with RawRemotingClient(server.address) as client:
         cluster = client.call(RequestCode.GET_BROKER_CLUSTER_INFO)
         topics = client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -117,6 +117,10 @@ def test_cluster_info_and_topic_lists(namesrv):
     assert json.loads(topics.body)["topicList"] == ["TBW102", "orders"]
     assert json.loads(by_cluster.body)["topicList"] == ["TBW102", "orders"]
     assert json.loads(other.body)["topicList"] == []
+    broker.create_topic("later", 1)
+    with RawRemotingClient(server.address) as client:
+        again = client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert json.loads(again.body)["topicList"] == ["TBW102", "later", "orders"]
 
 
 def _register(client, name, address, topics, *, crc=None, broker_id=0):

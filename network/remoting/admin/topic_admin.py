@@ -48,6 +48,7 @@ class AdvertisedTopics:
     def __init__(self, broker: Broker, broker_name: str) -> None:
         self._broker = broker
         self._broker_name = broker_name
+        self._cached: tuple[object, dict[str, QueueData]] | None = None  # (dataVersion, all)
 
     def get(self, topic: str) -> QueueData | None:
         """One topic's queues (``TBW102`` while auto-creation is on), or None."""
@@ -62,9 +63,16 @@ class AdvertisedTopics:
         return None
 
     def all(self) -> dict[str, QueueData]:
-        """Every topic of ``topics.json`` (and ``TBW102`` while auto-creation is on)."""
-        names = [*self._broker.tables.topics.names(), AUTO_CREATE_TOPIC]
-        return {name: data for name in names if (data := self.get(name)) is not None}
+        """Every topic of ``topics.json`` (and ``TBW102`` while auto-creation is on); built
+        again only when the table's ``dataVersion`` moved (a copy is returned)."""
+        version = self._broker.tables.topics.data_version
+        cached = self._cached
+        if cached is None or cached[0] != version:
+            names = [*self._broker.tables.topics.names(), AUTO_CREATE_TOPIC]
+            cached = (version, {name: data for name in names
+                                if (data := self.get(name)) is not None})
+            self._cached = cached  # one assignment: readers see the old or the new pair
+        return dict(cached[1])
 
 
 def advertised_topics(broker: Broker, broker_name: str) -> dict[str, QueueData]:

@@ -70,12 +70,13 @@ class NameServer:
         self._accept_registrations = accept_registrations
 
     def register_handlers(self, handlers: Any) -> None:
-        """Bind every served code in a ``HandlerTable``."""
+        """Bind every served code in a ``HandlerTable``: inline (on the IO thread) what reads
+        one topic or a few brokers, on the worker pool what lists every topic."""
         for code, handler, inline in (
                 (RequestCode.GET_ROUTEINFO_BY_TOPIC, self.route, True),
                 (RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info, True),
-                (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list, True),
-                (GET_TOPICS_BY_CLUSTER, self.topics_by_cluster, True),
+                (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list, False),
+                (GET_TOPICS_BY_CLUSTER, self.topics_by_cluster, False),
                 (RequestCode.REGISTER_BROKER, self.register_broker, True),
                 (RequestCode.UNREGISTER_BROKER, self.unregister_broker, True),
                 (QUERY_DATA_VERSION, self.query_data_version, True),
