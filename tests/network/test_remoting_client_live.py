@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import itertools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
