@@ -60,9 +60,10 @@ class WireError(ValueError):
 class HeaderFieldError(WireError):
     """A custom-header field that is missing or not of its declared type."""
 
-    def __init__(self, name: str, problem: str) -> None:
+    def __init__(self, name: str, problem: str, *, missing: bool = False) -> None:
         super().__init__(f"header field {name!r}: {problem}")
         self.field_name = name
+        self.missing = missing  # absent (Java: "the custom field <x> is null"), not malformed
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class HeaderFields:
         value = self._values.get(name)
         if value is None:
             if default is self._REQUIRED:
-                raise HeaderFieldError(name, "is required and missing")
+                raise HeaderFieldError(name, "is required and missing", missing=True)
             return None
         return value
 
