@@ -1,6 +1,6 @@
 """The consumer side of ``BrokerClient`` over RocketMQ's remoting protocol.
 
-``ConsumerCalls`` holds what a consumer asks of a broker, with the embedded ``Broker``'s
+``Consuming`` holds what a consumer asks of a broker, with the embedded ``Broker``'s
 semantics (``framework.transport.BrokerClient``; facts: ``reference/rocketmq-remoting.md``
 §2.2, §4, §5, §9.5, §9.9–§9.12). Queues are the framework's: ``queue_id`` is the global number
 of ``routes`` (a (broker, queue) pair of the topic's route), and every call goes to the master
@@ -12,7 +12,9 @@ namespace on the wire.
 - ``register_consumer``, ``unregister_consumer``, ``consumer_ids``, ``add_membership_listener``:
   ``membership.Membership``; the first registration starts ``HeartbeatService``.
 - ``commit_offset`` (UPDATE_CONSUMER_OFFSET, 15, answered: durable at the broker when it
-  returns), ``query_offset`` (14 with ``setZeroIfNotFound=false``: 22 → None),
+  returns; a group RocketMQ 5 does not know yet is first created by a one-message pull, as the
+  embedded broker takes commits of any group), ``query_offset`` (14 with
+  ``setZeroIfNotFound=false``: 22 → None),
   ``start_offset`` (the embedded broker's consume-from rules: committed offset, else retry
   topics from 0 — the max offset for TIMESTAMP —, FIRST from GET_MIN_OFFSET, TIMESTAMP by
   SEARCH_OFFSET_BY_TIMESTAMP (default 30 min back), LAST from 0 when the broker says the queue
@@ -46,7 +48,6 @@ from storage_engine.broker.model import ConsumeFrom, SendBackOutcome, SendBackRe
 from storage_engine.broker.progress import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
 from storage_engine.broker.queue_locks import validate_queue_key
 from storage_engine.broker.send_back import send_back_copy
-from storage_engine.clock import Clock, SystemClock
 from storage_engine.errors import BrokerUnavailableError, InvalidMessageError, InvalidQueueError
 from storage_engine.formats import (
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -60,36 +61,42 @@ from storage_engine.store.topics import RETRY_TOPIC_PREFIX, retry_topic, validat
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand
-from .broker_errors import check_success, response_error
+from .broker_errors import RemotingGroupNotFoundError, check_success
+from .context import ClientContext
 from .errors import RemotingClientError, RemotingResponseError
 from .membership import HEARTBEAT_INTERVAL_MS, HeartbeatService, Membership, MembershipListener
+from .pull_answers import pull_request
 from .pulling import Puller, QueueKey
 from .routes import QueueRef, RouteTable
 
 log = logging.getLogger(__name__)
 
-CALL_TIMEOUT_MS = 5_000
 RETRY_MAX_TIMES_DEFAULT = 16  # a subscription group's retryMaxTimes unless configured
 Send = Callable[[Message], SendResult]
 
 
-class ConsumerCalls:
+class Consuming:
     """Consumer operations of one remoting client (see the module docstring)."""
 
-    def __init__(self, routes: RouteTable, *, clock: Clock | None = None,
-                 send: Send | None = None, heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
-                 call_timeout_ms: int = CALL_TIMEOUT_MS, read_ahead: bool = True) -> None:
-        self._routes = routes
-        self._clock = clock or SystemClock()
-        self._send = send
-        self._timeout_ms = call_timeout_ms
-        self._wrap = routes.namespace.wrap
+    def __init__(self, context: ClientContext, *, send: Send | None = None,
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
+                 read_ahead: bool = True) -> None:
+        self._context = context
+        self._routes = context.routes
+        self._clock = context.clock
+        self.send = send
+        """The client's producer: the fallback of a refused send-back (None: raise instead)."""
+        self._wrap = context.wire
         sub_version = self._clock.now_ms()
-        self.puller = Puller(routes, sub_version=sub_version, read_ahead=read_ahead)
-        self.membership = Membership(routes, sub_version=sub_version,
-                                     call_timeout_ms=call_timeout_ms)
+        self.puller = Puller(context, sub_version=sub_version, read_ahead=read_ahead)
+        self.membership = Membership(context, sub_version=sub_version)
         self.heartbeats = HeartbeatService(self.membership, self._clock, heartbeat_interval_ms)
         self._closed = False
+
+    @property
+    def routes(self) -> RouteTable:
+        """The route table the calls resolve queues with."""
+        return self._routes
 
     # ---- pulling ---------------------------------------------------------------------------
 
@@ -120,8 +127,20 @@ class ConsumerCalls:
         """Record ``offset`` as the next one ``group`` consumes (the broker answered)."""
         _check_queue(group, topic, queue_id)
         _check_offset(topic, offset)
-        self._queue_call(RequestCode.UPDATE_CONSUMER_OFFSET, group, topic, queue_id,
-                         {"commitOffset": offset}, f"commit of offset {offset}")
+        try:
+            self._queue_call(RequestCode.UPDATE_CONSUMER_OFFSET, group, topic, queue_id,
+                             {"commitOffset": offset}, f"commit of offset {offset}")
+        except RemotingGroupNotFoundError:  # RocketMQ 5 creates groups on pulls, not commits
+            self._create_group(group, topic, queue_id)
+            self._queue_call(RequestCode.UPDATE_CONSUMER_OFFSET, group, topic, queue_id,
+                             {"commitOffset": offset}, f"commit of offset {offset}")
+
+    def _create_group(self, group: str, topic: str, queue_id: int) -> None:
+        """Have the broker create ``group`` (with auto-creation on) by a one-message pull."""
+        ref, address = self._locate(topic, queue_id)
+        request = pull_request(self._wrap(group), self._wrap(topic), ref.broker_name,
+                               ref.queue_id, 0, 1, None, 0, self._clock.now_ms())
+        self._context.broker_call(address, request)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The committed next offset, or None when the group never committed there."""
@@ -173,8 +192,7 @@ class ConsumerCalls:
                   "bname": ref.broker_name, **fields}
         if group is not None:
             header["consumerGroup"] = self._wrap(group)
-        answer = self._routes.connections.call(
-            address, RemotingCommand.request(code, header), self._timeout_ms)
+        answer = self._context.broker_call(address, RemotingCommand.request(code, header))
         if allow_missing and answer.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         return check_success(f"{what} on {topic!r} queue {queue_id}", answer, address=address,
@@ -203,11 +221,11 @@ class ConsumerCalls:
         try:
             self._send_back(group, message, delay_level, max_reconsume_times, reason)
         except RemotingResponseError as error:
-            if dead or self._send is None:
+            if dead or self.send is None:
                 raise
             log.warning("[consume] broker refused the send-back of %s (%s): sending the retry "
                         "to %s itself", message.msg_id, error, retry_topic(group))
-            receipt = self._send(self._retry_copy(group, message, delay_level, limit))
+            receipt = self.send(self._retry_copy(group, message, delay_level, limit))
             return SendBackResult(outcome, receipt, message.reconsume_count + 1)
         return SendBackResult(outcome, None, message.reconsume_count + 1)
 
@@ -221,9 +239,8 @@ class ConsumerCalls:
             "originTopic": self._wrap(first_topic), "unitMode": False,
             "maxReconsumeTimes": max_reconsume_times, "bname": ref.broker_name,
             "dlqReason": reason}
-        answer = self._routes.connections.call(
-            address, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header),
-            self._timeout_ms)
+        answer = self._context.broker_call(
+            address, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header))
         check_success(f"send-back of {message.msg_id} for {group!r}", answer, address=address,
                       topic=message.topic)
 
@@ -272,7 +289,7 @@ class ConsumerCalls:
             try:
                 answer = check_success(
                     f"lock of {len(by_wire)} queues for {group!r}",
-                    self._routes.connections.call(address, request, self._timeout_ms),
+                    self._context.broker_call(address, request),
                     address=address)
                 locked = fastjson.loads(answer.body).get("lockOKMQSet") or []
             except (RemotingClientError, BrokerUnavailableError, ValueError,
@@ -295,8 +312,8 @@ class ConsumerCalls:
             request = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ,
                                               body=self._lock_body(group, client_id, by_wire))
             try:
-                check_success(f"unlock for {group!r}", self._routes.connections.call(
-                    address, request, self._timeout_ms), address=address)
+                check_success(f"unlock for {group!r}", self._context.broker_call(
+                    address, request), address=address)
             except (RemotingClientError, BrokerUnavailableError) as error:
                 log.warning("[orderly] %s: unlock at %s failed (%s): the locks lapse",
                             client_id, address, error)
@@ -354,4 +371,4 @@ def _check_offset(topic: str, offset: object) -> None:
                                   topic=topic)
 
 
-__all__ = ["CALL_TIMEOUT_MS", "ConsumerCalls", "response_error"]
+__all__ = ["Consuming", "Send"]

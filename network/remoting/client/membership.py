@@ -41,31 +41,29 @@ from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand
 from .broker_errors import check_success
 from .connection import Connection
+from .context import ClientContext
 from .errors import RemotingClientError, RouteNotFoundError
-from .routes import RouteTable
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_MS = 20_000
-CALL_TIMEOUT_MS = 5_000
 MembershipListener = Callable[[str], None]
 
 
 class Membership:
     """Registrations of this client's consumers, and the group change notices."""
 
-    def __init__(self, routes: RouteTable, *, sub_version: int,
-                 call_timeout_ms: int = CALL_TIMEOUT_MS) -> None:
-        self._routes = routes
+    def __init__(self, context: ClientContext, *, sub_version: int) -> None:
+        self._context = context
+        self._routes = context.routes
         self._sub_version = sub_version
-        self._timeout_ms = call_timeout_ms
-        self._wrap = routes.namespace.wrap
-        self._unwrap = routes.namespace.unwrap
+        self._wrap = context.wire
+        self._unwrap = context.app_name
         self._lock = threading.Lock()
         self._registrations: dict[tuple[str, str], list[str]] = {}  # (group, client) → topics
         self._brokers: dict[tuple[str, str], set[str]] = {}  # addresses heartbeated
         self._listeners: list[MembershipListener] = []
-        routes.connections.add_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._notified)
+        context.connections.add_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._notified)
 
     # ---- registration ----------------------------------------------------------------------
 
@@ -93,7 +91,7 @@ class Membership:
             "clientID": client_id, "consumerGroup": self._wrap(group)})
         for address in sorted(addresses):
             try:
-                answer = self._routes.connections.call(address, request, self._timeout_ms)
+                answer = self._context.broker_call(address, request)
                 check_success(f"unregister {client_id} from {group!r}", answer,
                               address=address)
             except (RemotingClientError, BrokerUnavailableError) as error:
@@ -122,7 +120,7 @@ class Membership:
         for address in sorted(addresses):
             request = RemotingCommand.request(RequestCode.HEART_BEAT, body=body)
             try:
-                answer = self._routes.connections.call(address, request, self._timeout_ms)
+                answer = self._context.broker_call(address, request)
                 check_success(f"heartbeat of {client_id} in {group!r}", answer,
                               address=address)
             except (RemotingClientError, BrokerUnavailableError) as error:
@@ -172,7 +170,7 @@ class Membership:
         address = min(self._masters(first))
         request = RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                                           {"consumerGroup": self._wrap(group)})
-        answer = self._routes.connections.call(address, request, self._timeout_ms)
+        answer = self._context.broker_call(address, request)
         if answer.code != ResponseCode.SUCCESS:
             return []  # "no consumer for this group"
         try:
@@ -219,7 +217,7 @@ class HeartbeatService(Service):
         super().__init__(clock)
         self.interval_ms = interval_ms
         self._membership = membership
-        self._next_ms = 0
+        self._next_ms = clock.now_ms() + interval_ms  # register_consumer sent the first
 
     def run_once(self, now_ms: int) -> int:
         """Heartbeat every registration when due; the number sent."""

@@ -46,9 +46,10 @@ from storage_engine.store.message import GetResult, GetStatus
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand
 from .connection import Connection, PendingCall
-from .errors import ConnectionClosedError, RemotingClientError, RouteNotFoundError
+from .context import ClientContext
+from .errors import RemotingClientError, RouteNotFoundError
 from .pull_answers import get_result, is_nothing_new, pull_request
-from .routes import QueueRef, RouteTable
+from .routes import QueueRef
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +103,16 @@ class _Flight:
 class Puller:
     """PULL_MESSAGE, long polls and read-ahead for one client (see the module docstring)."""
 
-    def __init__(self, routes: RouteTable, *, sub_version: int, read_ahead: bool = True,
+    def __init__(self, context: ClientContext, *, sub_version: int, read_ahead: bool = True,
                  pull_timeout_ms: int = PULL_TIMEOUT_MS,
                  long_poll_suspend_ms: int = LONG_POLL_SUSPEND_MS) -> None:
-        self._routes = routes
+        self._context = context
+        self._routes = context.routes
         self._sub_version = sub_version
         self._read_ahead = read_ahead
         self._pull_timeout_ms = pull_timeout_ms
         self._suspend_ms = long_poll_suspend_ms
-        namespace = routes.namespace
+        namespace = context.namespace
         self._wrap = namespace.wrap
         self._unwrap = namespace.unwrap if namespace.name else None
         self._cond = threading.Condition()
@@ -156,11 +158,7 @@ class Puller:
             raise InvalidQueueError(str(error), topic=topic) from None
 
     def _call(self, address: str, request: RemotingCommand, timeout_ms: int) -> RemotingCommand:
-        try:
-            return self._routes.connections.call(address, request, timeout_ms)
-        except ConnectionClosedError:
-            self._routes.invalidate_address(address)
-            raise
+        return self._context.broker_call(address, request, timeout_ms)
 
     def _take_flight(self, key: FlightKey, offset: int, tags: str | None,
                      max_count: int) -> _Flight | None:
@@ -224,7 +222,7 @@ class Puller:
         suspend_ms = self._suspend_ms if long_poll else 0
         try:
             ref, address = self._locate(topic, queue_id)
-            connection = self._routes.connections.get(address)
+            connection = self._context.connections.get(address)
             future = connection.call_async(self._request(group, topic, ref, offset, max_count,
                                                          tags, suspend_ms))
         except (RemotingClientError, BrokerUnavailableError, InvalidQueueError) as error:
