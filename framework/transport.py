@@ -1,12 +1,13 @@
 """``BrokerClient``: the one interface the framework talks to, and how a store URL opens one.
 
-Two implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this
-process, which already has exactly these methods — and remote —
-``network.grpc_v2.client.RemoteBroker``, the same methods over gRPC to a network broker
-(``docs/remote-transport.md``). ``open_client`` turns a store URL into one: ``file:///path`` (or
-a plain path) plus optional broker.conf keys opens an embedded broker (``open_broker``);
-``grpc://host:port`` connects to a remote one (``open_remote_broker``; grpcio is imported only
-then, so the framework works without it), with optional access-key credentials.
+Implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this process,
+which already has exactly these methods — and remote, over RocketMQ's classic remoting protocol
+to the name servers of a ``rocketmq://host:9876[;host2:9876]`` URL (a ``postbox broker`` process
+or an Apache RocketMQ cluster; being built by issue 21, ``docs/remote-transport.md``).
+``open_client`` turns a store URL into one: ``file:///path`` (or a plain path) plus optional
+broker.conf keys opens an embedded broker (``open_broker``). ``grpc://`` URLs named Postbox's
+former private gRPC service, which is gone: they fail with a ``ConfigurationError`` that names
+``rocketmq://``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from .errors import ConfigurationError
 
 QueueKey = tuple[str, int]
 GRPC_SCHEME = "grpc"
+REMOTE_SCHEME = "rocketmq"
+GRPC_GONE = ("grpc:// named Postbox's private gRPC service, which is gone: reach a broker "
+             "through its name servers with rocketmq://host:9876[;host2:9876]")
 
 
 class BrokerClient(Protocol):
@@ -97,12 +101,11 @@ class BrokerClient(Protocol):
     def close(self) -> None: ...
 
 
-if TYPE_CHECKING:  # `make lint` (mypy) holds both implementations to the protocol
-    from network.grpc_v2 import RemoteBroker
+if TYPE_CHECKING:  # `make lint` (mypy) holds the implementations to the protocol
 
-    def _implementations(embedded: Broker, remote: RemoteBroker) -> list[BrokerClient]:
+    def _implementations(embedded: Broker) -> list[BrokerClient]:
         """Type-checked only: each implementation is a ``BrokerClient``."""
-        return [embedded, remote]
+        return [embedded]
 
 
 def store_path(store_url: str | os.PathLike[str]) -> Path:
@@ -118,28 +121,11 @@ def store_path(store_url: str | os.PathLike[str]) -> Path:
             raise ConfigurationError(f"store URL {text!r} names no directory")
         return Path(path)
     if parsed.scheme == GRPC_SCHEME:
-        raise ConfigurationError(f"store URL {text!r} names a remote broker, not a directory")
-    raise ConfigurationError(f"store URL {text!r}: scheme must be file:// or grpc://")
-
-
-def remote_address(store_url: str | os.PathLike[str]) -> str | None:
-    """``host:port`` of a ``grpc://host:port`` URL; None for a ``file://`` URL or a path."""
-    text = os.fspath(store_url)
-    parsed = urlparse(text)
-    if parsed.scheme != GRPC_SCHEME:
-        return None
-    if parsed.username is not None or parsed.password is not None:
-        raise ConfigurationError(f"store URL {text!r}: pass credentials as App(access_key=, "
-                                 "secret_key=), not in the URL (URLs end up in logs)")
-    try:
-        port = parsed.port
-    except ValueError as error:
-        raise ConfigurationError(f"store URL {text!r}: {error}") from error
-    if not parsed.hostname or port is None or parsed.path not in ("", "/") or parsed.query \
-            or parsed.fragment:
-        raise ConfigurationError(f"store URL {text!r}: a remote broker URL is "
-                                 "grpc://host:port (nothing after the port)")
-    return parsed.netloc
+        raise ConfigurationError(f"store URL {text!r}: {GRPC_GONE}")
+    if parsed.scheme == REMOTE_SCHEME:
+        raise ConfigurationError(f"store URL {text!r}: the rocketmq:// transport is not "
+                                 "available in this build yet (issue 21)")
+    raise ConfigurationError(f"store URL {text!r}: scheme must be file:// or rocketmq://")
 
 
 def store_config(store_url: str | os.PathLike[str],
@@ -158,48 +144,21 @@ def check_store_url(store_url: str | os.PathLike[str],
     """Validate a store URL with the options that go with it, opening nothing."""
     if (access_key is None) != (secret_key is None):
         raise ConfigurationError("access_key= and secret_key= go together")
-    if remote_address(store_url) is None:
-        if access_key is not None:
-            raise ConfigurationError("access_key=/secret_key= are for a grpc:// broker; an "
-                                     "embedded store has no access control")
-        store_config(store_url, broker_conf)
-    elif broker_conf is not None:
-        raise ConfigurationError("broker_conf= configures an embedded store; a grpc:// broker "
-                                 "is configured where it runs")
+    store_config(store_url, broker_conf)
+    if access_key is not None:
+        raise ConfigurationError("access_key=/secret_key= are for a remote broker; an "
+                                 "embedded store has no access control")
 
 
 def open_client(store_url: str | os.PathLike[str],
                 broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None, *,
                 clock: Clock | None = None, access_key: str | None = None,
                 secret_key: str | None = None) -> BrokerClient:
-    """The broker a store URL names: embedded (``file://``) or remote (``grpc://``)."""
+    """The broker a store URL names (embedded for ``file://``)."""
     check_store_url(store_url, broker_conf, access_key=access_key, secret_key=secret_key)
-    address = remote_address(store_url)
-    if address is None:
-        return open_broker(store_config(store_url, broker_conf), clock)
-    return open_remote_broker(address, access_key=access_key, secret_key=secret_key)
+    return open_broker(store_config(store_url, broker_conf), clock)
 
 
 def open_broker(config: StoreConfig, clock: Clock | None = None) -> Broker:
     """Open an embedded broker (and its store) in this process."""
     return Broker.open(config, clock=clock)
-
-
-def open_remote_broker(address: str, *, access_key: str | None = None,
-                       secret_key: str | None = None) -> BrokerClient:
-    """Connect to the broker at ``host:port`` over gRPC (needs grpcio: ``postbox[server]``).
-
-    Connecting is lazy: an unreachable broker is reported by the first call
-    (``BrokerUnavailableError``), not here.
-    """
-    try:
-        from network.grpc_v2 import Credentials, RemoteBroker
-    except ImportError as error:
-        raise ConfigurationError(f"the grpc:// transport needs grpcio ({error}); install it "
-                                 "with pip install 'postbox[server]'") from error
-    if (access_key is None) != (secret_key is None):
-        raise ConfigurationError("access_key= and secret_key= go together")
-    credentials = None
-    if access_key is not None and secret_key is not None:
-        credentials = Credentials(access_key=access_key, secret_key=secret_key)
-    return RemoteBroker(address, credentials=credentials)

@@ -5,10 +5,8 @@
 ``verify_store`` must find the store consistent. Delay levels default to milliseconds so tests
 with real threads stay fast; ``DEFAULT_LEVELS`` gives RocketMQ's real table for fake-clock tests.
 
-Every test that asks for ``client`` runs once per transport (``transport``: "embedded",
-"grpc"): ``client(broker)`` is the broker itself, or a new ``RemoteBroker`` to an in-process
-gRPC server serving that broker with ``add_postbox_service``. Tests give apps
-``App(broker=client(broker))`` and keep inspecting the embedded ``broker`` directly.
+``client(broker)`` is what an app uses to reach ``broker``: the broker itself (tests give apps
+``App(broker=client(broker))`` and keep inspecting the embedded ``broker`` directly).
 """
 
 from __future__ import annotations
@@ -53,34 +51,7 @@ def open_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         assert verify_store(broker.store.root_dir, broker.store.config) == []
 
 
-TRANSPORTS = ("embedded", "grpc")
-
-
-@pytest.fixture(params=TRANSPORTS)
-def transport(request: pytest.FixtureRequest) -> str:
-    """The transport apps use to reach the broker: in-process, or gRPC on 127.0.0.1."""
-    if request.param == "grpc":
-        pytest.importorskip("grpc")
-    return request.param
-
-
 @pytest.fixture
-def client(transport: str, open_broker) -> Iterator[Callable[[Broker], BrokerClient]]:
-    """``client(broker)``: what an app uses to reach ``broker`` over ``transport``; servers and
-    clients are closed at teardown, before ``open_broker`` closes the brokers."""
-    servers: list = []
-
-    def factory(broker: Broker) -> BrokerClient:
-        if transport == "embedded":
-            return broker
-        from tests.support.grpc_broker import LoopbackServer
-
-        server = next((s for s in servers if s.broker is broker), None)
-        if server is None:
-            server = LoopbackServer(broker)
-            servers.append(server)
-        return server.client()
-
-    yield factory
-    for server in reversed(servers):
-        server.close()
+def client() -> Callable[[Broker], BrokerClient]:
+    """``client(broker)``: what an app uses to reach ``broker`` (the broker itself)."""
+    return lambda broker: broker
