@@ -20,8 +20,10 @@ configured where it runs).
 
 Selection: a remote run keeps the tests of ``SUITES`` that use ``store`` and deselects the rest
 with the reason counted in the terminal summary — tests of other packages, tests that use no
-store (they would run the same code again), tests that open or inspect the embedded broker
+store (they would run the same code again), tests that inspect or configure the embedded broker
 (fixtures ``EMBEDDED_FIXTURES``) and tests marked ``@pytest.mark.embedded_only("reason")``.
+``open_broker`` (tests/framework/conftest.py) hands remote runs a client of the remote broker
+instead of an embedded one.
 The embedded run deselects ``@pytest.mark.remote_only("reason")`` tests (several processes on
 one broker). Deselected, not skipped: under ``CI=true`` a skip fails the run.
 """
@@ -49,9 +51,10 @@ TRANSPORTS = ("embedded", "postbox", "rocketmq")
 ENV = "POSTBOX_TEST_TRANSPORT"
 SUITES = ("tests/framework/", "tests/outbox/", "tests/idempotency/", "tests/examples/")
 EMBEDDED_FIXTURES = {
-    "open_broker": "opens an embedded broker",
     "broker": "inspects the embedded broker object",
     "fake_clock": "drives the broker's clock",
+    "store_clock": "drives the broker's clock",
+    "tight_app": "sets the store's maximum message size",
 }
 """Fixtures that tie a test to the embedded broker, with the reason shown when deselected."""
 PORT_TIMEOUT_S = 30.0
