@@ -1,0 +1,109 @@
+"""Numbers of the remoting protocol: request codes, response codes, languages, flag bits.
+
+Facts from Apache RocketMQ's ``RequestCode``, ``ResponseCode``/``RemotingSysResponseCode`` and
+``LanguageCode`` (``reference/rocketmq-remoting.md`` §1–§3). Only names; no behaviour. Pure.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RequestCode(IntEnum):
+    """Request codes a name server, a broker or a client (broker → client calls) serves."""
+
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_CONFIG = 26
+    GET_BROKER_RUNTIME_INFO = 28
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    GET_TOPIC_STATS_INFO = 202
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_SUBSCRIPTIONGROUP = 207
+    GET_CONSUME_STATS = 208
+    DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    GET_CONSUMER_STATUS_FROM_CLIENT = 221
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_CONSUMER_RUNNING_INFO = 307
+    CONSUME_MESSAGE_DIRECTLY = 309
+    SEND_MESSAGE_V2 = 310
+    UPDATE_NAMESRV_CONFIG = 318
+    SEND_BATCH_MESSAGE = 320
+
+
+class ResponseCode(IntEnum):
+    """Response codes (the system ones and the broker's)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
+    CONSUMER_NOT_ONLINE = 206
+    FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
+    GO_AWAY = 1500
+
+
+# Languages by wire code (binary headers carry the number, JSON headers the name).
+LANGUAGES: tuple[str, ...] = (
+    "JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP",
+    "OMS", "RUST", "NODE_JS",
+)
+LANGUAGE_CODES: dict[str, int] = {name: code for code, name in enumerate(LANGUAGES)}
+
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+# MQVersion ordinals (reference §0): what this side says it is.
+VERSION_V4_9_3 = 399
+VERSION_V4_9_4 = 401
+VERSION_V5_3_3 = 479
+CLIENT_VERSION = 453  # a 5.x client: standard route JSON, no GO_AWAY (that needs > 475)
+SERVER_VERSION = VERSION_V5_3_3
