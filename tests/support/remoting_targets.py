@@ -6,8 +6,9 @@
   folder, serving RocketMQ's remoting protocol (``--namesrv-listen`` and ``--remoting-listen``
   on free loopback ports, gRPC on ``--listen 127.0.0.1:0``). ``start`` returns once the gRPC
   ``listening on`` line appeared and the name-server port accepts connections; ``stop`` sends
-  SIGTERM and checks exit code 0. The store uses ``broker_process.TEST_BROKER_CONF`` (small
-  files, delay levels whose first retry level, 3, is 300 ms).
+  SIGTERM and checks exit code 0. The store uses ``broker_conf`` (default
+  ``broker_process.TEST_BROKER_CONF``: small files, delay levels whose first retry level, 3, is
+  300 ms).
 
 Ports are picked free just before the start; another process may take one in between, in which
 case the server fails to bind and ``start`` raises with its log.
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.broker_process import BrokerProcess, write_broker_conf
+from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.mqadmin import Mqadmin
 from tests.support.rocketmq_lab import LabDriver
 from tests.support.rocketmq_processes import free_port
@@ -67,6 +68,7 @@ class PostboxRemotingServer:
     ``directory``."""
 
     directory: Path
+    broker_conf: str = TEST_BROKER_CONF
     process: BrokerProcess | None = None
     namesrv: str = ""
     remoting: str = ""
@@ -75,8 +77,10 @@ class PostboxRemotingServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.namesrv = f"127.0.0.1:{free_port()}"
         self.remoting = f"127.0.0.1:{free_port()}"
+        conf = self.directory / "broker.conf"
+        conf.write_text(self.broker_conf)
         self.process = BrokerProcess(
-            self.directory / "store", broker_conf=write_broker_conf(self.directory),
+            self.directory / "store", broker_conf=conf,
             extra=("--namesrv-listen", self.namesrv, "--remoting-listen", self.remoting))
         self.process.start()
         deadline = time.monotonic() + NAMESRV_WAIT_S
