@@ -15,18 +15,20 @@ good: remote configuration writes are not served (CVE-2023-33246).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_engine.broker import Broker
 from storage_engine.clock import Clock
 
 from ..codes import RequestCode
 from ..namesrv.processor import refuse_config_write
-from ..server.broker import BrokerRemotingServer, ClientRegistry
 from .consumer_book import Connection, ConsumerBook, GroupView
 from .group_admin import GroupAdmin
 from .runtime_info import RuntimeStats, register_runtime_info, runtime_table
 from .topic_admin import AUTO_CREATE_TOPIC, TopicAdmin, advertised_topics, data_version
+
+if TYPE_CHECKING:  # the data plane imports this package's consumer book: no import cycle
+    from ..server.broker import BrokerRemotingServer, ClientRegistry
 
 
 class BrokerAdmin:
