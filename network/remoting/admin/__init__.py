@@ -15,14 +15,13 @@ good: remote configuration writes are not served (CVE-2023-33246).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_engine.broker import Broker
 from storage_engine.clock import Clock
 
 from ..codes import RequestCode
 from ..namesrv.processor import refuse_config_write
-from ..server.broker import BrokerRemotingServer, ClientRegistry
 from .consumer_book import Connection, ConsumerBook, GroupView
 from .group_admin import GroupAdmin
 from .runtime_info import RuntimeStats, register_runtime_info, runtime_table
@@ -33,6 +32,9 @@ from .topic_admin import (
     advertised_topics,
     data_version,
 )
+
+if TYPE_CHECKING:  # types only: the admin reads the data plane, never the reverse
+    from ..server.broker import BrokerRemotingServer, ClientRegistry
 
 
 class BrokerAdmin:

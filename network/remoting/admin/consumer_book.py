@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_engine.broker import Broker
 
-from ..server.broker.clients import ClientRegistry, ConsumerInfo
+if TYPE_CHECKING:  # types only: the admin reads the data plane, never the reverse
+    from ..server.broker.clients import ClientRegistry, ConsumerInfo
 
 DEFAULT_CONSUME_TYPE = "CONSUME_PASSIVELY"
 DEFAULT_MESSAGE_MODEL = "CLUSTERING"

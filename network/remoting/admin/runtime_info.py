@@ -79,7 +79,7 @@ class RuntimeStats:
             self._yesterday_morning = self._today_morning
             self._today_morning = list(self._totals)
         if now_ms - self._samples[-1][0] >= SAMPLE_INTERVAL_MS:
-            self._samples.append((now_ms, *self._totals))
+            self._samples.append((now_ms, self._totals[0], self._totals[1]))
         while len(self._samples) > 1 and now_ms - self._samples[0][0] > SAMPLE_WINDOW_MS:
             self._samples.popleft()
 
