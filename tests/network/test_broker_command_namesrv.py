@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from network.remoting.acl_signature import sign_request
 from network.remoting.codes import RequestCode, ResponseCode
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
@@ -82,3 +84,30 @@ def test_wildcard_listen_without_advertise_is_refused(tmp_path):
     assert done.returncode != 0
     assert "--advertise" in done.stderr
     assert "listening" not in done.stdout
+
+
+def test_node_options_take_flags_then_broker_conf_then_defaults(tmp_path):
+    from postbox.cli.broker_remoting import node_options
+    from postbox.cli.common import CliError
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=conf-b\nbrokerClusterName=conf-c\nnamesrvAddr=10.0.0.1:9876;"
+                    "10.0.0.2:9876\nlistenPort=10921\nbrokerIP1=10.0.0.7\n")
+    flags = dict(namesrv_listen="127.0.0.1:9876", remoting_listen=None, namesrv=None,
+                 advertise=None, broker_name=None, cluster_name=None)
+    from_conf = node_options(conf, **flags)
+    assert (from_conf.broker_name, from_conf.cluster) == ("conf-b", "conf-c")
+    assert from_conf.remoting_listen == "127.0.0.1:10921"
+    assert from_conf.advertise == "10.0.0.7:10921"
+    assert from_conf.namesrv_addresses == [("10.0.0.1", 9876), ("10.0.0.2", 9876)]
+    flagged = node_options(conf, **{**flags, "broker_name": "flag-b", "namesrv": "ns:1",
+                                     "namesrv_listen": "none", "advertise": "h:2"})
+    assert (flagged.broker_name, flagged.cluster) == ("flag-b", "conf-c")
+    assert flagged.namesrv_addresses == [("ns", 1)] and flagged.namesrv_listen is None
+    assert flagged.advertise == "h:2"
+    default = node_options(None, **flags)
+    assert (default.broker_name, default.cluster, default.remoting_listen, default.advertise,
+            default.namesrv_addresses) == ("postbox-broker", "DefaultCluster",
+                                           "127.0.0.1:10911", None, [])
+    with pytest.raises(CliError, match="--namesrv"):
+        node_options(None, **{**flags, "namesrv": "nohost"})
