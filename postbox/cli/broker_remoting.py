@@ -16,13 +16,16 @@ from __future__ import annotations
 import ipaddress
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from storage_engine.broker_conf import parse_properties
 
 from .common import CliError
+
+if TYPE_CHECKING:  # the network package is imported only when the broker starts
+    from network.remoting.node import NodeOptions
 
 DEFAULT_NAMESRV_LISTEN = "127.0.0.1:9876"
 DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
@@ -66,7 +69,7 @@ def _conf_keys(broker_conf: Path | None) -> dict[str, str]:
 
 def node_options(broker_conf: Path | None, *, namesrv_listen: str,
                  remoting_listen: str | None, namesrv: str | None, advertise: str | None,
-                 broker_name: str | None, cluster_name: str | None) -> object:
+                 broker_name: str | None, cluster_name: str | None) -> NodeOptions:
     """The ``NodeOptions`` of the flags and ``--broker-conf`` (``CliError`` when invalid)."""
     from network.remoting.node import NodeOptions
     from network.remoting.registration import parse_namesrv_list
@@ -103,7 +106,7 @@ def _resolve_port(listen: str) -> str:
         raise CliError(f"--remoting-listen {listen}: {error}") from error
 
 
-def store_host(options: Any) -> str:
+def store_host(options: NodeOptions) -> str:
     """The ``ip:port`` written into records and offsetMsgIds: the advertised broker address
     (its host resolved to an IPv4 address), else the listen address."""
     host, _, port = (options.advertise or options.remoting_listen).rpartition(":")
