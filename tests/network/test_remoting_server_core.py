@@ -194,3 +194,13 @@ def test_full_worker_queue_answers_system_busy():
         assert refused.remark.startswith("[OVERLOAD]")
         release.set()
         assert answers[0].get(timeout=5).code == 0
+
+
+def test_binary_header_requests_are_served(server):
+    from network.remoting.wire import SerializeType
+
+    with RawRemotingClient(server.address) as client:
+        request = client.request(ECHO, {"k": "v"}, b"bin")
+        request.language = "GO"
+        answer = client.start_call(request, SerializeType.ROCKETMQ).get(timeout=5)
+        assert answer.code == 0 and answer.body == b"bin" and answer.ext_fields["lang"] == "GO"
