@@ -45,7 +45,7 @@ class BrokerRemotingServer:
         self.registry = ClientRegistry()
         self.clients = ClientHandlers(broker, self.registry, consumer_book)
         self.pulls = PullHandler(broker, self.registry.subscription,
-                                 max_parked=max_parked_pulls, stats=stats)
+                                 max_parked=max_parked_pulls)
         config = broker.store.config
         sends_wait = (config.flush.mode is FlushMode.SYNC
                       or config.broker_role is BrokerRole.SYNC_MASTER)

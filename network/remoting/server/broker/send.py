@@ -78,10 +78,10 @@ class _SendHeader:
         self._fields = request.fields
         self._keys = _V1_KEYS if request.code == RequestCode.SEND_MESSAGE else _V2_KEYS
 
-    def text(self, name: str, default: Any = HeaderFields._REQUIRED, **limits: Any) -> Any:
+    def get_str(self, name: str, default: Any = HeaderFields._REQUIRED, **limits: Any) -> Any:
         return self._fields.get_str(self._keys[name], default, **limits)
 
-    def number(self, name: str, default: Any = HeaderFields._REQUIRED, low: int = -(2**63),
+    def get_int(self, name: str, default: Any = HeaderFields._REQUIRED, low: int = -(2**63),
             high: int = INT32_MAX) -> Any:
         return self._fields.get_int(self._keys[name], default, low=low, high=high)
 
@@ -107,21 +107,21 @@ class SendHandlers:
     def send(self, request: RemotingCommand, session: Session) -> RemotingCommand:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
         header = _SendHeader(request)
-        topic = header.text("topic", max_chars=255)
+        topic = header.get_str("topic", max_chars=255)
         if topic == DELAY_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX):
             raise RequestRefusedError(ResponseCode.NO_PERMISSION,
                                       f"sending message to topic {topic} is forbidden: it is "
                                       "an internal topic of the broker")
-        queue_id = header.number("queueId", low=-1)
-        sys_flag = header.number("sysFlag", low=0)
-        properties = properties_from_wire(header.text("properties", None, max_chars=65536))
+        queue_id = header.get_int("queueId", low=-1)
+        sys_flag = header.get_int("sysFlag", low=0)
+        properties = properties_from_wire(header.get_str("properties", None, max_chars=65536))
         if sys_flag & SYSFLAG_TRANSACTION_MASK or properties.get("TRAN_MSG") == "true":
             raise RequestRefusedError(ResponseCode.NO_PERMISSION, TRANSACTIONS_REFUSED)
-        common = {"flag": header.number("flag", 0, low=-(2**31)),
+        common = {"flag": header.get_int("flag", 0, low=-(2**31)),
                   "sys_flag": sys_flag,
-                  "born_timestamp_ms": header.number("bornTimestamp", low=0, high=2**63 - 1),
+                  "born_timestamp_ms": header.get_int("bornTimestamp", low=0, high=2**63 - 1),
                   "born_host": session.peer_address,
-                  "reconsume_count": header.number("reconsumeTimes", 0, low=0)}
+                  "reconsume_count": header.get_int("reconsumeTimes", 0, low=0)}
         topic, queue_id = self._retry_target(topic, queue_id, properties,
                                              common["reconsume_count"], header)
         chosen = None if queue_id < 0 else queue_id
@@ -148,7 +148,7 @@ class SendHandlers:
         if not topic.startswith(RETRY_PREFIX):
             return topic, queue_id
         group = topic[len(RETRY_PREFIX):]
-        limit = header.number("maxReconsumeTimes", None, low=-1)
+        limit = header.get_int("maxReconsumeTimes", None, low=-1)
         if limit is None or limit < 0:
             limit = self._broker.subscription_group(group).retry_max_times
         if reconsume_count < limit:
