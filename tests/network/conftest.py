@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
+from tests.storage_engine.conftest import small_config
 from tests.support.remoting_raw import RawRemotingClient
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    """An embedded broker on a fresh store."""
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as opened:
+    """An embedded broker on a fresh store with small files (64 KiB segments)."""
+    with Broker.open(small_config(tmp_path / "store", tiny=False)) as opened:
         yield opened
 
 
