@@ -10,14 +10,14 @@ import pytest
 
 from network.remoting.server.broker import BrokerRemotingServer
 from storage_engine import Broker
-from tests.storage_engine.conftest import small_config
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    """An embedded broker on a fresh store with small files (64 KiB segments)."""
-    with Broker.open(small_config(tmp_path / "store", tiny=False)) as opened:
+    """An embedded broker on a fresh store."""
+    with Broker.open(small_store_config(tmp_path / "store")) as opened:
         yield opened
 
 

@@ -37,15 +37,15 @@ class BrokerRemotingServer:
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *,
                  limits: ServerLimits | None = None, access: AccessControl | None = None,
-                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None,
-                 consumer_book: Any = None) -> None:
+                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None) -> None:
         self.broker = broker
+        self.stats = stats  # ``record_put`` / ``record_get`` (admin's runtime statistics)
         self.server = RemotingServer(host, port, limits=limits, access=access,
                                      name="remoting-broker")
         self.registry = ClientRegistry()
-        self.clients = ClientHandlers(broker, self.registry, consumer_book)
+        self.clients = ClientHandlers(broker, self.registry)
         self.pulls = PullHandler(broker, self.registry.subscription,
-                                 max_parked=max_parked_pulls)
+                                 max_parked=max_parked_pulls, stats=stats)
         config = broker.store.config
         sends_wait = (config.flush.mode is FlushMode.SYNC
                       or config.broker_role is BrokerRole.SYNC_MASTER)
