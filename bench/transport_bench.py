@@ -1,4 +1,4 @@
-"""Transport benchmark: the framework's producer and consumer over gRPC vs embedded, one run.
+"""Transport benchmark: the framework's producer and consumer over remote transports vs embedded.
 
 Run ``python -m bench.transport_bench`` (``--quick`` for a short run, ``--json`` for one JSON
 document on stdout; progress goes to stderr). Every message has a 100-byte body (one seeded
@@ -10,6 +10,12 @@ body); each transport gets a fresh broker (ASYNC flush) in a temp dir, removed a
   ``App(store_url="grpc://127.0.0.1:PORT")`` here, so client and broker each have their own
   interpreter, as deployed. ``--server inprocess`` serves from this process instead (one GIL
   for both sides: the transport's CPU cost shows in full).
+* **rocketmq**: the same with RocketMQ's remoting protocol: the broker process serves a name
+  server and the remoting broker (``tests/support/postbox_remoting.py``, as ``postbox broker
+  start`` assembles them) and ``App(store_url="rocketmq://127.0.0.1:NAMESRV_PORT")`` here.
+
+``--transports`` picks the runs (embedded always runs: it is the reference) and ``--parts``
+the measurements.
 
 Per transport, with ``--messages`` N (default 20 000; quick 4 000):
 
@@ -22,7 +28,7 @@ Per transport, with ``--messages`` N (default 20 000; quick 4 000):
   committed to its max offset (polled every 20 ms through the app's own client, so over gRPC
   for the grpc run) and the handler saw at least N.
 
-Ratios are grpc / embedded of the same run. A wrong result raises ``BenchError`` (exit 2).
+Ratios are remote / embedded of the same run. A wrong result raises ``BenchError`` (exit 2).
 One repetition (about a minute at the defaults on 2 cores); VM noise is easily +-20 %.
 """
 
@@ -50,6 +56,7 @@ MIB = 1 << 20
 POLL_INTERVAL_S = 0.02
 COMMIT_TIMEOUT_S = 300.0
 SERVER_START_TIMEOUT_S = 60.0
+REMOTE_TRANSPORTS = ("grpc", "rocketmq")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,13 +68,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--messages", type=int, help="messages per run (default 20 000)")
     p.add_argument("--producers", type=int, default=4, help="producer threads")
     p.add_argument("--server", choices=("process", "inprocess"), default="process",
-                   help="where the grpc broker runs")
+                   help="where the remote broker runs")
+    p.add_argument("--transports", default="grpc,rocketmq",
+                   help="remote transports to measure against embedded (comma-separated)")
+    p.add_argument("--parts", default="send,consume", help="measurements (comma-separated)")
     p.add_argument("--segment-mib", type=int, default=64, help="commit-log segment size")
     p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
     p.add_argument("--seed", type=int, default=20240601, help="seed for the body")
     p.add_argument("--json", action="store_true", help="print one JSON document, no table")
     p.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)  # the broker process
+    p.add_argument("--serve-transport", default="grpc", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.transports = [name for name in args.transports.split(",") if name]
+    args.parts = [name for name in args.parts.split(",") if name]
+    if set(args.transports) - set(REMOTE_TRANSPORTS) or set(args.parts) - {"send", "consume"}:
+        p.error(f"--transports: {', '.join(REMOTE_TRANSPORTS)}; --parts: send, consume")
     if args.messages is None:
         args.messages = 4_000 if args.quick else 20_000
     if min(args.messages, args.producers, args.segment_mib) < 1:
@@ -88,30 +103,39 @@ def store_config(root: Path, segment_mib: int, message_count: int):
                                                 entry_count_max=2 * message_count + 1024))
 
 
-def start_server(broker):
-    """A started broker server for ``broker`` on 127.0.0.1; returns (server, port)."""
+@contextlib.contextmanager
+def serving(broker, transport: str) -> Iterator[str]:
+    """Serve ``broker`` over ``transport`` on 127.0.0.1; yields the store URL."""
+    if transport == "rocketmq":
+        from tests.support.postbox_remoting import serve_remoting
+
+        with serve_remoting(broker) as served:
+            yield served.store_url
+        return
     from network.grpc_v2 import BrokerServer
 
     server = BrokerServer(broker, "127.0.0.1:0")
     server.start()
-    return server, server.port
+    try:
+        yield f"grpc://127.0.0.1:{server.port}"
+    finally:
+        server.stop(grace_s=0)
 
 
-def serve(root: str, segment_mib: int, message_count: int) -> int:
+def serve(root: str, segment_mib: int, message_count: int, transport: str) -> int:
     """The broker process: serve a broker on ``root`` until stdin closes."""
     from storage_engine import Broker
 
-    with Broker.open(store_config(Path(root), segment_mib, message_count)) as broker:
-        server, port = start_server(broker)
-        print(f"port {port}", flush=True)
+    with Broker.open(store_config(Path(root), segment_mib, message_count)) as broker, \
+            serving(broker, transport) as url:
+        print(f"url {url}", flush=True)
         sys.stdin.read()
-        server.stop(grace_s=0)
     return 0
 
 
 @contextlib.contextmanager
 def broker_url(args: argparse.Namespace, transport: str) -> Iterator:
-    """What an ``App`` is given for ``transport``: an open broker, or a grpc:// URL."""
+    """What an ``App`` is given for ``transport``: an open broker, or a remote store URL."""
     from storage_engine import Broker
 
     with temp_dir(args.dir, f"transport-{transport}") as root:
@@ -119,31 +143,29 @@ def broker_url(args: argparse.Namespace, transport: str) -> Iterator:
             with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
                 yield {"broker": broker}
         elif args.server == "inprocess":
-            with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
-                server, port = start_server(broker)
-                try:
-                    yield {"store_url": f"grpc://127.0.0.1:{port}"}
-                finally:
-                    server.stop(grace_s=0)
+            with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker, \
+                    serving(broker, transport) as url:
+                yield {"store_url": url}
         else:
-            with broker_process(args, root) as port:
-                yield {"store_url": f"grpc://127.0.0.1:{port}"}
+            with broker_process(args, root, transport) as url:
+                yield {"store_url": url}
 
 
 @contextlib.contextmanager
-def broker_process(args: argparse.Namespace, root: Path) -> Iterator[int]:
-    """This module with ``--serve``; yields its port; stopped (stdin closed) on exit."""
+def broker_process(args: argparse.Namespace, root: Path, transport: str) -> Iterator[str]:
+    """This module with ``--serve``; yields its store URL; stopped (stdin closed) on exit."""
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.transport_bench", "--serve", str(root),
-         "--segment-mib", str(args.segment_mib), "--messages", str(args.messages)],
+         "--segment-mib", str(args.segment_mib), "--messages", str(args.messages),
+         "--serve-transport", transport],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[1])
     try:
         assert process.stdout is not None
         line = process.stdout.readline().decode().split()
-        if line[:1] != ["port"]:
+        if line[:1] != ["url"]:
             raise BenchError(f"the broker process did not start: {line!r}")
-        yield int(line[1])
+        yield line[1]
     finally:
         assert process.stdin is not None
         process.stdin.close()
@@ -234,24 +256,28 @@ def measure(args: argparse.Namespace, transport: str, body: bytes) -> dict:
                        f"{args.producers} threads")
         app = App(**options)
         try:
-            sent = send_all(app, body, args.messages, args.producers)
+            results = {"send": send_all(app, body, args.messages, args.producers)}
         finally:
             app.stop()
-        progress(args, f"{transport}: consume {args.messages + 1:,}")
-        consumed = consume_all(options, args.messages)
-    return {"send": sent, "consume": consumed}
+        if "consume" in args.parts:
+            progress(args, f"{transport}: consume {args.messages + 1:,}")
+            results["consume"] = consume_all(options, args.messages)
+    return results
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Both transports, embedded first; returns the report as plain data."""
+    """Embedded, then each remote transport; returns the report as plain data."""
     body = random.Random(args.seed).randbytes(BODY_BYTES)
     report = {"machine": machine_facts(args),
               "settings": {name: getattr(args, name) for name in (
-                  "messages", "producers", "server", "segment_mib", "seed")}}
-    for transport in ("embedded", "grpc"):
+                  "messages", "producers", "server", "segment_mib", "seed", "transports",
+                  "parts")}}
+    for transport in ("embedded", *args.transports):
         report[transport] = measure(args, transport, body)
-    report["ratio"] = {part: report["grpc"][part]["per_s"] / report["embedded"][part]["per_s"]
-                       for part in ("send", "consume")}
+    report["ratio"] = {transport: {part: report[transport][part]["per_s"]
+                                   / report["embedded"][part]["per_s"]
+                                   for part in report[transport]}
+                       for transport in args.transports}
     return report
 
 
@@ -260,22 +286,22 @@ def render(report: dict) -> None:
     machine = report["machine"]
     settings = report["settings"]
     print(f"\nTransport benchmark: {settings['messages']:,} messages x {BODY_BYTES} B, "
-          f"{settings['producers']} producer threads, grpc broker: {settings['server']}")
+          f"{settings['producers']} producer threads, remote broker: {settings['server']}")
     print(f"machine: {machine.get('cpu_model')}, {machine.get('cpu_affinity')} cores, "
           f"Python {machine.get('python', '?')}\n")
-    print(f"{'':10} {'embedded msgs/s':>16} {'grpc msgs/s':>12} {'grpc/embedded':>14}")
-    for part in ("send", "consume"):
-        embedded = report["embedded"][part]["per_s"]
-        grpc_rate = report["grpc"][part]["per_s"]
-        print(f"{part:10} {embedded:>16,.0f} {grpc_rate:>12,.0f} "
-              f"{report['ratio'][part]:>14.2f}")
+    print(f"{'':10} {'transport':>10} {'msgs/s':>10} {'x embedded':>11}")
+    for part in settings["parts"]:
+        print(f"{part:10} {'embedded':>10} {report['embedded'][part]['per_s']:>10,.0f}")
+        for transport in settings["transports"]:
+            print(f"{'':10} {transport:>10} {report[transport][part]['per_s']:>10,.0f} "
+                  f"{report['ratio'][transport][part]:>11.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``python -m bench.transport_bench``)."""
     args = parse_args(argv)
     if args.serve:
-        return serve(args.serve, args.segment_mib, args.messages)
+        return serve(args.serve, args.segment_mib, args.messages, args.serve_transport)
     return run_and_print(run, render, args)
 
 
