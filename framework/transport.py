@@ -2,13 +2,13 @@
 
 Implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this process,
 which already has exactly these methods — and remote: ``network.remoting.client.RemotingBroker``,
-the same methods over RocketMQ's remoting protocol to a Postbox broker or an Apache RocketMQ
-cluster, and ``network.grpc_v2.client.RemoteBroker`` over gRPC (``docs/remote-transport.md``).
-``open_client`` turns a store URL into one: ``file:///path`` (or a plain path) plus optional
-broker.conf keys opens an embedded broker (``open_broker``);
-``rocketmq://host:port[;host:port][?namespace=NS]`` (name servers) connects to a cluster
-(``open_rocketmq_client``); ``grpc://host:port`` to a gRPC broker (``open_remote_broker``;
-grpcio is imported only then), each with optional access-key credentials.
+the same methods over RocketMQ's classic remoting protocol to a Postbox broker or an Apache
+RocketMQ cluster (``docs/remote-transport.md``). ``open_client`` turns a store URL into one:
+``file:///path`` (or a plain path) plus optional broker.conf keys opens an embedded broker
+(``open_broker``); ``rocketmq://host:port[;host:port][?namespace=NS]`` (name servers) connects to
+a cluster (``open_rocketmq_client``), with optional access-key credentials. ``grpc://`` URLs
+named Postbox's former private gRPC service, which is gone: they fail with a
+``ConfigurationError`` that names ``rocketmq://``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from .errors import ConfigurationError
 QueueKey = tuple[str, int]
 GRPC_SCHEME = "grpc"
 ROCKETMQ_SCHEME = "rocketmq"
+GRPC_GONE = ("grpc:// named Postbox's private gRPC service, which is gone: reach a broker "
+             "through its name servers with rocketmq://host:9876[;host2:9876]")
 
 
 class BrokerClient(Protocol):
@@ -101,13 +103,11 @@ class BrokerClient(Protocol):
 
 
 if TYPE_CHECKING:  # `make lint` (mypy) holds every implementation to the protocol
-    from network.grpc_v2 import RemoteBroker
     from network.remoting.client.remote_broker import RemotingBroker
 
-    def _implementations(embedded: Broker, remote: RemoteBroker,
-                         remoting: RemotingBroker) -> list[BrokerClient]:
+    def _implementations(embedded: Broker, remoting: RemotingBroker) -> list[BrokerClient]:
         """Type-checked only: each implementation is a ``BrokerClient``."""
-        return [embedded, remote, remoting]
+        return [embedded, remoting]
 
 
 def store_path(store_url: str | os.PathLike[str]) -> Path:
@@ -122,10 +122,11 @@ def store_path(store_url: str | os.PathLike[str]) -> Path:
         if not path:
             raise ConfigurationError(f"store URL {text!r} names no directory")
         return Path(path)
-    if parsed.scheme in (GRPC_SCHEME, ROCKETMQ_SCHEME):
+    if parsed.scheme == GRPC_SCHEME:
+        raise ConfigurationError(f"store URL {text!r}: {GRPC_GONE}")
+    if parsed.scheme == ROCKETMQ_SCHEME:
         raise ConfigurationError(f"store URL {text!r} names a remote broker, not a directory")
-    raise ConfigurationError(f"store URL {text!r}: scheme must be file://, rocketmq:// or "
-                             "grpc://")
+    raise ConfigurationError(f"store URL {text!r}: scheme must be file:// or rocketmq://")
 
 
 def rocketmq_cluster(store_url: str | os.PathLike[str]) -> tuple[list[str], str] | None:
@@ -162,27 +163,15 @@ def rocketmq_cluster(store_url: str | os.PathLike[str]) -> tuple[list[str], str]
 
 
 def remote_address(store_url: str | os.PathLike[str]) -> str | None:
-    """``host:port`` of a ``grpc://host:port`` URL (the name servers of a ``rocketmq://`` URL,
-    ``;``-joined); None for a ``file://`` URL or a path."""
+    """The name servers of a ``rocketmq://`` URL, ``;``-joined; None for a ``file://`` URL or a
+    path. A ``grpc://`` URL fails naming ``rocketmq://``."""
     text = os.fspath(store_url)
     cluster = rocketmq_cluster(text)
     if cluster is not None:
         return ";".join(cluster[0])
-    parsed = urlparse(text)
-    if parsed.scheme != GRPC_SCHEME:
-        return None
-    if parsed.username is not None or parsed.password is not None:
-        raise ConfigurationError(f"store URL {text!r}: pass credentials as App(access_key=, "
-                                 "secret_key=), not in the URL (URLs end up in logs)")
-    try:
-        port = parsed.port
-    except ValueError as error:
-        raise ConfigurationError(f"store URL {text!r}: {error}") from error
-    if not parsed.hostname or port is None or parsed.path not in ("", "/") or parsed.query \
-            or parsed.fragment:
-        raise ConfigurationError(f"store URL {text!r}: a remote broker URL is "
-                                 "grpc://host:port (nothing after the port)")
-    return parsed.netloc
+    if urlparse(text).scheme == GRPC_SCHEME:
+        raise ConfigurationError(f"store URL {text!r}: {GRPC_GONE}")
+    return None
 
 
 def store_config(store_url: str | os.PathLike[str],
@@ -203,8 +192,8 @@ def check_store_url(store_url: str | os.PathLike[str],
         raise ConfigurationError("access_key= and secret_key= go together")
     if remote_address(store_url) is None:
         if access_key is not None:
-            raise ConfigurationError("access_key=/secret_key= are for a rocketmq:// or grpc:// "
-                                     "broker; an embedded store has no access control")
+            raise ConfigurationError("access_key=/secret_key= are for a rocketmq:// broker;"
+                                     " an embedded store has no access control")
         store_config(store_url, broker_conf)
     elif broker_conf is not None:
         raise ConfigurationError("broker_conf= configures an embedded store; a remote broker "
@@ -215,17 +204,13 @@ def open_client(store_url: str | os.PathLike[str],
                 broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None, *,
                 clock: Clock | None = None, access_key: str | None = None,
                 secret_key: str | None = None) -> BrokerClient:
-    """The broker a store URL names: embedded (``file://``) or remote (``rocketmq://``,
-    ``grpc://``)."""
+    """The broker a store URL names: embedded (``file://``) or remote (``rocketmq://``)."""
     check_store_url(store_url, broker_conf, access_key=access_key, secret_key=secret_key)
     cluster = rocketmq_cluster(store_url)
     if cluster is not None:
         return open_rocketmq_client(cluster[0], namespace=cluster[1], clock=clock,
                                     access_key=access_key, secret_key=secret_key)
-    address = remote_address(store_url)
-    if address is None:
-        return open_broker(store_config(store_url, broker_conf), clock)
-    return open_remote_broker(address, access_key=access_key, secret_key=secret_key)
+    return open_broker(store_config(store_url, broker_conf), clock)
 
 
 def open_broker(config: StoreConfig, clock: Clock | None = None) -> Broker:
@@ -245,22 +230,3 @@ def open_rocketmq_client(namesrv_addresses: list[str], *, namespace: str = "",
     return RemotingBroker(namesrv_addresses, namespace=namespace, clock=clock,
                           access_key=access_key, secret_key=secret_key)
 
-
-def open_remote_broker(address: str, *, access_key: str | None = None,
-                       secret_key: str | None = None) -> BrokerClient:
-    """Connect to the broker at ``host:port`` over gRPC (needs grpcio: ``postbox[server]``).
-
-    Connecting is lazy: an unreachable broker is reported by the first call
-    (``BrokerUnavailableError``), not here.
-    """
-    try:
-        from network.grpc_v2 import Credentials, RemoteBroker
-    except ImportError as error:
-        raise ConfigurationError(f"the grpc:// transport needs grpcio ({error}); install it "
-                                 "with pip install 'postbox[server]'") from error
-    if (access_key is None) != (secret_key is None):
-        raise ConfigurationError("access_key= and secret_key= go together")
-    credentials = None
-    if access_key is not None and secret_key is not None:
-        credentials = Credentials(access_key=access_key, secret_key=secret_key)
-    return RemoteBroker(address, credentials=credentials)

@@ -27,6 +27,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 from storage_engine.formats import (
     MAGIC_V1,
@@ -103,7 +104,7 @@ def decode_records(body: bytes, queue_id: int, *,
     return views
 
 
-def _checked_fields(body: bytes, at: int, end: int) -> tuple:
+def _checked_fields(body: bytes, at: int, end: int) -> tuple[Any, ...]:
     """The fields of the record at ``at``, after checking that it fits and adds up."""
     if end - at < _RECORD_SIZE_MIN:
         raise RecordDecodeError(f"pull body: {end - at} bytes left at byte {at}, less than "
@@ -131,7 +132,8 @@ def _checked_fields(body: bytes, at: int, end: int) -> tuple:
     return fields
 
 
-def _adapted(fields: tuple, queue_id: int, unwrap: Callable[[str], str] | None) -> tuple:
+def _adapted(fields: tuple[Any, ...], queue_id: int,
+             unwrap: Callable[[str], str] | None) -> tuple[Any, ...]:
     """``fields`` with the global queue id, an inflated body and the application's topic."""
     values = list(fields)
     values[_FIELD_QUEUE_ID] = queue_id
