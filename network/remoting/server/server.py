@@ -1,0 +1,330 @@
+"""``RemotingServer``: the TCP server of the remoting protocol (name server and broker alike).
+
+Threading model:
+
+* **One IO thread** (``selectors``) owns the listening socket and every connection: it accepts,
+  reads, decodes frames (``wire.FrameDecoder``, bounded by ``ServerLimits.frame``), and writes.
+  All the frames of one read are handled back to back; *inline* handlers (cheap, non-blocking:
+  sends on an asynchronously flushed store, pulls that do not wait, offsets, heartbeats) run
+  right there, and their responses collect in each connection's buffer, flushed once at the
+  end of the round: one ``send`` for all the answers of one read, no thread hand-off.
+* **A small worker pool** (``workers`` threads, at most ``queue_max`` queued requests, else
+  2 SYSTEM_BUSY) runs the other handlers; a worker writes its answer straight to the socket.
+* **Nothing waits on a thread**: a long-polled pull is parked by its handler (the broker's
+  ``PullHoldService``) and answered later from whichever thread sees the message arrive or the
+  suspend time pass.
+
+Bounds: frame and header sizes (``FrameLimits``), open connections (``max_connections``: the
+one over the cap is closed at once), queued work, and each connection's unsent output
+(``max_output_bytes``: past it the server stops reading from that connection until the peer
+reads its answers). A malformed frame (``WireError``) closes that connection only, logged.
+
+Lifecycle: ``start`` binds (port 0 picks a free port; ``address`` tells which) and starts the
+threads; ``stop`` closes the listener and every connection (close listeners run), ends the
+worker pool and the IO thread; every thread the server started has ended when it returns.
+Close listeners (``add_close_listener``) run on the IO thread (or in ``stop``) once per closed
+connection; they must not block.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..wire import DEFAULT_LIMITS, FrameDecoder, FrameLimits, RemotingCommand, WireError, encode
+from .errors import ServerLimitError
+from .handlers import AccessControl, AllowAll, HandlerTable, dispatch, error_response
+from .session import Session
+from .workers import WorkerPool
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 256 * 1024
+READS_PER_ROUND_MAX = 4  # then other connections get their turn
+SELECT_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Bounds of one server (DESIGN §9: every request is bounded)."""
+
+    frame: FrameLimits = field(default_factory=lambda: DEFAULT_LIMITS)
+    max_connections: int = 1024
+    workers: int = 4
+    queue_max: int = 4096
+    max_output_bytes: int = 64 * 1024 * 1024
+
+
+class RemotingServer:
+    """Serve ``handlers`` on ``host:port`` (port 0: a free port)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 handlers: HandlerTable | None = None, access: AccessControl | None = None,
+                 limits: ServerLimits | None = None, name: str = "remoting") -> None:
+        self.handlers = handlers if handlers is not None else HandlerTable()
+        self.access: AccessControl = access if access is not None else AllowAll()
+        self.limits = limits or ServerLimits()
+        self._bind = (host, port)
+        self._name = name
+        self._pool = WorkerPool(f"{name}-worker", self.limits.workers, self.limits.queue_max)
+        self._selector = selectors.DefaultSelector()
+        self._listener: socket.socket | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sessions: dict[socket.socket, Session] = {}
+        self._decoders: dict[Session, FrameDecoder] = {}
+        self._dirty: set[Session] = set()
+        self._want_write: deque[Session] = deque()
+        self._close_listeners: list[Callable[[Session], None]] = []
+        self._thread: threading.Thread | None = None
+        self._io_ident: int | None = None
+        self._stopping = False
+        self.address: tuple[str, int] | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind, listen, and start the IO thread and the worker pool."""
+        listener = socket.create_server(self._bind, reuse_port=False, backlog=512)
+        listener.setblocking(False)
+        self._listener = listener
+        host, port = listener.getsockname()[:2]
+        self.address = (host, port)
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._pool.start()
+        self._thread = threading.Thread(target=self._run, name=f"{self._name}-io", daemon=True)
+        self._thread.start()
+        log.info("[remoting] %s serving on %s:%d", self._name, host, port)
+
+    def stop(self) -> None:
+        """Close everything and end every thread this server started."""
+        if self._thread is None:
+            return
+        self._stopping = True
+        self._wake()
+        self._thread.join()
+        self._thread = None
+        self._pool.stop()
+        self._wake_r.close()
+        self._wake_w.close()
+        self._selector.close()
+
+    def __enter__(self) -> RemotingServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def address_text(self) -> str:
+        """``host:port`` once started."""
+        if self.address is None:
+            raise RuntimeError("the server is not started")
+        return f"{self.address[0]}:{self.address[1]}"
+
+    def add_close_listener(self, listener: Callable[[Session], None]) -> None:
+        """Call ``listener(session)`` once for every connection that closes."""
+        self._close_listeners.append(listener)
+
+    def sessions(self) -> list[Session]:
+        """The open connections (a snapshot)."""
+        return list(self._sessions.values())
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on the worker pool (``ServerLimitError`` when its queue is full)."""
+        self._pool.submit(task)
+
+    def is_io_thread(self) -> bool:
+        """Whether the caller runs on this server's IO thread."""
+        return threading.get_ident() == self._io_ident
+
+    # ---- IO loop -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._io_ident = threading.get_ident()
+        try:
+            while not self._stopping:
+                for key, mask in self._selector.select(SELECT_TIMEOUT_S):
+                    self._on_event(key, mask)
+                self._flush_dirty()
+        except Exception:
+            log.exception("[remoting] %s IO loop failed; closing", self._name)
+        finally:
+            self._close_all()
+
+    def _on_event(self, key: selectors.SelectorKey, mask: int) -> None:
+        data = key.data
+        if data == "accept":
+            self._accept()
+        elif data == "wake":
+            self._on_wake()
+        else:
+            session: Session = data
+            if mask & selectors.EVENT_WRITE:
+                self._flush(session)
+            if mask & selectors.EVENT_READ and not session.closed:
+                self._read(session)
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # e.g. out of file descriptors: try again next round
+                log.warning("[remoting] %s accept failed: %s", self._name, error)
+                return
+            if len(self._sessions) >= self.limits.max_connections:
+                log.warning("[remoting] %s refused %s:%d: %d connections open (the most "
+                            "ServerLimits.max_connections allows)", self._name, peer[0],
+                            peer[1], len(self._sessions))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session = Session(sock, f"{peer[0]}:{peer[1]}", self._on_pending_write,
+                              self.is_io_thread)
+            self._sessions[sock] = session
+            self._decoders[session] = FrameDecoder(self.limits.frame)
+            self._selector.register(sock, selectors.EVENT_READ, session)
+
+    def _read(self, session: Session) -> None:
+        decoder = self._decoders[session]
+        for _ in range(READS_PER_ROUND_MAX):
+            try:
+                data = session.sock.recv(READ_CHUNK_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:
+                log.info("[remoting] %s: connection %s broke: %s", self._name,
+                         session.peer_address, error)
+                self._close(session)
+                return
+            if not data:
+                self._close(session)
+                return
+            try:
+                commands = decoder.feed(data)
+            except WireError as error:
+                log.warning("[remoting] %s: malformed frame from %s, closing it: %s",
+                            self._name, session.peer_address, error)
+                self._close(session)
+                return
+            for command in commands:
+                self._handle(session, command)
+            if len(data) < READ_CHUNK_BYTES or session.closed:
+                return
+
+    def _handle(self, session: Session, command: RemotingCommand) -> None:
+        if command.is_response:
+            if not session.take_response(command):
+                log.debug("[remoting] %s: response opaque=%d from %s matches no call",
+                          self._name, command.opaque, session.peer_address)
+            return
+        session.language, session.version = command.language, command.version
+        entry = self.handlers.lookup(command.code)
+        if entry is None or entry[1]:
+            response = dispatch(entry and entry[0], command, session, self.access)
+            if response is not None:
+                session.write(encode(response))
+            return
+        handler = entry[0]
+
+        def task() -> None:
+            answer = dispatch(handler, command, session, self.access)
+            if answer is not None:
+                session.send_response(answer)
+        try:
+            self._pool.submit(task)
+        except ServerLimitError as error:
+            if not command.is_oneway:
+                session.write(encode(error_response(command, error, session.peer_address)))
+
+    # ---- writing -----------------------------------------------------------------------------
+
+    def _on_pending_write(self, session: Session) -> None:
+        if self.is_io_thread():
+            self._dirty.add(session)
+        else:
+            self._want_write.append(session)
+            self._wake()
+
+    def _on_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while self._want_write:
+            self._dirty.add(self._want_write.popleft())
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, InterruptedError):
+            pass  # already awake-pending
+        except OSError:
+            pass  # stopped
+
+    def _flush_dirty(self) -> None:
+        while self._dirty:
+            session = self._dirty.pop()
+            if not session.closed:
+                self._flush(session)
+
+    def _flush(self, session: Session) -> None:
+        try:
+            empty = session.flush()
+        except OSError as error:
+            log.info("[remoting] %s: connection %s broke on write: %s", self._name,
+                     session.peer_address, error)
+            self._close(session)
+            return
+        if empty:
+            events = selectors.EVENT_READ
+        elif session.buffered_bytes > self.limits.max_output_bytes:
+            events = selectors.EVENT_WRITE  # stop reading until the peer reads its answers
+        else:
+            events = selectors.EVENT_READ | selectors.EVENT_WRITE
+        if self._selector.get_key(session.sock).events != events:
+            self._selector.modify(session.sock, events, session)
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    def _close(self, session: Session) -> None:
+        if session.sock in self._sessions:
+            del self._sessions[session.sock]
+            self._decoders.pop(session, None)
+            self._dirty.discard(session)
+            try:
+                self._selector.unregister(session.sock)
+            except (KeyError, ValueError):
+                pass
+        if not session.mark_closed():
+            return
+        for listener in self._close_listeners:
+            try:
+                listener(session)
+            except Exception:
+                log.exception("[remoting] %s: close listener failed for %s", self._name,
+                              session.peer_address)
+
+    def _close_all(self) -> None:
+        for session in list(self._sessions.values()):
+            self._close(session)
+        if self._listener is not None:
+            try:
+                self._selector.unregister(self._listener)
+            except (KeyError, ValueError):
+                pass
+            self._listener.close()
+            self._listener = None

@@ -1,0 +1,46 @@
+"""A Postbox broker registers with the lab's live Apache RocketMQ name server: Apache's name
+server then routes the broker's topics to the Postbox broker's advertised address, lists it in
+its cluster info, and forgets it when the broker unregisters."""
+
+from __future__ import annotations
+
+import json
+
+from network.remoting.admin import advertised_topics, data_version
+from network.remoting.codes import RequestCode, ResponseCode
+from network.remoting.namesrv import BrokerIdentity
+from network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
+from storage_engine import Broker, StoreConfig
+from storage_engine.clock import SystemClock
+from tests.support.remoting_raw import RawRemotingClient
+
+TOPIC = "postbox-registered-topic"
+
+
+def test_apache_name_server_routes_to_the_registered_postbox_broker(live_rocketmq, tmp_path):
+    identity = BrokerIdentity("PostboxRegistered", "postbox-reg", 0, "127.0.0.1:41911")
+    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+        broker.create_topic(TOPIC, 3)
+        registrar = NamesrvRegistrar(parse_namesrv_list(live_rocketmq.namesrv), identity,
+                                     lambda: advertised_topics(broker, identity.broker_name),
+                                     lambda: data_version(broker), SystemClock())
+        with RawRemotingClient(live_rocketmq.namesrv) as apache:
+            assert apache.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}
+                               ).code == ResponseCode.TOPIC_NOT_EXIST
+            try:
+                assert registrar.register_all() == 1, registrar.registered
+                answer = apache.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+                assert answer.code == 0, answer.remark
+                route = json.loads(answer.body)
+                assert route["brokerDatas"] == [{
+                    "brokerAddrs": {"0": "127.0.0.1:41911"}, "brokerName": "postbox-reg",
+                    "cluster": "PostboxRegistered", "enableActingMaster": False}]
+                assert route["queueDatas"][0]["writeQueueNums"] == 3
+                assert route["queueDatas"][0]["perm"] == 6
+                cluster = apache.call(RequestCode.GET_BROKER_CLUSTER_INFO)
+                assert b'"PostboxRegistered":["postbox-reg"]' in cluster.body
+                assert registrar.register_all() == 1  # a second round is accepted as well
+            finally:
+                registrar.stop()
+            gone = apache.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+            assert gone.code == ResponseCode.TOPIC_NOT_EXIST

@@ -1,0 +1,174 @@
+"""A raw remoting client for tests: frames over a real socket, nothing hidden.
+
+``RawRemotingClient(address)`` connects; ``call(code, fields, body)`` sends one request and
+returns its response; ``oneway`` sends with flag bit 1; ``send_bytes`` writes anything (a
+malformed frame); ``server_requests`` collects the broker → client requests (e.g. 40
+NOTIFY_CONSUMER_IDS_CHANGED) that arrive, and ``answer_calls`` makes it reply to them. A reader
+thread matches responses by opaque; ``close`` ends it.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from typing import Any
+
+from network.remoting.wire import FrameDecoder, RemotingCommand, WireError, encode
+
+
+class RawRemotingClient:
+    """One connection to a remoting server."""
+
+    def __init__(self, address: tuple[str, int] | str, *, language: str = "JAVA",
+                 version: int = 479) -> None:
+        if isinstance(address, str):
+            host, port = address.rsplit(":", 1)
+            address = (host, int(port))
+        self.sock = socket.create_connection(address, timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.language, self.version = language, version
+        self._lock = threading.Lock()
+        self._waiting: dict[int, queue.Queue[RemotingCommand]] = {}
+        self.server_requests: queue.Queue[RemotingCommand] = queue.Queue()
+        self.answer_calls: Any = None  # callable(request) -> RemotingCommand | None
+        self.closed_by_peer = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="raw-remoting-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def request(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
+                oneway: bool = False) -> RemotingCommand:
+        """A request command as this client would send it."""
+        command = RemotingCommand.request(code, fields, body, oneway=oneway,
+                                          version=self.version)
+        command.language = self.language
+        return command
+
+    def call(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
+             timeout_s: float = 10.0) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        return self.call_command(self.request(code, fields, body), timeout_s=timeout_s)
+
+    def call_command(self, command: RemotingCommand, *, timeout_s: float = 10.0
+                     ) -> RemotingCommand:
+        """Send ``command`` and wait for the response with its opaque."""
+        answers = self.start_call(command)
+        return answers.get(timeout=timeout_s)
+
+    def start_call(self, command: RemotingCommand) -> queue.Queue[RemotingCommand]:
+        """Send ``command``; the returned queue receives its response."""
+        answers: queue.Queue[RemotingCommand] = queue.Queue()
+        with self._lock:
+            self._waiting[command.opaque] = answers
+        self.send_bytes(encode(command))
+        return answers
+
+    def pipeline(self, commands: list[RemotingCommand]) -> list[queue.Queue[RemotingCommand]]:
+        """Send all ``commands`` in one write; one response queue each."""
+        queues = []
+        with self._lock:
+            for command in commands:
+                queues.append(queue.Queue())
+                self._waiting[command.opaque] = queues[-1]
+        self.send_bytes(b"".join(encode(command) for command in commands))
+        return queues
+
+    def oneway(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"") -> None:
+        """Send a oneway request (no response expected)."""
+        self.send_bytes(encode(self.request(code, fields, body, oneway=True)))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write raw bytes."""
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        """Close the socket and end the reader."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self._reader.join(5)
+
+    def __enter__(self) -> RawRemotingClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        decoder = FrameDecoder()
+        try:
+            while data := self.sock.recv(1 << 16):
+                for command in decoder.feed(data):
+                    self._on_command(command)
+        except (OSError, WireError):
+            pass
+        self.closed_by_peer.set()
+
+    def _on_command(self, command: RemotingCommand) -> None:
+        if not command.is_response:
+            self.server_requests.put(command)
+            if self.answer_calls is not None and not command.is_oneway:
+                answer = self.answer_calls(command)
+                if answer is not None:
+                    self.send_bytes(encode(answer))
+            return
+        with self._lock:
+            answers = self._waiting.pop(command.opaque, None)
+        if answers is not None:
+            answers.put(command)
+
+
+def decode_records(body: bytes) -> list[Any]:
+    """Stored records back to back (a pull, view or query body), decoded by the independent
+    ``rmq_decoder``; asserts each is well formed."""
+    import struct as _struct
+
+    from tests.support.rmq_decoder import _decode_record
+
+    records = []
+    at = 0
+    while at < len(body):
+        (size,) = _struct.unpack_from(">i", body, at)
+        (position,) = _struct.unpack_from(">q", body, at + 28)
+        problems: list[str] = []
+        record = _decode_record(body[at:at + size], 0, position, problems)
+        assert record is not None and not problems, problems
+        records.append(record)
+        at += size
+    assert at == len(body)
+    return records
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """A send header's properties string."""
+    return "".join(f"{name}\x01{value}\x02" for name, value in properties.items())
+
+
+def send_fields(topic: str, queue_id: int = 0, *, properties: dict[str, str] | None = None,
+                group: str = "PG", v2: bool = True, **extra: Any) -> dict[str, Any]:
+    """The header of a send (V2 one-letter keys, or V1 names)."""
+    fields = {"producerGroup": group, "topic": topic, "defaultTopic": "TBW102",
+              "defaultTopicQueueNums": 4, "queueId": queue_id, "sysFlag": 0,
+              "bornTimestamp": 1_700_000_000_000, "flag": 0,
+              "properties": properties_text(properties or {}), "reconsumeTimes": 0,
+              "unitMode": False, **extra}
+    if not v2:
+        return fields
+    keys = {"producerGroup": "a", "topic": "b", "defaultTopic": "c",
+            "defaultTopicQueueNums": "d", "queueId": "e", "sysFlag": "f", "bornTimestamp": "g",
+            "flag": "h", "properties": "i", "reconsumeTimes": "j", "unitMode": "k",
+            "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n"}
+    return {keys[name]: value for name, value in fields.items()}
+
+
+def pull_fields(group: str, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
+                sys_flag: int = 0x4, suspend_ms: int = 0, subscription: str = "*",
+                commit_offset: int = 0) -> dict[str, Any]:
+    """The header of a PULL_MESSAGE (subscription flag set by default)."""
+    return {"consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+            "maxMsgNums": max_count, "sysFlag": sys_flag, "commitOffset": commit_offset,
+            "suspendTimeoutMillis": suspend_ms, "subVersion": 0, "subscription": subscription,
+            "expressionType": "TAG"}
