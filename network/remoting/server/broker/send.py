@@ -164,7 +164,9 @@ class SendHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"look message by offset failed, {position}: "
                                       f"{error}") from error
-        self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit)
+        reason = fields.get_str("dlqReason", None, max_chars=4096)  # Postbox: DLQ_REASON
+        self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit,
+                               reason=reason)
         return request.response(ResponseCode.SUCCESS)
 
     def end_transaction(self, request: RemotingCommand, session: Session) -> RemotingCommand:
