@@ -15,13 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from network.remoting.client.connection import Connections
-from network.remoting.client.consuming import Consuming
-from network.remoting.client.context import ClientContext
-from network.remoting.client.routes import RouteTable
 from storage_engine import Broker, ConsumeFrom, GetStatus, Message, SendBackOutcome
-from storage_engine.clock import SystemClock
 from tests.storage_engine.conftest import small_config
+from tests.support.consuming_clients import ConsumingClients
 from tests.support.postbox_remoting import serve_remoting
 
 QUEUES = 4
@@ -34,32 +30,10 @@ def broker(tmp_path) -> Iterator[Broker]:
         yield opened
 
 
-class Clients:
-    """Consumer sides of remoting clients to one served broker; closed by ``close``."""
-
-    def __init__(self, namesrv: str) -> None:
-        self._namesrv = namesrv
-        self._opened: list[tuple[Consuming, Connections]] = []
-
-    def new(self, **options) -> Consuming:
-        connections = Connections()
-        clock = SystemClock()
-        context = ClientContext(connections, RouteTable([self._namesrv], connections,
-                                                        clock=clock), clock)
-        consuming = Consuming(context, **options)
-        self._opened.append((consuming, connections))
-        return consuming
-
-    def close(self) -> None:
-        for consuming, connections in reversed(self._opened):
-            consuming.close()
-            connections.close()
-
-
 @pytest.fixture
-def clients(broker) -> Iterator[Clients]:
+def clients(broker) -> Iterator[ConsumingClients]:
     with serve_remoting(broker) as served:
-        made = Clients(served.namesrv)
+        made = ConsumingClients(served.namesrv)
         yield made
         made.close()
 
