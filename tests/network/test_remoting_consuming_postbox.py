@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from storage_engine import Broker, ConsumeFrom, GetStatus, Message, SendBackOutcome
+from network.remoting.client.membership import HeartbeatService
+from storage_engine import Broker, ConsumeFrom, FakeClock, GetStatus, Message, SendBackOutcome
 from tests.storage_engine.conftest import small_config
 from tests.support.consuming_clients import ConsumingClients
 from tests.support.postbox_remoting import serve_remoting
@@ -216,3 +217,21 @@ def test_queue_locks_are_exclusive(broker, clients):
     first.unlock_queues("billing", "c1", queues[:2])
     assert second.lock_queues("billing", "c2", queues) == set(queues[:2])
     assert first.lock_queues("billing", "c1", queues) == set(queues[2:])
+
+
+def test_the_heartbeat_service_keeps_a_registration_alive(broker, clients):
+    consuming = clients.new()
+    consuming.register_consumer("billing", "c1", ["orders"])
+    clock = FakeClock(1_000_000)
+    service = HeartbeatService(consuming.membership, clock, interval_ms=20_000)
+    broker.unregister_consumer("billing", "c1")  # the broker forgot it (as after an expiry)
+    service.run_once(clock.now_ms())  # not due yet: nothing sent
+    assert broker.consumer_ids("billing") == []
+    clock.advance(service.interval_ms)
+    service.run_once(clock.now_ms())
+    assert broker.consumer_ids("billing") == ["c1"]
+    consuming.unregister_consumer("billing", "c1")
+    assert broker.consumer_ids("billing") == []
+    clock.advance(service.interval_ms)
+    service.run_once(clock.now_ms())  # unregistered: no longer repeated
+    assert broker.consumer_ids("billing") == []
