@@ -19,7 +19,7 @@ from collections.abc import Callable
 from storage_engine.broker import Broker
 from storage_engine.broker.model import ConsumeFrom
 from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import INDEX_QUERY_RESULT_MAX, PROPERTY_RETRY_TOPIC
+from storage_engine.formats import INDEX_QUERY_RESULT_MAX
 from storage_engine.store.topics import validate_topic
 
 from ...codes import RequestCode, ResponseCode

@@ -175,7 +175,9 @@ class SendHandlers:
         original = view.properties.get(PROPERTY_RETRY_TOPIC, view.topic)
         if not is_system_group_topic(original):  # a group's own topics: its SUB right covers
             self._check_record_topic(request, original)
-        self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit)
+        reason = fields.get_str("dlqReason", None, max_chars=4096)  # Postbox: DLQ_REASON
+        self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit,
+                               reason=reason)
         return request.response(ResponseCode.SUCCESS)
 
     def end_transaction(self, request: RemotingCommand, session: Session) -> RemotingCommand:
