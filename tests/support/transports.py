@@ -51,7 +51,6 @@ TRANSPORTS = ("embedded", "postbox", "rocketmq")
 ENV = "POSTBOX_TEST_TRANSPORT"
 SUITES = ("tests/framework/", "tests/outbox/", "tests/idempotency/", "tests/examples/")
 EMBEDDED_FIXTURES = {
-    "broker": "inspects the embedded broker object",
     "fake_clock": "drives the broker's clock",
     "store_clock": "drives the broker's clock",
     "tight_app": "sets the store's maximum message size",
