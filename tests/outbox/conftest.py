@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
@@ -31,7 +31,6 @@ from storage_engine import Broker, MessageView
 from tests.framework.conftest import open_broker  # noqa: F401  (fixture used below)
 from tests.storage_engine.conftest import read_queue
 
-T = TypeVar("T")
 SETTLE_TIMEOUT_S = 10.0
 SETTLE_INTERVAL_S = 0.1
 READER_GROUP = "outbox-test-reader"
@@ -78,7 +77,7 @@ def embedded(broker: BrokerClient) -> bool:
     return isinstance(broker, Broker)
 
 
-def settled(broker: BrokerClient, read: Callable[[], T]) -> T:
+def settled(broker: BrokerClient, read: Callable[[], list[MessageView]]) -> list[MessageView]:
     """``read()`` once what the broker stored is readable: embedded, after its dispatch caught
     up; remote (whose dispatch this process cannot see), once two reads 0.1 s apart agree."""
     if embedded(broker):
@@ -89,11 +88,16 @@ def settled(broker: BrokerClient, read: Callable[[], T]) -> T:
     while True:
         time.sleep(SETTLE_INTERVAL_S)  # what a read missed shows up in the next one
         current = read()
-        if current == previous:
+        if _positions(current) == _positions(previous):
             return current
         if time.monotonic() > deadline:
             raise AssertionError(f"the broker's reads did not settle in {SETTLE_TIMEOUT_S} s")
         previous = current
+
+
+def _positions(views: list[MessageView]) -> list[tuple[str, int, int, int]]:
+    """What identifies each record read (a view compares by identity)."""
+    return [(view.topic, view.queue_id, view.queue_offset, view.log_position) for view in views]
 
 
 def stored_records(broker: BrokerClient, topic: str) -> list[MessageView]:

@@ -57,6 +57,9 @@ EMBEDDED_FIXTURES = {
 }
 """Fixtures that tie a test to the embedded broker, with the reason shown when deselected."""
 PORT_TIMEOUT_S = 30.0
+NAMESPACE_STEM_MAX = 24
+"""A namespace is at most 64 characters: this stem, a digest, a clock suffix and the store's
+name (``store``, ``closed-store``, ...) fit."""
 _REASONS = pytest.StashKey[Counter]()
 
 
@@ -211,7 +214,7 @@ class StoreUnderTest:
 def namespace_for(nodeid: str) -> str:
     """A namespace of one test: readable, unique per test id, in RocketMQ's name alphabet."""
     digest = hashlib.sha1(nodeid.encode()).hexdigest()[:8]
-    stem = re.sub(r"[^A-Za-z0-9_-]", "-", nodeid.rsplit("::", 1)[-1])[:40]
+    stem = re.sub(r"[^A-Za-z0-9_-]", "-", nodeid.rsplit("::", 1)[-1])[:NAMESPACE_STEM_MAX]
     return f"{stem}-{digest}-{time.time_ns() % 1_000_000:06d}"
 
 
