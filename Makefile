@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
-.PHONY: demo test test-slow test-database lint bench clean
+.PHONY: demo test test-slow test-database test-transports test-postbox-transport \
+        test-rocketmq-transport lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
@@ -39,6 +40,18 @@ DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations tests/example
 test-database: $(STAMP)
 	@test -n "$$POSTBOX_TEST_DATABASE_URL" || { echo "set POSTBOX_TEST_DATABASE_URL"; exit 2; }
 	$(BIN)/python -m pytest -q $(DATABASE_SUITES)
+
+# The framework's suites again over rocketmq://: against one `postbox broker start` process, and
+# against the compatibility lab's live Apache RocketMQ (tests/support/transports.py says which
+# tests each run keeps; `make test` is the embedded run).
+TRANSPORT_SUITES := tests/framework tests/outbox tests/idempotency tests/examples
+test-postbox-transport: $(STAMP)
+	$(BIN)/python -m pytest -q --transport postbox $(TRANSPORT_SUITES)
+
+test-rocketmq-transport: $(STAMP)
+	$(BIN)/python -m pytest -q --transport rocketmq $(TRANSPORT_SUITES)
+
+test-transports: test-postbox-transport test-rocketmq-transport
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store_bench

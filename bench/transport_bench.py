@@ -1,15 +1,14 @@
-"""Transport benchmark: the framework's producer and consumer over gRPC vs embedded, one run.
+"""Transport benchmark: the framework's producer and consumer over a remote transport vs
+embedded, one run.
 
 Run ``python -m bench.transport_bench`` (``--quick`` for a short run, ``--json`` for one JSON
 document on stdout; progress goes to stderr). Every message has a 100-byte body (one seeded
 body); each transport gets a fresh broker (ASYNC flush) in a temp dir, removed afterwards.
 
 * **embedded**: ``App(broker=Broker.open(...))`` in this process.
-* **grpc**: a broker process (this module with ``--serve DIR``: ``Broker.open`` plus
-  ``BrokerServer`` on ``127.0.0.1:0``: both services, as ``postbox broker start`` runs them) and
-  ``App(store_url="grpc://127.0.0.1:PORT")`` here, so client and broker each have their own
-  interpreter, as deployed. ``--server inprocess`` serves from this process instead (one GIL
-  for both sides: the transport's CPU cost shows in full).
+* remote transports (``REMOTE``): the ``rocketmq://`` transport to a ``postbox broker start``
+  process is being built by issue 21 and is measured here once it lands (Postbox's former
+  ``grpc://`` transport is gone).
 
 Per transport, with ``--messages`` N (default 20 000; quick 4 000):
 
@@ -19,10 +18,10 @@ Per transport, with ``--messages`` N (default 20 000; quick 4 000):
 * *consume*: a new group with a no-op handler (``consume_from="first"``, default
   ``ConsumerOptions``) consumes those N: the clock runs from ``app.start()`` until
   ``persist_offsets()`` plus ``consumer_progress(group)`` show every queue of the topic
-  committed to its max offset (polled every 20 ms through the app's own client, so over gRPC
-  for the grpc run) and the handler saw at least N.
+  committed to its max offset (polled every 20 ms through the app's own client, so over the
+  network for a remote run) and the handler saw at least N.
 
-Ratios are grpc / embedded of the same run. A wrong result raises ``BenchError`` (exit 2).
+Ratios are remote / embedded of the same run. A wrong result raises ``BenchError`` (exit 2).
 One repetition (about a minute at the defaults on 2 cores); VM noise is easily +-20 %.
 """
 
@@ -32,11 +31,10 @@ import argparse
 import contextlib
 import gc
 import random
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bench.peers import BenchError, run_and_print
@@ -49,7 +47,6 @@ QUEUE_COUNT = 8
 MIB = 1 << 20
 POLL_INTERVAL_S = 0.02
 COMMIT_TIMEOUT_S = 300.0
-SERVER_START_TIMEOUT_S = 60.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,13 +57,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="short run: 4 000 messages")
     p.add_argument("--messages", type=int, help="messages per run (default 20 000)")
     p.add_argument("--producers", type=int, default=4, help="producer threads")
-    p.add_argument("--server", choices=("process", "inprocess"), default="process",
-                   help="where the grpc broker runs")
     p.add_argument("--segment-mib", type=int, default=64, help="commit-log segment size")
     p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
     p.add_argument("--seed", type=int, default=20240601, help="seed for the body")
     p.add_argument("--json", action="store_true", help="print one JSON document, no table")
-    p.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)  # the broker process
     args = p.parse_args(argv)
     if args.messages is None:
         args.messages = 4_000 if args.quick else 20_000
@@ -88,70 +82,27 @@ def store_config(root: Path, segment_mib: int, message_count: int):
                                                 entry_count_max=2 * message_count + 1024))
 
 
-def start_server(broker):
-    """A started broker server for ``broker`` on 127.0.0.1; returns (server, port)."""
-    from network.grpc_v2 import BrokerServer
-
-    server = BrokerServer(broker, "127.0.0.1:0")
-    server.start()
-    return server, server.port
-
-
-def serve(root: str, segment_mib: int, message_count: int) -> int:
-    """The broker process: serve a broker on ``root`` until stdin closes."""
+@contextlib.contextmanager
+def embedded(args: argparse.Namespace, root: Path) -> Iterator[dict]:
+    """An open embedded broker for ``App(broker=...)``."""
     from storage_engine import Broker
 
-    with Broker.open(store_config(Path(root), segment_mib, message_count)) as broker:
-        server, port = start_server(broker)
-        print(f"port {port}", flush=True)
-        sys.stdin.read()
-        server.stop(grace_s=0)
-    return 0
+    with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
+        yield {"broker": broker}
+
+
+REMOTE: dict[str, Callable[[argparse.Namespace, Path], contextlib.AbstractContextManager[dict]]]
+REMOTE = {}
+"""Remote transports measured against embedded: name → a context manager yielding the
+``App`` options (``store_url``) of a broker it runs under ``root``."""
 
 
 @contextlib.contextmanager
-def broker_url(args: argparse.Namespace, transport: str) -> Iterator:
-    """What an ``App`` is given for ``transport``: an open broker, or a grpc:// URL."""
-    from storage_engine import Broker
-
-    with temp_dir(args.dir, f"transport-{transport}") as root:
-        if transport == "embedded":
-            with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
-                yield {"broker": broker}
-        elif args.server == "inprocess":
-            with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
-                server, port = start_server(broker)
-                try:
-                    yield {"store_url": f"grpc://127.0.0.1:{port}"}
-                finally:
-                    server.stop(grace_s=0)
-        else:
-            with broker_process(args, root) as port:
-                yield {"store_url": f"grpc://127.0.0.1:{port}"}
-
-
-@contextlib.contextmanager
-def broker_process(args: argparse.Namespace, root: Path) -> Iterator[int]:
-    """This module with ``--serve``; yields its port; stopped (stdin closed) on exit."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.transport_bench", "--serve", str(root),
-         "--segment-mib", str(args.segment_mib), "--messages", str(args.messages)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        cwd=Path(__file__).resolve().parents[1])
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().decode().split()
-        if line[:1] != ["port"]:
-            raise BenchError(f"the broker process did not start: {line!r}")
-        yield int(line[1])
-    finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        try:
-            process.wait(SERVER_START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def broker_url(args: argparse.Namespace, transport: str) -> Iterator[dict]:
+    """What an ``App`` is given for ``transport``, on a fresh store in a temp dir."""
+    opener = embedded if transport == "embedded" else REMOTE[transport]
+    with temp_dir(args.dir, f"transport-{transport}") as root, opener(args, root) as options:
+        yield options
 
 
 # ---------------------------------------------------------------- measurements
@@ -243,15 +194,16 @@ def measure(args: argparse.Namespace, transport: str, body: bytes) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Both transports, embedded first; returns the report as plain data."""
+    """Every transport, embedded first; returns the report as plain data."""
     body = random.Random(args.seed).randbytes(BODY_BYTES)
     report = {"machine": machine_facts(args),
               "settings": {name: getattr(args, name) for name in (
-                  "messages", "producers", "server", "segment_mib", "seed")}}
-    for transport in ("embedded", "grpc"):
+                  "messages", "producers", "segment_mib", "seed")}}
+    for transport in ("embedded", *REMOTE):
         report[transport] = measure(args, transport, body)
-    report["ratio"] = {part: report["grpc"][part]["per_s"] / report["embedded"][part]["per_s"]
-                       for part in ("send", "consume")}
+    report["ratio"] = {remote: {part: report[remote][part]["per_s"]
+                                / report["embedded"][part]["per_s"]
+                                for part in ("send", "consume")} for remote in REMOTE}
     return report
 
 
@@ -260,22 +212,21 @@ def render(report: dict) -> None:
     machine = report["machine"]
     settings = report["settings"]
     print(f"\nTransport benchmark: {settings['messages']:,} messages x {BODY_BYTES} B, "
-          f"{settings['producers']} producer threads, grpc broker: {settings['server']}")
+          f"{settings['producers']} producer threads")
     print(f"machine: {machine.get('cpu_model')}, {machine.get('cpu_affinity')} cores, "
           f"Python {machine.get('python', '?')}\n")
-    print(f"{'':10} {'embedded msgs/s':>16} {'grpc msgs/s':>12} {'grpc/embedded':>14}")
+    print(f"{'':10} {'transport':>10} {'msgs/s':>10} {'/embedded':>10}")
     for part in ("send", "consume"):
-        embedded = report["embedded"][part]["per_s"]
-        grpc_rate = report["grpc"][part]["per_s"]
-        print(f"{part:10} {embedded:>16,.0f} {grpc_rate:>12,.0f} "
-              f"{report['ratio'][part]:>14.2f}")
+        for transport in ("embedded", *REMOTE):
+            ratio = report["ratio"].get(transport, {}).get(part)
+            shown = "" if ratio is None else f"{ratio:.2f}"
+            print(f"{part:10} {transport:>10} {report[transport][part]['per_s']:>10,.0f} "
+                  f"{shown:>10}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``python -m bench.transport_bench``)."""
     args = parse_args(argv)
-    if args.serve:
-        return serve(args.serve, args.segment_mib, args.messages)
     return run_and_print(run, render, args)
 
 

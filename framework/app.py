@@ -2,12 +2,12 @@
 
 Construction and ``@app.handler`` only record configuration — nothing opens, connects or starts
 a thread until ``start()`` (or the first use of ``app.producer``, which opens the store). The
-store URL is ``file:///path`` (embedded broker in this process) or ``grpc://host:port`` (a
-network broker, ``docs/remote-transport.md``; ``access_key``/``secret_key`` when it enforces
-access control); ``database_url``/``redis_url`` are kept for the layers above (the outbox,
-middleware). ``start()`` opens the broker, plans one consumer per consumer group and starts them;
-``stop()`` drains them, persists offsets and closes what the app opened. Thread-safe after
-``start()``.
+store URL is ``file:///path`` (embedded broker in this process) or, once issue 21's transport
+lands, ``rocketmq://host:9876`` (a RocketMQ cluster's name servers, ``docs/remote-transport.md``;
+``access_key``/``secret_key`` when it enforces access control); ``database_url`` and
+``redis_url`` are kept for the layers above (the outbox, middleware). ``start()`` opens the
+broker, plans one consumer per consumer group and starts them; ``stop()`` drains them, persists
+offsets and closes what the app opened. Thread-safe after ``start()``.
 
 ``with app:`` is the normal form (start on entry, stop on exit, also when the block raises).
 An app that is started (or whose producer opened the store) and never stopped is stopped at
@@ -55,7 +55,8 @@ class App:
 
     Args:
         store_url: ``file:///var/lib/postbox`` (or a plain path) for the embedded store, or
-            ``grpc://host:port`` for a network broker.
+            ``rocketmq://host:9876[;host2:9876][?namespace=NS]`` (name servers) for a Postbox
+            broker or an Apache RocketMQ cluster.
         database_url: SQLAlchemy URL for the layers above: the outbox, middleware (optional).
         redis_url: Redis URL for middleware that use one (optional).
         broker_conf: RocketMQ ``broker.conf`` keys (a mapping or a file path) for the embedded
@@ -66,7 +67,8 @@ class App:
         consumer_options: pull/consume tuning shared by every consumer of the app.
         instance_name: stable name of this process among the group's consumers (broadcast
             offsets are kept per instance).
-        access_key, secret_key: credentials for a ``grpc://`` broker with access control.
+        access_key, secret_key: credentials for a ``rocketmq://`` broker with access control
+            (ACL 1.0 signatures).
     """
 
     def __init__(self, store_url: str | os.PathLike[str] | None = None, *,
@@ -104,7 +106,7 @@ class App:
             check_store_url(store_url, broker_conf, access_key=access_key,
                             secret_key=secret_key)
         elif access_key is not None or secret_key is not None:
-            raise ConfigurationError("access_key=/secret_key= go with a grpc:// store_url")
+            raise ConfigurationError("access_key=/secret_key= go with a remote store_url")
 
     # ---- registration ------------------------------------------------------------------------
 

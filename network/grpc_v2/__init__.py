@@ -1,16 +1,13 @@
 """Postbox's network broker: a gRPC server over an embedded ``Broker``.
 
 It speaks Apache RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` (the generated code of
-``rocketmq-python-client``), so official RocketMQ 5 clients can produce and consume, and
-Postbox's own service for the framework's remote transport. This subpackage alone in
-``storage_engine`` may import grpc and protobuf (DESIGN §2). How to run it, what is
-implemented and how pop consumption works: ``docs/remoting.md``.
+``rocketmq-python-client``), so official RocketMQ 5 clients can produce and consume. How to run
+it, what is implemented and how pop consumption works: ``docs/remoting.md``. (The framework's
+remote transport is RocketMQ's classic remoting protocol, ``rocketmq://``, not this service.)
 
-Public surface (imported lazily, so a client-only install — grpcio without the RocketMQ client
-package — can use ``RemoteBroker`` without loading the server's protocol modules)::
+Public surface (imported lazily, so importing the package loads no protocol module)::
 
     from network.grpc_v2 import BrokerServer, AccessControl, Credentials, signed_metadata
-    from network.grpc_v2 import RemoteBroker
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ if TYPE_CHECKING:  # what __getattr__ returns, for the type checker
     from .auth import AccessDeniedError as AccessDeniedError
     from .auth import Credentials as Credentials
     from .auth import signed_metadata as signed_metadata
-    from .client import RemoteBroker as RemoteBroker
     from .server import DEFAULT_LISTEN as DEFAULT_LISTEN
     from .server import BrokerServer as BrokerServer
     from .server import ServerError as ServerError
@@ -34,7 +30,6 @@ _EXPORTS = {
     "signed_metadata": "auth",
     "DEFAULT_LISTEN": "server", "BrokerServer": "server", "ServerError": "server",
     "parse_listen": "server",
-    "RemoteBroker": "client",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,8 +1,7 @@
 """``BrokerServer``: the network broker — a gRPC server over one embedded ``Broker``.
 
 Serves Apache RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` (``servicer``), so the
-official RocketMQ 5 clients produce to and consume from it, and Postbox's own service
-(``postbox_service.add_postbox_service``) for the framework's remote transport.
+official RocketMQ 5 clients produce to and consume from it.
 
 Life cycle::
 
@@ -43,7 +42,6 @@ from .client_sessions import ClientSessions
 from .lease_book import LeaseBook
 from .lease_expiry import LeaseExpiryService
 from .pop_service import PopService
-from .postbox_service import add_postbox_service
 from .protocol import service_grpc
 from .servicer import MessagingServicer
 
@@ -141,7 +139,6 @@ class BrokerServer:
         self.parts = dataclasses.replace(self.parts, advertised=(self._advertised_host(), port))
         service_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.parts),
                                                             server)
-        add_postbox_service(server, self._broker, access=self._access)
         server.start()
         self.parts.expiry.start()
         self._server = server

@@ -28,7 +28,8 @@ signature only; "admin" = ``"admin": true``):
   DELETE_TOPIC_IN_NAMESRV, PUT/DELETE_KV_CONFIG: admin.
 - Broker admin: UPDATE_AND_CREATE_TOPIC (17): create; DELETE_TOPIC_IN_BROKER,
   subscription-group writes (200, 207), GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
-  admin; GET_TOPIC_STATS_INFO (202), QUERY_TOPIC_CONSUME_BY_WHO (300): any t;
+  admin; GET_TOPIC_STATS_INFO (202), GET_TOPIC_CONFIG (351), QUERY_TOPIC_CONSUME_BY_WHO (300):
+  any t;
   GET_CONSUME_STATS (208): SUB g (+ any t when a topic is named); GET_CONSUMER_CONNECTION_LIST
   (203): SUB g; GET_BROKER_RUNTIME_INFO (28): auth.
 - Any other code: admin (UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG are refused anyway).
@@ -268,6 +269,7 @@ _RULES: dict[int, Callable[[Fields, bytes], Iterator[Need]]] = {
     RC.UPDATE_AND_CREATE_TOPIC: lambda fields, body: iter(
         (Need("topic", fields.get("topic") or "", create=True, even_if_exists=True),)),
     RC.GET_TOPIC_STATS_INFO: _any_topic, RC.QUERY_TOPIC_CONSUME_BY_WHO: _any_topic,
+    351: _any_topic,  # GET_TOPIC_CONFIG
     RC.GET_CONSUME_STATS: _consume_stats,
     RC.GET_CONSUMER_CONNECTION_LIST: lambda fields, body: _group(fields.get("consumerGroup")),
     RC.GET_BROKER_RUNTIME_INFO: _AUTH_ONLY,

@@ -85,7 +85,7 @@ def bench_remote_command(ctx: typer.Context) -> None:
 @bench_app.command("transport", context_settings=PASS_THROUGH)
 @reports_errors
 def bench_transport_command(ctx: typer.Context) -> None:
-    """The framework over grpc:// vs embedded (bench/transport_bench.py; try --help)."""
+    """The framework over a remote transport vs embedded (bench/transport_bench.py)."""
     _run_bench("bench.transport_bench", ctx)
 
 

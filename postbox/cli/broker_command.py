@@ -1,4 +1,5 @@
-"""``postbox broker start``: run the network broker (gRPC) over a store until SIGTERM/SIGINT.
+"""``postbox broker start``: run the network broker (gRPC and RocketMQ remoting) over a store
+until SIGTERM/SIGINT.
 
 The store is opened with a ``storage_engine.Broker`` (its persist and delay services run), the
 ``BrokerServer`` binds ``--listen`` (loopback by default; port 0 picks a free port) and one
@@ -6,7 +7,10 @@ line ``listening on HOST:PORT`` goes to stdout once clients can connect (then
 ``ha listening on HOST:PORT`` when ``--ha-listen`` opened a master's replication port).
 SIGTERM or SIGINT stops it cleanly: new calls are refused, long polls end, running calls get
 ``--grace`` seconds, then the broker closes (consumer offsets persisted, store closed without
-``abort``) and the command exits 0 after printing ``stopped``.
+``abort``) and the command exits 0 after printing ``stopped``. The remoting broker
+(``network.remoting.server.broker``) binds ``--remoting-listen`` beside it and prints
+``remoting listening on HOST:PORT`` (after the ``ha listening`` line); it stops (connections
+closed, held pulls dropped) before the gRPC server.
 
 grpc and the RocketMQ protocol modules are imported only when the command runs (the
 ``server`` extra). ``store_config`` builds the ``StoreConfig`` from the options in one place,
@@ -37,6 +41,7 @@ from .common import (
 )
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
+DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
 
 broker_app = typer.Typer(name="broker", help="Run the network broker (RocketMQ 5 gRPC).",
                          no_args_is_help=True)
@@ -44,6 +49,10 @@ broker_app = typer.Typer(name="broker", help="Run the network broker (RocketMQ 5
 ListenOption = Annotated[str, typer.Option(
     "--listen", metavar="HOST:PORT",
     help="Address to serve on (port 0: any free port; the bound address is printed).")]
+RemotingListenOption = Annotated[str, typer.Option(
+    "--remoting-listen", metavar="HOST:PORT",
+    help="Address of the RocketMQ remoting broker (TCP; RocketMQ 4.x clients, mqadmin, "
+         "rocketmq://) (port 0: any free port; printed).")]
 AclOption = Annotated[Path | None, typer.Option(
     "--acl", metavar="FILE", exists=True, dir_okay=False, readable=True,
     help="JSON file of access keys and their rights (docs/remoting.md); without it every "
@@ -104,7 +113,8 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   max_request_bytes: MaxRequestOption = None,
                   grace: GraceOption = 5.0, role: RoleOption = None,
                   ha_listen: HAListenOption = None, master_ha: MasterHAOption = None,
-                  slave_timeout_ms: SlaveTimeoutOption = None) -> None:
+                  slave_timeout_ms: SlaveTimeoutOption = None,
+                  remoting_listen: RemotingListenOption = DEFAULT_REMOTING_LISTEN) -> None:
     """Serve a store to RocketMQ 5 clients and Postbox's remote transport until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
         from network.grpc_v2 import (
@@ -113,11 +123,13 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
             ServerError,
             parse_listen,
         )
+        from network.remoting.server.broker import BrokerRemotingServer
     except ImportError as error:
         raise CliError(f"the broker server needs the 'server' extra "
                        f"(pip install 'postbox[server]'): {error}") from error
     try:
         parse_listen(listen)  # before the store is opened
+        remoting_host, remoting_port = parse_listen(remoting_listen)
     except ServerError as error:
         raise CliError(str(error)) from error
     config = store_config(store, broker_conf, segment_size,
@@ -130,20 +142,28 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
         with Broker.open(config) as broker:
             server = BrokerServer(broker, listen, access=access, workers=workers,
                                   max_request_bytes=max_request_bytes)
+            remoting = BrokerRemotingServer(broker, remoting_host, remoting_port)
             try:
                 server.start()
             except ServerError as error:
                 raise CliError(str(error)) from error
             try:
+                try:
+                    remoting.start()
+                except OSError as error:
+                    raise CliError(f"cannot serve remoting on {remoting_listen}: "
+                                   f"{error}") from error
                 typer.echo(f"listening on {server.address}")
                 ha_address = broker.store.ha_listen_address
                 if ha_address is not None:
                     typer.echo(f"ha listening on {ha_address[0]}:{ha_address[1]}")
+                typer.echo(f"remoting listening on {remoting.server.address_text}")
                 print_note(f"store {config.root_dir}; role {config.broker_role.value}; "
                            f"access control {'from ' + str(acl) if acl else 'off'}; "
                            "SIGTERM stops")
                 stop.wait()
             finally:
+                remoting.stop()
                 server.stop(grace)
         typer.echo("stopped")
     finally:

@@ -5,10 +5,15 @@
 ``verify_store`` must find the store consistent. Delay levels default to milliseconds so tests
 with real threads stay fast; ``DEFAULT_LEVELS`` gives RocketMQ's real table for fake-clock tests.
 
-Every test that asks for ``client`` runs once per transport (``transport``: "embedded",
-"grpc"): ``client(broker)`` is the broker itself, or a new ``RemoteBroker`` to an in-process
-gRPC server serving that broker with ``add_postbox_service``. Tests give apps
-``App(broker=client(broker))`` and keep inspecting the embedded ``broker`` directly.
+In a remote-transport run (``--transport postbox|rocketmq``, ``tests/support/transports.py``)
+``open_broker(name)`` returns instead a client of the run's remote broker (``open_client`` of
+``store.url(name)``: a namespace of the test's own per name), closed at teardown; tests that
+configure the broker (``clock=``, ``levels=``, store fields) or read its store are marked
+``embedded_only`` and never get here (the factory refuses them, naming the marker).
+
+``client(broker)`` is what an app uses to reach ``broker``: the broker (or remote client) itself
+(tests give apps ``App(broker=client(broker))`` and keep inspecting ``broker`` through the
+``BrokerClient`` methods, or, embedded only, directly).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from framework import BrokerClient
+from framework.transport import open_client
 from storage_engine import Broker, DelayConfig, FakeClock, verify_store
 from storage_engine.config import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tests.storage_engine.conftest import START_MS, small_config
+from tests.support.transports import StoreUnderTest
 
 MS_LEVELS = "20ms 40ms 60ms 80ms 100ms 120ms 140ms 160ms 180ms 200ms 220ms 240ms 260ms " \
     "280ms 300ms 320ms 340ms 360ms"
@@ -34,8 +41,11 @@ def fake_clock() -> FakeClock:
 
 
 @pytest.fixture
-def open_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+def open_broker(tmp_path: Path, store: StoreUnderTest) -> Iterator[Callable[..., Broker]]:
     """Factory for brokers on small stores; all closed and verified at teardown."""
+    if store.remote:
+        yield from _remote_brokers(store)
+        return
     opened: list[Broker] = []
 
     def factory(name: str = "store", *, clock=None, levels: str = MS_LEVELS,
@@ -53,34 +63,26 @@ def open_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         assert verify_store(broker.store.root_dir, broker.store.config) == []
 
 
-TRANSPORTS = ("embedded", "grpc")
+def _remote_brokers(store: StoreUnderTest) -> Iterator[Callable[..., BrokerClient]]:
+    """``open_broker`` of a remote-transport run: clients of the run's broker, closed at the
+    end."""
+    opened: list[BrokerClient] = []
 
+    def factory(name: str = "store", *, clock=None, levels: str = MS_LEVELS,
+                **fields) -> BrokerClient:
+        if clock is not None or levels != MS_LEVELS or fields:
+            raise AssertionError("this test configures the embedded broker: mark it "
+                                 "@pytest.mark.embedded_only(reason)")
+        client = open_client(store.url(name))
+        opened.append(client)
+        return client
 
-@pytest.fixture(params=TRANSPORTS)
-def transport(request: pytest.FixtureRequest) -> str:
-    """The transport apps use to reach the broker: in-process, or gRPC on 127.0.0.1."""
-    if request.param == "grpc":
-        pytest.importorskip("grpc")
-    return request.param
+    yield factory
+    for client in reversed(opened):
+        client.close()
 
 
 @pytest.fixture
-def client(transport: str, open_broker) -> Iterator[Callable[[Broker], BrokerClient]]:
-    """``client(broker)``: what an app uses to reach ``broker`` over ``transport``; servers and
-    clients are closed at teardown, before ``open_broker`` closes the brokers."""
-    servers: list = []
-
-    def factory(broker: Broker) -> BrokerClient:
-        if transport == "embedded":
-            return broker
-        from tests.support.grpc_broker import LoopbackServer
-
-        server = next((s for s in servers if s.broker is broker), None)
-        if server is None:
-            server = LoopbackServer(broker)
-            servers.append(server)
-        return server.client()
-
-    yield factory
-    for server in reversed(servers):
-        server.close()
+def client() -> Callable[[Broker], BrokerClient]:
+    """``client(broker)``: what an app uses to reach ``broker`` (the broker itself)."""
+    return lambda broker: broker

@@ -1,17 +1,12 @@
 """The ``BrokerClient`` protocol is a checked contract: mypy (run by ``make lint`` with the
-project's configuration) accepts both implementations and rejects one that lacks an operation
-or changes a signature. Also: ``open_remote_broker`` refuses half a credential pair."""
+project's configuration) accepts the embedded broker and rejects a class that lacks an operation
+or changes a signature."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-from framework import ConfigurationError
-from framework.transport import open_remote_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,13 +20,12 @@ def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_mypy_accepts_both_implementations_and_rejects_a_partial_one(tmp_path: Path) -> None:
+def test_mypy_accepts_the_embedded_broker_and_rejects_a_partial_client(tmp_path: Path) -> None:
     accepted = _mypy(tmp_path, (
         "from framework import BrokerClient\n"
-        "from storage_engine import Broker\n"
-        "from network.grpc_v2 import RemoteBroker\n\n"
-        "def clients(embedded: Broker, remote: RemoteBroker) -> list[BrokerClient]:\n"
-        "    return [embedded, remote]\n"))
+        "from storage_engine import Broker\n\n"
+        "def clients(embedded: Broker) -> list[BrokerClient]:\n"
+        "    return [embedded]\n"))
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
     rejected = _mypy(tmp_path, (
@@ -47,10 +41,3 @@ def test_mypy_accepts_both_implementations_and_rejects_a_partial_one(tmp_path: P
     assert rejected.returncode == 1, rejected.stdout + rejected.stderr
     assert rejected.stdout.count(": error:") == 1, rejected.stdout
     assert 'expression has type "Partial", variable has type "BrokerClient"' in rejected.stdout
-
-
-@pytest.mark.parametrize(("access_key", "secret_key"), [("orders-app", None), (None, "s3cret")])
-def test_open_remote_broker_refuses_half_a_credential_pair(access_key: str | None,
-                                                           secret_key: str | None) -> None:
-    with pytest.raises(ConfigurationError, match="go together"):
-        open_remote_broker("127.0.0.1:1", access_key=access_key, secret_key=secret_key)

@@ -58,6 +58,7 @@ def test_restart_resumes_from_committed_offset(open_broker, client):
     assert max(first.bodies.values()) == 1 and max(second.bodies.values()) == 1
 
 
+@pytest.mark.embedded_only("closes and reopens the embedded store")
 def test_offsets_survive_broker_reopen(open_broker, client, tmp_path):
     broker = open_broker("s1")
     recorder = Recorder()

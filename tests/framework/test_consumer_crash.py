@@ -1,5 +1,6 @@
 """A consumer killed with SIGKILL loses nothing: after a restart every message is handled, and
-the only messages handled twice are those after the offsets committed when it died."""
+the only messages handled twice are those after the offsets committed when it died. Embedded,
+the killed process owned the store; remote, the broker keeps the committed offsets."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from storage_engine import Broker, Message, StoreConfig
+from framework import App
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
@@ -17,9 +18,9 @@ from tests.support.polling import wait_until
 MESSAGE_COUNT = 3_000
 
 
-def _start(root: Path, handled: Path) -> subprocess.Popen:
+def _start(store_url: str, handled: Path) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.consumer_process", "--root", str(root),
+        [sys.executable, "-m", "tests.support.consumer_process", "--root", store_url,
          "--handled", str(handled)],
         cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert process.stdout is not None
@@ -35,21 +36,20 @@ def _handled(path: Path) -> list[tuple[int, int]]:
     return entries
 
 
-def _committed_and_sizes(root: Path) -> tuple[dict[int, int], dict[int, int]]:
-    """Committed offsets on disk and queue sizes (the store is not open elsewhere)."""
-    config = StoreConfig.from_broker_conf(BROKER_CONF, root_dir=root)
-    with Broker.open(config) as broker:
-        queue_ids = broker.queue_ids("events")
-        return ({q: broker.query_offset("g", "events", q) or 0 for q in queue_ids},
-                {q: broker.store.max_offset("events", q) for q in queue_ids})
+def _committed_and_sizes(options: dict) -> tuple[dict[int, int], dict[int, int]]:
+    """Committed offsets and queue sizes (an embedded store is not open elsewhere)."""
+    with App(**options) as app:
+        rows = [row for row in app.client.consumer_progress("g") if row.topic == "events"]
+    return ({row.queue_id: row.committed_offset or 0 for row in rows},
+            {row.queue_id: row.max_offset for row in rows})
 
 
-def test_kill_9_mid_consumption_then_restart_loses_nothing(tmp_path):
-    root = tmp_path / "store"
-    config = StoreConfig.from_broker_conf(BROKER_CONF, root_dir=root)
-    with Broker.open(config) as broker:
+def test_kill_9_mid_consumption_then_restart_loses_nothing(tmp_path, store):
+    root = store.url()
+    options = store.app_options(broker_conf=BROKER_CONF)
+    with App(**options) as app:
         for index in range(MESSAGE_COUNT):
-            broker.send(Message("events", f"m{index}".encode()))
+            app.producer.send("events", f"m{index}")
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     first_log.touch()
     second_log.touch()
@@ -61,7 +61,8 @@ def test_kill_9_mid_consumption_then_restart_loses_nothing(tmp_path):
     process.wait()
     first = _handled(first_log)
     assert len(first) < MESSAGE_COUNT, "killed too late to test anything"
-    committed, sizes = _committed_and_sizes(root)
+    committed, sizes = _committed_and_sizes(options)
+    assert sum(sizes.values()) == MESSAGE_COUNT  # every queue of the topic is listed
 
     process = _start(root, second_log)
     expected_second = {(q, o) for q, count in sizes.items()

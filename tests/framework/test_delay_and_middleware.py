@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from framework import App, ConsumerOptions, Middleware, SkipMessage
 from framework.testing import InlineRunner
 from storage_engine import Broker
@@ -38,6 +40,7 @@ def test_delayed_message_appears_no_earlier_than_its_level(open_broker, client):
     assert sorted(received, key=received.get) == ["level1", "level5", "level18"]
 
 
+@pytest.mark.embedded_only("closes and reopens the embedded store")
 def test_delayed_messages_survive_a_restart(open_broker, client, tmp_path):
     broker = open_broker("s", levels="1s 2s 3s")
     producer = App(broker=client(broker)).producer

@@ -1,5 +1,6 @@
 """A process whose code raises between ``app.start()`` and ``app.stop()`` still exits, and
-leaves its store closed cleanly: consumers drained, offsets persisted, no ``abort`` file.
+leaves its store closed cleanly: consumers drained, offsets persisted (on the broker, for a
+remote transport), no ``abort`` file.
 
 Each case runs a real Python process (the same interpreter) and waits for it with a timeout;
 before the exit hook existed these processes never exited (the app's non-daemon threads kept
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from framework import App
 from storage_engine import verify_store
 from storage_engine.formats import decode_config_json
 
@@ -57,10 +59,11 @@ WITH_BLOCK_RAISES = """
 """
 
 
-def run_script(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess, Path]:
+def run_script(tmp_path: Path, source: str, store_url: str | None = None
+               ) -> tuple[subprocess.CompletedProcess, Path]:
     store = tmp_path / "store"
     script = tmp_path / "app_script.py"
-    script.write_text(textwrap.dedent(source.format(store=str(store))))
+    script.write_text(textwrap.dedent(source.format(store=store_url or str(store))))
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}  # this checkout's code
     completed = subprocess.run([sys.executable, str(script)], cwd=REPOSITORY, env=environment,
                                capture_output=True, text=True, timeout=EXIT_TIMEOUT_S,
@@ -71,16 +74,31 @@ def run_script(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess
 @pytest.mark.parametrize("source", [STARTED_AND_RAISES, PRODUCER_ONLY_RAISES,
                                     WITH_BLOCK_RAISES],
                          ids=["started", "producer-only", "with-block"])
-def test_a_process_that_raises_exits_with_a_clean_store(tmp_path, source):
-    completed, store = run_script(tmp_path, source)  # a hang fails here (TimeoutExpired)
+def test_a_process_that_raises_exits_with_a_clean_store(tmp_path, store, source):
+    completed, directory = run_script(tmp_path, source, store.url())  # a hang: TimeoutExpired
     assert completed.returncode == 1, completed.stderr
     assert "RuntimeError" in completed.stderr
     assert "cannot schedule new futures" not in completed.stderr
     assert "Exception in thread" not in completed.stderr
-    assert not (store / "abort").exists()
-    assert verify_store(store) == []
+    if not store.remote:
+        assert not (directory / "abort").exists()
+        assert verify_store(directory) == []
 
 
+def test_offsets_reach_the_broker_when_the_exit_hook_stops_the_app(tmp_path, store):
+    completed, _ = run_script(tmp_path, STARTED_AND_RAISES, store.url())
+    assert completed.returncode == 1, completed.stderr
+    assert "stopping an app left running at interpreter exit" in completed.stderr
+    app = App(store_url=store.url())
+    try:
+        progress = [row for row in app.client.consumer_progress("billing")
+                    if row.topic == "orders"]
+        assert sum(row.committed_offset for row in progress) == 1  # the one message
+    finally:
+        app.stop()
+
+
+@pytest.mark.embedded_only("reads the store's offset file")
 def test_offsets_persist_when_the_exit_hook_stops_the_app(tmp_path):
     completed, store = run_script(tmp_path, STARTED_AND_RAISES)
     assert completed.returncode == 1, completed.stderr

@@ -20,6 +20,7 @@ from framework.testing import InlineRunner
 from storage_engine import Broker, Message, PutStatus
 from storage_engine import InvalidMessageError as StoreInvalidMessageError
 from storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
+from tests.support.polling import wait_until
 
 HINTS = [("UNIQ_KEY", "unique_key="), ("KEYS", "keys="), ("TAGS", "tags="),
          ("DELAY", "delay_level="), ("TIMER_DELIVER_MS", "delay_level="),
@@ -64,7 +65,8 @@ def test_unique_key_resends_the_same_message_id(open_broker, client):
     first = app.producer.send("orders", b"pay 1", unique_key="order-1-payment")
     again = app.producer.send("orders", b"pay 1", unique_key="order-1-payment")
     assert first.msg_id == again.msg_id == "order-1-payment"
-    broker.store.wait_dispatched()
+    wait_until(lambda: len(broker.find_by_unique_key("orders", "order-1-payment")) >= 2,
+               what="both copies in the key index")  # indexed after the send returns
     stored = broker.find_by_unique_key("orders", "order-1-payment")
     assert [view.unique_key for view in stored] == ["order-1-payment"] * 2
     seen: list[str] = []
@@ -94,6 +96,7 @@ def test_producer_refuses_an_empty_body(open_broker, client, body):
     assert written(broker) == (0, {})
 
 
+@pytest.mark.embedded_only("calls the store underneath the broker")
 def test_broker_and_store_refuse_an_empty_body_before_writing(open_broker):
     broker = open_broker()
     with pytest.raises(StoreInvalidMessageError, match="body is empty"):
@@ -108,6 +111,7 @@ def test_broker_and_store_refuse_an_empty_body_before_writing(open_broker):
 
 # ---- one rule set, one error type ------------------------------------------------------------
 
+@pytest.mark.embedded_only("sets the store's maximum message size")
 def test_framework_and_store_refuse_with_one_error_type(open_broker):
     """``framework.InvalidMessageError`` is the store's: a refusal by the store underneath (here
     a body over the store's own ``max_message_size_bytes``) is caught by the framework's name."""

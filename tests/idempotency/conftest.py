@@ -1,20 +1,21 @@
-"""Fixtures for idempotency tests: an app on a small real store, a real database with the
-outbox tables and a ``ledger`` business table, and real Redis."""
+"""Fixtures for idempotency tests: an app on the test's store (a small real embedded store, or
+the run's remote broker: ``tests/support/transports.py``), a real database with the outbox
+tables and a ``ledger`` business table, and real Redis."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
 import outbox
-from framework import App
+from framework import App, ConsumerOptions
 from storage_engine import FakeClock
 from tests.storage_engine.conftest import START_MS
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS, business, ledger
+from tests.support.transports import StoreUnderTest
 
 __all__ = ["count_rows", "ledger"]
 
@@ -25,17 +26,19 @@ def count_rows(engine, table) -> int:
 
 
 @pytest.fixture
-def make_app(tmp_path: Path, migrated_database_url: str,
+def make_app(store: StoreUnderTest, migrated_database_url: str,
              redis_url: str) -> Iterator[Callable[..., App]]:
-    """Factory: ``make_app(redis=..., clock=...)`` → an app on a small store under tmp_path;
-    stopped at teardown. The ledger table is created in the app's database."""
+    """Factory: ``make_app(redis=..., clock=..., consumer_options=...)`` → an app on the test's
+    store (``store``: a small embedded one under tmp_path, or the run's remote broker); stopped
+    at teardown. The ledger table is created in the app's database."""
     apps: list[App] = []
 
     def factory(*, redis: str | None = redis_url, clock: FakeClock | None = None,
-                name: str = "store", database: str = migrated_database_url) -> App:
-        app = App(store_url=str(tmp_path / name), database_url=database, redis_url=redis,
-                  broker_conf={**BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS},
-                  clock=clock)
+                name: str = "store", database: str = migrated_database_url,
+                consumer_options: ConsumerOptions | None = None) -> App:
+        app = App(**store.app_options(name, broker_conf={
+            **BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS}), database_url=database,
+                  redis_url=redis, clock=clock, consumer_options=consumer_options)
         business.create_all(outbox.database_engine(app))
         apps.append(app)
         return app

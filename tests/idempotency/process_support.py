@@ -1,4 +1,7 @@
-"""Helpers for the tests that run ``tests.support.idempotent_consumer`` as real processes."""
+"""Helpers for the tests that run ``tests.support.idempotent_consumer`` as real processes.
+
+``store`` arguments are store URLs (or directories), embedded or remote
+(``tests/support/transports.py``)."""
 
 from __future__ import annotations
 
@@ -9,16 +12,10 @@ from pathlib import Path
 from sqlalchemy import Engine, func, select
 
 import outbox
-from framework import Producer
-from storage_engine import Broker, StoreConfig
+from framework import App
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS
 from tests.support.paths import REPO_ROOT
-
-
-def store_config(root: Path) -> StoreConfig:
-    return StoreConfig.from_broker_conf({**BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS},
-                                        root_dir=root)
 
 
 def send_stubs(engine: Engine, count: int) -> list[str]:
@@ -30,20 +27,24 @@ def send_stubs(engine: Engine, count: int) -> list[str]:
     return ids
 
 
-def publish_copies(root: Path, ids: list[str], copies: int) -> None:
+def publish_copies(store: Path | str, ids: list[str], copies: int) -> None:
     """Store every message ``copies`` times (round-robin puts the copies on other queues)."""
-    with Broker.open(store_config(root)) as broker:
-        producer = Producer(broker)
+    remote = str(store).startswith("rocketmq://")
+    app = App(store_url=store, broker_conf=None if remote else {
+        **BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS})
+    try:
         for _ in range(copies):
             for index, message_id in enumerate(ids):
-                producer.send("orders", f"order-{index}", unique_key=message_id)
+                app.producer.send("orders", f"order-{index}", unique_key=message_id)
+    finally:
+        app.stop()
 
 
-def spawn_consumer(root: Path, database_url: str, redis_url: str, *extra: str,
+def spawn_consumer(store: Path | str, database_url: str, redis_url: str, *extra: str,
                    ) -> subprocess.Popen:
     """Start a consumer process without waiting for it (see ``wait_ready``)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.idempotent_consumer", "--store", str(root),
+        [sys.executable, "-m", "tests.support.idempotent_consumer", "--store", str(store),
          "--db", database_url, "--redis", redis_url, *extra],
         cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
@@ -55,10 +56,10 @@ def wait_ready(process: subprocess.Popen) -> subprocess.Popen:
     return process
 
 
-def start_consumer(root: Path, database_url: str, redis_url: str, *extra: str,
+def start_consumer(store: Path | str, database_url: str, redis_url: str, *extra: str,
                    ) -> subprocess.Popen:
     """Start a consumer process and wait until it consumes."""
-    return wait_ready(spawn_consumer(root, database_url, redis_url, *extra))
+    return wait_ready(spawn_consumer(store, database_url, redis_url, *extra))
 
 
 def stop_consumer(process: subprocess.Popen) -> None:

@@ -27,12 +27,12 @@ from tests.support.polling import wait_until
 MESSAGES = 20
 
 
-def test_kill_9_mid_handler_then_restart_processes_it_once(tmp_path, migrated_database_url,
-                                                           redis_url):
+def test_kill_9_mid_handler_then_restart_processes_it_once(tmp_path, store,
+                                                           migrated_database_url, redis_url):
     engine = outbox.create_database_engine(migrated_database_url)
     business.create_all(engine)
     ids = send_stubs(engine, MESSAGES)
-    root = tmp_path / "store"
+    root = store.url()
     publish_copies(root, ids, 1)
     block_file = tmp_path / "blocked"
 

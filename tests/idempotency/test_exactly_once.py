@@ -3,9 +3,9 @@ consume threads each, every message delivered three times to each process on pur
 broker's redeliveries of the 20 % of handler calls that fail: each business row is written
 exactly once, every stub ends confirmed, and no log row is left.
 
-Until the network broker exists, a store belongs to one process, so each process embeds its
-own store and both receive every message; the two share the consumer group, the database and
-Redis, which is where exactly-once is decided.
+Embedded, a store belongs to one process, so each process embeds its own store and both receive
+every message; over a remote transport both consume the one broker's queues. Either way the two
+share the consumer group, the database and Redis, which is where exactly-once is decided.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ MESSAGES = 300
 COPIES = 3
 
 
-def test_two_processes_eight_threads_duplicates_and_failures(tmp_path, migrated_database_url,
-                                                             redis_url):
+def test_two_processes_eight_threads_duplicates_and_failures(tmp_path, store,
+                                                             migrated_database_url, redis_url):
     engine = outbox.create_database_engine(migrated_database_url)
     business.create_all(engine)
     ids = send_stubs(engine, MESSAGES)
-    roots = [tmp_path / "store-a", tmp_path / "store-b"]
-    for root in roots:
+    roots = [store.url("store-a"), store.url("store-b")] if not store.remote else \
+        [store.url()] * 2
+    for root in sorted(set(roots)):
         publish_copies(root, ids, COPIES)
 
     # both start together: one started after the other was ready could find all the work done

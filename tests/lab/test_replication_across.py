@@ -13,10 +13,11 @@ larger than one segment, so the copy crosses a segment end and its blank end-of-
   offset message id names, with the same fields, and the slave's log bytes equal the master's.
 - Postbox SYNC_MASTER (``postbox broker start --role SYNC_MASTER``) → Java slave
   (``brokerRole=SLAVE``, ``brokerId=1``, the master's HA address from the name server, where the
-  driver registers the Postbox master: ``start_java_slave``): every ``PUT_OK`` send is, after
-  ``kill -9`` of the master, in the Java slave's store (Postbox opens a copy: the record at its
-  position, the Java slave's own consume queues and index file find it), and the slave's log
-  bytes equal the master's.
+  driver registers the Postbox master: ``start_java_slave``): every send the official RocketMQ 5
+  client saw acknowledged is, after ``kill -9`` of the master, in the Java slave's store
+  (Postbox opens a copy: the record its message id finds in the Java slave's index, at its
+  receipt's queue offset, the Java slave's own consume queues and key index lead to it), and
+  the slave's log bytes equal the master's.
 
 The Java slave's metadata synchronisation (topics, offsets, timer checkpoints over the RocketMQ
 remoting protocol, which Postbox does not serve yet) fails and is not checked
@@ -31,17 +32,17 @@ from pathlib import Path
 
 import pytest
 
-from network.grpc_v2 import RemoteBroker
 from storage_engine import (
     BrokerRole,
     HAConfig,
     Message,
     MessageStore,
-    PutStatus,
     StoreConfig,
     verify_store,
 )
 from storage_engine.broker_conf import parse_properties
+from tests.remoting.rocketmq_clients import configuration, start_producer
+from tests.remoting.rocketmq_clients import message as client_message
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import DriverError, copy_store
@@ -253,8 +254,7 @@ def java_message_mismatches(store: MessageStore, spec: dict, uniq_key: str,
 def postbox_corpus() -> list[Message]:
     return [Message(POSTBOX_TOPIC, padded_body(index).encode(), tags=f"tag{index % 3}",
                     keys=[f"pk-{index}", f"shared-{index % 5}"],
-                    properties={"colour": "grün", "n": str(index)},
-                    unique_key=f"PB{index:06d}")
+                    properties={"colour": "grün", "n": str(index)})
             for index in range(SINGLE_SENDS + BATCHES * BATCH_SIZE)]
 
 
@@ -297,14 +297,20 @@ def test_java_slave_holds_every_message_a_postbox_sync_master_acknowledged_after
     postbox_processes.append(master.start())
     slave = start_java_slave(live_rocketmq, rocketmq_brokers, master, tmp_path / "java-slave")
     messages = postbox_corpus()
-    with RemoteBroker(master.address) as producer:
-        wait_until(lambda: producer.send(Message("probe", b"probe")).status is PutStatus.PUT_OK,
-                   ACK_PROBE_TIMEOUT_S, "a PUT_OK from the Postbox master", interval_s=0.5)
+    clients: list = []
+    try:
+        producer = start_producer(clients, configuration(master.address), POSTBOX_TOPIC,
+                                  "probe")
+        wait_until(lambda: acknowledged(producer, client_message("probe", b"probe")),
+                   ACK_PROBE_TIMEOUT_S, "an acknowledged send from the Postbox master",
+                   interval_s=0.5)
         started = time.monotonic()
-        receipts = [producer.send(message) for message in messages]
+        receipts = [producer.send(as_client_message(message)) for message in messages]
         send_s = time.monotonic() - started
+    finally:
+        for client in clients:
+            client.shutdown()
     master.kill()  # SIGKILL: no clean close, nothing more sent
-    assert [receipt.status for receipt in receipts] == [PutStatus.PUT_OK] * len(messages)
 
     slave.stop()  # SIGTERM: the Java slave flushes its queues and index, removes store/abort
     assert not (slave.store_dir / "abort").exists(), "the Java slave did not stop cleanly"
@@ -329,24 +335,40 @@ def test_java_slave_holds_every_message_a_postbox_sync_master_acknowledged_after
 
 def postbox_message_mismatches(store: MessageStore, message: Message, receipt) -> list[str]:
     """Where the Java slave's copy of one acknowledged message differs from what was sent: the
-    record at the receipt's position, and the Java slave's consume queue and index leading to
-    it."""
-    view = store.read_message(receipt.log_position)
-    where = f"{message.unique_key}@{receipt.log_position}"
-    mismatches = [f"{where} {name}: sent {sent!r}, slave {found!r}" for name, sent, found in (
+    record its message id (the official client's unique key) finds, at the receipt's queue
+    offset, and the Java slave's consume queue and index leading to it."""
+    where = f"{receipt.message_id}"
+    found = store.query_by_unique_key(POSTBOX_TOPIC, receipt.message_id)
+    if len(found) != 1:
+        return [f"{where}: {len(found)} records in the Java slave's index"]
+    (view,) = found
+    mismatches = [f"{where} {name}: sent {sent!r}, slave {got!r}" for name, sent, got in (
         ("body", message.body, view.body), ("tags", message.tags, view.tags),
         ("keys", " ".join(message.keys), view.properties.get("KEYS")),
-        ("unique_key", message.unique_key, view.unique_key),
         ("colour", "grün", view.properties.get("colour")),
-        ("queue", (receipt.queue_id, receipt.queue_offset), (view.queue_id, view.queue_offset)),
-        ("msg_id", receipt.offset_msg_id, view.msg_id)) if sent != found]
-    queued = store.get_message("repl-check", POSTBOX_TOPIC, receipt.queue_id,
-                               receipt.queue_offset, 1).messages
-    if [m.log_position for m in queued] != [receipt.log_position]:
+        ("queue_offset", receipt.offset, view.queue_offset)) if sent != got]
+    queued = store.get_message("repl-check", POSTBOX_TOPIC, view.queue_id,
+                               view.queue_offset, 1).messages
+    if [m.log_position for m in queued] != [view.log_position]:
         mismatches.append(f"{where}: the Java slave's consume queue leads to "
                           f"{[m.log_position for m in queued]}")
-    if receipt.log_position not in {m.log_position for m in store.query_by_key(
+    if view.log_position not in {m.log_position for m in store.query_by_key(
             POSTBOX_TOPIC, message.keys[0])}:
         mismatches.append(f"{where}: not found by key {message.keys[0]} in the Java index")
     return mismatches
+
+
+def as_client_message(message: Message):
+    """The official client's form of a corpus message (the client makes its own unique key)."""
+    return client_message(message.topic, message.body, tag=message.tags,
+                          keys=tuple(message.keys), properties=message.properties)
+
+
+def acknowledged(producer, message) -> bool:
+    """One send; False while a SYNC_MASTER answers that its slave is not there yet."""
+    try:
+        producer.send(message)
+    except Exception:  # the client raises its own exception type for a refused send
+        return False
+    return True
 

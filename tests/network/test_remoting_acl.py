@@ -201,6 +201,8 @@ RIGHTS = [
     (RC.GET_CONSUME_STATS, {"consumerGroup": "billing"}, b"", ["sub"], ["pub"],
      "group 'billing'"),
     (RC.GET_BROKER_RUNTIME_INFO, {}, b"", ["pub", "sub"], [], ""),
+    (351, {"topic": "orders"}, b"", ["pub", "sub"], ["auditor"], "topic 'orders'"),
+    (RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "orders"}, b"", ["sub"], ["auditor"], "orders"),
     (9999, {}, b"", [], ["creator"], "not an admin"),
 ]
 

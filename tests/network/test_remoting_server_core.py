@@ -180,3 +180,17 @@ def test_stop_closes_connections_and_ends_its_threads():
     assert not [t for t in threading.enumerate() if t.name.startswith("remoting-")]
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(server.address, timeout=1).close()
+
+
+def test_full_worker_queue_answers_system_busy():
+    release = threading.Event()
+    limits = ServerLimits(workers=1, queue_max=1)
+    with RemotingServer(limits=limits) as server, RawRemotingClient(server.address) as client:
+        server.handlers.register(SLOW, lambda r, s: (release.wait(10), r.response(0))[1])
+        # one request runs, at most one waits in the queue: the third is refused at once
+        answers = client.pipeline([client.request(SLOW) for _ in range(3)])
+        refused = answers[2].get(timeout=5)
+        assert refused.code == ResponseCode.SYSTEM_BUSY
+        assert refused.remark.startswith("[OVERLOAD]")
+        release.set()
+        assert answers[0].get(timeout=5).code == 0

@@ -6,8 +6,9 @@
 - ``make_engine()``: more engines on the same database (other "processes"), disposed at teardown.
 - ``broker``: an embedded broker on a small store under ``tmp_path`` (delay levels in
   milliseconds), closed and verified by ``open_broker`` at teardown.
-- ``app``: an ``App`` on that broker with ``database_url`` = the migrated database; stopped at
-  teardown (before the broker closes).
+- ``app``: an ``App`` with ``database_url`` = the migrated database, on that broker (or, in a
+  remote-transport run, on the run's remote broker: ``tests/support/transports.py``); stopped
+  at teardown (before the broker closes).
 - helpers: ``stub_row``/``stub_rows``/``stub_count``, ``order_count``, ``stored_records``
   (every record of a topic, read back from the store's queues).
 """
@@ -25,6 +26,7 @@ from outbox import create_database_engine, message_stub
 from storage_engine import Broker, MessageView
 from tests.framework.conftest import open_broker  # noqa: F401  (fixture used below)
 from tests.storage_engine.conftest import read_queue
+from tests.support.transports import StoreUnderTest
 
 business = MetaData()
 orders = Table(
@@ -98,8 +100,12 @@ def broker(open_broker) -> Broker:  # noqa: F811  (the imported fixture)
 
 
 @pytest.fixture
-def app(broker: Broker, engine: Engine, migrated_database_url: str) -> Iterator[App]:
-    app = App(broker=broker, database_url=migrated_database_url)
+def app(store: StoreUnderTest, engine: Engine, migrated_database_url: str,
+        request: pytest.FixtureRequest) -> Iterator[App]:
+    if store.remote:
+        app = App(store_url=store.url(), database_url=migrated_database_url)
+    else:  # the embedded ``broker`` that tests inspecting the store share
+        app = App(broker=request.getfixturevalue("broker"), database_url=migrated_database_url)
     try:
         yield app
     finally:

@@ -3,7 +3,7 @@
 
 Run from the repository root::
 
-    python -m tests.support.consumer_process --root DIR --handled FILE
+    python -m tests.support.consumer_process --root DIR-OR-STORE-URL --handled FILE
 
 It opens the store at ``--root`` through ``App(store_url=…)`` with small segments and short
 offset-persistence intervals, consumes topic ``events`` as group ``g`` from the first offset,
@@ -38,7 +38,9 @@ def main() -> None:
     args = parser.parse_args()
     handled = open(args.handled, "a", encoding="utf-8")  # noqa: SIM115 - lives until the kill
     lock = threading.Lock()
-    app = App(store_url=args.root, broker_conf=BROKER_CONF, consumer_options=OPTIONS)
+    remote = args.root.startswith("rocketmq://")  # a remote broker is configured where it runs
+    app = App(store_url=args.root, broker_conf=None if remote else BROKER_CONF,
+              consumer_options=OPTIONS)
 
     @app.handler(topic="events", consumer_group="g", consume_from="first")
     def record(message) -> None:

@@ -1,8 +1,8 @@
-"""A consumer process of group ``g`` on topic ``events`` of a remote (gRPC) broker.
+"""A consumer process of group ``g`` on topic ``events`` of a remote broker.
 
 Run from the repository root::
 
-    python -m tests.support.remote_consumer_process --broker HOST:PORT --handled FILE
+    python -m tests.support.remote_consumer_process --store-url URL --handled FILE
 
 For every message it appends ``queue_id offset body`` to ``--handled``; about every 20 ms it
 rewrites ``FILE.queues`` with the queues this consumer holds (``topic queue_id`` lines), so the
@@ -35,12 +35,12 @@ def _report_queues(app: App, path: Path, stop: threading.Event) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broker", required=True)
+    parser.add_argument("--store-url", required=True)
     parser.add_argument("--handled", required=True)
     args = parser.parse_args()
     handled = open(args.handled, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
     lock = threading.Lock()
-    app = App(store_url=f"grpc://{args.broker}", consumer_options=OPTIONS)
+    app = App(store_url=args.store_url, consumer_options=OPTIONS)
 
     @app.handler(topic="events", consumer_group="g", consume_from="first")
     def record(message) -> None:

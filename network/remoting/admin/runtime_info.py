@@ -1,7 +1,8 @@
 """GET_BROKER_RUNTIME_INFO (28): the ``KVTable`` ``mqadmin clusterList`` / ``brokerStatus`` read.
 
-``RuntimeStats`` counts messages put and handed to consumers (the SEND and PULL handlers call
-``record_put`` / ``record_get``), keeps the totals at the start of today and yesterday (UTC
+``RuntimeStats`` counts messages stored (``watch_store``: the store's arrival listener, so every
+put counts, whatever the transport) and handed to consumers (the PULL handler calls
+``record_get``), keeps the totals at the start of today and yesterday (UTC
 days) and one sample a second for the last ten minutes, from which ``putTps`` /
 ``getTransferredTps`` are the rates over 10 s, 1 min and 10 min (``"a b c"``, as RocketMQ
 writes them). Every value is a string, as in Java's ``KVTable``. The keys ``clusterList`` reads:
@@ -25,6 +26,7 @@ from typing import Any
 
 from storage_engine.broker import Broker
 from storage_engine.clock import Clock
+from storage_engine.store.message_store import MessageStore
 
 from ..codes import SERVER_VERSION, RequestCode
 from ..namesrv.route_bodies import kv_table_body
@@ -57,6 +59,18 @@ class RuntimeStats:
         """The stats' clock."""
         return self._clock.now_ms()
 
+    def watch_store(self, store: MessageStore) -> None:
+        """Count every message the store's dispatch adds to a queue from now on."""
+        seen = {key: queue.max_offset for key, queue in list(store.queues.queues.items())}
+
+        def on_arrival(topic: str, queue_id: int, max_offset: int) -> None:
+            previous = seen.get((topic, queue_id), 0)
+            if max_offset > previous:
+                seen[(topic, queue_id)] = max_offset
+                self.record_put(max_offset - previous)
+
+        store.add_arrival_listener(on_arrival)
+
     def record_put(self, count: int = 1) -> None:
         """``count`` messages were stored."""
         self._record(0, count)
@@ -78,7 +92,7 @@ class RuntimeStats:
             self._yesterday_morning = self._today_morning
             self._today_morning = list(self._totals)
         if now_ms - self._samples[-1][0] >= SAMPLE_INTERVAL_MS:
-            self._samples.append((now_ms, *self._totals))
+            self._samples.append((now_ms, self._totals[0], self._totals[1]))
         while len(self._samples) > 1 and now_ms - self._samples[0][0] > SAMPLE_WINDOW_MS:
             self._samples.popleft()
 

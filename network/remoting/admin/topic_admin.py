@@ -6,6 +6,8 @@
   messages stay in the commit log and the queue files until retention removes them (DESIGN §9:
   nothing valid is deleted on request).
 - 21 GET_ALL_TOPIC_CONFIG: ``TopicConfigSerializeWrapper`` of every topic.
+- 351 GET_TOPIC_CONFIG: one topic's ``TopicConfig`` (``mqadmin topicStatus`` reads it); 17 for
+  an unknown topic.
 - 202 GET_TOPIC_STATS_INFO: ``TopicStatsTable`` (min/max offset and last store time per queue,
   object keys); 17 for an unknown topic.
 
@@ -36,6 +38,7 @@ from ..wire import RemotingCommand
 AUTO_CREATE_TOPIC = "TBW102"
 AUTO_CREATE_TOPIC_PERM = 7  # READ | WRITE | INHERIT
 NAME_MAX_CHARS = 255
+GET_TOPIC_CONFIG = 351
 _MESSAGE_TYPE_ATTRIBUTE = "+message.type="
 
 
@@ -76,6 +79,7 @@ class TopicAdmin:
         handlers.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
         handlers.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.all_topic_config)
         handlers.register(RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats)
+        handlers.register(GET_TOPIC_CONFIG, self.topic_config)
 
     def create_topic(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """UPDATE_AND_CREATE_TOPIC."""
@@ -122,6 +126,15 @@ class TopicAdmin:
                     write_queue_nums=data.write_queue_nums, perm=data.perm))
         body = {"dataVersion": data_version(self._broker), "topicConfigTable": configs}
         return request.response(body=fastjson.dumps(body))
+
+    def topic_config(self, request: RemotingCommand, session: object) -> RemotingCommand:
+        """GET_TOPIC_CONFIG."""
+        topic = request.fields.get_str("topic", max_chars=NAME_MAX_CHARS)
+        config = self._broker.topic_config(topic)
+        if config is None:
+            raise RequestRefusedError(ResponseCode.TOPIC_NOT_EXIST,
+                                      f"No topic in this broker. topic: {topic}")
+        return request.response(body=fastjson.dumps(bean_to_json(config)))
 
     def topic_stats(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO."""

@@ -33,7 +33,12 @@ from dataclasses import replace
 
 from ..codes import FLAG_ONEWAY, ResponseCode
 from ..wire import DEFAULT_LIMITS, FrameDecoder, FrameLimits, RemotingCommand, WireError, encode
-from .errors import ConnectionClosedError, RemotingClientError, RemotingTimeoutError
+from .errors import (
+    ConnectFailedError,
+    ConnectionClosedError,
+    RemotingClientError,
+    RemotingTimeoutError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +170,7 @@ class Connection:
                 sock = socket.create_connection((self._host, self._port),
                                                 timeout=self._connect_timeout_ms / 1000)
             except OSError as error:
-                raise ConnectionClosedError(f"cannot connect to {self.address}: {error}",
+                raise ConnectFailedError(f"cannot connect to {self.address}: {error}",
                                             address=self.address) from error
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -142,6 +142,7 @@ def dispatch(handler: Handler | None, request: RemotingCommand, session: Session
              access: AccessControl) -> RemotingCommand | None:
     """Run ``request`` through access control and ``handler``; its answer, or None (oneway,
     or answered later by the handler)."""
+    response: RemotingCommand | None
     try:
         access.check(request, session)
         if handler is None:

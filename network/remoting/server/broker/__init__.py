@@ -18,6 +18,8 @@ consumers leave), then the hold service. The broker itself belongs to the caller
 
 from __future__ import annotations
 
+from typing import Any
+
 from storage_engine.broker import Broker
 from storage_engine.config import BrokerRole, FlushMode
 
@@ -34,19 +36,20 @@ class BrokerRemotingServer:
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *,
                  limits: ServerLimits | None = None, access: AccessControl | None = None,
-                 max_parked_pulls: int = MAX_PARKED_PULLS) -> None:
+                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None,
+                 consumer_book: Any = None) -> None:
         self.broker = broker
         self.server = RemotingServer(host, port, limits=limits, access=access,
                                      name="remoting-broker")
         self.registry = ClientRegistry()
-        self.clients = ClientHandlers(broker, self.registry)
+        self.clients = ClientHandlers(broker, self.registry, consumer_book)
         self.pulls = PullHandler(broker, self.registry.subscription,
                                  max_parked=max_parked_pulls)
         config = broker.store.config
         sends_wait = (config.flush.mode is FlushMode.SYNC
                       or config.broker_role is BrokerRole.SYNC_MASTER)
         table = self.server.handlers
-        SendHandlers(broker).register(table, inline=not sends_wait)
+        SendHandlers(broker, stats).register(table, inline=not sends_wait)
         self.pulls.register(table)
         OffsetHandlers(broker).register(table)
         self.clients.register(table)

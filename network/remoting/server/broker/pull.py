@@ -92,6 +92,7 @@ class PullHandler:
         self._subscriptions = subscriptions
         self._suspend_max_ms = broker.store.config.broker.long_polling_max_ms
         self.hold = PullHoldService(self._retry, broker.store.max_offset, max_parked)
+        self.on_transferred: Callable[[int], None] | None = None  # messages answered (stats)
 
     def register(self, table: HandlerTable) -> None:
         """Serve 11 (inline: a pull never blocks, a waiting one is parked)."""
@@ -175,6 +176,8 @@ class PullHandler:
                 records.append(record)
                 size += len(record)
             body = b"".join(records)
+            if self.on_transferred is not None:
+                self.on_transferred(len(records))
         return pull.request.response(code, {
             "suggestWhichBrokerId": 0, "nextBeginOffset": next_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset,

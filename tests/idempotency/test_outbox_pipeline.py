@@ -1,6 +1,6 @@
-"""The outbox and an idempotent handler over the gRPC transport: stubs written in business
-transactions are relayed through a remote broker, duplicates and handler failures included, and
-each takes effect exactly once with every stub confirmed."""
+"""The outbox and an idempotent handler end to end: stubs written in business transactions are
+relayed through the broker, duplicates and handler failures included, and each takes effect
+exactly once with every stub confirmed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from sqlalchemy import insert, select
 
 import outbox
-from framework import App, ConsumerOptions
+from framework import ConsumerOptions
 from tests.idempotency.conftest import count_rows
 from tests.idempotency.process_support import stub_counts
 from tests.support.idempotent_consumer import business, ledger
@@ -19,11 +19,8 @@ MESSAGES = 40
 FAST = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=200, persist_interval_ms=100)
 
 
-def test_outbox_and_idempotent_handler_over_grpc(open_broker, loopback, migrated_database_url,
-                                                 redis_url):
-    server = loopback(open_broker())
-    app = App(store_url=f"grpc://{server.address}", database_url=migrated_database_url,
-              redis_url=redis_url, consumer_options=FAST)
+def test_outbox_and_idempotent_handler_take_effect_exactly_once(make_app):
+    app = make_app(consumer_options=FAST)
     box = outbox.Outbox(app)
     business.create_all(box.engine)
     calls: list[str] = []

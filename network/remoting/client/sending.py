@@ -1,0 +1,376 @@
+"""Sending over remoting: ``Sender`` turns ``BrokerClient.send`` into SEND_MESSAGE_V2 / SEND_BATCH.
+
+One send (reference §2.1, §9.6–§9.8):
+
+1. The message is checked as the embedded store checks it (topic name, body, property names
+   and framing, sizes) and encoded: user properties, then ``KEYS``, ``TAGS`` and ``UNIQ_KEY``
+   (generated as RocketMQ's producers do when the message has none); a ``DELAY`` property
+   stays a property (the broker diverts the message to ``SCHEDULE_TOPIC_XXXX``).
+2. The topic's route gives the queue, numbered globally (``routes``): ``queue_id`` as given,
+   else by ``sharding_key`` (``abs(java_hash(key)) % writable queues``, the embedded broker's
+   rule over the topic's writable queues), else round robin. A topic no name server knows is
+   sent through the ``TBW102`` route with ``defaultTopic=TBW102``, so a broker that
+   auto-creates topics creates it (8 queues, the embedded default), as Java producers do.
+3. Response codes: 0 is ``PUT_OK``; 10/11/12 are stored-but-not-confirmed statuses
+   (``FLUSH_DISK_TIMEOUT``, ``SLAVE_NOT_AVAILABLE``, ``FLUSH_SLAVE_TIMEOUT``), returned, not
+   raised; 17/14/1/2/16 (and 204/205/1500) are tried on another broker of the route (3
+   attempts in all, RocketMQ's default), as is a broker that cannot be connected to. A timeout
+   or a connection lost after the request was written is raised at once
+   (``BrokerUnavailableError``): the message may be stored, and a blind retry would store it
+   twice.
+
+**Coalescing.** Concurrent sends to one topic share a call (``storage_engine.group_commit``,
+the project's leader/follower batcher): while one call is in flight, the sends that arrive
+queue; the next leader sends all of them as one SEND_BATCH_MESSAGE (320) to one queue (round
+robin per batch), or — a message with its own queue or sharding key joins only sends for that
+same queue. Delayed messages and retry topics go alone (brokers refuse them in batches). A
+lone sender sends at once, so nothing waits for company. A broker that answers 320 with
+REQUEST_CODE_NOT_SUPPORTED gets single sends from then on.
+
+Thread safety: ``send`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from storage_engine.broker.model import SendResult
+from storage_engine.broker.topic_manager import sharding_queue
+from storage_engine.errors import (
+    BrokerUnavailableError,
+    InvalidMessageError,
+    InvalidQueueError,
+    PropertiesTooLargeError,
+    TopicNotFoundError,
+)
+from storage_engine.formats import (
+    DELAY_TOPIC,
+    MAX_MESSAGE_SIZE_BYTES,
+    PROPERTIES_SIZE_MAX_BYTES,
+    PROPERTY_DELAY,
+    UniqueKeyGenerator,
+    body_problem,
+    decode_offset_msg_id,
+    empty_body_problem,
+    encode_properties,
+    property_name_problem,
+)
+from storage_engine.group_commit import GroupCommit
+from storage_engine.store.message import Message, PutStatus
+from storage_engine.store.topics import RETRY_TOPIC_PREFIX, validate_topic
+
+from ..codes import RequestCode, ResponseCode
+from ..wire import RemotingCommand
+from .broker_errors import response_error
+from .context import ClientContext
+from .errors import ConnectFailedError, RemotingResponseError, RouteNotFoundError
+from .routes import QueueRef, TopicRoute
+
+PRODUCER_GROUP = "POSTBOX_PRODUCER"
+DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 8
+SEND_ATTEMPTS = 3
+DELAY_LEVEL_MAX = 18
+BATCH_COUNT_MAX = 256
+BATCH_BYTES_MAX = 1 << 20
+RETRY_CODES = frozenset({17, 14, 1, 2, 16, 204, 205, 1500})
+STATUS_BY_CODE: dict[int, PutStatus] = {
+    ResponseCode.SUCCESS: PutStatus.PUT_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: PutStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: PutStatus.SLAVE_NOT_AVAILABLE,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: PutStatus.FLUSH_SLAVE_TIMEOUT,
+}
+_BATCH_ENTRY_HEAD = struct.Struct(">iiiii")  # size, magic 0, body crc 0, flag, body length
+_PROPERTIES_LENGTH = struct.Struct(">h")
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A checked, encoded message on its way."""
+
+    message: Message
+    wire_topic: str
+    body: bytes
+    properties: str
+    unique_key: str
+    delay_level: int
+    queue_id: int | None
+    sharding_key: str | None
+
+    @property
+    def batchable(self) -> bool:
+        """Whether it may share a SEND_BATCH_MESSAGE (no delay, not a retry topic)."""
+        return not self.delay_level and not self.wire_topic.startswith(RETRY_TOPIC_PREFIX)
+
+    def entry(self) -> bytes:
+        """Its entry in a batch body (reference §2.6)."""
+        properties = self.properties.encode("utf-8")
+        size = _BATCH_ENTRY_HEAD.size + len(self.body) + 2 + len(properties)
+        return b"".join((_BATCH_ENTRY_HEAD.pack(size, 0, 0, self.message.flag, len(self.body)),
+                         self.body, _PROPERTIES_LENGTH.pack(len(properties)), properties))
+
+
+def local_ip() -> str:
+    """This host's address as producers report it (loopback when it has no other)."""
+    import socket
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent: routing only
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+class Sender:
+    """``BrokerClient.send`` over remoting (see the module docstring)."""
+
+    def __init__(self, context: ClientContext, *, producer_group: str = PRODUCER_GROUP,
+                 coalesce: bool = True) -> None:
+        self._context = context
+        self._group = producer_group
+        self._coalesce = coalesce
+        self._keys = UniqueKeyGenerator(local_ip(), os.getpid(), random.getrandbits(31))
+        self._turns: dict[str, itertools.count[int]] = {}
+        self._lock = threading.Lock()
+        self._batchers: dict[tuple[str, int | str | None], GroupCommit[Outgoing, object]] = {}
+        self._batch_supported = True
+
+    # -- entry point -----------------------------------------------------------------------
+
+    def send(self, message: Message, queue_id: int | None, sharding_key: str | None
+             ) -> SendResult:
+        """Store ``message`` on a broker; see the module docstring."""
+        outgoing = self.prepare(message, queue_id, sharding_key)
+        if not (self._coalesce and self._batch_supported and outgoing.batchable):
+            return self._send_alone(outgoing)
+        key = (outgoing.wire_topic, queue_id if queue_id is not None else sharding_key)
+        with self._lock:
+            batcher = self._batchers.get(key)
+            if batcher is None:
+                if len(self._batchers) >= 4096:
+                    self._batchers.clear()  # a bound; a dropped batcher only loses company
+                batcher = self._batchers[key] = GroupCommit(
+                    self._send_round, max_items=BATCH_COUNT_MAX, joins=_within_bytes)
+        [outcome] = batcher.run([outgoing])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert isinstance(outcome, SendResult)
+        return outcome
+
+    def prepare(self, message: Message, queue_id: int | None, sharding_key: str | None
+                ) -> Outgoing:
+        """Check and encode ``message`` (``InvalidMessageError`` names what is wrong)."""
+        topic = validate_topic(message.topic)
+        if topic == DELAY_TOPIC:
+            raise InvalidMessageError(f"{DELAY_TOPIC} is the broker's delay topic; send with "
+                                      "delay_level= instead", topic=topic)
+        body = message.body
+        if problem := body_problem(body) or empty_body_problem(body, message.properties):
+            raise InvalidMessageError(problem, topic=topic)
+        body = bytes(body)
+        if len(body) > MAX_MESSAGE_SIZE_BYTES:
+            raise InvalidMessageError(f"body of {len(body):,} bytes is over the "
+                                      f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit", topic=topic)
+        if queue_id is not None and (type(queue_id) is not int or queue_id < 0):
+            raise InvalidQueueError(f"queue id must be an integer >= 0, got {queue_id!r}",
+                                    topic=topic)
+        if sharding_key is not None and not isinstance(sharding_key, str):
+            raise InvalidQueueError(f"sharding key must be a str, got {sharding_key!r}",
+                                    topic=topic)
+        unique_key = message.unique_key or self._keys.next_key(self._context.clock.now_ms())
+        properties = _properties_text(message, unique_key)
+        delay = (message.properties or {}).get(PROPERTY_DELAY)
+        delay_level = min(int(delay), DELAY_LEVEL_MAX) if delay and delay.isdigit() else 0
+        return Outgoing(message, self._context.wire(topic), body, properties, unique_key,
+                        delay_level, queue_id, sharding_key)
+
+    # -- routing and queue choice ----------------------------------------------------------
+
+    def _route(self, outgoing: Outgoing, refresh: bool) -> tuple[TopicRoute, bool]:
+        """The topic's route, or TBW102's when no name server knows it (True)."""
+        try:
+            return self._context.routes.wire_route(outgoing.wire_topic, refresh=refresh), False
+        except RouteNotFoundError:
+            try:
+                return self._context.routes.wire_route(DEFAULT_TOPIC, refresh=refresh), True
+            except RouteNotFoundError:
+                raise TopicNotFoundError(
+                    f"topic {outgoing.message.topic!r} does not exist and the cluster does not "
+                    "create topics on first send: create it first (create_topic)",
+                    topic=outgoing.message.topic) from None
+
+    def _choose(self, route: TopicRoute, outgoing: Outgoing, avoid: set[str]) -> int:
+        """The global queue id for ``outgoing`` (``avoid``: broker names that just failed)."""
+        topic = outgoing.message.topic
+        writable = route.writable_queue_ids()
+        if not writable:
+            raise RouteNotFoundError(f"topic {topic!r} has no writable queue with a master "
+                                     "now", topic=route.topic)
+        if outgoing.queue_id is not None:
+            if outgoing.queue_id not in writable:
+                raise InvalidQueueError(
+                    f"queue id {outgoing.queue_id} is not a writable queue of topic {topic!r} "
+                    f"(writable: {_ranges(writable)})", topic=topic)
+            return outgoing.queue_id
+        if outgoing.sharding_key is not None:
+            return writable[sharding_queue(outgoing.sharding_key, len(writable))]
+        with self._lock:
+            turns = self._turns.setdefault(route.topic, itertools.count(random.randrange(64)))
+        turn = next(turns)
+        candidates = [index for index in writable
+                      if route.queues[index].broker_name not in avoid] or writable
+        return candidates[turn % len(candidates)]
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _send_alone(self, outgoing: Outgoing) -> SendResult:
+        result = self._attempts([outgoing])[0]
+        if isinstance(result, BaseException):
+            raise result
+        assert isinstance(result, SendResult)
+        return result
+
+    def _send_round(self, batch: list[Outgoing]) -> list[object]:
+        """One leader's round: all of ``batch`` in one call (results or errors per message)."""
+        try:
+            return self._attempts(batch)
+        except Exception as error:  # every sender of the round gets the error
+            return [error] * len(batch)
+
+    def _attempts(self, batch: list[Outgoing]) -> list[object]:
+        avoid: set[str] = set()
+        failure: Exception | None = None
+        for attempt in range(SEND_ATTEMPTS):
+            route, via_default = self._route(batch[0], refresh=attempt > 0)
+            index = self._choose(route, batch[0], avoid)
+            ref = route.queues[index]
+            address = route.master(ref.broker_name)
+            assert address is not None  # writable queues have a master
+            try:
+                answer = self._call(address, ref, batch, via_default)
+            except ConnectFailedError as error:
+                failure = error
+                avoid.add(ref.broker_name)
+                continue
+            if answer.code in RETRY_CODES:
+                failure = _answer_error(answer, batch[0], address)
+                avoid.add(ref.broker_name)
+                self._context.routes.invalidate(batch[0].message.topic)
+                continue
+            if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and len(batch) > 1:
+                self._batch_supported = False
+                return [self._send_alone(outgoing) for outgoing in batch]
+            if via_default:
+                self._context.routes.invalidate(batch[0].message.topic)
+            return self._results(answer, batch, address, index, via_default, route)
+        assert failure is not None
+        raise failure
+
+    def _call(self, address: str, ref: QueueRef, batch: list[Outgoing], via_default: bool
+              ) -> RemotingCommand:
+        first = batch[0]
+        fields = {
+            "a": self._group, "b": first.wire_topic, "c": DEFAULT_TOPIC,
+            "d": DEFAULT_TOPIC_QUEUE_NUMS, "e": ref.queue_id,
+            "f": first.message.sys_flag & ~0x30, "g": _born_ms(first, self._context),
+            "h": first.message.flag, "j": first.message.reconsume_count, "k": False,
+            "n": ref.broker_name,
+        }
+        if len(batch) == 1:
+            fields.update(i=first.properties, m=False)
+            request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, first.body)
+        else:
+            fields.update(m=True)
+            request = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, fields,
+                                              b"".join(outgoing.entry() for outgoing in batch))
+        return self._context.broker_call(address, request)
+
+    def _results(self, answer: RemotingCommand, batch: list[Outgoing], address: str,
+                 index: int, via_default: bool, route: TopicRoute) -> list[object]:
+        status = STATUS_BY_CODE.get(answer.code)
+        if status is None:
+            return [_answer_error(answer, batch[0], address)] * len(batch)
+        fields = answer.fields
+        msg_ids = fields.get_str("msgId", max_chars=1 << 20).split(",")
+        first_offset = fields.get_int("queueOffset")
+        if len(msg_ids) != len(batch):
+            raise RemotingResponseError(f"send of {len(batch)} messages answered with "
+                                        f"{len(msg_ids)} message ids", code=answer.code,
+                                        address=address)
+        if via_default:  # the numbering of the topic's own route, now that it exists
+            index = self._global_id_after_create(batch[0], route.queues[index])
+        now_ms = self._context.clock.now_ms()
+        return [_send_result(outgoing, index, msg_id, first_offset + position, status,
+                             now_ms)
+                for position, (outgoing, msg_id) in enumerate(zip(batch, msg_ids, strict=True))]
+
+    def _global_id_after_create(self, outgoing: Outgoing, ref: QueueRef) -> int:
+        try:
+            return self._context.routes.wire_route(outgoing.wire_topic, refresh=True).global_id(
+                ref.broker_name, ref.queue_id)
+        except (RouteNotFoundError, KeyError, BrokerUnavailableError):
+            return ref.queue_id  # the route is not registered yet: the broker's own number
+
+
+def _properties_text(message: Message, unique_key: str) -> str:
+    properties: dict[str, str] = {}
+    for name, value in (message.properties or {}).items():
+        if value is None:
+            continue
+        if problem := property_name_problem(name):
+            raise InvalidMessageError(problem, topic=message.topic)
+        properties[name] = str(value)
+    keys = message.keys_list()
+    if keys:
+        properties["KEYS"] = " ".join(keys)
+    if message.tags:
+        properties["TAGS"] = message.tags
+    properties["UNIQ_KEY"] = unique_key
+    try:
+        encoded = encode_properties(properties)
+    except ValueError as error:
+        raise InvalidMessageError(str(error), topic=message.topic) from error
+    if len(encoded) > PROPERTIES_SIZE_MAX_BYTES:
+        raise PropertiesTooLargeError(
+            f"encoded properties are {len(encoded):,} bytes; the record format allows "
+            f"{PROPERTIES_SIZE_MAX_BYTES:,}: shorten keys, tags or properties",
+            setting="properties (format limit, not configurable)", topic=message.topic)
+    return encoded.decode("utf-8")
+
+
+def _born_ms(outgoing: Outgoing, context: ClientContext) -> int:
+    born = outgoing.message.born_timestamp_ms
+    return context.clock.now_ms() if born is None else born
+
+
+def _send_result(outgoing: Outgoing, index: int, msg_id: str, queue_offset: int,
+                 status: PutStatus, now_ms: int) -> SendResult:
+    level = outgoing.delay_level
+    stored_topic, stored_queue_id = (DELAY_TOPIC, level - 1) if level else (
+        outgoing.message.topic, index)
+    return SendResult(
+        topic=outgoing.message.topic, queue_id=index, stored_topic=stored_topic,
+        stored_queue_id=stored_queue_id, queue_offset=queue_offset,
+        log_position=decode_offset_msg_id(msg_id)[1], offset_msg_id=msg_id,
+        unique_key=outgoing.unique_key, store_timestamp_ms=now_ms, delay_level=level,
+        status=status)
+
+
+def _answer_error(answer: RemotingCommand, outgoing: Outgoing, address: str) -> Exception:
+    return response_error(f"send to topic {outgoing.message.topic!r}", answer, address=address,
+                          topic=outgoing.message.topic)
+
+
+def _within_bytes(batch: list[Outgoing], following: Sequence[Outgoing]) -> bool:
+    size = sum(len(item.body) for item in batch) + sum(len(item.body) for item in following)
+    return size <= BATCH_BYTES_MAX
+
+
+def _ranges(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else str(ids)
