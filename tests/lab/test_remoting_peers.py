@@ -92,7 +92,7 @@ def test_java_producer_round_trips_and_mqadmin_reads_it(remoting_target: Remotin
             (result["msg_id"], result["offset_msg_id"])
         assert (message["queue_id"], message["queue_offset"]) == \
             (result["queue_id"], result["queue_offset"])
-        assert message["store_host"] == target.broker_addr
+        assert message["store_host"] == target.broker_addr, message["store_host"]
     # a batch's entries: content as sent, in one queue from the offset its send returned (their
     # UNIQ_KEY is not compared: Apache's broker appends the batch's own UNIQ_KEY to each entry)
     entries = [by_body[spec["body"].encode()] for spec in batch]
