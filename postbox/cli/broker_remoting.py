@@ -10,7 +10,7 @@ the defaults. Flags win. Pure apart from reading the broker.conf file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -58,9 +58,13 @@ def _conf_keys(broker_conf: Path | None) -> dict[str, str]:
         raise CliError(f"cannot read --broker-conf {broker_conf}: {error}") from error
 
 
+if TYPE_CHECKING:
+    from network.remoting.node import NodeOptions
+
+
 def node_options(broker_conf: Path | None, *, namesrv_listen: str,
                  remoting_listen: str | None, namesrv: str | None, advertise: str | None,
-                 broker_name: str | None, cluster_name: str | None) -> object:
+                 broker_name: str | None, cluster_name: str | None) -> NodeOptions:
     """The ``NodeOptions`` of the flags and ``--broker-conf`` (``CliError`` when invalid)."""
     from network.remoting.node import NodeOptions
     from network.remoting.registration import parse_namesrv_list
