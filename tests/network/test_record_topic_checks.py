@@ -1,7 +1,8 @@
 """Requests that name a stored record by its commit-log position (send-back 36, view by id 33)
 reach only records of a topic the caller has SUB on (the access hook's ``check_topic`` on the
-record's own topic, after the rights on the topic the request names): otherwise a key with SUB on one topic could copy
-another topic's message into its retry topic, or read it, by guessing its position."""
+record's own topic, after the rights on the topic the request names): otherwise a key with SUB
+on one topic could copy another topic's message into its retry topic, or read it, by guessing
+its position."""
 
 from __future__ import annotations
 
