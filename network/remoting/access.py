@@ -118,6 +118,13 @@ class RemotingAccess:
         for need in needs:
             _check_need(account, need, self._topic_exists)
 
+    def check_topic(self, request: RemotingCommand, topic: str) -> None:
+        """The SUB right on ``topic``, the topic of a record ``request`` reached by its
+        commit-log position (view by id, send-back): the topic it names was checked by
+        ``check``, this is the one the record really has."""
+        _check_need(self.authenticate(request), Need("topic", topic, SUB),
+                    self._topic_exists)
+
 
 def _check_need(account: Account, need: Need, topic_exists: Callable[[str], bool]) -> None:
     if account.admin:

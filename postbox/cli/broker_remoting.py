@@ -67,6 +67,10 @@ def _conf_keys(broker_conf: Path | None) -> dict[str, str]:
         raise CliError(f"cannot read --broker-conf {broker_conf}: {error}") from error
 
 
+if TYPE_CHECKING:
+    from network.remoting.node import NodeOptions
+
+
 def node_options(broker_conf: Path | None, *, namesrv_listen: str,
                  remoting_listen: str | None, namesrv: str | None, advertise: str | None,
                  broker_name: str | None, cluster_name: str | None) -> NodeOptions:

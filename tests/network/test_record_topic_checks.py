@@ -1,6 +1,8 @@
 """Requests that name a stored record by its commit-log position (send-back 36, view by id 33)
-reach only records of the topic they name: otherwise a key with SUB on one topic could copy
-another topic's message into its retry topic, or read it, by guessing its position."""
+reach only records of a topic the caller has SUB on (the access hook's ``check_topic`` on the
+record's own topic, after the rights on the topic the request names): otherwise a key with SUB
+on one topic could copy another topic's message into its retry topic, or read it, by guessing
+its position."""
 
 from __future__ import annotations
 
@@ -43,8 +45,8 @@ def test_send_back_of_another_topics_record_is_refused(served):
     client, broker, secret, mine = served
     fields = {"group": "billing", "delayLevel": 1, "originTopic": "orders"}
     stolen = _signed(client, RequestCode.CONSUMER_SEND_MSG_BACK, {**fields, "offset": secret})
-    assert stolen.code == ResponseCode.INVALID_PARAMETER
-    assert "of topic secret, not orders" in stolen.remark
+    assert stolen.code == ResponseCode.NO_PERMISSION
+    assert "no SUB right on topic 'secret'" in stolen.remark
     unnamed = _signed(client, RequestCode.CONSUMER_SEND_MSG_BACK,
                       {"group": "billing", "delayLevel": 1, "offset": secret})
     assert unnamed.code == ResponseCode.NO_PERMISSION and "admin" in unnamed.remark
@@ -58,7 +60,8 @@ def test_view_by_id_of_another_topics_record_is_refused(served):
     client, _, secret, mine = served
     stolen = _signed(client, RequestCode.VIEW_MESSAGE_BY_ID, {"topic": "orders",
                                                               "offset": secret})
-    assert stolen.code == ResponseCode.SYSTEM_ERROR and b"payroll" not in stolen.body
+    assert stolen.code == ResponseCode.NO_PERMISSION and b"payroll" not in stolen.body
+    assert "no SUB right on topic 'secret'" in stolen.remark
     own = _signed(client, RequestCode.VIEW_MESSAGE_BY_ID, {"topic": "orders", "offset": mine})
     assert own.code == 0
     assert [record.body for record in decode_records(own.body)] == [b"order"]

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 POSTBOX = str(Path(sys.executable).with_name("postbox"))
-START_TIMEOUT_S = 30
+START_TIMEOUT_S = 90  # generous: a loaded 2-core machine takes long to import grpc and open a store
 STOP_TIMEOUT_S = 30
 
 TEST_BROKER_CONF = """\

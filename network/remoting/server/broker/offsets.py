@@ -14,10 +14,12 @@ or the store's rules. Thread-safety: as ``Broker``'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from storage_engine.broker import Broker
 from storage_engine.broker.model import ConsumeFrom
 from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import INDEX_QUERY_RESULT_MAX, PROPERTY_RETRY_TOPIC
+from storage_engine.formats import INDEX_QUERY_RESULT_MAX
 from storage_engine.store.topics import validate_topic
 
 from ...codes import RequestCode, ResponseCode
@@ -34,8 +36,11 @@ UNIQUE_KEY_QUERY_MAX = 32
 class OffsetHandlers:
     """Offsets, positions and queries over one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker,
+                 check_record_topic: Callable[[RemotingCommand, str], None] | None = None
+                 ) -> None:
         self._broker = broker
+        self._check_record_topic = check_record_topic or (lambda request, topic: None)
         self._store = broker.store
 
     def register(self, table: HandlerTable) -> None:
@@ -114,11 +119,7 @@ class OffsetHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"can not find message by the offset, {position}: "
                                       f"{error}") from error
-        topic = request.fields.get_str("topic", None, max_chars=255)
-        if topic and topic not in (view.topic, view.properties.get(PROPERTY_RETRY_TOPIC)):
-            raise RequestRefusedError(  # the topic named is the one whose rights were checked
-                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {position}: "
-                                           f"the message there is not of topic {topic}")
+        self._check_record_topic(request, view.topic)
         return request.response(ResponseCode.SUCCESS, body=encode_views([view]))
 
     def query_message(self, request: RemotingCommand, session: Session) -> RemotingCommand:
