@@ -15,10 +15,10 @@ signature only; "admin" = ``"admin": true``):
 - SEND_MESSAGE (10, 310, 320): PUB t (+ create); a send to ``%RETRY%g`` (a push consumer
   re-sending a message itself) needs SUB g, as in RocketMQ.
 - PULL_MESSAGE (11), QUERY/UPDATE_CONSUMER_OFFSET (14, 15): SUB t, SUB g.
-- CONSUMER_SEND_MSG_BACK (36): SUB g and SUB on ``originTopic`` (without it: admin).
-- QUERY_MESSAGE (12): SUB t. VIEW_MESSAGE_BY_ID (33): SUB t when ``topic`` is given, else admin.
-  Both name a record by position: their handlers refuse a record whose topic (or
-  ``RETRY_TOPIC``) is not the one named, so the rights checked are the record's.
+- CONSUMER_SEND_MSG_BACK (36): SUB g, and SUB on ``originTopic`` when given.
+- QUERY_MESSAGE (12): SUB t. VIEW_MESSAGE_BY_ID (33): SUB t when ``topic`` is given.
+  Both reach a record by its position: their handlers call ``check_topic`` with the record's
+  own topic (its ``RETRY_TOPIC`` for a retried one), so the rights that count are the record's.
 - GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME (30, 31, 29, 32):
   any t.
 - HEART_BEAT (34): for each consumer of the body SUB g and SUB on each subscribed topic;
@@ -186,14 +186,13 @@ def _topic_and_group(fields: Fields, body: bytes) -> Iterator[Need]:
 
 def _send_back(fields: Fields, body: bytes) -> Iterator[Need]:
     yield from _group(fields.get("group"))
-    if fields.get("originTopic"):  # the handler checks the record is of this topic
+    if fields.get("originTopic"):  # the record's own topic: check_topic, from the handler
         yield Need("topic", fields["originTopic"], SUB)
-    else:  # without it the record's topic is unchecked: only an admin may
-        yield ADMIN
 
 
 def _view(fields: Fields, body: bytes) -> Iterator[Need]:
-    yield from (_topic(fields["topic"], SUB) if fields.get("topic") else iter((ADMIN,)))
+    if fields.get("topic"):  # the record's own topic: check_topic, from the handler
+        yield Need("topic", fields["topic"], SUB)
 
 
 def _heartbeat(fields: Fields, body: bytes) -> Iterator[Need]:

@@ -189,7 +189,7 @@ RIGHTS = [
     (RC.CONSUMER_SEND_MSG_BACK, {"group": "billing", "offset": 1, "delayLevel": 0,
                                  "originTopic": "audit"}, b"", ["ops"], ["sub"],
      "topic 'audit'"),
-    (RC.VIEW_MESSAGE_BY_ID, {"offset": 1}, b"", ["ops"], ["sub", "creator"], "not an admin"),
+    (RC.VIEW_MESSAGE_BY_ID, {"offset": 1}, b"", ["sub", "creator"], [], ""),  # record: handler
     (RC.VIEW_MESSAGE_BY_ID, {"offset": 1, "topic": "orders"}, b"", ["sub"], ["pub"], "SUB"),
     (RC.GET_MAX_OFFSET, {"topic": "orders", "queueId": 0}, b"", ["pub", "sub"], ["auditor"],
      "PUB or SUB right on topic 'orders'"),
