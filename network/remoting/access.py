@@ -14,7 +14,8 @@ signature only; "admin" = ``"admin": true``):
 
 - SEND_MESSAGE (10, 310, 320): PUB t (+ create); a send to ``%RETRY%g`` (a push consumer
   re-sending a message itself) needs SUB g, as in RocketMQ.
-- PULL_MESSAGE (11), QUERY/UPDATE_CONSUMER_OFFSET (14, 15): SUB t, SUB g.
+- PULL_MESSAGE (11), LITE_PULL_MESSAGE (361), QUERY/UPDATE_CONSUMER_OFFSET (14, 15): SUB t,
+  SUB g.
 - CONSUMER_SEND_MSG_BACK (36): SUB g, and SUB on ``originTopic`` when given.
 - QUERY_MESSAGE (12): SUB t. VIEW_MESSAGE_BY_ID (33): SUB t when ``topic`` is given.
   Both reach a record by its position: their handlers call ``check_topic`` with the record's
@@ -256,7 +257,8 @@ _AUTH_ONLY = _fixed()
 _RULES: dict[int, Callable[[Fields, bytes], Iterator[Need]]] = {
     RC.SEND_MESSAGE: _send("topic", "producerGroup"),
     RC.SEND_MESSAGE_V2: _send("b", "a"), RC.SEND_BATCH_MESSAGE: _send("b", "a"),
-    RC.PULL_MESSAGE: _topic_and_group, RC.QUERY_CONSUMER_OFFSET: _topic_and_group,
+    RC.PULL_MESSAGE: _topic_and_group, 361: _topic_and_group,  # LITE_PULL_MESSAGE
+    RC.QUERY_CONSUMER_OFFSET: _topic_and_group,
     RC.UPDATE_CONSUMER_OFFSET: _topic_and_group, RC.CONSUMER_SEND_MSG_BACK: _send_back,
     RC.QUERY_MESSAGE: lambda fields, body: _topic(fields.get("topic"), SUB),
     RC.VIEW_MESSAGE_BY_ID: _view, RC.GET_MAX_OFFSET: _any_topic, RC.GET_MIN_OFFSET: _any_topic,

@@ -51,6 +51,7 @@ PULL_BODY_BYTES_MAX = 8 * 1024 * 1024
 MAX_PARKED_PULLS = 10_000
 INT32_MAX = 2**31 - 1
 
+LITE_PULL_MESSAGE = 361
 Subscriptions = Callable[[str, str], "tuple[str, str] | None"]
 """(group, topic) → the (expression, expression type) the group's heartbeat registered."""
 
@@ -96,8 +97,11 @@ class PullHandler:
         self.hold = PullHoldService(self._retry, broker.store.max_offset, max_parked)
 
     def register(self, table: HandlerTable) -> None:
-        """Serve 11 (inline: a pull never blocks, a waiting one is parked)."""
+        """Serve 11, and 361 LITE_PULL_MESSAGE (the same header and answer: RocketMQ 5's
+        ``DefaultLitePullConsumer`` pulls with it), inline: a pull never blocks, a waiting one
+        is parked."""
         table.register(RequestCode.PULL_MESSAGE, self.pull, inline=True)
+        table.register(LITE_PULL_MESSAGE, self.pull, inline=True)
 
     def start(self) -> None:
         """Start the hold service and listen to the store's arrivals."""
