@@ -31,6 +31,7 @@ from storage_engine.errors import BrokerUnavailableError
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode
+from ..namesrv.route_table import QueueData  # one QueueData for the name server and clients
 from ..wire import RemotingCommand
 from .connection import Connections
 from .errors import ConnectionClosedError, RemotingResponseError, RouteNotFoundError
@@ -61,17 +62,6 @@ class BrokerEntry:
     def master(self) -> str | None:
         """The master's address, None while the group has no master."""
         return self.addresses.get(MASTER_ID)
-
-
-@dataclass(frozen=True)
-class QueueData:
-    """A broker's share of a topic: queue counts and permission bits."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
 
 
 @dataclass(frozen=True)
