@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from network.remoting.node import NodeOptions, RemotingNode
+from network.remoting.server import AccessControl
 from storage_engine import Broker
 
 
@@ -29,10 +30,12 @@ class PostboxRemoting:
 
 
 @contextlib.contextmanager
-def serve_remoting(broker: Broker) -> Iterator[PostboxRemoting]:
-    """Serve ``broker`` over remoting until the block ends (the broker stays the caller's)."""
+def serve_remoting(broker: Broker, access: AccessControl | None = None
+                   ) -> Iterator[PostboxRemoting]:
+    """Serve ``broker`` over remoting until the block ends (the broker stays the caller's);
+    ``access``: the ACL both listeners check (``network.remoting.access.RemotingAccess``)."""
     node = RemotingNode(broker, NodeOptions(remoting_listen="127.0.0.1:0",
-                                            namesrv_listen="127.0.0.1:0"))
+                                            namesrv_listen="127.0.0.1:0"), access)
     node.start()
     try:
         assert node.namesrv_address is not None
