@@ -38,6 +38,7 @@ import functools
 import itertools
 import os
 import random
+import socket
 import struct
 import threading
 from concurrent.futures import Future
@@ -132,7 +133,6 @@ class Outgoing:
 
 def local_ip() -> str:
     """This host's address as producers report it (loopback when it has no other)."""
-    import socket
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect(("10.255.255.255", 1))  # no packet is sent: routing only
