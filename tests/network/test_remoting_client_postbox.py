@@ -17,14 +17,15 @@ import pytest
 from framework import App
 from network.remoting.access import RemotingAccess
 from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import Broker, Message, StoreConfig
+from storage_engine import Broker, Message
 from storage_engine.errors import InvalidMessageError, NoPermissionError
 from tests.support.postbox_remoting import PostboxRemoting, serve_remoting
+from tests.support.small_store import small_store_config
 
 
 @pytest.fixture
 def postbox(tmp_path: Path) -> Iterator[PostboxRemoting]:
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker, \
+    with Broker.open(small_store_config(tmp_path / "store")) as broker, \
             serve_remoting(broker) as served:
         yield served
 
@@ -113,7 +114,7 @@ ACL = {"accounts": [
 
 def test_credentials_sign_every_request_of_an_app(tmp_path: Path) -> None:
     (tmp_path / "acl.json").write_text(json.dumps(ACL))
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
         broker.create_topic("orders", 2)
         access = RemotingAccess.load(tmp_path / "acl.json",
                                      lambda topic: broker.topic_config(topic) is not None)

@@ -14,6 +14,9 @@ from network.remoting.node import NodeOptions, RemotingNode
 from network.remoting.server import AccessControl
 from storage_engine import Broker
 
+CLUSTER = "PostboxCluster"
+BROKER_NAME = "postbox-a"
+
 
 @dataclass(frozen=True)
 class PostboxRemoting:
@@ -35,7 +38,8 @@ def serve_remoting(broker: Broker, access: AccessControl | None = None
     """Serve ``broker`` over remoting until the block ends (the broker stays the caller's);
     ``access``: the ACL both listeners check (``network.remoting.access.RemotingAccess``)."""
     node = RemotingNode(broker, NodeOptions(remoting_listen="127.0.0.1:0",
-                                            namesrv_listen="127.0.0.1:0"), access)
+                                            namesrv_listen="127.0.0.1:0", cluster=CLUSTER,
+                                            broker_name=BROKER_NAME), access)
     node.start()
     try:
         assert node.namesrv_address is not None

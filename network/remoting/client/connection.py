@@ -200,7 +200,7 @@ class Connection:
                 size = sock.recv_into(buffer)
                 if not size:
                     break
-                for command in decoder.feed(view[:size]):  # type: ignore[arg-type]
+                for command in decoder.feed(view[:size]):
                     self._dispatch(command)
         except WireError as error:
             reason = f"malformed frame: {error}"

@@ -31,7 +31,7 @@ from storage_engine.errors import BrokerUnavailableError
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode
-from ..namesrv.route_table import QueueData  # one QueueData for the name server and clients
+from ..route_data import QueueData
 from ..wire import RemotingCommand
 from .broker_errors import response_error
 from .connection import Connections
