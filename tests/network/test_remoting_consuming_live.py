@@ -17,12 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from network.remoting.client.connection import Connections
 from network.remoting.client.consuming import Consuming
-from network.remoting.client.context import ClientContext
-from network.remoting.client.routes import RouteTable
 from storage_engine import ConsumeFrom, GetStatus, SendBackOutcome
-from storage_engine.clock import SystemClock
+from tests.support.consuming_clients import ConsumingClients
 
 QUEUES = 2
 WAIT_TIMEOUT_MS = 30_000
@@ -36,32 +33,11 @@ def client_id() -> str:
     return f"127.0.0.1@{os.getpid()}#{time.monotonic_ns()}"
 
 
-class ConsumerFactory:
-    """Clients under test, each with its own connections; all closed by ``close``."""
-
-    def __init__(self, namesrv: str) -> None:
-        self._namesrv = namesrv
-        self._opened: list[tuple[Consuming, Connections]] = []
-
-    def new(self) -> Consuming:
-        connections = Connections()
-        clock = SystemClock()
-        routes = RouteTable([self._namesrv], connections, clock=clock, timeout_ms=30_000)
-        consumer = Consuming(ClientContext(connections, routes, clock, timeout_ms=30_000))
-        self._opened.append((consumer, connections))
-        return consumer
-
-    def close(self) -> None:
-        for consumer, connections in reversed(self._opened):
-            consumer.close()
-            connections.close()
-
-
 @pytest.fixture
-def consumers(live_rocketmq) -> Iterator[ConsumerFactory]:
-    factory = ConsumerFactory(live_rocketmq.namesrv)
-    yield factory
-    factory.close()
+def consumers(live_rocketmq) -> Iterator[ConsumingClients]:
+    made = ConsumingClients(live_rocketmq.namesrv, timeout_ms=30_000)  # a loaded lab is slow
+    yield made
+    made.close()
 
 
 def make_topic(lab) -> str:

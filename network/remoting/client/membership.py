@@ -6,9 +6,11 @@ topic the framework subscribes, ``%RETRY%group`` included) to the master of ever
 serves one of those topics (all masters of the cluster when none is known yet: the retry topic
 is only created by the first heartbeat), and keeps the registration: ``HeartbeatService``
 repeats it every ``heartbeat_interval_ms`` (RocketMQ's brokers drop a client silent for 120 s)
-until ``unregister_consumer`` sends UNREGISTER_CLIENT (35) to those brokers. It returns True
-when the registration is new to this client (the broker does not say whether membership
-changed).
+until ``unregister_consumer`` sends UNREGISTER_CLIENT (35) to those brokers. A heartbeat's
+answer does not say whether the group changed, so ``register_consumer`` reads the member list
+after it and, when that differs from the list this client saw last, calls the listeners before
+it returns True — as the embedded broker does inside its heartbeat, so a consumer that expired
+and came back rebalances in the same round, not when a notice happens to arrive.
 
 ``consumer_ids(group)`` asks one broker of the group's topics (GET_CONSUMER_LIST_BY_GROUP, 38;
 a broker without members answers an error, read as no member) and sorts the ids, as the embedded
@@ -63,12 +65,15 @@ class Membership:
         self._registrations: dict[tuple[str, str], list[str]] = {}  # (group, client) → topics
         self._brokers: dict[tuple[str, str], set[str]] = {}  # addresses heartbeated
         self._listeners: list[MembershipListener] = []
+        self._seen: dict[str, list[str]] = {}  # group → the member list last read
         context.connections.add_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._notified)
 
     # ---- registration ----------------------------------------------------------------------
 
     def register_consumer(self, group: str, client_id: str, topics: Iterable[str]) -> bool:
-        """Heartbeat ``client_id`` into ``group`` for ``topics``; True when new here."""
+        """Heartbeat ``client_id`` into ``group`` for ``topics``; True when the group's member
+        list differs from the one this client saw last (then the listeners are called before
+        this returns, as the embedded broker calls them inside its heartbeat)."""
         validate_group(group)
         validate_client_id(client_id)
         if isinstance(topics, str):
@@ -78,8 +83,16 @@ class Membership:
         with self._lock:
             new = (group, client_id) not in self._registrations
             self._registrations[(group, client_id)] = names
+            before = self._seen.get(group)
         self._heartbeat(group, client_id, names)
-        return new
+        try:
+            changed = self.consumer_ids(group) != before
+        except (RemotingClientError, BrokerUnavailableError) as error:
+            log.info("[membership] members of %s unknown after the heartbeat: %s", group, error)
+            return new
+        if changed:
+            self._tell(group)
+        return changed
 
     def unregister_consumer(self, group: str, client_id: str) -> None:
         """Stop heartbeating and tell the brokers (UNREGISTER_CLIENT) that it left."""
@@ -87,6 +100,7 @@ class Membership:
         with self._lock:
             self._registrations.pop((group, client_id), None)
             addresses = self._brokers.pop((group, client_id), set())
+            self._seen.pop(group, None)
         request = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, {
             "clientID": client_id, "consumerGroup": self._wrap(group)})
         for address in sorted(addresses):
@@ -97,6 +111,8 @@ class Membership:
             except (RemotingClientError, BrokerUnavailableError) as error:
                 log.warning("[membership] %s could not leave %s at %s (%s): the broker drops "
                             "it when its heartbeats stop", client_id, group, address, error)
+        if addresses:
+            self._tell(group)
 
     def heartbeat_all(self) -> int:
         """Repeat every registration's heartbeat; return how many were sent."""
@@ -172,13 +188,18 @@ class Membership:
                                           {"consumerGroup": self._wrap(group)})
         answer = self._context.broker_call(address, request)
         if answer.code != ResponseCode.SUCCESS:
+            with self._lock:
+                self._seen[group] = []
             return []  # "no consumer for this group"
         try:
             document = fastjson.loads(answer.body)
-            return sorted(str(member) for member in document.get("consumerIdList") or [])
+            members = sorted(str(member) for member in document.get("consumerIdList") or [])
         except (ValueError, AttributeError, TypeError) as error:
             raise RemotingClientError(f"consumer list of {group!r} from {address} does not "
                                       f"parse: {error}") from error
+        with self._lock:
+            self._seen[group] = members
+        return members
 
     def add_membership_listener(self, listener: MembershipListener) -> None:
         """Call ``listener(group)`` whenever a broker says the group's members changed."""
@@ -190,7 +211,11 @@ class Membership:
         wire_group = command.ext_fields.get("consumerGroup")
         if not wire_group or not self._routes.namespace.owns(wire_group):
             return None
-        group = self._unwrap(wire_group)
+        self._tell(self._unwrap(wire_group))
+        return None
+
+    def _tell(self, group: str) -> None:
+        """Call every listener with ``group`` (a failing one is logged, the others run)."""
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:
@@ -198,7 +223,6 @@ class Membership:
                 listener(group)
             except Exception:
                 log.exception("[membership] listener for %s failed", group)
-        return None
 
     def registered(self) -> list[tuple[str, str]]:
         """(group, client id) of every registration this client keeps up."""

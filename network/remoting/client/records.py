@@ -37,12 +37,14 @@ from storage_engine.formats import (
     MessageView,
     unpack_record,
 )
+from storage_engine.formats.record import RECORD_HEADER_V4
 
 from .errors import RemotingClientError
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_HEADER_V4 = RECORD_HEADER_V4  # v1 layout with IPv4 hosts: 88 bytes up to the body
 _RECORD_SIZE_MIN = 91  # v1, IPv4 hosts, empty body, topic and properties (formats §1)
 _COMPRESSION_TYPE_MASK = 0x700
 _ZLIB_TYPES = (0x0, 0x300)  # no type bits (RocketMQ 4.x) or ZLIB
@@ -91,7 +93,7 @@ def decode_records(body: bytes, queue_id: int, *,
     views: list[MessageView] = []
     at, end = 0, len(body)
     while at < end:
-        fields = _checked_fields(body, at, end)
+        fields = _common_fields(body, at, end) or _checked_fields(body, at, end)
         size = fields[0]
         if (fields[_FIELD_QUEUE_ID] != queue_id or fields[_FIELD_SYS_FLAG] & SYSFLAG_COMPRESSED
                 or unwrap is not None):
@@ -102,6 +104,29 @@ def decode_records(body: bytes, queue_id: int, *,
         views.append(view)
         at += size
     return views
+
+
+def _common_fields(body: bytes, at: int, end: int) -> tuple[Any, ...] | None:
+    """The fast path: a v1 record with IPv4 hosts that adds up exactly; None for anything
+    else (``_checked_fields`` then decides, and names what is wrong)."""
+    if end - at < _RECORD_SIZE_MIN:
+        return None
+    fields = _HEADER_V4.unpack_from(body, at)
+    size = fields[0]
+    if fields[_FIELD_MAGIC] != MAGIC_V1 or fields[_FIELD_SYS_FLAG] & 0x30 or size > end - at:
+        return None
+    body_start = at + 88
+    topic_at = body_start + fields[_FIELD_BODY]
+    record_end = at + size
+    if not body_start <= topic_at < record_end - 2:
+        return None
+    props_at = topic_at + 1 + body[topic_at]
+    if props_at + 2 > record_end:
+        return None
+    if props_at + 2 + ((body[props_at] << 8) | body[props_at + 1]) != record_end:
+        return None
+    return (*fields[:14], body[body_start:topic_at], body[topic_at + 1:props_at],
+            body[props_at + 2:record_end])
 
 
 def _checked_fields(body: bytes, at: int, end: int) -> tuple[Any, ...]:

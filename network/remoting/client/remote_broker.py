@@ -77,6 +77,7 @@ class RemotingBroker:
         self._sender = Sender(self._context, coalesce=coalesce_sends)
         self._admin = AdminCalls(self._context)
         self._consuming: Any = _consumer_side(self._context)
+        self._consuming.send = self.send  # a refused send-back's fallback (RocketMQ's client)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -186,11 +187,13 @@ class RemotingBroker:
                                                 timestamp_ms))
 
     def send_back(self, group: str, message: MessageView, *, delay_level: int = 0,
-                  max_reconsume_times: int | None = None) -> SendBackResult:
-        """Send a failed message to ``%RETRY%group`` or the DLQ."""
+                  max_reconsume_times: int | None = None,
+                  reason: str | None = None) -> SendBackResult:
+        """Send a failed message to ``%RETRY%group`` or the DLQ (``reason``: its DLQ_REASON)."""
         self._check_open()
         result: SendBackResult = self._consuming.send_back(
-            group, message, delay_level=delay_level, max_reconsume_times=max_reconsume_times)
+            group, message, delay_level=delay_level, max_reconsume_times=max_reconsume_times,
+            reason=reason)
         return result
 
     def register_consumer(self, group: str, client_id: str, topics: Iterable[str]) -> bool:
