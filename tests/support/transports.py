@@ -43,9 +43,11 @@ from typing import Any
 
 import pytest
 
+from storage_engine.config import parse_delay_levels
 from tests.support.broker_process import BrokerProcess
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS
+from tests.support.rocketmq_processes import LAB_BROKER_SETTINGS
 
 TRANSPORTS = ("embedded", "postbox", "rocketmq")
 ENV = "POSTBOX_TEST_TRANSPORT"
@@ -197,6 +199,14 @@ class StoreUnderTest:
     @property
     def remote(self) -> bool:
         return self.namesrv is not None
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """The broker's delay table (``messageDelayLevel``): level n waits entry n - 1.
+        Embedded: ``open_broker``'s default."""
+        table = LAB_BROKER_SETTINGS["messageDelayLevel"] if self.transport == "rocketmq" \
+            else MS_DELAY_LEVELS
+        return parse_delay_levels(table)
 
     def url(self, name: str = "store") -> str:
         """The store URL of ``name`` (a directory, or a namespace on the remote broker)."""
