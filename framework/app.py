@@ -55,7 +55,8 @@ class App:
 
     Args:
         store_url: ``file:///var/lib/postbox`` (or a plain path) for the embedded store, or
-            ``rocketmq://host:9876[;host2:9876]`` for a RocketMQ cluster (issue 21).
+            ``rocketmq://host:9876[;host2:9876][?namespace=NS]`` (name servers) for a Postbox
+            broker or an Apache RocketMQ cluster.
         database_url: SQLAlchemy URL for the layers above: the outbox, middleware (optional).
         redis_url: Redis URL for middleware that use one (optional).
         broker_conf: RocketMQ ``broker.conf`` keys (a mapping or a file path) for the embedded
@@ -66,7 +67,8 @@ class App:
         consumer_options: pull/consume tuning shared by every consumer of the app.
         instance_name: stable name of this process among the group's consumers (broadcast
             offsets are kept per instance).
-        access_key, secret_key: credentials for a remote broker with access control.
+        access_key, secret_key: credentials for a ``rocketmq://`` broker with access control
+            (ACL 1.0 signatures).
     """
 
     def __init__(self, store_url: str | os.PathLike[str] | None = None, *,

@@ -1,13 +1,14 @@
 """``BrokerClient``: the one interface the framework talks to, and how a store URL opens one.
 
 Implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this process,
-which already has exactly these methods — and remote, over RocketMQ's classic remoting protocol
-to the name servers of a ``rocketmq://host:9876[;host2:9876]`` URL (a ``postbox broker`` process
-or an Apache RocketMQ cluster; being built by issue 21, ``docs/remote-transport.md``).
-``open_client`` turns a store URL into one: ``file:///path`` (or a plain path) plus optional
-broker.conf keys opens an embedded broker (``open_broker``). ``grpc://`` URLs named Postbox's
-former private gRPC service, which is gone: they fail with a ``ConfigurationError`` that names
-``rocketmq://``.
+which already has exactly these methods — and remote: ``network.remoting.client.RemotingBroker``,
+the same methods over RocketMQ's classic remoting protocol to a Postbox broker or an Apache
+RocketMQ cluster (``docs/remote-transport.md``). ``open_client`` turns a store URL into one:
+``file:///path`` (or a plain path) plus optional broker.conf keys opens an embedded broker
+(``open_broker``); ``rocketmq://host:port[;host:port][?namespace=NS]`` (name servers) connects to
+a cluster (``open_rocketmq_client``), with optional access-key credentials. ``grpc://`` URLs
+named Postbox's former private gRPC service, which is gone: they fail with a
+``ConfigurationError`` that names ``rocketmq://``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from storage_engine import (
     Broker,
@@ -37,7 +38,7 @@ from .errors import ConfigurationError
 
 QueueKey = tuple[str, int]
 GRPC_SCHEME = "grpc"
-REMOTE_SCHEME = "rocketmq"
+ROCKETMQ_SCHEME = "rocketmq"
 GRPC_GONE = ("grpc:// named Postbox's private gRPC service, which is gone: reach a broker "
              "through its name servers with rocketmq://host:9876[;host2:9876]")
 
@@ -101,11 +102,12 @@ class BrokerClient(Protocol):
     def close(self) -> None: ...
 
 
-if TYPE_CHECKING:  # `make lint` (mypy) holds the implementations to the protocol
+if TYPE_CHECKING:  # `make lint` (mypy) holds every implementation to the protocol
+    from network.remoting.client.remote_broker import RemotingBroker
 
-    def _implementations(embedded: Broker) -> list[BrokerClient]:
+    def _implementations(embedded: Broker, remoting: RemotingBroker) -> list[BrokerClient]:
         """Type-checked only: each implementation is a ``BrokerClient``."""
-        return [embedded]
+        return [embedded, remoting]
 
 
 def store_path(store_url: str | os.PathLike[str]) -> Path:
@@ -122,10 +124,54 @@ def store_path(store_url: str | os.PathLike[str]) -> Path:
         return Path(path)
     if parsed.scheme == GRPC_SCHEME:
         raise ConfigurationError(f"store URL {text!r}: {GRPC_GONE}")
-    if parsed.scheme == REMOTE_SCHEME:
-        raise ConfigurationError(f"store URL {text!r}: the rocketmq:// transport is not "
-                                 "available in this build yet (issue 21)")
+    if parsed.scheme == ROCKETMQ_SCHEME:
+        raise ConfigurationError(f"store URL {text!r} names a remote broker, not a directory")
     raise ConfigurationError(f"store URL {text!r}: scheme must be file:// or rocketmq://")
+
+
+def rocketmq_cluster(store_url: str | os.PathLike[str]) -> tuple[list[str], str] | None:
+    """``(name-server addresses, namespace)`` of ``rocketmq://host:port[;host:port][?namespace=NS]``;
+    None for any other URL."""
+    text = os.fspath(store_url)
+    scheme, separator, rest = text.partition("://")
+    if not separator or scheme.lower() != ROCKETMQ_SCHEME:
+        return None
+    problem = f"store URL {text!r}: a RocketMQ cluster URL is rocketmq://host:port[;host:port]" \
+              "[?namespace=NS]"
+    location, _, query = rest.partition("?")
+    if "#" in text or location.rstrip("/").count("/") or "@" in location:
+        raise ConfigurationError(problem + (" (pass credentials as App(access_key=, "
+                                            "secret_key=), not in the URL: URLs end up in logs)"
+                                            if "@" in location else ""))
+    addresses = [item.strip() for item in location.rstrip("/").split(";") if item.strip()]
+    if not addresses:
+        raise ConfigurationError(problem + " (no name server address)")
+    for address in addresses:
+        host, colon, port = address.rpartition(":")
+        if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(f"{problem} ({address!r} is not host:port)")
+    options = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
+    unknown = sorted(set(options) - {"namespace"})
+    if unknown or any(len(values) != 1 for values in options.values()):
+        raise ConfigurationError(f"{problem} (the only option is one namespace=; got "
+                                 f"{', '.join(unknown) or 'it twice'})")
+    namespace = options.get("namespace", [""])[0]
+    if namespace and not all(char.isalnum() or char in "_-" for char in namespace):
+        raise ConfigurationError(f"{problem} (namespace {namespace!r}: letters, digits, '_' "
+                                 "and '-' only)")
+    return addresses, namespace
+
+
+def remote_address(store_url: str | os.PathLike[str]) -> str | None:
+    """The name servers of a ``rocketmq://`` URL, ``;``-joined; None for a ``file://`` URL or a
+    path. A ``grpc://`` URL fails naming ``rocketmq://``."""
+    text = os.fspath(store_url)
+    cluster = rocketmq_cluster(text)
+    if cluster is not None:
+        return ";".join(cluster[0])
+    if urlparse(text).scheme == GRPC_SCHEME:
+        raise ConfigurationError(f"store URL {text!r}: {GRPC_GONE}")
+    return None
 
 
 def store_config(store_url: str | os.PathLike[str],
@@ -144,21 +190,43 @@ def check_store_url(store_url: str | os.PathLike[str],
     """Validate a store URL with the options that go with it, opening nothing."""
     if (access_key is None) != (secret_key is None):
         raise ConfigurationError("access_key= and secret_key= go together")
-    store_config(store_url, broker_conf)
-    if access_key is not None:
-        raise ConfigurationError("access_key=/secret_key= are for a remote broker; an "
-                                 "embedded store has no access control")
+    if remote_address(store_url) is None:
+        if access_key is not None:
+            raise ConfigurationError("access_key=/secret_key= are for a rocketmq:// broker;"
+                                     " an embedded store has no access control")
+        store_config(store_url, broker_conf)
+    elif broker_conf is not None:
+        raise ConfigurationError("broker_conf= configures an embedded store; a remote broker "
+                                 "is configured where it runs")
 
 
 def open_client(store_url: str | os.PathLike[str],
                 broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None, *,
                 clock: Clock | None = None, access_key: str | None = None,
                 secret_key: str | None = None) -> BrokerClient:
-    """The broker a store URL names (embedded for ``file://``)."""
+    """The broker a store URL names: embedded (``file://``) or remote (``rocketmq://``)."""
     check_store_url(store_url, broker_conf, access_key=access_key, secret_key=secret_key)
+    cluster = rocketmq_cluster(store_url)
+    if cluster is not None:
+        return open_rocketmq_client(cluster[0], namespace=cluster[1], clock=clock,
+                                    access_key=access_key, secret_key=secret_key)
     return open_broker(store_config(store_url, broker_conf), clock)
 
 
 def open_broker(config: StoreConfig, clock: Clock | None = None) -> Broker:
     """Open an embedded broker (and its store) in this process."""
     return Broker.open(config, clock=clock)
+
+
+def open_rocketmq_client(namesrv_addresses: list[str], *, namespace: str = "",
+                         clock: Clock | None = None, access_key: str | None = None,
+                         secret_key: str | None = None) -> BrokerClient:
+    """A client of the RocketMQ cluster (Postbox broker or Apache RocketMQ) whose name servers
+    are ``namesrv_addresses``, over the remoting protocol. Connecting is lazy: an unreachable
+    cluster is reported by the first call (``BrokerUnavailableError``), not here."""
+    from network.remoting.client.remote_broker import RemotingBroker
+    if (access_key is None) != (secret_key is None):
+        raise ConfigurationError("access_key= and secret_key= go together")
+    return RemotingBroker(namesrv_addresses, namespace=namespace, clock=clock,
+                          access_key=access_key, secret_key=secret_key)
+

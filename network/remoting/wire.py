@@ -85,6 +85,8 @@ class FrameLimits:
 
 
 DEFAULT_LIMITS = FrameLimits()
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_JSON_DECODER = json.JSONDecoder()
 _opaques = itertools.count(1)
 
 
@@ -184,10 +186,15 @@ class HeaderFields:
         value = self._raw(name, default)
         if value is None:
             return default
-        text = value.strip()
-        if not text or len(text) > 20 or not text.lstrip("-").isdigit():
-            raise HeaderFieldError(name, f"{value[:40]!r} is not an integer")
-        number = int(text)
+        if len(value) <= 20 and value.isascii() and (
+                value.isdigit() or (value[:1] == "-" and value[1:].isdigit())):
+            number = int(value)
+        else:
+            text = value.strip()
+            if (not text or len(text) > 20 or not text.isascii()
+                    or not text.removeprefix("-").isdigit()):
+                raise HeaderFieldError(name, f"{value[:40]!r} is not an integer")
+            number = int(text)
         if not low <= number <= high:
             raise HeaderFieldError(name, f"{number} is outside [{low}, {high}]")
         return number
@@ -224,7 +231,7 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
         document["extFields"] = command.ext_fields
     if command.remark is not None:
         document["remark"] = command.remark
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    return _JSON_ENCODER.encode(document).encode()
 
 
 def _encode_binary_header(command: RemotingCommand) -> bytes:
@@ -269,13 +276,13 @@ def decode(frame: bytes | bytearray | memoryview,
 
 def _decode_json_header(header: bytes, limits: FrameLimits) -> RemotingCommand:
     try:
-        document = json.loads(header)
+        document = _JSON_DECODER.decode(header.decode())
     except (UnicodeDecodeError, ValueError) as error:
         raise WireError(f"JSON header does not parse: {error}") from None
     if not isinstance(document, dict):
         raise WireError("JSON header is not an object")
-    code, opaque, flag, version = (_json_int(document, name) for name in
-                                   ("code", "opaque", "flag", "version"))
+    code, opaque, flag, version = (_json_int(document, "code"), _json_int(document, "opaque"),
+                                   _json_int(document, "flag"), _json_int(document, "version"))
     language = document.get("language", "OTHER")
     remark = document.get("remark")
     ext = document.get("extFields") or {}
@@ -285,6 +292,15 @@ def _decode_json_header(header: bytes, limits: FrameLimits) -> RemotingCommand:
         raise WireError("JSON header: extFields must be an object")
     if len(ext) > limits.max_ext_fields:
         raise WireError(f"{len(ext)} header fields, over the limit of {limits.max_ext_fields}")
+    if all(type(value) is str for value in ext.values()):
+        fields: dict[str, str] = ext  # the common case: what every peer sends
+    else:
+        fields = _string_fields(ext)
+    return RemotingCommand(code=code, opaque=opaque, flag=flag, ext_fields=fields,
+                           remark=remark, language=language, version=version)
+
+
+def _string_fields(ext: dict[str, Any]) -> dict[str, str]:
     fields: dict[str, str] = {}
     for key, value in ext.items():
         if value is None:
@@ -296,8 +312,7 @@ def _decode_json_header(header: bytes, limits: FrameLimits) -> RemotingCommand:
         elif not isinstance(value, str):
             raise WireError(f"JSON header: extFields[{key!r}] is not a string")
         fields[key] = value
-    return RemotingCommand(code=code, opaque=opaque, flag=flag, ext_fields=fields,
-                           remark=remark, language=language, version=version)
+    return fields
 
 
 def _json_int(document: dict[str, Any], name: str) -> int:
@@ -363,7 +378,7 @@ class FrameDecoder:
         self._limits = limits
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         """The commands completed by ``data``; raises ``WireError`` on a malformed frame."""
         self._buffer += data
         commands = []

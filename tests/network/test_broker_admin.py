@@ -9,12 +9,13 @@ import json
 import pytest
 
 from network.remoting import fastjson
-from network.remoting.admin import BrokerAdmin, Connection
+from network.remoting.admin import BrokerAdmin, RuntimeStats
 from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.server import RemotingServer
-from storage_engine import Broker, Message, StoreConfig
+from network.remoting.server.broker import BrokerRemotingServer
+from storage_engine import Broker, Message
 from storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 TOPIC_FIELDS = {"defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
                 "topicFilterType": "SINGLE_TAG", "order": False,
@@ -24,10 +25,9 @@ TOPIC_FIELDS = {"defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 
 @pytest.fixture
 def admin(tmp_path):
     clock = FakeClock(1_700_000_000_000)
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store"), clock=clock) as broker:
-        admin = BrokerAdmin(broker, "postbox-a")
-        server = RemotingServer(name="broker")
-        admin.register_handlers(server.handlers)
+    with Broker.open(small_store_config(tmp_path / "store"), clock=clock) as broker:
+        server = BrokerRemotingServer(broker, stats=RuntimeStats(clock))
+        admin = BrokerAdmin.attach(server, "postbox-a")
         server.start()
         try:
             with RawRemotingClient(server.address) as client:
@@ -61,6 +61,9 @@ def test_create_topic_then_list_and_stats(admin):
     assert stats[_mq("orders", 1)]["lastUpdateTimestamp"] == clock.now_ms()
     unknown = client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "nope"})
     assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+    config = json.loads(client.call(351, {"topic": "orders"}).body)  # GET_TOPIC_CONFIG
+    assert (config["topicName"], config["perm"], config["readQueueNums"]) == ("orders", 6, 2)
+    assert client.call(351, {"topic": "nope"}).code == ResponseCode.TOPIC_NOT_EXIST
 
 
 def test_create_topic_refuses_what_it_cannot_honour(admin):
@@ -131,42 +134,57 @@ def test_consume_stats_are_keyed_by_message_queue_objects(admin):
     assert only["offsetTable"] == {}
 
 
+def _heartbeat(client_id, group, topic, model="CLUSTERING"):
+    return json.dumps({"clientID": client_id, "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_ACTIVELY", "messageModel": model,
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [],
+                                 "codeSet": [], "subVersion": 1, "expressionType": "TAG"}]}],
+        "producerDataSet": []}).encode()
+
+
 def test_consumer_connections_and_who_consumes(admin):
-    client, broker, admin_, _ = admin
+    client, broker, _, _ = admin
     offline = client.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "billing"})
     assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
     broker.create_topic("orders", 1)
-    broker.register_consumer("billing", "10.0.0.5@1", ["orders"])
-    broker.register_consumer("billing", "10.0.0.6@2", ["orders"])
-    admin_.consumers.record(Connection("10.0.0.5@1", "10.0.0.5:50000", "JAVA", 479), {
-        "groupName": "billing", "consumeType": "CONSUME_ACTIVELY",
-        "messageModel": "BROADCASTING", "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-        "subscriptionDataSet": [{"topic": "orders", "subString": "*", "tagsSet": [],
-                                 "codeSet": [], "subVersion": 1, "expressionType": "TAG"}]})
+    assert client.call(RequestCode.HEART_BEAT, {},
+                       _heartbeat("10.0.0.5@1", "billing", "orders", "BROADCASTING")).code == 0
+    broker.register_consumer("billing", "10.0.0.6@2", ["orders"])  # a member known otherwise
     answer = client.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "billing"})
     view = json.loads(answer.body)
     assert [c["clientId"] for c in view["connectionSet"]] == ["10.0.0.5@1", "10.0.0.6@2"]
-    assert view["connectionSet"][0] == {"clientAddr": "10.0.0.5:50000",
-                                        "clientId": "10.0.0.5@1", "language": "JAVA",
-                                        "version": 479}
+    own = view["connectionSet"][0]
+    assert own["clientAddr"] == "{}:{}".format(*client.sock.getsockname())
+    assert (own["language"], own["version"]) == ("JAVA", 479)
+    assert view["connectionSet"][1]["clientAddr"] == "?"
     assert view["messageModel"] == "BROADCASTING"
+    assert view["consumeFromWhere"] == "CONSUME_FROM_FIRST_OFFSET"
     assert view["subscriptionTable"]["orders"]["subString"] == "*"
     broker.commit_offset("audit", "orders", 0, 0)
     groups = json.loads(client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
                                     {"topic": "orders"}).body)
     assert groups == {"groupList": ["audit", "billing"]}
-    broker.unregister_consumer("billing", "10.0.0.5@1")
+    assert client.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "10.0.0.5@1",
+                                                       "consumerGroup": "billing"}).code == 0
     broker.unregister_consumer("billing", "10.0.0.6@2")
     gone = client.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "billing"})
     assert gone.code == ResponseCode.CONSUMER_NOT_ONLINE
 
 
 def test_runtime_info_has_the_keys_cluster_list_reads(admin):
-    client, broker, admin_, clock = admin
-    broker.send(Message(topic="orders", body=b"x"))
-    admin_.stats.record_put(10)
+    client, broker, _, clock = admin
+    for _ in range(3):
+        assert client.call(RequestCode.SEND_MESSAGE_V2, {
+            "a": "PG", "b": "orders", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0,
+            "i": "", "j": 0, "k": False, "m": False}, b"x").code == 0
+    broker.store.wait_dispatched()
     clock.advance(5_000)
-    admin_.stats.record_get(4)
+    pulled = client.call(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "billing", "topic": "orders", "queueId": 0, "queueOffset": 0,
+        "maxMsgNums": 2, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
+        "subVersion": 0, "subscription": "*", "expressionType": "TAG"})
+    assert pulled.code == 0
     table = json.loads(client.call(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
     for key in ("brokerVersionDesc", "msgPutTotalTodayNow", "msgGetTotalTodayNow",
                 "msgPutTotalTodayMorning", "msgGetTotalTodayMorning",
@@ -177,8 +195,9 @@ def test_runtime_info_has_the_keys_cluster_list_reads(admin):
                 "brokerActive", "timerReadBehind", "timerOffsetBehind", "timerCongestNum",
                 "timerEnqueueTps", "timerDequeueTps"):
         assert isinstance(table[key], str), key
-    assert table["msgPutTotalTodayNow"] == "10" and table["msgGetTotalTodayNow"] == "4"
-    assert float(table["putTps"].split()[0]) == pytest.approx(2.0)  # 10 in the last 5 s
+    assert table["msgPutTotalTodayNow"] == "3"
+    assert table["msgGetTotalTodayNow"] == "2"
+    assert float(table["putTps"].split()[0]) == pytest.approx(0.6)  # 3 in the last 5 s
     assert 0.0 <= float(table["commitLogDiskRatio"]) <= 1.0
     assert int(table["earliestMessageTimeStamp"]) > 0
     assert table["brokerActive"] == "true"

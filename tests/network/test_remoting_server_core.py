@@ -180,3 +180,75 @@ def test_stop_closes_connections_and_ends_its_threads():
     assert not [t for t in threading.enumerate() if t.name.startswith("remoting-")]
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(server.address, timeout=1).close()
+
+
+def test_full_worker_queue_answers_system_busy():
+    release = threading.Event()
+    limits = ServerLimits(workers=1, queue_max=1)
+    with RemotingServer(limits=limits) as server, RawRemotingClient(server.address) as client:
+        server.handlers.register(SLOW, lambda r, s: (release.wait(10), r.response(0))[1])
+        # one request runs, at most one waits in the queue: the third is refused at once
+        answers = client.pipeline([client.request(SLOW) for _ in range(3)])
+        refused = answers[2].get(timeout=5)
+        assert refused.code == ResponseCode.SYSTEM_BUSY
+        assert refused.remark.startswith("[OVERLOAD]")
+        release.set()
+        assert answers[0].get(timeout=5).code == 0
+
+
+def test_binary_header_requests_are_served(server):
+    from network.remoting.wire import SerializeType
+
+    with RawRemotingClient(server.address) as client:
+        request = client.request(ECHO, {"k": "v"}, b"bin")
+        request.language = "GO"
+        answer = client.start_call(request, SerializeType.ROCKETMQ).get(timeout=5)
+        assert answer.code == 0 and answer.body == b"bin" and answer.ext_fields["lang"] == "GO"
+
+
+def test_garbage_on_many_connections_leaves_the_server_serving(server):
+    import random
+
+    rng = random.Random(21)
+    with RawRemotingClient(server.address) as good:
+        for round_number in range(30):
+            with RawRemotingClient(server.address) as noisy:
+                size = rng.randrange(1, 64)
+                payload = bytes(rng.randrange(256) for _ in range(rng.randrange(8, 200)))
+                if round_number % 3 == 0:  # a plausible length word, then junk
+                    payload = struct.pack(">i", size + 4) + payload[:size + 4]
+                noisy.send_bytes(payload)
+            assert good.call(ECHO, body=b"%d" % round_number).body == b"%d" % round_number
+        assert len(server.sessions()) <= 2
+
+
+def test_a_peer_that_never_reads_does_not_stall_the_others():
+    limits = ServerLimits(max_output_bytes=256 * 1024)
+    with RemotingServer(limits=limits) as server:
+        server.handlers.register(ECHO, lambda r, s: r.response(0, body=bytes(64 * 1024)),
+                                 inline=True)
+        stalled = socket.create_connection(server.address)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        from network.remoting.wire import encode
+        burst = b"".join(encode(RemotingCommand.request(ECHO)) for _ in range(200))
+        stalled.sendall(burst)  # 200 answers of 64 KiB it will never read
+        with RawRemotingClient(server.address) as other:
+            for _ in range(20):
+                assert other.call(ECHO, timeout_s=5).code == 0
+        stalled.close()
+
+
+def test_idle_connections_are_closed():
+    closed: queue.Queue[Session] = queue.Queue()
+    with RemotingServer(limits=ServerLimits(idle_timeout_ms=300)) as server:
+        server.handlers.register(ECHO, lambda r, s: r.response(0), inline=True)
+        server.add_close_listener(closed.put)
+        with RawRemotingClient(server.address) as idle, \
+                RawRemotingClient(server.address) as busy:
+            assert idle.call(ECHO).code == 0
+            for _ in range(15):  # keeps talking for longer than the idle timeout
+                assert busy.call(ECHO).code == 0
+                threading.Event().wait(0.1)
+            assert idle.closed_by_peer.wait(5)
+            assert not busy.closed_by_peer.is_set() and busy.call(ECHO).code == 0
+        assert closed.get(timeout=5).closed

@@ -3,9 +3,11 @@
 ``BrokerProcess.start`` runs ``postbox broker start --store DIR --listen 127.0.0.1:0`` (plus
 ``--broker-conf`` / ``--acl``), reads the ``listening on HOST:PORT`` line from its stdout and
 returns once clients can connect (and, for a master started with ``--ha-listen``, reads the ``ha
-listening on HOST:PORT`` line into ``ha_address``). ``stop`` sends SIGTERM and returns the exit
-code; ``kill`` is the fallback for a server that does not stop. stderr goes to a file next to
-the store, shown when a start fails."""
+listening on HOST:PORT`` line into ``ha_address``, then the ``remoting listening on HOST:PORT``
+line of the remoting broker, started on a free port, into ``remoting_address``, then the
+``namesrv listening on HOST:PORT`` line of its name server into ``namesrv_address``). ``stop``
+sends SIGTERM and returns the exit code; ``kill`` is the fallback for a server that does not
+stop. stderr goes to a file next to the store, shown when a start fails."""
 
 from __future__ import annotations
 
@@ -48,7 +50,9 @@ class BrokerProcess:
                  acl: Path | None = None, extra: tuple[str, ...] = ()) -> None:
         self.store = store
         self.args = [POSTBOX, "-v", "broker", "start", "--store", str(store),
-                     "--listen", "127.0.0.1:0", "--grace", "2", *extra]
+                     "--listen", "127.0.0.1:0", "--remoting-listen", "127.0.0.1:0",
+                     "--namesrv-listen", "127.0.0.1:0",
+                     "--grace", "2", *extra]
         if broker_conf is not None:
             self.args += ["--broker-conf", str(broker_conf)]
         if acl is not None:
@@ -57,6 +61,8 @@ class BrokerProcess:
         self.process: subprocess.Popen[str] | None = None
         self.address = ""
         self.ha_address = ""
+        self.remoting_address = ""
+        self.namesrv_address = ""  # rocketmq://<namesrv_address>
         self._lines: queue.Queue[str] = queue.Queue()
 
     def start(self) -> BrokerProcess:
@@ -79,6 +85,12 @@ class BrokerProcess:
             line = self._lines.get(timeout=START_TIMEOUT_S)
             assert line.startswith("ha listening on "), line
             self.ha_address = line.split()[-1]
+        line = self._lines.get(timeout=START_TIMEOUT_S)
+        assert line.startswith("remoting listening on "), line
+        self.remoting_address = line.split()[-1]
+        line = self._lines.get(timeout=START_TIMEOUT_S)
+        assert line.startswith("namesrv listening on "), line
+        self.namesrv_address = line.split()[-1]
         return self
 
     def _read_stdout(self) -> None:

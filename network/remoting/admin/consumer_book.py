@@ -1,31 +1,27 @@
-"""``ConsumerBook``: what admin answers need to know about a group's live consumers.
+"""``ConsumerBook``: what admin answers show about a group's live consumers.
 
-The broker's consumer registry (``Broker.consumer_ids``) knows which client ids are members of
-a group; admin answers (GET_CONSUMER_CONNECTION_LIST, QUERY_TOPIC_CONSUME_BY_WHO) also show
-each member's address, language and version and the group's consume type, message model,
-consume-from rule and subscriptions, which only a heartbeat carries. The HEART_BEAT handler
-calls ``record`` with each consumer entry of a heartbeat (``consumerDataSet`` items as parsed
-JSON); membership itself stays the broker's: a view lists only clients the broker still counts
-as members (expired and unregistered ones drop out by themselves).
+Two sources, each the owner of its part: the broker's consumer registry
+(``Broker.consumer_ids``) says who is a member of a group (expired and unregistered clients
+drop out there); the data plane's ``ClientRegistry`` (``server.broker.clients``, filled by
+HEART_BEAT) says what each member's heartbeat declared: its connection (address, language,
+version), the group's consume type, message model, consume-from rule and subscriptions. A
+view lists the broker's members, with what their heartbeat said when the registry has it
+(without a registry, or for a member registered through another transport, only the client
+id: address ``"?"`` and RocketMQ's defaults).
 
-Without any ``record`` (a heartbeat handler that does not call it) the view still lists the
-broker's members by client id, with address ``"?"`` and the group's settings unknown
-(``CONSUME_PASSIVELY`` / ``CLUSTERING`` / ``CONSUME_FROM_LAST_OFFSET``, RocketMQ's defaults).
-
-Bounds: at most ``entries_max`` (group, client) entries; the oldest is dropped first.
-Thread-safety: one lock; every method may be called from any thread. Nothing survives a
-restart (clients heartbeat every 30 s).
+Thread-safety: no state of its own; both sources lock.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_engine.broker import Broker
+
+if TYPE_CHECKING:  # types only: the admin reads the data plane, never the reverse
+    from ..server.broker.clients import ClientRegistry, ConsumerInfo
 
 DEFAULT_CONSUME_TYPE = "CONSUME_PASSIVELY"
 DEFAULT_MESSAGE_MODEL = "CLUSTERING"
@@ -66,70 +62,49 @@ class GroupView:
                                       sorted(self.subscriptions.items())}}
 
 
-@dataclass(frozen=True)
-class _Entry:
-    connection: Connection
-    consumer_data: Mapping[str, Any]
-
-
 class ConsumerBook:
-    """Heartbeat details of live consumers, keyed by (group, client id)."""
+    """Live consumers of a broker's groups, as admin answers describe them."""
 
-    def __init__(self, broker: Broker, *, entries_max: int = 100_000) -> None:
+    def __init__(self, broker: Broker, registry: ClientRegistry | None = None) -> None:
         self._broker = broker
-        self._entries_max = entries_max
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        self._registry = registry
 
-    def record(self, connection: Connection, consumer_data: Mapping[str, Any]) -> None:
-        """Remember one ``consumerDataSet`` entry of a heartbeat from ``connection``."""
-        group = consumer_data.get("groupName")
-        if not isinstance(group, str):
-            return
-        with self._lock:
-            key = (group, connection.client_id)
-            self._entries.pop(key, None)
-            self._entries[key] = _Entry(connection, dict(consumer_data))
-            while len(self._entries) > self._entries_max:
-                self._entries.popitem(last=False)
-
-    def forget(self, group: str, client_id: str) -> None:
-        """Drop what a client said about ``group`` (it unregistered)."""
-        with self._lock:
-            self._entries.pop((group, client_id), None)
+    def _infos(self, group: str) -> dict[str, ConsumerInfo]:
+        if self._registry is None:
+            return {}
+        return {info.client_id: info for info in self._registry.consumers(group)}
 
     def view(self, group: str) -> GroupView | None:
         """The group's live consumers, or None when it has none."""
         members = self._broker.consumer_ids(group)
         if not members:
             return None
-        with self._lock:
-            entries = [self._entries.get((group, member)) for member in members]
-        connections = tuple(entry.connection if entry else Connection(member)
-                            for member, entry in zip(members, entries, strict=True))
-        known = [entry.consumer_data for entry in entries if entry is not None]
+        infos = self._infos(group)
+        connections = tuple(_connection(member, infos.get(member)) for member in members)
+        known = [infos[member] for member in members if member in infos]
         if not known:
             return GroupView(connections)
-        latest = known[-1]
         subscriptions: dict[str, Mapping[str, Any]] = {}
-        for data in known:
-            for item in data.get("subscriptionDataSet") or ():
-                if isinstance(item, dict) and isinstance(item.get("topic"), str):
-                    subscriptions[item["topic"]] = item
-        return GroupView(connections,
-                         str(latest.get("consumeType", DEFAULT_CONSUME_TYPE)),
-                         str(latest.get("messageModel", DEFAULT_MESSAGE_MODEL)),
-                         str(latest.get("consumeFromWhere", DEFAULT_CONSUME_FROM)),
-                         subscriptions)
+        for info in known:
+            subscriptions.update(info.subscriptions)
+        latest = known[-1]
+        return GroupView(connections, latest.consume_type, latest.message_model,
+                         latest.consume_from_where, subscriptions)
 
     def groups_of_topic(self, topic: str) -> set[str]:
-        """Groups whose live consumers subscribe to ``topic`` (as their heartbeats say)."""
-        with self._lock:
-            candidates = {group for (group, _), entry in self._entries.items()
-                          if any(isinstance(item, dict) and item.get("topic") == topic
-                                 for item in entry.consumer_data.get("subscriptionDataSet")
-                                 or ())}
-        return {group for group in candidates if self._broker.consumer_ids(group)}
+        """Groups whose live consumers subscribe to ``topic``."""
+        if self._registry is None:
+            return set()
+        return {group for group in self._broker.consumer_groups()
+                if self._registry.subscription(group, topic) is not None
+                and self._broker.consumer_ids(group)}
+
+
+def _connection(client_id: str, info: ConsumerInfo | None) -> Connection:
+    if info is None:
+        return Connection(client_id)
+    session = info.session
+    return Connection(client_id, session.peer_address, session.language, session.version)
 
 
 __all__ = ["Connection", "ConsumerBook", "GroupView"]

@@ -151,7 +151,9 @@ def parse_group_body(body: bytes) -> SubscriptionGroupConfig:
         raw = fastjson.loads(body)
         name = raw.get("groupName") if isinstance(raw, dict) else None
         validate_group(name)
-        return bean_from_json(SubscriptionGroupConfig, raw, "group_name", name)
+        config: SubscriptionGroupConfig = bean_from_json(SubscriptionGroupConfig, raw,
+                                                         "group_name", str(name))
+        return config
     except (fastjson.FastjsonError, UnicodeDecodeError, ConfigError, InvalidMessageError,
             ValueError, TypeError) as error:
         raise RequestRefusedError(ResponseCode.INVALID_PARAMETER,

@@ -1,10 +1,11 @@
 """GET_BROKER_RUNTIME_INFO (28): the ``KVTable`` ``mqadmin clusterList`` / ``brokerStatus`` read.
 
-``RuntimeStats`` counts messages put and handed to consumers (the SEND and PULL handlers call
-``record_put`` / ``record_get``), keeps the totals at the start of today and yesterday (UTC
-days) and one sample a second for the last ten minutes, from which ``putTps`` /
-``getTransferredTps`` are the rates over 10 s, 1 min and 10 min (``"a b c"``, as RocketMQ
-writes them). Every value is a string, as in Java's ``KVTable``. The keys ``clusterList`` reads:
+``RuntimeStats`` counts the messages the remoting broker stores and hands to consumers (its SEND
+and PULL handlers call ``record_put`` / ``record_get``; the gRPC service does not count), keeps
+the totals at the start of today and yesterday (UTC days) and one sample a second for the
+last ten minutes, from which ``putTps`` / ``getTransferredTps`` are the rates over 10 s, 1 min
+and 10 min (``"a b c"``, as RocketMQ writes them). Every value is a string, as in Java's
+``KVTable``. The keys ``clusterList`` reads:
 ``brokerVersionDesc``, ``msgPut/GetTotalTodayNow``, ``msgPut/GetTotalTodayMorning``,
 ``msgPut/GetTotalYesterdayMorning``, ``putTps``, ``getTransferredTps``, ``commitLogDiskRatio``,
 ``earliestMessageTimeStamp``, ``pageCacheLockTimeMills``, ``send/pullThreadPoolQueueSize``,
@@ -78,7 +79,7 @@ class RuntimeStats:
             self._yesterday_morning = self._today_morning
             self._today_morning = list(self._totals)
         if now_ms - self._samples[-1][0] >= SAMPLE_INTERVAL_MS:
-            self._samples.append((now_ms, *self._totals))
+            self._samples.append((now_ms, self._totals[0], self._totals[1]))
         while len(self._samples) > 1 and now_ms - self._samples[0][0] > SAMPLE_WINDOW_MS:
             self._samples.popleft()
 

@@ -23,6 +23,10 @@ class ConnectionClosedError(RemotingClientError, BrokerUnavailableError):
         BrokerUnavailableError.__init__(self, message, address=address)
 
 
+class ConnectFailedError(ConnectionClosedError):
+    """The connection could not be opened: the request was never written (safe to retry)."""
+
+
 class RemotingTimeoutError(RemotingClientError, BrokerUnavailableError):
     """No answer within the call's timeout (the request's effect on the peer is unknown)."""
 

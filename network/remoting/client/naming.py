@@ -23,6 +23,19 @@ _SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "%SYS%")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+_SYSTEM_GROUPS = frozenset({
+    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER",
+    "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL", "CID_SYS_RMQ_TRANS", "DEFAULT_CONSUMER",
+    "DEFAULT_PRODUCER",
+})
+
+
+def is_system_group(name: str) -> bool:
+    """Whether ``name`` is one of the groups an Apache broker keeps for itself."""
+    return name in _SYSTEM_GROUPS or name.startswith(("CID_RMQ_SYS_", "CID_SYS_"))
+
+
 def is_system_resource(name: str) -> bool:
     """Whether ``name`` is a broker-owned topic or group that is never namespaced."""
     return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES)

@@ -1,88 +1,193 @@
-"""Stored records in a broker's answer (pull, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID) as views.
+"""Stored records in a pull body, decoded into the store's own ``MessageView``.
 
-A body is records back to back, each exactly its TOTALSIZE (reference §2.6), in the commit-log
-layout the store writes, so they decode with ``storage_engine.formats`` into the same
-``MessageView`` the embedded broker returns. Each record is checked (``check_record``: magic,
-sizes, field bounds) before it is decoded; a body that does not split into whole records raises
-``RecordsError`` (the caller's request fails; nothing is skipped silently).
+A PULL_MESSAGE answer carries the broker's stored records back to back, each exactly its
+``TOTALSIZE`` bytes (``reference/rocketmq-remoting.md`` §2.6); they are the commit-log records
+the embedded store reads, so ``MessageView`` decodes them unchanged. ``decode_records`` checks
+every size against the body before it reads (input from the network: a record that does not
+fit, has no known magic code or whose fields do not add up to its size raises
+``RecordDecodeError``, and nothing of that body is delivered), then adapts each view to the
+framework's numbering:
 
-Records a Java producer compressed (sysFlag bit 0x1, ZLIB; reference §2.6) are inflated and the
-compression bits cleared, as RocketMQ's clients do; LZ4/ZSTD records raise ``RecordsError``
-naming the codec. With a namespace, the topic and the ``RETRY_TOPIC`` property come back without
-it (``NS%orders`` → ``orders``), so the application sees its own names.
+- ``queue_id`` becomes the framework's global queue id of the topic (``routes``: the broker's
+  own queue id is only unique within one broker);
+- with a namespace, the topic and a ``RETRY_TOPIC`` property lose their namespace prefix, so a
+  handler sees the names the application used;
+- a body compressed by the producer (sysFlag 0x1; the Java producer compresses bodies over
+  4 KiB with zlib) is inflated and the compression bits cleared, as RocketMQ's clients inflate
+  before delivering. LZ4 and zstd bodies (RocketMQ 5 options) are delivered as stored, with a
+  warning: the standard library has no codec for them.
 
-Pure; safe from any thread.
+``TagFilter`` is the exact tag check a client must still apply (a broker filters by tag hash
+only, §9.9). Pure functions and immutable values; safe from any thread.
 """
 
 from __future__ import annotations
 
+import logging
+import struct
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 from storage_engine.formats import (
+    MAGIC_V1,
+    MAGIC_V2,
     PROPERTY_RETRY_TOPIC,
+    SYSFLAG_COMPRESSED,
     MessageView,
-    decode_properties,
-    encode_properties,
+    unpack_record,
 )
-from storage_engine.formats.record import RecordKind, check_record, unpack_record
+from storage_engine.formats.record import RECORD_HEADER_V4
 
 from .errors import RemotingClientError
-from .naming import Namespace
 
-_COMPRESSED = 0x1
-_COMPRESSION_TYPE = 0x700
-_ZLIB_TYPES = (0x0, 0x300)
-_TOPIC_FIELD = 15
-_PROPERTIES_FIELD = 16
-_BODY_FIELD = 14
-_SYS_FLAG_FIELD = 7
-_NO_NAMESPACE = Namespace("")
+log = logging.getLogger(__name__)
 
-
-class RecordsError(RemotingClientError):
-    """A broker's answer holds bytes that are not whole, well-formed records."""
+_SIZE = struct.Struct(">i")
+_HEADER_V4 = RECORD_HEADER_V4  # v1 layout with IPv4 hosts: 88 bytes up to the body
+_RECORD_SIZE_MIN = 91  # v1, IPv4 hosts, empty body, topic and properties (formats §1)
+_COMPRESSION_TYPE_MASK = 0x700
+_ZLIB_TYPES = (0x0, 0x300)  # no type bits (RocketMQ 4.x) or ZLIB
+_FIELD_BODY, _FIELD_TOPIC, _FIELD_PROPERTIES = 14, 15, 16
+_FIELD_QUEUE_ID, _FIELD_SYS_FLAG, _FIELD_MAGIC = 3, 7, 1
 
 
-def decode_records(body: bytes, namespace: Namespace = _NO_NAMESPACE) -> list[MessageView]:
-    """Every record of ``body``, in order, as the application sees it."""
+class RecordDecodeError(RemotingClientError):
+    """A pull body whose records do not decode (sizes, magic code, compressed body)."""
+
+
+class TagFilter:
+    """A subscription expression ``*`` / ``a || b``: which TAGS a consumer takes."""
+
+    __slots__ = ("tags",)
+
+    def __init__(self, expression: str) -> None:
+        self.tags = frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
+
+    @classmethod
+    def parse(cls, expression: str | None) -> TagFilter | None:
+        """None for "everything" (``None``, empty or ``*``), as the embedded store reads it."""
+        if expression is None or expression.strip() in ("", "*"):
+            return None
+        return cls(expression)
+
+    def accepts(self, view: MessageView) -> bool:
+        """Whether the message's TAGS is one of the expression's tags."""
+        return view.tags in self.tags
+
+
+def subscription_expression(tags: str | None) -> str:
+    """The ``subscription`` header of a pull: the tags, or ``*`` for everything."""
+    return "*" if tags is None or not tags.strip() else tags
+
+
+def decode_records(body: bytes, queue_id: int, *,
+                   unwrap: Callable[[str], str] | None = None) -> list[MessageView]:
+    """Every record of a pull body, as views numbered with the framework's ``queue_id``.
+
+    ``unwrap`` maps a wire topic name to the application's (a namespace); None keeps names.
+
+    Raises:
+        RecordDecodeError: a record does not fit the body or does not decode.
+    """
     views: list[MessageView] = []
-    position, limit = 0, len(body)
-    while position < limit:
-        check = check_record(body, position, limit, check_crc=False)
-        if check.kind != RecordKind.MESSAGE:
-            raise RecordsError(f"record {len(views)} at byte {position} of a {limit}-byte "
-                               f"answer: {check.kind} {check.reason}".rstrip())
-        views.append(_view(body, position, namespace))
-        position += check.size
+    at, end = 0, len(body)
+    while at < end:
+        fields = _common_fields(body, at, end) or _checked_fields(body, at, end)
+        size = fields[0]
+        if (fields[_FIELD_QUEUE_ID] != queue_id or fields[_FIELD_SYS_FLAG] & SYSFLAG_COMPRESSED
+                or unwrap is not None):
+            fields = _adapted(fields, queue_id, unwrap)
+        view = MessageView(fields)
+        if unwrap is not None:
+            _unwrap_retry_topic(view, unwrap)
+        views.append(view)
+        at += size
     return views
 
 
-def _view(body: bytes, position: int, namespace: Namespace) -> MessageView:
-    fields = unpack_record(body, position)
-    sys_flag = fields[_SYS_FLAG_FIELD]
-    if not sys_flag & _COMPRESSED and not namespace.name:
-        return MessageView(fields)
-    values = list(fields)
-    if sys_flag & _COMPRESSED:
-        values[_BODY_FIELD] = _inflate(fields[_BODY_FIELD], sys_flag)
-        values[_SYS_FLAG_FIELD] = sys_flag & ~(_COMPRESSED | _COMPRESSION_TYPE)
-    if namespace.name:
-        topic = fields[_TOPIC_FIELD].decode("utf-8")
-        values[_TOPIC_FIELD] = namespace.unwrap(topic).encode("utf-8")
-        properties = decode_properties(fields[_PROPERTIES_FIELD])
-        retry_topic = properties.get(PROPERTY_RETRY_TOPIC)
-        if retry_topic is not None and namespace.owns(retry_topic):
-            properties[PROPERTY_RETRY_TOPIC] = namespace.unwrap(retry_topic)
-            values[_PROPERTIES_FIELD] = encode_properties(properties)
-    return MessageView(tuple(values))
+def _common_fields(body: bytes, at: int, end: int) -> tuple[Any, ...] | None:
+    """The fast path: a v1 record with IPv4 hosts that adds up exactly; None for anything
+    else (``_checked_fields`` then decides, and names what is wrong)."""
+    if end - at < _RECORD_SIZE_MIN:
+        return None
+    fields = _HEADER_V4.unpack_from(body, at)
+    size = fields[0]
+    if fields[_FIELD_MAGIC] != MAGIC_V1 or fields[_FIELD_SYS_FLAG] & 0x30 or size > end - at:
+        return None
+    body_start = at + 88
+    topic_at = body_start + fields[_FIELD_BODY]
+    record_end = at + size
+    if not body_start <= topic_at < record_end - 2:
+        return None
+    props_at = topic_at + 1 + body[topic_at]
+    if props_at + 2 > record_end:
+        return None
+    if props_at + 2 + ((body[props_at] << 8) | body[props_at + 1]) != record_end:
+        return None
+    return (*fields[:14], body[body_start:topic_at], body[topic_at + 1:props_at],
+            body[props_at + 2:record_end])
 
 
-def _inflate(data: bytes, sys_flag: int) -> bytes:
-    codec = sys_flag & _COMPRESSION_TYPE
-    if codec not in _ZLIB_TYPES:
-        name = {0x100: "LZ4", 0x200: "ZSTD"}.get(codec, hex(codec))
-        raise RecordsError(f"a record is compressed with {name}; only ZLIB is supported")
+def _checked_fields(body: bytes, at: int, end: int) -> tuple[Any, ...]:
+    """The fields of the record at ``at``, after checking that it fits and adds up."""
+    if end - at < _RECORD_SIZE_MIN:
+        raise RecordDecodeError(f"pull body: {end - at} bytes left at byte {at}, less than "
+                                "the smallest record")
+    size = _SIZE.unpack_from(body, at)[0]
+    if not _RECORD_SIZE_MIN <= size <= end - at:
+        raise RecordDecodeError(f"pull body: record at byte {at} claims {size} bytes, "
+                                f"{end - at} are left")
     try:
-        return zlib.decompress(data)
-    except zlib.error as error:
-        raise RecordsError(f"a compressed record does not inflate: {error}") from error
+        fields = unpack_record(body, at)
+    except (struct.error, IndexError) as error:
+        raise RecordDecodeError(f"pull body: record at byte {at} does not decode: "
+                                f"{error}") from None
+    magic = fields[_FIELD_MAGIC]
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        raise RecordDecodeError(f"pull body: record at byte {at} has magic code "
+                                f"{magic & 0xFFFFFFFF:#x}")
+    header_bytes = 88 + (12 if fields[_FIELD_SYS_FLAG] & 0x10 else 0) + (
+        12 if fields[_FIELD_SYS_FLAG] & 0x20 else 0)
+    used = (header_bytes + len(fields[_FIELD_BODY]) + (2 if magic == MAGIC_V2 else 1)
+            + len(fields[_FIELD_TOPIC]) + 2 + len(fields[_FIELD_PROPERTIES]))
+    if used != size:
+        raise RecordDecodeError(f"pull body: record at byte {at} is {size} bytes but its "
+                                f"fields take {used}")
+    return fields
+
+
+def _adapted(fields: tuple[Any, ...], queue_id: int,
+             unwrap: Callable[[str], str] | None) -> tuple[Any, ...]:
+    """``fields`` with the global queue id, an inflated body and the application's topic."""
+    values = list(fields)
+    values[_FIELD_QUEUE_ID] = queue_id
+    sys_flag = values[_FIELD_SYS_FLAG]
+    if sys_flag & SYSFLAG_COMPRESSED:
+        kind = sys_flag & _COMPRESSION_TYPE_MASK
+        if kind in _ZLIB_TYPES:
+            try:
+                values[_FIELD_BODY] = zlib.decompress(values[_FIELD_BODY])
+            except zlib.error as error:
+                raise RecordDecodeError(f"pull body: message at queue offset {fields[5]} is "
+                                        f"marked zlib-compressed but does not inflate: "
+                                        f"{error}") from None
+            values[_FIELD_SYS_FLAG] = sys_flag & ~(SYSFLAG_COMPRESSED | _COMPRESSION_TYPE_MASK)
+        else:
+            log.warning("[pull] message at queue offset %d is compressed with codec %#x "
+                        "(LZ4/zstd): delivered as stored", fields[5], kind)
+    if unwrap is not None:
+        topic = values[_FIELD_TOPIC].decode("utf-8", "replace")
+        values[_FIELD_TOPIC] = unwrap(topic).encode("utf-8")
+    return tuple(values)
+
+
+def _unwrap_retry_topic(view: MessageView, unwrap: Callable[[str], str]) -> None:
+    """Strip the namespace from ``RETRY_TOPIC`` in the view's (lazily decoded) properties."""
+    properties = view.properties  # the view's own dict: edited before anyone else sees it
+    retry = properties.get(PROPERTY_RETRY_TOPIC)
+    if retry:
+        properties[PROPERTY_RETRY_TOPIC] = unwrap(retry)
+
+
+__all__ = ["RecordDecodeError", "TagFilter", "decode_records", "subscription_expression"]

@@ -57,7 +57,7 @@ REMARK_LENGTH_MAX = 2000
 class AccessControl(Protocol):
     """Checks every request before its handler runs; raises ``AccessDeniedError`` to refuse."""
 
-    def check(self, request: RemotingCommand, session: Session) -> None:
+    def check(self, request: RemotingCommand, session: Session) -> object:
         """Return to let ``request`` through; raise ``AccessDeniedError`` to refuse it."""
 
 
@@ -142,6 +142,7 @@ def dispatch(handler: Handler | None, request: RemotingCommand, session: Session
              access: AccessControl) -> RemotingCommand | None:
     """Run ``request`` through access control and ``handler``; its answer, or None (oneway,
     or answered later by the handler)."""
+    response: RemotingCommand | None
     try:
         access.check(request, session)
         if handler is None:

@@ -17,7 +17,8 @@ Threading model:
 Bounds: frame and header sizes (``FrameLimits``), open connections (``max_connections``: the
 one over the cap is closed at once), queued work, and each connection's unsent output
 (``max_output_bytes``: past it the server stops reading from that connection until the peer
-reads its answers). A malformed frame (``WireError``) closes that connection only, logged.
+reads its answers), and idle connections (closed after ``idle_timeout_ms`` without a
+request). A malformed frame (``WireError``) closes that connection only, logged.
 
 Lifecycle: ``start`` binds (port 0 picks a free port; ``address`` tells which) and starts the
 threads; ``stop`` closes the listener and every connection (close listeners run), ends the
@@ -32,6 +33,7 @@ import logging
 import selectors
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +60,9 @@ class ServerLimits:
     workers: int = 4
     queue_max: int = 4096
     max_output_bytes: int = 64 * 1024 * 1024
+    idle_timeout_ms: int = 120_000
+    """A connection that sends nothing for this long is closed (RocketMQ's broker closes
+    channels idle for 120 s; clients send a heartbeat every 30 s)."""
 
 
 class RemotingServer:
@@ -82,6 +87,8 @@ class RemotingServer:
         self._dirty: set[Session] = set()
         self._want_write: deque[Session] = deque()
         self._close_listeners: list[Callable[[Session], None]] = []
+        self._read_buffer = bytearray(READ_CHUNK_BYTES)  # the IO thread's, reused by every read
+        self._read_view = memoryview(self._read_buffer)
         self._thread: threading.Thread | None = None
         self._io_ident: int | None = None
         self._stopping = False
@@ -151,10 +158,14 @@ class RemotingServer:
     def _run(self) -> None:
         self._io_ident = threading.get_ident()
         try:
+            next_idle_check = time.monotonic() + SELECT_TIMEOUT_S
             while not self._stopping:
                 for key, mask in self._selector.select(SELECT_TIMEOUT_S):
                     self._on_event(key, mask)
                 self._flush_dirty()
+                if time.monotonic() >= next_idle_check:
+                    self._close_idle()
+                    next_idle_check = time.monotonic() + SELECT_TIMEOUT_S
         except Exception:
             log.exception("[remoting] %s IO loop failed; closing", self._name)
         finally:
@@ -200,8 +211,8 @@ class RemotingServer:
     def _read(self, session: Session) -> None:
         decoder = self._decoders[session]
         for _ in range(READS_PER_ROUND_MAX):
-            try:
-                data = session.sock.recv(READ_CHUNK_BYTES)
+            try:  # recv_into a reused buffer: recv(256 KiB) would allocate 256 KiB each time
+                size = session.sock.recv_into(self._read_buffer)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
@@ -209,11 +220,12 @@ class RemotingServer:
                          session.peer_address, error)
                 self._close(session)
                 return
-            if not data:
+            if not size:
                 self._close(session)
                 return
+            session.last_read = time.monotonic()
             try:
-                commands = decoder.feed(data)
+                commands = decoder.feed(self._read_view[:size])
             except WireError as error:
                 log.warning("[remoting] %s: malformed frame from %s, closing it: %s",
                             self._name, session.peer_address, error)
@@ -221,7 +233,7 @@ class RemotingServer:
                 return
             for command in commands:
                 self._handle(session, command)
-            if len(data) < READ_CHUNK_BYTES or session.closed:
+            if size < READ_CHUNK_BYTES or session.closed:
                 return
 
     def _handle(self, session: Session, command: RemotingCommand) -> None:
@@ -299,6 +311,14 @@ class RemotingServer:
             self._selector.modify(session.sock, events, session)
 
     # ---- closing -----------------------------------------------------------------------------
+
+    def _close_idle(self) -> None:
+        """Close connections that sent nothing for ``limits.idle_timeout_ms``."""
+        oldest = time.monotonic() - self.limits.idle_timeout_ms / 1000
+        for session in [s for s in self._sessions.values() if s.last_read < oldest]:
+            log.info("[remoting] %s: closing %s, idle for over %d ms", self._name,
+                     session.peer_address, self.limits.idle_timeout_ms)
+            self._close(session)
 
     def _close(self, session: Session) -> None:
         if session.sock in self._sessions:

@@ -26,17 +26,22 @@ broker has no transactions. Thread-safety: as ``Broker``'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from storage_engine.broker import Broker
 from storage_engine.broker.model import SendResult
 from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK
-from storage_engine.formats.directory import DELAY_TOPIC
+from storage_engine.formats import (
+    PROPERTY_DELAY,
+    PROPERTY_RETRY_TOPIC,
+    SYSFLAG_TRANSACTION_MASK,
+)
+from storage_engine.formats.directory import DELAY_TOPIC, is_system_group_topic
 from storage_engine.store.message import Message, PutStatus
 from storage_engine.store.topics import dead_letter_topic
 
-from ...codes import RequestCode, ResponseCode
+from ...codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from ...wire import HeaderFields, RemotingCommand
 from ..errors import RequestRefusedError
 from ..handlers import HandlerTable
@@ -61,30 +66,35 @@ _PUT_STATUS_CODES = {
 INT32_MAX = 2**31 - 1
 
 
+_V1_KEYS = {name: name for name in _V2_KEYS}
+
+
 class _SendHeader:
     """A send's header read by its V1 field names, whatever keys the request used."""
 
-    __slots__ = ("_fields", "_v2")
+    __slots__ = ("_fields", "_keys")
 
     def __init__(self, request: RemotingCommand) -> None:
         self._fields = request.fields
-        self._v2 = request.code != RequestCode.SEND_MESSAGE
+        self._keys = _V1_KEYS if request.code == RequestCode.SEND_MESSAGE else _V2_KEYS
 
-    def _key(self, name: str) -> str:
-        return _V2_KEYS[name] if self._v2 else name
+    def get_str(self, name: str, default: Any = HeaderFields._REQUIRED, **limits: Any) -> Any:
+        return self._fields.get_str(self._keys[name], default, **limits)
 
-    def str(self, name: str, default: Any = HeaderFields._REQUIRED, **limits: Any) -> Any:
-        return self._fields.get_str(self._key(name), default, **limits)
-
-    def int(self, name: str, default: Any = HeaderFields._REQUIRED, **limits: Any) -> Any:
-        return self._fields.get_int(self._key(name), default, **limits)
+    def get_int(self, name: str, default: Any = HeaderFields._REQUIRED, low: int = -(2**63),
+            high: int = INT32_MAX) -> Any:
+        return self._fields.get_int(self._keys[name], default, low=low, high=high)
 
 
 class SendHandlers:
     """The producer-side handlers over one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, stats: Any = None,
+                 check_record_topic: Callable[[RemotingCommand, str], None] | None = None
+                 ) -> None:
         self._broker = broker
+        self._check_record_topic = check_record_topic or (lambda request, topic: None)
+        self._stats = stats  # ``record_put(count)`` (admin's runtime statistics), or None
 
     def register(self, table: HandlerTable, *, inline: bool) -> None:
         """Serve 10, 310, 320, 36 and 37 (``inline``: the store does not block on a send)."""
@@ -97,21 +107,21 @@ class SendHandlers:
     def send(self, request: RemotingCommand, session: Session) -> RemotingCommand:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
         header = _SendHeader(request)
-        topic = header.str("topic", max_chars=255)
+        topic = header.get_str("topic", max_chars=255)
         if topic == DELAY_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX):
             raise RequestRefusedError(ResponseCode.NO_PERMISSION,
                                       f"sending message to topic {topic} is forbidden: it is "
                                       "an internal topic of the broker")
-        queue_id = header.int("queueId", low=-1, high=INT32_MAX)
-        sys_flag = header.int("sysFlag", low=0, high=INT32_MAX)
-        properties = properties_from_wire(header.str("properties", None, max_chars=65536))
+        queue_id = header.get_int("queueId", low=-1)
+        sys_flag = header.get_int("sysFlag", low=0)
+        properties = properties_from_wire(header.get_str("properties", None, max_chars=65536))
         if sys_flag & SYSFLAG_TRANSACTION_MASK or properties.get("TRAN_MSG") == "true":
             raise RequestRefusedError(ResponseCode.NO_PERMISSION, TRANSACTIONS_REFUSED)
-        common = {"flag": header.int("flag", 0, low=-(2**31), high=INT32_MAX),
+        common = {"flag": header.get_int("flag", 0, low=-(2**31)),
                   "sys_flag": sys_flag,
-                  "born_timestamp_ms": header.int("bornTimestamp", low=0),
+                  "born_timestamp_ms": header.get_int("bornTimestamp", low=0, high=2**63 - 1),
                   "born_host": session.peer_address,
-                  "reconsume_count": header.int("reconsumeTimes", 0, low=0, high=INT32_MAX)}
+                  "reconsume_count": header.get_int("reconsumeTimes", 0, low=0)}
         topic, queue_id = self._retry_target(topic, queue_id, properties,
                                              common["reconsume_count"], header)
         chosen = None if queue_id < 0 else queue_id
@@ -123,6 +133,8 @@ class SendHandlers:
         else:
             results = [self._broker.send(message_from_wire(topic, request.body, properties,
                                                            **common), queue_id=chosen)]
+        if self._stats is not None:
+            self._stats.record_put(len(results))
         return _send_response(request, results)
 
     def _send_all(self, messages: list[Message], queue_id: int | None) -> list[SendResult]:
@@ -136,7 +148,7 @@ class SendHandlers:
         if not topic.startswith(RETRY_PREFIX):
             return topic, queue_id
         group = topic[len(RETRY_PREFIX):]
-        limit = header.int("maxReconsumeTimes", None, low=-1, high=INT32_MAX)
+        limit = header.get_int("maxReconsumeTimes", None, low=-1)
         if limit is None or limit < 0:
             limit = self._broker.subscription_group(group).retry_max_times
         if reconsume_count < limit:
@@ -160,7 +172,12 @@ class SendHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"look message by offset failed, {position}: "
                                       f"{error}") from error
-        self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit)
+        original = view.properties.get(PROPERTY_RETRY_TOPIC, view.topic)
+        if not is_system_group_topic(original):  # a group's own topics: its SUB right covers
+            self._check_record_topic(request, original)
+        reason = fields.get_str("dlqReason", None, max_chars=4096)  # Postbox: DLQ_REASON
+        self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit,
+                               reason=reason)
         return request.response(ResponseCode.SUCCESS)
 
     def end_transaction(self, request: RemotingCommand, session: Session) -> RemotingCommand:
@@ -174,9 +191,10 @@ def _send_response(request: RemotingCommand, results: list[SendResult]) -> Remot
     for result in results:
         code = max(code, _PUT_STATUS_CODES[result.status])
     fields = {"msgId": ",".join(result.offset_msg_id for result in results),
-              "queueId": first.queue_id, "queueOffset": first.queue_offset,
+              "queueId": str(first.queue_id), "queueOffset": str(first.queue_offset),
               "MSG_REGION": MSG_REGION, "TRACE_ON": "true"}
     unique_keys = [result.unique_key for result in results if result.unique_key]
     if unique_keys:
         fields["transactionId"] = ",".join(unique_keys)
-    return request.response(code, fields)
+    return RemotingCommand(code=code, opaque=request.opaque, flag=FLAG_RESPONSE,
+                           ext_fields=fields)  # already strings: no conversion pass

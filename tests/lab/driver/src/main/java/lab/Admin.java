@@ -135,7 +135,11 @@ final class Admin {
         return with(request, admin -> {
             ClusterInfo info = admin.examineBrokerClusterInfo();
             JSONObject brokers = new JSONObject(true);
-            info.getBrokerAddrTable().forEach((name, data) -> brokers.put(name, data.getBrokerAddrs()));
+            info.getBrokerAddrTable().forEach((name, data) -> {
+                JSONObject addresses = new JSONObject(true);
+                data.getBrokerAddrs().forEach((id, address) -> addresses.put(String.valueOf(id), address));
+                brokers.put(name, addresses);
+            });
             return brokers;
         });
     }

@@ -70,6 +70,12 @@ public final class LabDriver {
                 return Query.query(request);
             case "push":
                 return Push.push(request);
+            case "lite-pull":
+                return LitePull.litePull(request);
+            case "mqadmin":
+                return Mqadmin.mqadmin(request);
+            case "bench":
+                return Bench.bench(request);
             case "grpc-produce":
                 return Grpc.produce(request);
             case "grpc-receive":

@@ -6,6 +6,7 @@ import java.util.ArrayList;
 import java.util.List;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.MessageQueueSelector;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
@@ -13,14 +14,19 @@ import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 
-/** Sending with the remoting client: plain, batch and transactional messages. */
+/** Sending with the remoting client: plain, batch, orderly (by selector) and transactional messages. */
 final class Produce {
     private Produce() {
     }
 
+    /** Orderly sending: messages with the same order key go to the same queue (key hash). */
+    static final MessageQueueSelector BY_ORDER_KEY = (queues, message, key) ->
+        queues.get(Math.floorMod(key.hashCode(), queues.size()));
+
     /**
-     * {@code {"sends": [{"message": spec} | {"batch": [spec, ...]}]}}: one result per send, in
-     * order (a batch's result lists the unique keys of its messages in {@code msg_id}).
+     * {@code {"sends": [{"message": spec} | {"message": spec, "order_key": key} | {"batch": [spec,
+     * ...]}]}}: one result per send, in order (a batch's result lists the unique keys of its
+     * messages in {@code msg_id}; an order key picks the queue through a selector).
      */
     static Object produce(JSONObject request) throws Exception {
         DefaultMQProducer producer = Clients.configure(
@@ -40,6 +46,9 @@ final class Produce {
                         batch.add(Messages.build((JSONObject) spec));
                     }
                     result = producer.send(batch);
+                } else if (send.containsKey("order_key")) {
+                    result = producer.send(Messages.build(send.getJSONObject("message")), BY_ORDER_KEY,
+                        send.getString("order_key"));
                 } else {
                     result = producer.send(Messages.build(send.getJSONObject("message")));
                 }

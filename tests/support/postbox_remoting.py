@@ -1,0 +1,44 @@
+"""A Postbox broker served over remoting in this process: name server + broker (data plane and
+admin) over one embedded ``Broker``, as ``postbox broker start`` assembles them, on free
+loopback ports. For client tests that need a real Postbox peer without a second process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from network.remoting.node import NodeOptions, RemotingNode
+from storage_engine import Broker
+
+CLUSTER = "PostboxCluster"
+BROKER_NAME = "postbox-a"
+
+
+@dataclass(frozen=True)
+class PostboxRemoting:
+    """Addresses of a running in-process Postbox remoting stack."""
+
+    namesrv: str
+    broker_address: str
+    broker: Broker
+
+    @property
+    def store_url(self) -> str:
+        """The ``rocketmq://`` URL of its name server."""
+        return f"rocketmq://{self.namesrv}"
+
+
+@contextlib.contextmanager
+def serve_remoting(broker: Broker) -> Iterator[PostboxRemoting]:
+    """Serve ``broker`` over remoting until the block ends (the broker stays the caller's)."""
+    node = RemotingNode(broker, NodeOptions(remoting_listen="127.0.0.1:0",
+                                            namesrv_listen="127.0.0.1:0", cluster=CLUSTER,
+                                            broker_name=BROKER_NAME))
+    node.start()
+    try:
+        assert node.namesrv_address is not None
+        yield PostboxRemoting(node.namesrv_address, node.broker_address, broker)
+    finally:
+        node.stop()
