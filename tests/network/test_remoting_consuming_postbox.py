@@ -235,3 +235,17 @@ def test_the_heartbeat_service_keeps_a_registration_alive(broker, clients):
     clock.advance(service.interval_ms)
     service.run_once(clock.now_ms())  # unregistered: no longer repeated
     assert broker.consumer_ids("billing") == []
+
+
+def test_each_member_heartbeats_over_its_own_connection(broker, clients):
+    consuming = clients.new()
+    consuming.register_consumer("billing", "c1", ["orders"])
+    consuming.register_consumer("billing", "c2", ["orders"])
+    assert consuming.consumer_ids("billing") == ["c1", "c2"]
+    sockets = {member: consuming.membership._connections_of(member).addresses()
+               for member in ("c1", "c2")}
+    assert sockets["c1"] and sockets["c1"] == sockets["c2"]  # same broker, separate sets
+    assert consuming.membership._connections_of("c1") is not (
+        consuming.membership._connections_of("c2"))
+    consuming.unregister_consumer("billing", "c2")
+    assert consuming.consumer_ids("billing") == ["c1"]
