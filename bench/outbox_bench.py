@@ -106,6 +106,7 @@ from bench.outbox_baselines import (
     redis_server,
     run_threads,
 )
+from bench.outbox_processes import processes_pipeline, register_bill
 from bench.outbox_report import render
 from bench.peers import BenchError, run_and_print
 
@@ -138,6 +139,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "profiling every thread (not in the figures)")
     p.add_argument("--profile-top", type=int, default=12, help="functions --diagnose prints")
     p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
+    p.add_argument("--processes", type=int, default=2,
+                   help="consumer processes of the rocketmq:// pipeline on PostgreSQL (0: off)")
     p.add_argument("--json", action="store_true", help="print one JSON document, no table")
     args = p.parse_args(argv)
     if min(args.messages, args.producer_threads, args.repeat) < 1 or args.warmup < 0:
@@ -229,12 +232,7 @@ def running_pipeline(args: argparse.Namespace, target: Target, redis_url: str,
     engine = database_engine(app)
     box = Outbox(app, engine=engine)
 
-    @app.handler(topic=TOPIC, consumer_group=group, consume_from="first", idempotent=True)
-    def bill(message, session) -> None:
-        data = json.loads(message.body)
-        session.execute(insert(ledger_rows).values(
-            message_id=message.msg_id, order_no=data["order"], amount=data["amount"]))
-
+    register_bill(app, group)
     poll_engine = create_engine(target.url)
     try:
         app.start()
@@ -485,17 +483,22 @@ def diagnose(args: argparse.Namespace, target: Target, redis_url: str, root: Pat
 def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path) -> dict:
     count = args.messages
     reps = []
-    for rep in range(args.repeat):
+    for rep_no in range(args.repeat):
         progress(args, f"{target.name}: bare baseline ({count:,} + {count:,} transactions), "
-                 f"rep {rep + 1}/{args.repeat}")
+                 f"rep {rep_no + 1}/{args.repeat}")
         base = bare(args, target)
         progress(args, f"{target.name}: database floor ({count:,} messages, no messaging), "
-                 f"rep {rep + 1}/{args.repeat}")
+                 f"rep {rep_no + 1}/{args.repeat}")
         floor = db_floor(args, target)
         progress(args, f"{target.name}: pipeline + duplicates ({count:,} messages), "
-                 f"rep {rep + 1}/{args.repeat}")
-        reps.append({"bare": base, "floor": floor,
-                     "pipeline": pipeline(args, target, redis_url, root)})
+                 f"rep {rep_no + 1}/{args.repeat}")
+        rep = {"bare": base, "floor": floor,
+               "pipeline": pipeline(args, target, redis_url, root)}
+        if args.processes and target.name == "postgresql":
+            progress(args, f"{target.name}: pipeline with {args.processes} consumer processes "
+                     f"over rocketmq:// ({count:,} messages), rep {rep_no + 1}/{args.repeat}")
+            rep["processes"] = processes_pipeline(args, target, redis_url, root)
+        reps.append(rep)
 
     def med(get: Callable[[dict], float]) -> float:
         return statistics.median(get(rep) for rep in reps)
@@ -524,6 +527,11 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
         "acquire_p50_ms": statistics.median(d["acquire_p50_ms"] for d in dup),
         "acquire_p99_ms": statistics.median(d["acquire_p99_ms"] for d in dup),
     }
+    if all("processes" in rep for rep in reps):
+        processes_s = med(lambda r: r["processes"]["seconds"])
+        figures["processes_per_s"] = count / processes_s
+        figures["processes_vs_one_process"] = pipeline_s / processes_s
+        figures["processes_vs_bare"] = (count / processes_s) / (count / combined_s)
     result = {"url": make_url(target.url).render_as_string(), "figures": figures, "reps": reps}
     if args.diagnose:
         result["diagnose"] = diagnose(args, target, redis_url, root)

@@ -34,6 +34,16 @@ def render(report: dict) -> None:
               f"(target >= {report['target_ratio']:.2f}: {met})")
         print(f"  {'ratio database floor / bare combined':<40} {f['floor_ratio']:>9.2f}   "
               "(the most the pipeline could reach; the rest of its CPU is messaging)")
+        if "processes_per_s" in f:
+            processes = result["reps"][-1]["processes"]["processes"]
+            print(f"  {'pipeline, ' + str(processes) + ' consumer processes (rocketmq://)':<40} "
+                  f"{f['processes_per_s']:>9,.0f}")
+            print(f"  {'ratio those processes / one process':<40} "
+                  f"{f['processes_vs_one_process']:>9.2f}   (target >= 1.50: "
+                  f"{'met' if f['processes_vs_one_process'] >= 1.5 else 'NOT met'})")
+            print(f"  {'ratio those processes / bare combined':<40} "
+                  f"{f['processes_vs_bare']:>9.2f}   (target >= 0.50: "
+                  f"{'met' if f['processes_vs_bare'] >= 0.5 else 'NOT met'})")
         last = result["reps"][-1]["pipeline"]
         print(f"  relay published by hook / by poll        "
               f"{last['published_by_hook']:,} / {last['published_by_poll']:,}")

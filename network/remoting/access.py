@@ -15,8 +15,10 @@ signature only; "admin" = ``"admin": true``):
 - SEND_MESSAGE (10, 310, 320): PUB t (+ create); a send to ``%RETRY%g`` (a push consumer
   re-sending a message itself) needs SUB g, as in RocketMQ.
 - PULL_MESSAGE (11), QUERY/UPDATE_CONSUMER_OFFSET (14, 15): SUB t, SUB g.
-- CONSUMER_SEND_MSG_BACK (36): SUB g, and SUB on ``originTopic`` when given.
+- CONSUMER_SEND_MSG_BACK (36): SUB g and SUB on ``originTopic`` (without it: admin).
 - QUERY_MESSAGE (12): SUB t. VIEW_MESSAGE_BY_ID (33): SUB t when ``topic`` is given, else admin.
+  Both name a record by position: their handlers refuse a record whose topic (or
+  ``RETRY_TOPIC``) is not the one named, so the rights checked are the record's.
 - GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME (30, 31, 29, 32):
   any t.
 - HEART_BEAT (34): for each consumer of the body SUB g and SUB on each subscribed topic;
@@ -33,10 +35,6 @@ signature only; "admin" = ``"admin": true``):
   GET_CONSUME_STATS (208): SUB g (+ any t when a topic is named); GET_CONSUMER_CONNECTION_LIST
   (203): SUB g; GET_BROKER_RUNTIME_INFO (28): auth.
 - Any other code: admin (UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG are refused anyway).
-
-Handlers that read a message by position (send-back, view by id) should also call
-``check_topic`` with the topic of the record they read, so a request cannot reach a topic it
-did not name.
 
 Thread-safety: immutable after construction; ``check`` may be called from any thread.
 """
@@ -121,9 +119,12 @@ class RemotingAccess:
             _check_need(account, need, self._topic_exists)
         return account
 
-    def check_topic(self, request: RemotingCommand, topic: str, right: str = SUB) -> None:
-        """Check one more topic right of an authenticated request (a record's topic)."""
-        _check_need(self.authenticate(request), Need("topic", topic, right), self._topic_exists)
+    def check_topic(self, request: RemotingCommand, topic: str) -> None:
+        """The SUB right on ``topic``, the topic of a record ``request`` reached by its
+        commit-log position (view by id, send-back): the topic it names was checked by
+        ``check``, this is the one the record really has."""
+        _check_need(self.authenticate(request), Need("topic", topic, SUB),
+                    self._topic_exists)
 
 
 def _check_need(account: Account, need: Need, topic_exists: Callable[[str], bool]) -> None:
@@ -186,8 +187,10 @@ def _topic_and_group(fields: Fields, body: bytes) -> Iterator[Need]:
 
 def _send_back(fields: Fields, body: bytes) -> Iterator[Need]:
     yield from _group(fields.get("group"))
-    if fields.get("originTopic"):
+    if fields.get("originTopic"):  # the handler checks the record is of this topic
         yield Need("topic", fields["originTopic"], SUB)
+    else:  # without it the record's topic is unchecked: only an admin may
+        yield ADMIN
 
 
 def _view(fields: Fields, body: bytes) -> Iterator[Need]:

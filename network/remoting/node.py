@@ -8,7 +8,8 @@ Parts, started in this order and stopped in reverse:
 2. the name server (``NameServer`` over a ``RouteTable`` whose local broker is this one, read
    live) on ``namesrv_listen`` — left out when ``namesrv_listen`` is None;
 3. the ``NamesrvRegistrar`` when ``namesrv_addresses`` names external name servers (Apache's
-   included): REGISTER_BROKER every 30 s, UNREGISTER_BROKER on stop.
+   included): the first REGISTER_BROKER round before ``start`` returns (an unreachable name
+   server is logged, not fatal), then every 30 s; UNREGISTER_BROKER on stop.
 
 The broker is known as ``identity`` (cluster, broker name, id 0) at its advertised address:
 ``advertise`` when given, else the address it bound; a wildcard bind (``0.0.0.0``, ``::``)
@@ -26,7 +27,13 @@ from dataclasses import dataclass, field
 
 from storage_engine.broker import Broker
 
-from .admin import BrokerAdmin, advertised_topics, data_version
+from .admin import (
+    AdvertisedTopics,
+    BrokerAdmin,
+    RuntimeStats,
+    advertised_topics,
+    data_version,
+)
 from .namesrv import BrokerIdentity, NameServer, RouteTable
 from .registration import NamesrvRegistrar
 from .server import RemotingServer
@@ -81,7 +88,8 @@ class RemotingNode:
                             "give --advertise HOST:PORT, the address clients connect to")
         self._namesrv_bind = (None if options.namesrv_listen is None
                               else split_host_port(options.namesrv_listen, "--namesrv-listen"))
-        self.broker_server = BrokerRemotingServer(broker, host, port, access=access)
+        self.broker_server = BrokerRemotingServer(broker, host, port, access=access,
+                                                  stats=RuntimeStats(broker.store.clock))
         self.admin = BrokerAdmin.attach(self.broker_server, options.broker_name)
         self.routes = RouteTable(broker.store.clock)
         self.namesrv_server: RemotingServer | None = None
@@ -97,8 +105,8 @@ class RemotingNode:
         self.broker_server.start()
         try:
             self.identity = self._identity()
-            self.routes.set_local(self.identity, lambda: advertised_topics(
-                self._broker, self.options.broker_name))
+            self.routes.set_local(self.identity, AdvertisedTopics(self._broker,
+                                                                  self.options.broker_name))
             if self.namesrv_server is not None:
                 self.namesrv_server.start()
             if self.options.namesrv_addresses:
@@ -106,6 +114,7 @@ class RemotingNode:
                     self.options.namesrv_addresses, self.identity,
                     lambda: advertised_topics(self._broker, self.options.broker_name),
                     lambda: data_version(self._broker), self._broker.store.clock)
+                self.registrar.run_once(self._broker.store.clock.now_ms())  # before "serving"
                 self.registrar.start()
         except BaseException:
             self.stop()
@@ -113,7 +122,9 @@ class RemotingNode:
 
     def _identity(self) -> BrokerIdentity:
         if self.options.advertise is not None:
-            address = self.options.advertise
+            host, port = split_host_port(self.options.advertise, "--advertise")
+            bound = self.broker_server.server.address
+            address = f"{host}:{bound[1] if port == 0 and bound else port}"
         else:
             address = self.broker_server.server.address_text
         return BrokerIdentity(self.options.cluster, self.options.broker_name, 0, address)

@@ -378,7 +378,7 @@ class FrameDecoder:
         self._limits = limits
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         """The commands completed by ``data``; raises ``WireError`` on a malformed frame."""
         self._buffer += data
         commands = []

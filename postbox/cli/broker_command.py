@@ -7,10 +7,12 @@ line ``listening on HOST:PORT`` goes to stdout once clients can connect (then
 ``ha listening on HOST:PORT`` when ``--ha-listen`` opened a master's replication port).
 SIGTERM or SIGINT stops it cleanly: new calls are refused, long polls end, running calls get
 ``--grace`` seconds, then the broker closes (consumer offsets persisted, store closed without
-``abort``) and the command exits 0 after printing ``stopped``. The remoting broker
-(``network.remoting.server.broker``) binds ``--remoting-listen`` beside it and prints
-``remoting listening on HOST:PORT`` (after the ``ha listening`` line); it stops (connections
-closed, held pulls dropped) before the gRPC server.
+``abort``) and the command exits 0 after printing ``stopped``. The remoting side
+(``network.remoting.node.RemotingNode``, options in ``broker_remoting``) serves beside it: the
+broker on ``--remoting-listen`` (``remoting listening on HOST:PORT``, after the ``ha
+listening`` line), the name server on ``--namesrv-listen`` (``namesrv listening on
+HOST:PORT``), and registrations with ``--namesrv``; it stops (unregistered, connections closed,
+held pulls dropped) before the gRPC server. ``--acl`` guards every listener.
 
 grpc and the RocketMQ protocol modules are imported only when the command runs (the
 ``server`` extra). ``store_config`` builds the ``StoreConfig`` from the options in one place,
@@ -29,6 +31,16 @@ import typer
 
 from storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
 
+from .broker_remoting import (
+    DEFAULT_NAMESRV_LISTEN,
+    AdvertiseOption,
+    BrokerNameOption,
+    ClusterNameOption,
+    NamesrvListenOption,
+    NamesrvOption,
+    RemotingListenOption,
+    node_options,
+)
 from .common import (
     BrokerConfOption,
     CliError,
@@ -41,18 +53,13 @@ from .common import (
 )
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
-DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
 
-broker_app = typer.Typer(name="broker", help="Run the network broker (RocketMQ 5 gRPC).",
-                         no_args_is_help=True)
+broker_app = typer.Typer(name="broker", help="Run the network broker (RocketMQ remoting and "
+                                             "RocketMQ 5 gRPC).", no_args_is_help=True)
 
 ListenOption = Annotated[str, typer.Option(
     "--listen", metavar="HOST:PORT",
     help="Address to serve on (port 0: any free port; the bound address is printed).")]
-RemotingListenOption = Annotated[str, typer.Option(
-    "--remoting-listen", metavar="HOST:PORT",
-    help="Address of the RocketMQ remoting broker (TCP; RocketMQ 4.x clients, mqadmin, "
-         "rocketmq://) (port 0: any free port; printed).")]
 AclOption = Annotated[Path | None, typer.Option(
     "--acl", metavar="FILE", exists=True, dir_okay=False, readable=True,
     help="JSON file of access keys and their rights (docs/remoting.md); without it every "
@@ -114,24 +121,28 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   grace: GraceOption = 5.0, role: RoleOption = None,
                   ha_listen: HAListenOption = None, master_ha: MasterHAOption = None,
                   slave_timeout_ms: SlaveTimeoutOption = None,
-                  remoting_listen: RemotingListenOption = DEFAULT_REMOTING_LISTEN) -> None:
-    """Serve a store to RocketMQ 5 clients and Postbox's remote transport until SIGTERM."""
+                  remoting_listen: RemotingListenOption = None,
+                  namesrv_listen: NamesrvListenOption = DEFAULT_NAMESRV_LISTEN,
+                  namesrv: NamesrvOption = None, advertise: AdvertiseOption = None,
+                  broker_name: BrokerNameOption = None,
+                  cluster_name: ClusterNameOption = None) -> None:
+    """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
+    5 gRPC until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
-        from network.grpc_v2 import (
-            AccessControl,
-            BrokerServer,
-            ServerError,
-            parse_listen,
-        )
-        from network.remoting.server.broker import BrokerRemotingServer
+        from network.grpc_v2 import AccessControl, BrokerServer, ServerError, parse_listen
+        from network.remoting.access import RemotingAccess
+        from network.remoting.node import NodeError, RemotingNode
     except ImportError as error:
         raise CliError(f"the broker server needs the 'server' extra "
                        f"(pip install 'postbox[server]'): {error}") from error
     try:
         parse_listen(listen)  # before the store is opened
-        remoting_host, remoting_port = parse_listen(remoting_listen)
     except ServerError as error:
         raise CliError(str(error)) from error
+    options = node_options(broker_conf, namesrv_listen=namesrv_listen,
+                           remoting_listen=remoting_listen, namesrv=namesrv,
+                           advertise=advertise, broker_name=broker_name,
+                           cluster_name=cluster_name)
     config = store_config(store, broker_conf, segment_size,
                           ReplicationOptions(role, ha_listen, master_ha, slave_timeout_ms))
     access = AccessControl.load(acl) if acl is not None else None
@@ -140,35 +151,52 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                 for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         with Broker.open(config) as broker:
+            remote_access = None if acl is None else RemotingAccess.load(
+                acl, lambda topic: broker.topic_config(topic) is not None)
+            try:
+                node = RemotingNode(broker, options, access=remote_access)
+            except NodeError as error:
+                raise CliError(str(error)) from error
             server = BrokerServer(broker, listen, access=access, workers=workers,
                                   max_request_bytes=max_request_bytes)
-            remoting = BrokerRemotingServer(broker, remoting_host, remoting_port)
             try:
                 server.start()
             except ServerError as error:
                 raise CliError(str(error)) from error
             try:
-                try:
-                    remoting.start()
-                except OSError as error:
-                    raise CliError(f"cannot serve remoting on {remoting_listen}: "
-                                   f"{error}") from error
-                typer.echo(f"listening on {server.address}")
-                ha_address = broker.store.ha_listen_address
-                if ha_address is not None:
-                    typer.echo(f"ha listening on {ha_address[0]}:{ha_address[1]}")
-                typer.echo(f"remoting listening on {remoting.server.address_text}")
-                print_note(f"store {config.root_dir}; role {config.broker_role.value}; "
-                           f"access control {'from ' + str(acl) if acl else 'off'}; "
-                           "SIGTERM stops")
-                stop.wait()
+                _serve(broker, server, node, stop, note=(
+                    f"store {config.root_dir}; role {config.broker_role.value}; "
+                    f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
             finally:
-                remoting.stop()
+                node.stop()
                 server.stop(grace)
         typer.echo("stopped")
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, note: str) -> None:
+    """Start the remoting node, print the addresses, wait for SIGTERM."""
+    try:
+        node.start()
+    except OSError as error:
+        raise CliError(f"cannot serve remoting ({node.options.remoting_listen}, name server "
+                       f"{node.options.namesrv_listen}): {error}") from error
+    typer.echo(f"listening on {server.address}")
+    ha_address = broker.store.ha_listen_address
+    if ha_address is not None:
+        typer.echo(f"ha listening on {ha_address[0]}:{ha_address[1]}")
+    typer.echo(f"remoting listening on {node.broker_server.server.address_text}")
+    if node.namesrv_address is not None:
+        typer.echo(f"namesrv listening on {node.namesrv_address}")
+    identity = node.identity
+    print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
+               f"{identity.address}" + "".join(
+                   f"; registering with {host}:{port} every 30 s"
+                   for host, port in node.options.namesrv_addresses))
+    print_note(note)
+    stop.wait()
 
 
 __all__ = ["ReplicationOptions", "broker_app", "store_config"]

@@ -92,7 +92,7 @@ def test_java_producer_round_trips_and_mqadmin_reads_it(remoting_target: Remotin
             (result["msg_id"], result["offset_msg_id"])
         assert (message["queue_id"], message["queue_offset"]) == \
             (result["queue_id"], result["queue_offset"])
-        assert message["store_host"] == target.broker_addr
+        assert message["store_host"] == target.broker_addr, message["store_host"]
     # a batch's entries: content as sent, in one queue from the offset its send returned (their
     # UNIQ_KEY is not compared: Apache's broker appends the batch's own UNIQ_KEY to each entry)
     entries = [by_body[spec["body"].encode()] for spec in batch]
@@ -266,13 +266,12 @@ def test_java_lite_pull_consumer_subscribes_assigns_seeks_and_commits(
 
     busiest = max(counts, key=counts.get)
     assigned = target.driver.run("lite-pull", group="peers-lite-assign", topic=LITE,
-                                 mode="assign", seek=[{"queue_id": busiest, "offset": 1}],
-                                 expect=11, timeout_ms=60_000)
-    offsets = defaultdict(list)
-    for message in assigned["messages"]:
-        offsets[message["queue_id"]].append(message["queue_offset"])
-    assert sorted(offsets[busiest]) == list(range(1, counts[busiest]))
-    assert sum(len(o) for o in offsets.values()) == 11
+                                 mode="assign", expect=12,
+                                 seek=[{"queue_id": busiest, "offset": 1}],
+                                 expect_after_seek=counts[busiest] - 1, timeout_ms=60_000)
+    assert {m["uniq_key"] for m in assigned["messages"]} == keys
+    assert [(m["queue_id"], m["queue_offset"]) for m in assigned["after_seek"]] == \
+        [(busiest, offset) for offset in range(1, counts[busiest])]
     assert {q["queue_id"]: q["committed"] for q in assigned["queues"] if counts[q["queue_id"]]} \
         == dict(counts)
     output, = target.mqadmin.run(["consumerProgress", "-g", "peers-lite-sub"])

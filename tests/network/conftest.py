@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     """An embedded broker on a fresh store."""
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as opened:
+    with Broker.open(small_store_config(tmp_path / "store")) as opened:
         yield opened
 
 

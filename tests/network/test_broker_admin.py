@@ -9,12 +9,13 @@ import json
 import pytest
 
 from network.remoting import fastjson
-from network.remoting.admin import BrokerAdmin
+from network.remoting.admin import BrokerAdmin, RuntimeStats
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker, Message, StoreConfig
+from storage_engine import Broker, Message
 from storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 TOPIC_FIELDS = {"defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
                 "topicFilterType": "SINGLE_TAG", "order": False,
@@ -24,8 +25,8 @@ TOPIC_FIELDS = {"defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 
 @pytest.fixture
 def admin(tmp_path):
     clock = FakeClock(1_700_000_000_000)
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store"), clock=clock) as broker:
-        server = BrokerRemotingServer(broker)
+    with Broker.open(small_store_config(tmp_path / "store"), clock=clock) as broker:
+        server = BrokerRemotingServer(broker, stats=RuntimeStats(clock))
         admin = BrokerAdmin.attach(server, "postbox-a")
         server.start()
         try:

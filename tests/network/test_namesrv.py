@@ -11,7 +11,7 @@ import zlib
 import pytest
 
 from network.remoting import fastjson
-from network.remoting.admin import advertised_topics
+from network.remoting.admin import AdvertisedTopics, advertised_topics
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
 from network.remoting.namesrv.route_bodies import register_body
@@ -20,14 +20,16 @@ from network.remoting.server import RemotingServer
 from storage_engine import Broker, StoreConfig
 from storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 LOCAL = BrokerIdentity("PostboxCluster", "postbox-a", 0, "127.0.0.1:10911")
 
 
 def _open_broker(tmp_path, **broker_conf):
-    config = StoreConfig(root_dir=tmp_path / "store")
+    config = small_store_config(tmp_path / "store")
     if broker_conf:
         config = StoreConfig.from_broker_conf({"storePathRootDir": str(tmp_path / "store"),
+                                               "mappedFileSizeCommitLog": "1048576",
                                                **broker_conf})
     return Broker.open(config)
 
@@ -42,7 +44,7 @@ def namesrv(tmp_path, clock):
     with _open_broker(tmp_path) as broker:
         broker.create_topic("orders", 4)
         routes = RouteTable(clock)
-        routes.set_local(LOCAL, lambda: advertised_topics(broker, LOCAL.broker_name))
+        routes.set_local(LOCAL, AdvertisedTopics(broker, LOCAL.broker_name))
         server = RemotingServer(name="namesrv")
         NameServer(routes).register_handlers(server.handlers)
         server.start()
@@ -103,7 +105,7 @@ def test_auto_creation_topic_is_not_routed_when_auto_creation_is_off(tmp_path, c
 
 
 def test_cluster_info_and_topic_lists(namesrv):
-    server, _, _ = namesrv
+    server, broker, _ = namesrv
     with RawRemotingClient(server.address) as client:
         cluster = client.call(RequestCode.GET_BROKER_CLUSTER_INFO)
         topics = client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -115,6 +117,10 @@ def test_cluster_info_and_topic_lists(namesrv):
     assert json.loads(topics.body)["topicList"] == ["TBW102", "orders"]
     assert json.loads(by_cluster.body)["topicList"] == ["TBW102", "orders"]
     assert json.loads(other.body)["topicList"] == []
+    broker.create_topic("later", 1)
+    with RawRemotingClient(server.address) as client:
+        again = client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert json.loads(again.body)["topicList"] == ["TBW102", "later", "orders"]
 
 
 def _register(client, name, address, topics, *, crc=None, broker_id=0):
@@ -183,3 +189,23 @@ def test_remote_config_write_is_refused(namesrv):
                              b"configStorePath=/tmp/x\nkvConfigPath=/tmp/y")
     assert answer.code == ResponseCode.NO_PERMISSION
     assert "CVE-2023-33246" in answer.remark
+
+
+def test_query_data_version_says_whether_a_registration_changed_and_keeps_it_alive(namesrv,
+                                                                                   clock):
+    server, _, _ = namesrv
+    who = {"brokerName": "remote-v", "brokerAddr": "10.0.0.9:10911", "clusterName": "Other",
+           "brokerId": 0}
+    with RawRemotingClient(server.address) as client:
+        unknown = client.call(322, who, b'{"counter":1,"stateVersion":0,"timestamp":1}')
+        assert unknown.code == 0 and unknown.ext_fields["changed"] == "true"
+        assert _register(client, "remote-v", "10.0.0.9:10911", ["v-topic"]).code == 0
+        same = client.call(322, who, b'{"counter":1,"stateVersion":0,"timestamp":1}')
+        newer = client.call(322, who, b'{"counter":2,"stateVersion":0,"timestamp":5}')
+        assert same.ext_fields["changed"] == "false"
+        assert json.loads(same.body) == {"counter": 1, "timestamp": 1}
+        assert newer.ext_fields["changed"] == "true"
+        for _ in range(3):  # 300 s without a registration, alive through the queries
+            clock.advance(100_000)
+            assert client.call(322, who, b'{"counter":1,"timestamp":1}').code == 0
+        assert client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "v-topic"}).code == 0

@@ -14,9 +14,10 @@ from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
 from network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
 from network.remoting.server import RemotingServer
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 IDENTITY = BrokerIdentity("PostboxCluster", "postbox-x", 0, "127.0.0.1:10999")
 
@@ -42,7 +43,7 @@ def _route(client, topic):
 
 
 def test_registered_broker_is_routed_until_it_stops(tmp_path, external_namesrv):
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker, \
+    with Broker.open(small_store_config(tmp_path / "store")) as broker, \
             RawRemotingClient(external_namesrv.address) as client:
         broker.create_topic("orders", 3)
         registrar = _registrar(broker, [external_namesrv.address])
@@ -69,7 +70,7 @@ def test_unreachable_name_server_is_logged_and_the_others_still_served(
     closed.bind(("127.0.0.1", 0))
     dead = closed.getsockname()
     closed.close()  # nothing listens there any more
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker, \
+    with Broker.open(small_store_config(tmp_path / "store")) as broker, \
             RawRemotingClient(external_namesrv.address) as client:
         broker.create_topic("orders", 1)
         registrar = _registrar(broker, [dead, external_namesrv.address])

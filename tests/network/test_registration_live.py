@@ -9,17 +9,19 @@ import json
 from network.remoting.admin import advertised_topics, data_version
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity
+from network.remoting.node import NodeOptions, RemotingNode
 from network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 TOPIC = "postbox-registered-topic"
 
 
 def test_apache_name_server_routes_to_the_registered_postbox_broker(live_rocketmq, tmp_path):
     identity = BrokerIdentity("PostboxRegistered", "postbox-reg", 0, "127.0.0.1:41911")
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
         broker.create_topic(TOPIC, 3)
         registrar = NamesrvRegistrar(parse_namesrv_list(live_rocketmq.namesrv), identity,
                                      lambda: advertised_topics(broker, identity.broker_name),
@@ -44,3 +46,31 @@ def test_apache_name_server_routes_to_the_registered_postbox_broker(live_rocketm
                 registrar.stop()
             gone = apache.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
             assert gone.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+ROUTED = "postbox-routed-topic"
+
+
+def test_java_clients_reach_the_registered_postbox_broker_through_apaches_name_server(
+        live_rocketmq, tmp_path):
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
+        broker.create_topic(ROUTED, 2)
+        node = RemotingNode(broker, NodeOptions(
+            remoting_listen="127.0.0.1:0", namesrv_listen=None, cluster="PostboxRegistered",
+            broker_name="postbox-live",
+            namesrv_addresses=parse_namesrv_list(live_rocketmq.namesrv)))
+        node.start()  # the first registration round happens here
+        try:
+            sent = live_rocketmq.driver.run("produce", sends=[
+                {"message": {"topic": ROUTED, "tags": "t", "keys": [f"routed-{n}"],
+                             "body": f"via Apache's name server {n}"}} for n in range(3)])
+            assert [result["status"] for result in sent] == ["SEND_OK"] * 3, sent
+            broker.store.wait_dispatched()
+            stored = sorted(view.body for queue_id in (0, 1) for view in broker.store.get_message(
+                "check", ROUTED, queue_id, 0, 10).messages)
+            assert stored == [f"via Apache's name server {n}".encode() for n in range(3)]
+            pulled = live_rocketmq.driver.run("pull", topics=[ROUTED])["messages"]
+            assert sorted(message["keys"] for message in pulled) == [
+                f"routed-{n}" for n in range(3)], pulled
+        finally:
+            node.stop()

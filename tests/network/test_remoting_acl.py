@@ -12,13 +12,14 @@ import pytest
 
 from network.remoting.access import RemotingAccess
 from network.remoting.acl_signature import sign, sign_request, signature_content, verify
-from network.remoting.admin import BrokerAdmin, advertised_topics
+from network.remoting.admin import AdvertisedTopics, BrokerAdmin
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
 from network.remoting.server import RemotingServer
 from network.remoting.wire import RemotingCommand
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 RC = RequestCode
 ACL = {"accounts": [
@@ -66,7 +67,7 @@ def test_fields_are_ordered_by_utf16_code_units_like_java():
 @pytest.fixture
 def servers(tmp_path):
     (tmp_path / "acl.json").write_text(json.dumps(ACL))
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
         broker.create_topic("orders", 2)
         access = RemotingAccess.load(tmp_path / "acl.json",
                                      lambda topic: broker.topic_config(topic) is not None)
@@ -82,7 +83,7 @@ def servers(tmp_path):
             broker_server.handlers.register(code, REACHED)
         routes = RouteTable(broker.store.clock)
         routes.set_local(BrokerIdentity("c", "postbox-a", 0, "127.0.0.1:1"),
-                         lambda: advertised_topics(broker, "postbox-a"))
+                         AdvertisedTopics(broker, "postbox-a"))
         namesrv = RemotingServer(name="namesrv", access=access)
         NameServer(routes).register_handlers(namesrv.handlers)
         broker_server.start()

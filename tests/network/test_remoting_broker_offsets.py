@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from network.remoting.codes import RequestCode, ResponseCode
+from network.remoting.server import AccessDeniedError
 from network.remoting.server.broker import BrokerRemotingServer
 from storage_engine import Broker
 from storage_engine.formats import decode_offset_msg_id
@@ -134,3 +135,24 @@ def test_full_disk_answers_system_busy_and_loses_nothing(tmpfs):  # noqa: F811
         assert broker.store.max_offset("T", 0) == accepted  # every accepted send is stored
         reads = client.call(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 0})
         assert reads.code == 0 and reads.ext_fields["offset"] == str(accepted)
+
+
+def test_records_reached_by_position_are_checked_by_the_access_hook(connect, remoting):
+    class SecretTopic:  # an access hook: every request passes, but not topic SECRET
+        def check(self, request, session):
+            return None
+
+        def check_topic(self, request, topic):
+            if topic == "SECRET":
+                raise AccessDeniedError(f"no right on {topic}")
+
+    client = connect()
+    secret = send(client, "SECRET", b"hidden", 5)
+    public = send(client, "OPEN", b"shown", 6)
+    remoting.server.access = SecretTopic()
+    view = client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"topic": "OPEN", "offset": secret})
+    assert view.code == ResponseCode.NO_PERMISSION and "SECRET" in view.remark
+    assert client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": public}).code == 0
+    back = client.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": secret, "group": "G", "delayLevel": 1, "originTopic": "OPEN"})
+    assert back.code == ResponseCode.NO_PERMISSION

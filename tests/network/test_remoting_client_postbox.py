@@ -15,14 +15,15 @@ import pytest
 
 from framework import App
 from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import Broker, Message, StoreConfig
+from storage_engine import Broker, Message
 from storage_engine.errors import InvalidMessageError
 from tests.support.postbox_remoting import PostboxRemoting, serve_remoting
+from tests.support.small_store import small_store_config
 
 
 @pytest.fixture
 def postbox(tmp_path: Path) -> Iterator[PostboxRemoting]:
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker, \
+    with Broker.open(small_store_config(tmp_path / "store")) as broker, \
             serve_remoting(broker) as served:
         yield served
 

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from network.remoting.client.remote_broker import RemotingBroker
+from network.remoting.client.send_lanes import Lane, Slot
+from network.remoting.client.sending import SendAlone
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.wire import RemotingCommand
 from storage_engine import Message
@@ -141,34 +143,55 @@ def test_stored_but_unconfirmed_codes_are_statuses_not_errors(cluster, code: int
     assert client.send(Message("orders", b"x")).status is status
 
 
-def test_concurrent_sends_share_one_batch_and_each_keeps_its_unique_key(cluster) -> None:
+def test_sends_are_pipelined_a_held_answer_does_not_block_the_next_send(cluster) -> None:
     release = threading.Event()
 
     def hold_first(request: RemotingCommand) -> RemotingCommand | None:
-        count = len(request.body.split(b"UNIQ_KEY")) - 1 if request.code == 320 else 1
-        if not release.is_set():
-            threading.Thread(target=lambda: (release.wait(10), peer_send(
-                stored(request, count=count)))).start()
+        if b"held" in request.body:
+            threading.Thread(target=lambda: (release.wait(10), broker.server.peers[0].send(
+                stored(request, offset=1)))).start()
             return None
-        return stored(request, offset=100, count=count)
+        return stored(request, offset=2)
 
     broker = ScriptedBroker(hold_first)
-
-    def peer_send(answer: RemotingCommand) -> None:
-        broker.server.peers[0].send(answer)
-
     client = cluster(**{"broker-a": broker})
+    with ThreadPoolExecutor(2) as pool:
+        held = pool.submit(client.send, Message("orders", b"held"))
+        wait_until(lambda: len(broker.requests) == 1, timeout_s=10)
+        assert client.send(Message("orders", b"free")).queue_offset == 2  # not behind "held"
+        assert not held.done()
+        release.set()
+        assert held.result(10).queue_offset == 1
+
+
+def test_sends_queued_during_a_write_share_one_batch_with_their_own_unique_keys(cluster
+                                                                               ) -> None:
+    broker = ScriptedBroker(lambda request: stored(
+        request, offset=100, count=request.body.count(b"UNIQ_KEY") or 1))
+    client = cluster(**{"broker-a": broker})
+    sender = client._sender
+    writing, release = threading.Event(), threading.Event()
+    write = sender._write_batch
+
+    def slow_first_write(batch: list[Slot]) -> None:
+        if not writing.is_set():
+            writing.set()
+            release.wait(10)
+        write(batch)
+
+    lane = Lane(slow_first_write)
+    sender._lanes[("ns%orders", None)] = lane
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(client.send, Message("orders", b"first"))
-        wait_until(lambda: len(broker.requests) == 1, timeout_s=10)
+        assert writing.wait(10)
         rest = [pool.submit(client.send, Message("orders", f"m{i}".encode()))
                 for i in range(3)]
-        batcher = next(iter(client._sender._batchers.values()))
-        wait_until(lambda: batcher._finished.waiting_count == 3, timeout_s=10)
+        wait_until(lambda: len(lane._queue) == 3, timeout_s=10)
         release.set()
         results = [first.result(10)] + [future.result(10) for future in rest]
+    assert [request.code for request in broker.requests] == [310, 320]
     batch = broker.requests[1]
-    assert batch.code == RequestCode.SEND_BATCH_MESSAGE and batch.ext_fields["m"] == "true"
+    assert batch.ext_fields["m"] == "true" and lane.calls == 2
     assert sorted(result.queue_offset for result in results[1:]) == [100, 101, 102]
     assert len({result.unique_key for result in results}) == 4
     for result in results[1:]:
@@ -184,10 +207,12 @@ def test_a_broker_without_batches_gets_single_sends(cluster) -> None:
     broker = ScriptedBroker(no_batches)
     client = cluster(**{"broker-a": broker})
     sender = client._sender
-    outgoing = [sender.prepare(Message("orders", f"m{i}".encode()), None, None)
-                for i in range(3)]
-    results = sender._send_round(outgoing)  # a round of three, as coalesced
-    assert [type(result).__name__ for result in results] == ["SendResult"] * 3
-    assert [request.code for request in broker.requests] == [320, 310, 310, 310]
+    slots = [Slot(sender.prepare(Message("orders", f"m{i}".encode()), None, None))
+             for i in range(3)]
+    sender._write_batch(slots)  # a call of three, as queued senders make it
+    assert all(slot.wait(10_000) for slot in slots)
+    assert all(isinstance(slot.outcome, SendAlone) for slot in slots)
+    assert [request.code for request in broker.requests] == [320]
     assert client.send(Message("orders", b"after")).status is PutStatus.PUT_OK
     assert broker.requests[-1].code == RequestCode.SEND_MESSAGE_V2
+    assert not sender._batch_supported

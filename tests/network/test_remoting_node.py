@@ -15,16 +15,17 @@ from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.namesrv import NameServer, RouteTable
 from network.remoting.node import NodeError, NodeOptions, RemotingNode
 from network.remoting.server import RemotingServer
-from storage_engine import Broker, StoreConfig
+from storage_engine import Broker
 from storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
+from tests.support.small_store import small_store_config
 
 LOOPBACK = dict(remoting_listen="127.0.0.1:0", namesrv_listen="127.0.0.1:0")
 
 
 @pytest.fixture
 def broker(tmp_path):
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
         broker.create_topic("orders", 2)
         yield broker
 

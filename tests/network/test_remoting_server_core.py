@@ -194,3 +194,45 @@ def test_full_worker_queue_answers_system_busy():
         assert refused.remark.startswith("[OVERLOAD]")
         release.set()
         assert answers[0].get(timeout=5).code == 0
+
+
+def test_binary_header_requests_are_served(server):
+    from network.remoting.wire import SerializeType
+
+    with RawRemotingClient(server.address) as client:
+        request = client.request(ECHO, {"k": "v"}, b"bin")
+        request.language = "GO"
+        answer = client.start_call(request, SerializeType.ROCKETMQ).get(timeout=5)
+        assert answer.code == 0 and answer.body == b"bin" and answer.ext_fields["lang"] == "GO"
+
+
+def test_garbage_on_many_connections_leaves_the_server_serving(server):
+    import random
+
+    rng = random.Random(21)
+    with RawRemotingClient(server.address) as good:
+        for round_number in range(30):
+            with RawRemotingClient(server.address) as noisy:
+                size = rng.randrange(1, 64)
+                payload = bytes(rng.randrange(256) for _ in range(rng.randrange(8, 200)))
+                if round_number % 3 == 0:  # a plausible length word, then junk
+                    payload = struct.pack(">i", size + 4) + payload[:size + 4]
+                noisy.send_bytes(payload)
+            assert good.call(ECHO, body=b"%d" % round_number).body == b"%d" % round_number
+        assert len(server.sessions()) <= 2
+
+
+def test_a_peer_that_never_reads_does_not_stall_the_others():
+    limits = ServerLimits(max_output_bytes=256 * 1024)
+    with RemotingServer(limits=limits) as server:
+        server.handlers.register(ECHO, lambda r, s: r.response(0, body=bytes(64 * 1024)),
+                                 inline=True)
+        stalled = socket.create_connection(server.address)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        from network.remoting.wire import encode
+        burst = b"".join(encode(RemotingCommand.request(ECHO)) for _ in range(200))
+        stalled.sendall(burst)  # 200 answers of 64 KiB it will never read
+        with RawRemotingClient(server.address) as other:
+            for _ in range(20):
+                assert other.call(ECHO, timeout_s=5).code == 0
+        stalled.close()

@@ -6,27 +6,34 @@
 - ``make_engine()``: more engines on the same database (other "processes"), disposed at teardown.
 - ``broker``: an embedded broker on a small store under ``tmp_path`` (delay levels in
   milliseconds), closed and verified by ``open_broker`` at teardown.
-- ``app``: an ``App`` with ``database_url`` = the migrated database, on that broker (or, in a
-  remote-transport run, on the run's remote broker: ``tests/support/transports.py``); stopped
-  at teardown (before the broker closes).
+- ``app``: an ``App`` on that broker with ``database_url`` = the migrated database; stopped at
+  teardown (before the broker closes).
 - helpers: ``stub_row``/``stub_rows``/``stub_count``, ``order_count``, ``stored_records``
-  (every record of a topic, read back from the store's queues).
+  (every record of a topic, read back from the store's queues), ``records_of`` (the records of
+  one message id), ``embedded(broker)`` (whether the store is in this process, for assertions
+  on store internals), ``settled`` (a read once the broker's dispatch caught up).
+- ``broker`` is ``open_broker("store")``: in a remote-transport run a client of the run's
+  broker, the one the ``app`` fixture reaches.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 
-from framework import App
+from framework import App, BrokerClient
 from outbox import create_database_engine, message_stub
 from storage_engine import Broker, MessageView
 from tests.framework.conftest import open_broker  # noqa: F401  (fixture used below)
 from tests.storage_engine.conftest import read_queue
-from tests.support.transports import StoreUnderTest
+
+SETTLE_TIMEOUT_S = 10.0
+SETTLE_INTERVAL_S = 0.1
+READER_GROUP = "outbox-test-reader"
 
 business = MetaData()
 orders = Table(
@@ -65,12 +72,59 @@ def add_order(target: Any, order_id: int, note: str = "new") -> None:
     target.execute(insert(orders).values(id=order_id, note=note))
 
 
-def stored_records(broker: Broker, topic: str) -> list[MessageView]:
-    """Every record of ``topic`` in the store, read through its consume queues."""
-    store = broker.store
-    assert store.wait_dispatched(), "dispatch did not catch up"
-    return [view for queue_id in sorted(store.topics().get(topic, []))
-            for view in read_queue(store, topic, queue_id)]
+def embedded(broker: BrokerClient) -> bool:
+    """True for a broker in this process (its store can be read); False for a remote one."""
+    return isinstance(broker, Broker)
+
+
+def settled(broker: BrokerClient, read: Callable[[], list[MessageView]]) -> list[MessageView]:
+    """``read()`` once what the broker stored is readable: embedded, after its dispatch caught
+    up; remote (whose dispatch this process cannot see), once two reads 0.1 s apart agree."""
+    if embedded(broker):
+        assert broker.store.wait_dispatched(), "dispatch did not catch up"
+        return read()
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    previous = read()
+    while True:
+        time.sleep(SETTLE_INTERVAL_S)  # what a read missed shows up in the next one
+        current = read()
+        if _positions(current) == _positions(previous):
+            return current
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the broker's reads did not settle in {SETTLE_TIMEOUT_S} s")
+        previous = current
+
+
+def _positions(views: list[MessageView]) -> list[tuple[str, int, int, int]]:
+    """What identifies each record read (a view compares by identity)."""
+    return [(view.topic, view.queue_id, view.queue_offset, view.log_position) for view in views]
+
+
+def stored_records(broker: BrokerClient, topic: str) -> list[MessageView]:
+    """Every record of ``topic``, read through its consume queues."""
+    if embedded(broker):
+        store = broker.store
+        assert store.wait_dispatched(), "dispatch did not catch up"
+        return [view for queue_id in sorted(store.topics().get(topic, []))
+                for view in read_queue(store, topic, queue_id)]
+    return settled(broker, lambda: _pulled(broker, topic))
+
+
+def _pulled(broker: BrokerClient, topic: str) -> list[MessageView]:
+    if broker.topic_config(topic) is None:
+        return []
+    views: list[MessageView] = []
+    for queue_id in broker.queue_ids(topic):
+        offset = 0
+        while messages := broker.pull(READER_GROUP, topic, queue_id, offset, 32).messages:
+            views.extend(messages)
+            offset = messages[-1].queue_offset + 1
+    return views
+
+
+def records_of(broker: BrokerClient, topic: str, message_id: str) -> list[MessageView]:
+    """Every stored record of one message, found by its unique key."""
+    return settled(broker, lambda: broker.find_by_unique_key(topic, message_id))
 
 
 @pytest.fixture
@@ -95,17 +149,13 @@ def engine(make_engine: Callable[[], Engine]) -> Engine:
 
 
 @pytest.fixture
-def broker(open_broker) -> Broker:  # noqa: F811  (the imported fixture)
+def broker(open_broker) -> BrokerClient:  # noqa: F811  (the imported fixture)
     return open_broker("store")
 
 
 @pytest.fixture
-def app(store: StoreUnderTest, engine: Engine, migrated_database_url: str,
-        request: pytest.FixtureRequest) -> Iterator[App]:
-    if store.remote:
-        app = App(store_url=store.url(), database_url=migrated_database_url)
-    else:  # the embedded ``broker`` that tests inspecting the store share
-        app = App(broker=request.getfixturevalue("broker"), database_url=migrated_database_url)
+def app(broker: BrokerClient, engine: Engine, migrated_database_url: str) -> Iterator[App]:
+    app = App(broker=broker, database_url=migrated_database_url)
     try:
         yield app
     finally:

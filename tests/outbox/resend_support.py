@@ -15,7 +15,7 @@ from outbox.alerts import Alerter, WebhookSink
 from outbox.clock import utc_now
 from outbox.resend import Resender, ResendRules
 from storage_engine import Broker
-from tests.outbox.conftest import stub_row
+from tests.outbox.conftest import records_of, stub_row
 from tests.support.alert_servers import WebhookServer
 
 GROUP = "billing"
@@ -95,9 +95,8 @@ def log_processed(engine: Engine, message_id: str, topic: str, now: datetime,
 
 def locations(broker: Broker, topic: str, message_id: str) -> list[tuple[int, int, int]]:
     """(queue id, queue offset, log position) of every record of the message in ``topic``."""
-    assert broker.store.wait_dispatched()
     return sorted((view.queue_id, view.queue_offset, view.log_position)
-                  for view in broker.find_by_unique_key(topic, message_id))
+                  for view in records_of(broker, topic, message_id))
 
 
 def where(row: Any) -> tuple[int, int, int]:

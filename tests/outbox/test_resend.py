@@ -30,7 +30,7 @@ from outbox import (
 from outbox.alerts import Alerter
 from outbox.resend import Resender, ResendReport, ResendRules
 from storage_engine import Broker, FakeClock, SendBackOutcome
-from tests.outbox.conftest import stub_row
+from tests.outbox.conftest import records_of, stub_row
 from tests.outbox.resend_support import (
     GRACE,
     GROUP,
@@ -122,7 +122,8 @@ def test_stub_a_group_committed_past_is_resent_after_the_grace_period(
     assert row["offset_msg_id"] != first["offset_msg_id"]
     # the store holds both sends under the one message id, where the stub says
     assert locations(broker, "orders", message_id) == sorted([where(first), where(row)])
-    resent = broker.store.view_message_by_id(row["offset_msg_id"])
+    [resent] = [view for view in records_of(broker, "orders", message_id)
+                if view.log_position == row["log_position"]]
     assert resent.unique_key == message_id and bytes(resent.body) == b"order"
     assert resent.tags == "created" and list(resent.keys) == ["order-1"]
 
@@ -199,6 +200,7 @@ def group_not_past(engine: Engine, broker: Broker, row: Any, now: datetime) -> N
 
 
 def other_topic_only(engine: Engine, broker: Broker, row: Any, now: datetime) -> None:
+    broker.create_topic("invoices", 1)  # (a remote broker takes offsets of existing topics)
     broker.commit_offset(GROUP, "invoices", 0, 0)  # a group exists, but not on this topic
 
 
@@ -502,12 +504,14 @@ def test_undelivered_delayed_stubs_do_not_starve_the_other_stubs(
 
 def dead_letter(broker: Broker, row: Any, group: str = GROUP, **options: Any) -> None:
     """The group pulls the stub's message and gives up on it."""
-    assert broker.store.wait_dispatched()
-    [view] = broker.pull(group, row["topic"], row["queue_id"], row["queue_offset"], 1).messages
+    [view] = wait_until(lambda: broker.pull(group, row["topic"], row["queue_id"],
+                                            row["queue_offset"], 1).messages,
+                        what="the stub's message")  # dispatched after the send returned
     assert view.unique_key == row["message_id"]
     result = broker.send_back(group, view, **options)
     assert result.outcome is SendBackOutcome.DEAD_LETTER
-    assert broker.store.wait_dispatched()
+    wait_until(lambda: any(letter.unique_key == row["message_id"]
+                           for letter in broker.dead_letters(group)), what="the dead letter")
 
 
 def test_dead_lettered_stubs_are_void_with_an_alert_and_the_cursor_moves(

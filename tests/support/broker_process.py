@@ -4,7 +4,8 @@
 ``--broker-conf`` / ``--acl``), reads the ``listening on HOST:PORT`` line from its stdout and
 returns once clients can connect (and, for a master started with ``--ha-listen``, reads the ``ha
 listening on HOST:PORT`` line into ``ha_address``, then the ``remoting listening on HOST:PORT``
-line of the remoting broker, started on a free port, into ``remoting_address``). ``stop``
+line of the remoting broker, started on a free port, into ``remoting_address``, then the
+``namesrv listening on HOST:PORT`` line of its name server into ``namesrv_address``). ``stop``
 sends SIGTERM and returns the exit code; ``kill`` is the fallback for a server that does not
 stop. stderr goes to a file next to the store, shown when a start fails."""
 
@@ -19,7 +20,7 @@ import threading
 from pathlib import Path
 
 POSTBOX = str(Path(sys.executable).with_name("postbox"))
-START_TIMEOUT_S = 30
+START_TIMEOUT_S = 90  # generous: a loaded 2-core machine takes long to import grpc and open a store
 STOP_TIMEOUT_S = 30
 
 TEST_BROKER_CONF = """\
@@ -50,6 +51,7 @@ class BrokerProcess:
         self.store = store
         self.args = [POSTBOX, "-v", "broker", "start", "--store", str(store),
                      "--listen", "127.0.0.1:0", "--remoting-listen", "127.0.0.1:0",
+                     "--namesrv-listen", "127.0.0.1:0",
                      "--grace", "2", *extra]
         if broker_conf is not None:
             self.args += ["--broker-conf", str(broker_conf)]
@@ -60,6 +62,7 @@ class BrokerProcess:
         self.address = ""
         self.ha_address = ""
         self.remoting_address = ""
+        self.namesrv_address = ""  # rocketmq://<namesrv_address>
         self._lines: queue.Queue[str] = queue.Queue()
 
     def start(self) -> BrokerProcess:
@@ -85,6 +88,9 @@ class BrokerProcess:
         line = self._lines.get(timeout=START_TIMEOUT_S)
         assert line.startswith("remoting listening on "), line
         self.remoting_address = line.split()[-1]
+        line = self._lines.get(timeout=START_TIMEOUT_S)
+        assert line.startswith("namesrv listening on "), line
+        self.namesrv_address = line.split()[-1]
         return self
 
     def _read_stdout(self) -> None:

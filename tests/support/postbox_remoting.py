@@ -9,10 +9,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from network.remoting.admin import BrokerAdmin, advertised_topics
-from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
-from network.remoting.server import RemotingServer
-from network.remoting.server.broker import BrokerRemotingServer
+from network.remoting.node import NodeOptions, RemotingNode
 from storage_engine import Broker
 
 CLUSTER = "PostboxCluster"
@@ -36,22 +33,12 @@ class PostboxRemoting:
 @contextlib.contextmanager
 def serve_remoting(broker: Broker) -> Iterator[PostboxRemoting]:
     """Serve ``broker`` over remoting until the block ends (the broker stays the caller's)."""
-    broker_server = BrokerRemotingServer(broker)
-    BrokerAdmin(broker, BROKER_NAME).register_handlers(broker_server.server.handlers)
-    broker_server.start()
+    node = RemotingNode(broker, NodeOptions(remoting_listen="127.0.0.1:0",
+                                            namesrv_listen="127.0.0.1:0", cluster=CLUSTER,
+                                            broker_name=BROKER_NAME))
+    node.start()
     try:
-        host, port = broker_server.address or ("127.0.0.1", 0)
-        address = f"{host}:{port}"
-        routes = RouteTable(broker.store.clock)
-        routes.set_local(BrokerIdentity(CLUSTER, BROKER_NAME, 0, address),
-                         lambda: advertised_topics(broker, BROKER_NAME))
-        namesrv = RemotingServer(name="namesrv")
-        NameServer(routes).register_handlers(namesrv.handlers)
-        namesrv.start()
-        try:
-            namesrv_host, namesrv_port = namesrv.address or ("127.0.0.1", 0)
-            yield PostboxRemoting(f"{namesrv_host}:{namesrv_port}", address, broker)
-        finally:
-            namesrv.stop()
+        assert node.namesrv_address is not None
+        yield PostboxRemoting(node.namesrv_address, node.broker_address, broker)
     finally:
-        broker_server.stop()
+        node.stop()

@@ -14,7 +14,13 @@ import socket
 import threading
 from typing import Any
 
-from network.remoting.wire import FrameDecoder, RemotingCommand, WireError, encode
+from network.remoting.wire import (
+    FrameDecoder,
+    RemotingCommand,
+    SerializeType,
+    WireError,
+    encode,
+)
 
 
 class RawRemotingClient:
@@ -56,12 +62,15 @@ class RawRemotingClient:
         answers = self.start_call(command)
         return answers.get(timeout=timeout_s)
 
-    def start_call(self, command: RemotingCommand) -> queue.Queue[RemotingCommand]:
-        """Send ``command``; the returned queue receives its response."""
+    def start_call(self, command: RemotingCommand,
+                   serialize_type: SerializeType = SerializeType.JSON
+                   ) -> queue.Queue[RemotingCommand]:
+        """Send ``command`` (JSON or binary header); the returned queue receives its
+        response."""
         answers: queue.Queue[RemotingCommand] = queue.Queue()
         with self._lock:
             self._waiting[command.opaque] = answers
-        self.send_bytes(encode(command))
+        self.send_bytes(encode(command, serialize_type))
         return answers
 
     def pipeline(self, commands: list[RemotingCommand]) -> list[queue.Queue[RemotingCommand]]:

@@ -51,13 +51,15 @@ TRANSPORTS = ("embedded", "postbox", "rocketmq")
 ENV = "POSTBOX_TEST_TRANSPORT"
 SUITES = ("tests/framework/", "tests/outbox/", "tests/idempotency/", "tests/examples/")
 EMBEDDED_FIXTURES = {
-    "broker": "inspects the embedded broker object",
     "fake_clock": "drives the broker's clock",
     "store_clock": "drives the broker's clock",
     "tight_app": "sets the store's maximum message size",
 }
 """Fixtures that tie a test to the embedded broker, with the reason shown when deselected."""
 PORT_TIMEOUT_S = 30.0
+NAMESPACE_STEM_MAX = 24
+"""A namespace is at most 64 characters: this stem, a digest, a clock suffix and the store's
+name (``store``, ``closed-store``, ...) fit."""
 _REASONS = pytest.StashKey[Counter]()
 
 
@@ -212,7 +214,7 @@ class StoreUnderTest:
 def namespace_for(nodeid: str) -> str:
     """A namespace of one test: readable, unique per test id, in RocketMQ's name alphabet."""
     digest = hashlib.sha1(nodeid.encode()).hexdigest()[:8]
-    stem = re.sub(r"[^A-Za-z0-9_-]", "-", nodeid.rsplit("::", 1)[-1])[:40]
+    stem = re.sub(r"[^A-Za-z0-9_-]", "-", nodeid.rsplit("::", 1)[-1])[:NAMESPACE_STEM_MAX]
     return f"{stem}-{digest}-{time.time_ns() % 1_000_000:06d}"
 
 

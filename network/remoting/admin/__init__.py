@@ -25,9 +25,15 @@ from ..namesrv.processor import refuse_config_write
 from .consumer_book import Connection, ConsumerBook, GroupView
 from .group_admin import GroupAdmin
 from .runtime_info import RuntimeStats, register_runtime_info, runtime_table
-from .topic_admin import AUTO_CREATE_TOPIC, TopicAdmin, advertised_topics, data_version
+from .topic_admin import (
+    AUTO_CREATE_TOPIC,
+    AdvertisedTopics,
+    TopicAdmin,
+    advertised_topics,
+    data_version,
+)
 
-if TYPE_CHECKING:  # the data plane imports this package's consumer book: no import cycle
+if TYPE_CHECKING:  # types only: the admin reads the data plane, never the reverse
     from ..server.broker import BrokerRemotingServer, ClientRegistry
 
 
@@ -35,11 +41,11 @@ class BrokerAdmin:
     """Every admin handler of one broker, with the state they share."""
 
     def __init__(self, broker: Broker, broker_name: str, *,
-                 registry: ClientRegistry | None = None, clock: Clock | None = None) -> None:
+                 registry: ClientRegistry | None = None, stats: RuntimeStats | None = None,
+                 clock: Clock | None = None) -> None:
         self.broker = broker
         self.broker_name = broker_name
-        self.stats = RuntimeStats(clock or broker.store.clock)
-        self.stats.watch_store(broker.store)
+        self.stats = stats if stats is not None else RuntimeStats(clock or broker.store.clock)
         self.consumers = ConsumerBook(broker, registry)
         self.topics = TopicAdmin(broker, broker_name)
         self.groups = GroupAdmin(broker, broker_name, self.consumers)
@@ -53,13 +59,15 @@ class BrokerAdmin:
 
     @classmethod
     def attach(cls, data_plane: BrokerRemotingServer, broker_name: str) -> BrokerAdmin:
-        """The admin of ``data_plane``'s broker, served on its server (before it starts)."""
-        admin = cls(data_plane.broker, broker_name, registry=data_plane.registry)
+        """The admin of ``data_plane``'s broker, served on its server (before it starts); its
+        runtime counters are the data plane's ``stats`` (create the data plane with
+        ``stats=RuntimeStats(clock)`` for them to count)."""
+        admin = cls(data_plane.broker, broker_name, registry=data_plane.registry,
+                    stats=data_plane.stats)
         admin.register_handlers(data_plane.server.handlers)
-        data_plane.pulls.on_transferred = admin.stats.record_get
         return admin
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "BrokerAdmin", "Connection", "ConsumerBook", "GroupAdmin",
-           "GroupView", "RuntimeStats", "TopicAdmin", "advertised_topics", "data_version",
-           "runtime_table"]
+__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "BrokerAdmin", "Connection", "ConsumerBook",
+           "GroupAdmin", "GroupView", "RuntimeStats", "TopicAdmin", "advertised_topics",
+           "data_version", "runtime_table"]

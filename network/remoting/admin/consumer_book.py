@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage_engine.broker import Broker
 
-if TYPE_CHECKING:  # the data plane records this module's Connection: no import cycle
+if TYPE_CHECKING:  # types only: the admin reads the data plane, never the reverse
     from ..server.broker.clients import ClientRegistry, ConsumerInfo
 
 DEFAULT_CONSUME_TYPE = "CONSUME_PASSIVELY"

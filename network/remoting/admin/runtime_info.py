@@ -1,11 +1,11 @@
 """GET_BROKER_RUNTIME_INFO (28): the ``KVTable`` ``mqadmin clusterList`` / ``brokerStatus`` read.
 
-``RuntimeStats`` counts messages stored (``watch_store``: the store's arrival listener, so every
-put counts, whatever the transport) and handed to consumers (the PULL handler calls
-``record_get``), keeps the totals at the start of today and yesterday (UTC
-days) and one sample a second for the last ten minutes, from which ``putTps`` /
-``getTransferredTps`` are the rates over 10 s, 1 min and 10 min (``"a b c"``, as RocketMQ
-writes them). Every value is a string, as in Java's ``KVTable``. The keys ``clusterList`` reads:
+``RuntimeStats`` counts the messages the remoting broker stores and hands to consumers (its SEND
+and PULL handlers call ``record_put`` / ``record_get``; the gRPC service does not count), keeps
+the totals at the start of today and yesterday (UTC days) and one sample a second for the
+last ten minutes, from which ``putTps`` / ``getTransferredTps`` are the rates over 10 s, 1 min
+and 10 min (``"a b c"``, as RocketMQ writes them). Every value is a string, as in Java's
+``KVTable``. The keys ``clusterList`` reads:
 ``brokerVersionDesc``, ``msgPut/GetTotalTodayNow``, ``msgPut/GetTotalTodayMorning``,
 ``msgPut/GetTotalYesterdayMorning``, ``putTps``, ``getTransferredTps``, ``commitLogDiskRatio``,
 ``earliestMessageTimeStamp``, ``pageCacheLockTimeMills``, ``send/pullThreadPoolQueueSize``,
@@ -26,7 +26,6 @@ from typing import Any
 
 from storage_engine.broker import Broker
 from storage_engine.clock import Clock
-from storage_engine.store.message_store import MessageStore
 
 from ..codes import SERVER_VERSION, RequestCode
 from ..namesrv.route_bodies import kv_table_body
@@ -58,18 +57,6 @@ class RuntimeStats:
     def now_ms(self) -> int:
         """The stats' clock."""
         return self._clock.now_ms()
-
-    def watch_store(self, store: MessageStore) -> None:
-        """Count every message the store's dispatch adds to a queue from now on."""
-        seen = {key: queue.max_offset for key, queue in list(store.queues.queues.items())}
-
-        def on_arrival(topic: str, queue_id: int, max_offset: int) -> None:
-            previous = seen.get((topic, queue_id), 0)
-            if max_offset > previous:
-                seen[(topic, queue_id)] = max_offset
-                self.record_put(max_offset - previous)
-
-        store.add_arrival_listener(on_arrival)
 
     def record_put(self, count: int = 1) -> None:
         """``count`` messages were stored."""

@@ -42,22 +42,42 @@ GET_TOPIC_CONFIG = 351
 _MESSAGE_TYPE_ATTRIBUTE = "+message.type="
 
 
+class AdvertisedTopics:
+    """The topics this broker shows a name server, read live (a ``TopicSource``)."""
+
+    def __init__(self, broker: Broker, broker_name: str) -> None:
+        self._broker = broker
+        self._broker_name = broker_name
+        self._cached: tuple[object, dict[str, QueueData]] | None = None  # (dataVersion, all)
+
+    def get(self, topic: str) -> QueueData | None:
+        """One topic's queues (``TBW102`` while auto-creation is on), or None."""
+        config = self._broker.topic_config(topic)
+        if config is not None:
+            return QueueData(self._broker_name, config.read_queue_nums,
+                             config.write_queue_nums, config.perm, config.topic_sys_flag)
+        settings = self._broker.store.config.broker
+        if topic == AUTO_CREATE_TOPIC and settings.auto_create_topic:
+            count = settings.default_topic_queue_count
+            return QueueData(self._broker_name, count, count, AUTO_CREATE_TOPIC_PERM)
+        return None
+
+    def all(self) -> dict[str, QueueData]:
+        """Every topic of ``topics.json`` (and ``TBW102`` while auto-creation is on); built
+        again only when the table's ``dataVersion`` moved (a copy is returned)."""
+        version = self._broker.tables.topics.data_version
+        cached = self._cached
+        if cached is None or cached[0] != version:
+            names = [*self._broker.tables.topics.names(), AUTO_CREATE_TOPIC]
+            cached = (version, {name: data for name in names
+                                if (data := self.get(name)) is not None})
+            self._cached = cached  # one assignment: readers see the old or the new pair
+        return dict(cached[1])
+
+
 def advertised_topics(broker: Broker, broker_name: str) -> dict[str, QueueData]:
     """Topic → ``QueueData`` this broker shows a name server."""
-    table = broker.tables.topics
-    topics = {}
-    for name in table.names():
-        config = table.get(name)
-        if config is not None:
-            topics[name] = QueueData(broker_name, config.read_queue_nums,
-                                     config.write_queue_nums, config.perm,
-                                     config.topic_sys_flag)
-    settings = broker.store.config.broker
-    if settings.auto_create_topic and AUTO_CREATE_TOPIC not in topics:
-        count = settings.default_topic_queue_count
-        topics[AUTO_CREATE_TOPIC] = QueueData(broker_name, count, count,
-                                              AUTO_CREATE_TOPIC_PERM)
-    return topics
+    return AdvertisedTopics(broker, broker_name).all()
 
 
 def data_version(broker: Broker) -> dict[str, int]:
@@ -127,22 +147,24 @@ class TopicAdmin:
         body = {"dataVersion": data_version(self._broker), "topicConfigTable": configs}
         return request.response(body=fastjson.dumps(body))
 
-    def topic_config(self, request: RemotingCommand, session: object) -> RemotingCommand:
-        """GET_TOPIC_CONFIG."""
+    def _existing_topic(self, request: RemotingCommand) -> TopicConfig:
+        """The config of the request's ``topic``; 17 TOPIC_NOT_EXIST when there is none."""
         topic = request.fields.get_str("topic", max_chars=NAME_MAX_CHARS)
         config = self._broker.topic_config(topic)
         if config is None:
             raise RequestRefusedError(ResponseCode.TOPIC_NOT_EXIST,
                                       f"No topic in this broker. topic: {topic}")
+        return config
+
+    def topic_config(self, request: RemotingCommand, session: object) -> RemotingCommand:
+        """GET_TOPIC_CONFIG."""
+        config = self._existing_topic(request)
         return request.response(body=fastjson.dumps(bean_to_json(config)))
 
     def topic_stats(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO."""
-        topic = request.fields.get_str("topic", max_chars=NAME_MAX_CHARS)
-        config = self._broker.topic_config(topic)
-        if config is None:
-            raise RequestRefusedError(ResponseCode.TOPIC_NOT_EXIST,
-                                      f"topic[{topic}] not exist")
+        config = self._existing_topic(request)
+        topic = config.topic_name
         store = self._broker.store
         table = {}
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
@@ -173,5 +195,5 @@ def _check_attributes(topic: str, attributes: str | None) -> None:
                 f"{_MESSAGE_TYPE_ATTRIBUTE}...)")
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "TopicAdmin", "advertised_topics", "data_version",
-           "last_store_time_ms"]
+__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "TopicAdmin", "advertised_topics",
+           "data_version", "last_store_time_ms"]

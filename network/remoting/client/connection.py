@@ -104,10 +104,13 @@ class Connection:
     def call_async(self, command: RemotingCommand) -> PendingCall:
         """Send ``command``; the returned future completes with its answer (or an error).
 
-        A caller that stops waiting must call ``forget(future)`` so the entry does not stay.
+        The connection sets the command's opaque (its key here): build a new command for each
+        call, never send one object twice at once. A caller that stops waiting must call
+        ``forget(future)`` so the entry does not stay.
         """
         opaque = next(self._opaques) % _MAX_OPAQUE
-        frame = self._frame(replace(command, opaque=opaque, flag=command.flag & ~FLAG_ONEWAY))
+        command.opaque, command.flag = opaque, command.flag & ~FLAG_ONEWAY
+        frame = self._frame(command)
         pending = PendingCall(opaque)
         sock = self._open()
         with self._lock:
@@ -128,8 +131,9 @@ class Connection:
 
     def oneway(self, command: RemotingCommand) -> None:
         """Send ``command`` with the oneway flag; nothing comes back."""
-        opaque = next(self._opaques) % _MAX_OPAQUE
-        frame = self._frame(replace(command, opaque=opaque, flag=command.flag | FLAG_ONEWAY))
+        command.opaque = next(self._opaques) % _MAX_OPAQUE
+        command.flag |= FLAG_ONEWAY
+        frame = self._frame(command)
         self._write(self._open(), frame)
 
     def respond(self, answer: RemotingCommand) -> None:
@@ -189,12 +193,14 @@ class Connection:
     def _read_loop(self, sock: socket.socket) -> None:
         decoder = FrameDecoder(self._limits)
         reason = "closed by the peer"
+        buffer = bytearray(_READ_BYTES)  # one buffer: a fresh 256 KiB bytes per recv costs
+        view = memoryview(buffer)  # an mmap, page faults and a munmap every time
         try:
             while True:
-                data = sock.recv(_READ_BYTES)
-                if not data:
+                size = sock.recv_into(buffer)
+                if not size:
                     break
-                for command in decoder.feed(data):
+                for command in decoder.feed(view[:size]):
                     self._dispatch(command)
         except WireError as error:
             reason = f"malformed frame: {error}"

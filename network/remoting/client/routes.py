@@ -31,6 +31,7 @@ from storage_engine.errors import BrokerUnavailableError
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode
+from ..route_data import QueueData
 from ..wire import RemotingCommand
 from .connection import Connections
 from .errors import ConnectionClosedError, RemotingResponseError, RouteNotFoundError
@@ -64,17 +65,6 @@ class BrokerEntry:
 
 
 @dataclass(frozen=True)
-class QueueData:
-    """A broker's share of a topic: queue counts and permission bits."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclass(frozen=True)
 class TopicRoute:
     """A topic's route with the global queue numbering (see the module docstring)."""
 
@@ -84,10 +74,23 @@ class TopicRoute:
     fetched_ms: int = 0
     queues: tuple[QueueRef, ...] = field(init=False)
 
+    readable: tuple[int, ...] = field(init=False)
+    writable: tuple[int, ...] = field(init=False)
+
     def __post_init__(self) -> None:
-        refs = [QueueRef(name, queue_id) for name, data in self.queue_datas.items()
-                for queue_id in range(max(data.read_queue_nums, data.write_queue_nums))]
-        object.__setattr__(self, "queues", tuple(sorted(refs)))
+        refs = sorted(QueueRef(name, queue_id) for name, data in self.queue_datas.items()
+                      for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)))
+        datas = self.queue_datas
+        readable = tuple(index for index, ref in enumerate(refs)
+                         if ref.queue_id < datas[ref.broker_name].read_queue_nums
+                         and datas[ref.broker_name].perm & PERM_READ)
+        writable = tuple(index for index, ref in enumerate(refs)
+                         if ref.queue_id < datas[ref.broker_name].write_queue_nums
+                         and datas[ref.broker_name].perm & PERM_WRITE
+                         and self.master(ref.broker_name) is not None)
+        for name, value in (("queues", tuple(refs)), ("readable", readable),
+                            ("writable", writable)):
+            object.__setattr__(self, name, value)
 
     def queue(self, queue_id: int) -> QueueRef:
         """The (broker, queue) of a framework queue id; ``IndexError`` when out of range."""
@@ -111,16 +114,11 @@ class TopicRoute:
 
     def readable_queue_ids(self) -> list[int]:
         """Framework ids of the queues consumers read (``queueId < readQueueNums``)."""
-        return [index for index, ref in enumerate(self.queues)
-                if ref.queue_id < self.queue_datas[ref.broker_name].read_queue_nums
-                and self.queue_datas[ref.broker_name].perm & PERM_READ]
+        return list(self.readable)
 
     def writable_queue_ids(self) -> list[int]:
         """Framework ids of queues a producer may write now (writable, master present)."""
-        return [index for index, ref in enumerate(self.queues)
-                if ref.queue_id < self.queue_datas[ref.broker_name].write_queue_nums
-                and self.queue_datas[ref.broker_name].perm & PERM_WRITE
-                and self.master(ref.broker_name) is not None]
+        return list(self.writable)
 
     def masters(self) -> dict[str, str]:
         """Master address by broker name, for the brokers that carry the topic."""

@@ -19,25 +19,28 @@ One send (reference §2.1, §9.6–§9.8):
    (``BrokerUnavailableError``): the message may be stored, and a blind retry would store it
    twice.
 
-**Coalescing.** Concurrent sends to one topic share a call (``storage_engine.group_commit``,
-the project's leader/follower batcher): while one call is in flight, the sends that arrive
-queue; the next leader sends all of them as one SEND_BATCH_MESSAGE (320) to one queue (round
-robin per batch), or — a message with its own queue or sharding key joins only sends for that
-same queue. Delayed messages and retry topics go alone (brokers refuse them in batches). A
-lone sender sends at once, so nothing waits for company. A broker that answers 320 with
-REQUEST_CODE_NOT_SUPPORTED gets single sends from then on.
+**Coalescing and pipelining** (``send_lanes``). Concurrent sends to one topic go through a
+``Lane``: the sender that finds nobody writing writes everything queued as one request — a
+SEND_BATCH_MESSAGE (320) to one queue (round robin per call) when several messages queued, a
+SEND_MESSAGE_V2 for one — and does not wait for the answer before the next sender writes, so
+several calls are in flight on one connection; the connection's reader hands each answer
+straight to the senders of that call. A message with its own queue or sharding key shares
+calls only with sends for that same queue or key. Delayed messages and retry topics go alone
+(brokers refuse them in batches), as do sends that need failover. A broker that answers 320
+with REQUEST_CODE_NOT_SUPPORTED gets single sends from then on.
 
 Thread safety: ``send`` may be called from any thread.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import random
 import struct
 import threading
-from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from storage_engine.broker.model import SendResult
@@ -61,7 +64,6 @@ from storage_engine.formats import (
     encode_properties,
     property_name_problem,
 )
-from storage_engine.group_commit import GroupCommit
 from storage_engine.store.message import Message, PutStatus
 from storage_engine.store.topics import RETRY_TOPIC_PREFIX, validate_topic
 
@@ -71,14 +73,13 @@ from .broker_errors import response_error
 from .context import ClientContext
 from .errors import ConnectFailedError, RemotingResponseError, RouteNotFoundError
 from .routes import QueueRef, TopicRoute
+from .send_lanes import Lane, Slot
 
 PRODUCER_GROUP = "POSTBOX_PRODUCER"
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 8
 SEND_ATTEMPTS = 3
 DELAY_LEVEL_MAX = 18
-BATCH_COUNT_MAX = 256
-BATCH_BYTES_MAX = 1 << 20
 RETRY_CODES = frozenset({17, 14, 1, 2, 16, 204, 205, 1500})
 STATUS_BY_CODE: dict[int, PutStatus] = {
     ResponseCode.SUCCESS: PutStatus.PUT_OK,
@@ -88,6 +89,18 @@ STATUS_BY_CODE: dict[int, PutStatus] = {
 }
 _BATCH_ENTRY_HEAD = struct.Struct(">iiiii")  # size, magic 0, body crc 0, flag, body length
 _PROPERTIES_LENGTH = struct.Struct(">h")
+
+
+@dataclass(frozen=True)
+class SendAlone:
+    """A lane slot's outcome: send the message by itself, with failover (``attempts`` were
+    already made, on the brokers in ``avoid``)."""
+
+    avoid: frozenset[str] = frozenset()
+    attempts: int = 0
+
+
+FAIL_OVER = SendAlone()
 
 
 @dataclass(frozen=True)
@@ -138,7 +151,7 @@ class Sender:
         self._keys = UniqueKeyGenerator(local_ip(), os.getpid(), random.getrandbits(31))
         self._turns: dict[str, itertools.count[int]] = {}
         self._lock = threading.Lock()
-        self._batchers: dict[tuple[str, int | str | None], GroupCommit[Outgoing, object]] = {}
+        self._lanes: dict[tuple[str, int | str | None], Lane] = {}
         self._batch_supported = True
 
     # -- entry point -----------------------------------------------------------------------
@@ -151,13 +164,14 @@ class Sender:
             return self._send_alone(outgoing)
         key = (outgoing.wire_topic, queue_id if queue_id is not None else sharding_key)
         with self._lock:
-            batcher = self._batchers.get(key)
-            if batcher is None:
-                if len(self._batchers) >= 4096:
-                    self._batchers.clear()  # a bound; a dropped batcher only loses company
-                batcher = self._batchers[key] = GroupCommit(
-                    self._send_round, max_items=BATCH_COUNT_MAX, joins=_within_bytes)
-        [outcome] = batcher.run([outgoing])
+            lane = self._lanes.get(key)
+            if lane is None:
+                if len(self._lanes) >= 4096:
+                    self._lanes.clear()  # a bound; a dropped lane only loses company
+                lane = self._lanes[key] = Lane(self._write_batch)
+        outcome = lane.submit(outgoing, self._context.timeout_ms)
+        if isinstance(outcome, SendAlone):
+            return self._send_alone(outgoing, outcome)
         if isinstance(outcome, BaseException):
             raise outcome
         assert isinstance(outcome, SendResult)
@@ -208,7 +222,7 @@ class Sender:
     def _choose(self, route: TopicRoute, outgoing: Outgoing, avoid: set[str]) -> int:
         """The global queue id for ``outgoing`` (``avoid``: broker names that just failed)."""
         topic = outgoing.message.topic
-        writable = route.writable_queue_ids()
+        writable = route.writable
         if not writable:
             raise RouteNotFoundError(f"topic {topic!r} has no writable queue with a master "
                                      "now", topic=route.topic)
@@ -216,7 +230,7 @@ class Sender:
             if outgoing.queue_id not in writable:
                 raise InvalidQueueError(
                     f"queue id {outgoing.queue_id} is not a writable queue of topic {topic!r} "
-                    f"(writable: {_ranges(writable)})", topic=topic)
+                    f"(writable: {_ranges(list(writable))})", topic=topic)
             return outgoing.queue_id
         if outgoing.sharding_key is not None:
             return writable[sharding_queue(outgoing.sharding_key, len(writable))]
@@ -229,31 +243,74 @@ class Sender:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def _send_alone(self, outgoing: Outgoing) -> SendResult:
-        result = self._attempts([outgoing])[0]
+    def _send_alone(self, outgoing: Outgoing, after: SendAlone = FAIL_OVER) -> SendResult:
+        result = self._attempts([outgoing], set(after.avoid), after.attempts)[0]
         if isinstance(result, BaseException):
             raise result
         assert isinstance(result, SendResult)
         return result
 
-    def _send_round(self, batch: list[Outgoing]) -> list[object]:
-        """One leader's round: all of ``batch`` in one call (results or errors per message)."""
+    def _write_batch(self, batch: list[Slot]) -> None:
+        """Write one SEND(_BATCH) for ``batch`` and return at once; the connection's reader
+        finishes every slot when the answer comes (``_deliver``). Never raises: a slot whose
+        send cannot be written here is finished with ``SEND_ALONE`` (its sender then sends it
+        alone, with the failover of ``_attempts``) or with the error."""
+        items = [slot.outgoing for slot in batch]
         try:
-            return self._attempts(batch)
-        except Exception as error:  # every sender of the round gets the error
-            return [error] * len(batch)
+            route, via_default = self._route(items[0], refresh=False)
+            if via_default:  # a topic being created: alone, so the route is refetched
+                Slot.finish_all(batch, FAIL_OVER)
+                return
+            index = self._choose(route, items[0], set())
+            ref = route.queues[index]
+            address = route.master(ref.broker_name)
+            assert address is not None  # writable queues have a master
+            pending = self._context.connections.get(address).call_async(
+                self._request(ref, items))
+        except BrokerUnavailableError:  # name server or broker unreachable: fail over alone
+            Slot.finish_all(batch, FAIL_OVER)
+            return
+        except Exception as error:
+            Slot.finish_all(batch, error)
+            return
+        for slot in batch:
+            slot.forget = functools.partial(self._context.connections.get(address).forget,
+                                            pending)
+        pending.add_done_callback(
+            lambda future: self._deliver(batch, future, address, index, route))
 
-    def _attempts(self, batch: list[Outgoing]) -> list[object]:
-        avoid: set[str] = set()
+    def _deliver(self, batch: list[Slot], future: Future[RemotingCommand], address: str,
+                 index: int, route: TopicRoute) -> None:
+        """The answer to a written batch, on the connection's reader thread: finish each slot."""
+        items = [slot.outgoing for slot in batch]
+        outcomes: list[object]
+        try:
+            answer = future.result()
+            if answer.code in RETRY_CODES:
+                self._context.routes.invalidate(items[0].message.topic)
+                broker = route.queues[index].broker_name
+                outcomes = [SendAlone(frozenset({broker}), 1)] * len(batch)
+            elif answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and len(batch) > 1:
+                self._batch_supported = False
+                outcomes = [FAIL_OVER] * len(batch)
+            else:
+                outcomes = self._results(answer, items, address, index, False, route)
+        except Exception as error:  # the connection failed after the write: effect unknown
+            outcomes = [error] * len(batch)
+        for slot, outcome in zip(batch, outcomes, strict=True):
+            slot.finish(outcome)
+
+    def _attempts(self, batch: list[Outgoing], avoid: set[str], first: int = 0) -> list[object]:
+        """Send ``batch`` in one call, on another broker after a retryable failure."""
         failure: Exception | None = None
-        for attempt in range(SEND_ATTEMPTS):
+        for attempt in range(first, SEND_ATTEMPTS):
             route, via_default = self._route(batch[0], refresh=attempt > 0)
             index = self._choose(route, batch[0], avoid)
             ref = route.queues[index]
             address = route.master(ref.broker_name)
             assert address is not None  # writable queues have a master
             try:
-                answer = self._call(address, ref, batch, via_default)
+                answer = self._call(address, ref, batch)
             except ConnectFailedError as error:
                 failure = error
                 avoid.add(ref.broker_name)
@@ -263,17 +320,16 @@ class Sender:
                 avoid.add(ref.broker_name)
                 self._context.routes.invalidate(batch[0].message.topic)
                 continue
-            if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and len(batch) > 1:
-                self._batch_supported = False
-                return [self._send_alone(outgoing) for outgoing in batch]
             if via_default:
                 self._context.routes.invalidate(batch[0].message.topic)
             return self._results(answer, batch, address, index, via_default, route)
         assert failure is not None
         raise failure
 
-    def _call(self, address: str, ref: QueueRef, batch: list[Outgoing], via_default: bool
-              ) -> RemotingCommand:
+    def _call(self, address: str, ref: QueueRef, batch: list[Outgoing]) -> RemotingCommand:
+        return self._context.broker_call(address, self._request(ref, batch))
+
+    def _request(self, ref: QueueRef, batch: list[Outgoing]) -> RemotingCommand:
         first = batch[0]
         fields = {
             "a": self._group, "b": first.wire_topic, "c": DEFAULT_TOPIC,
@@ -289,7 +345,7 @@ class Sender:
             fields.update(m=True)
             request = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, fields,
                                               b"".join(outgoing.entry() for outgoing in batch))
-        return self._context.broker_call(address, request)
+        return request
 
     def _results(self, answer: RemotingCommand, batch: list[Outgoing], address: str,
                  index: int, via_default: bool, route: TopicRoute) -> list[object]:
@@ -365,11 +421,6 @@ def _send_result(outgoing: Outgoing, index: int, msg_id: str, queue_offset: int,
 def _answer_error(answer: RemotingCommand, outgoing: Outgoing, address: str) -> Exception:
     return response_error(f"send to topic {outgoing.message.topic!r}", answer, address=address,
                           topic=outgoing.message.topic)
-
-
-def _within_bytes(batch: list[Outgoing], following: Sequence[Outgoing]) -> bool:
-    size = sum(len(item.body) for item in batch) + sum(len(item.body) for item in following)
-    return size <= BATCH_BYTES_MAX
 
 
 def _ranges(ids: list[int]) -> str:

@@ -7,7 +7,8 @@ Served codes:
 - 106 GET_BROKER_CLUSTER_INFO: ``ClusterInfo``.
 - 206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER / 224 GET_TOPICS_BY_CLUSTER: ``TopicList``.
 - 103 / 104 REGISTER_BROKER / UNREGISTER_BROKER: other brokers join (body CRC checked) and
-  leave.
+  leave; 322 QUERY_DATA_VERSION tells a broker whether its topic table changed since its last
+  registration (Apache brokers ask before re-registering) and counts as a sign of life.
 - 216 DELETE_TOPIC_IN_NAMESRV: drops the topic from *registered* brokers' tables (the local
   broker's topics are deleted on the broker: DELETE_TOPIC_IN_BROKER).
 - 100 / 101 / 102 / 219 PUT / GET / DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE: the in-memory
@@ -29,6 +30,7 @@ import logging
 import zlib
 from typing import Any
 
+from .. import fastjson
 from ..codes import VERSION_V4_9_4, RequestCode, ResponseCode
 from ..server.errors import RequestRefusedError
 from ..wire import RemotingCommand
@@ -36,6 +38,7 @@ from .kv_config import KvConfig, KvConfigFullError
 from .route_bodies import (
     BodyError,
     cluster_body,
+    dumps,
     kv_table_body,
     parse_register_body,
     route_body,
@@ -50,6 +53,7 @@ GET_KV_CONFIG = 101
 DELETE_KV_CONFIG = 102
 GET_KVLIST_BY_NAMESPACE = 219
 GET_TOPICS_BY_CLUSTER = 224
+QUERY_DATA_VERSION = 322
 NAME_MAX_CHARS = 255
 REMOTE_CONFIG_REFUSAL = (
     "remote configuration changes are not served (CVE-2023-33246 / CVE-2023-37582): edit the "
@@ -66,14 +70,16 @@ class NameServer:
         self._accept_registrations = accept_registrations
 
     def register_handlers(self, handlers: Any) -> None:
-        """Bind every served code in a ``HandlerTable``."""
+        """Bind every served code in a ``HandlerTable``: inline (on the IO thread) what reads
+        one topic or a few brokers, on the worker pool what lists every topic."""
         for code, handler, inline in (
                 (RequestCode.GET_ROUTEINFO_BY_TOPIC, self.route, True),
                 (RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info, True),
-                (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list, True),
-                (GET_TOPICS_BY_CLUSTER, self.topics_by_cluster, True),
+                (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list, False),
+                (GET_TOPICS_BY_CLUSTER, self.topics_by_cluster, False),
                 (RequestCode.REGISTER_BROKER, self.register_broker, True),
                 (RequestCode.UNREGISTER_BROKER, self.unregister_broker, True),
+                (QUERY_DATA_VERSION, self.query_data_version, True),
                 (RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic, True),
                 (PUT_KV_CONFIG, self.put_kv, True), (GET_KV_CONFIG, self.get_kv, True),
                 (DELETE_KV_CONFIG, self.delete_kv, True),
@@ -146,6 +152,23 @@ class NameServer:
                                fields.get_str("brokerAddr", None, max_chars=NAME_MAX_CHARS))
         return request.response()
 
+    def query_data_version(self, request: RemotingCommand, session: object) -> RemotingCommand:
+        """QUERY_DATA_VERSION: header ``changed``, body the version this name server holds."""
+        fields = request.fields
+        name = fields.get_str("brokerName", max_chars=NAME_MAX_CHARS)
+        broker_id = fields.get_int("brokerId", low=0)
+        held = self.routes.data_version(name, broker_id)
+        try:
+            sent = fastjson.loads(request.body) if request.body else None
+        except (fastjson.FastjsonError, UnicodeDecodeError) as error:
+            raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
+                                      f"DataVersion does not parse: {error}") from None
+        changed = held is None or not isinstance(sent, dict) or _version_key(sent) != \
+            _version_key(held)
+        self.routes.touch(name, broker_id)
+        return request.response(fields={"changed": changed},
+                                body=b"" if held is None else dumps(held, standard_json=True))
+
     def delete_topic(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """DELETE_TOPIC_IN_NAMESRV."""
         self.routes.forget_topic(request.fields.get_str("topic", max_chars=NAME_MAX_CHARS))
@@ -190,6 +213,10 @@ def refuse_config_write(request: RemotingCommand, session: object) -> RemotingCo
     log.warning("[remoting] refused remote configuration write (request code %d)",
                 request.code)
     raise RequestRefusedError(ResponseCode.NO_PERMISSION, REMOTE_CONFIG_REFUSAL)
+
+
+def _version_key(version: Any) -> tuple[object, ...]:
+    return tuple(version.get(name, 0) for name in ("counter", "stateVersion", "timestamp"))
 
 
 def body_crc32(body: bytes) -> int:

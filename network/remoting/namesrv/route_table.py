@@ -2,8 +2,9 @@
 
 Two kinds of broker appear in it:
 
-- the **local** broker (the one in this process): its topics are read live from a callable on
-  every lookup, so a topic created a moment ago is routed at once, and it never expires;
+- the **local** broker (the one in this process): its topics are read live from a
+  ``TopicSource`` (one topic per route lookup, the whole table for lists), so a topic created a
+  moment ago is routed at once, and it never expires;
 - **registered** brokers (REGISTER_BROKER from other processes, Apache's brokers included):
   a snapshot of the topic table each registration sent, dropped after ``timeout_ms`` without a
   new registration (RocketMQ's 120 s), or at once by UNREGISTER_BROKER.
@@ -16,17 +17,20 @@ and cluster answers are plain values; ``route_bodies`` writes them in the wire's
 Limits: at most ``brokers_max`` registered brokers and ``topics_max`` topics a registration
 (``RouteTableFullError``), so a stranger cannot grow the table without bound.
 
-Thread-safety: every method may be called from any thread (one lock; the local topic callable is
-called outside it). Nothing survives a restart: brokers re-register every 30 s.
+Thread-safety: every method may be called from any thread (one lock; the local topic source is
+read outside it). Nothing survives a restart: brokers re-register every 30 s.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from storage_engine.clock import Clock
+
+from ..route_data import QueueData
 
 DEFAULT_BROKER_TIMEOUT_MS = 120_000
 MASTER_ID = 0
@@ -38,17 +42,6 @@ class RouteTableError(Exception):
 
 class RouteTableFullError(RouteTableError):
     """A registration over the table's limits (brokers, topics a broker)."""
-
-
-@dataclass(frozen=True)
-class QueueData:
-    """A topic's queues on one broker name (RocketMQ's ``QueueData``)."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +57,16 @@ class BrokerIdentity:
 
 
 TopicTable = Mapping[str, QueueData]
+
+
+class TopicSource(Protocol):
+    """The local broker's topics as a name server reads them."""
+
+    def get(self, topic: str) -> QueueData | None:
+        """One topic's queues, or None."""
+
+    def all(self) -> TopicTable:
+        """Every topic."""
 
 
 @dataclass
@@ -103,10 +106,10 @@ class RouteTable:
         self._topics_max = topics_max
         self._lock = threading.Lock()
         self._registered: dict[tuple[str, int], _Registration] = {}
-        self._local: tuple[BrokerIdentity, Callable[[], TopicTable]] | None = None
+        self._local: tuple[BrokerIdentity, TopicSource] | None = None
 
-    def set_local(self, identity: BrokerIdentity, topics: Callable[[], TopicTable]) -> None:
-        """The broker of this process: ``topics()`` is read on every lookup."""
+    def set_local(self, identity: BrokerIdentity, topics: TopicSource) -> None:
+        """The broker of this process: ``topics`` is read on every lookup."""
         with self._lock:
             self._local = (identity, topics)
 
@@ -138,6 +141,20 @@ class RouteTable:
             del self._registered[(broker_name, broker_id)]
             return True
 
+    def data_version(self, broker_name: str, broker_id: int) -> Mapping[str, object] | None:
+        """The ``dataVersion`` a registered broker last sent, or None when it is not here."""
+        with self._lock:
+            registration = self._registered.get((broker_name, broker_id))
+            return None if registration is None else dict(registration.data_version)
+
+    def touch(self, broker_name: str, broker_id: int) -> bool:
+        """Count a sign of life (QUERY_DATA_VERSION) as a registration's refresh."""
+        with self._lock:
+            registration = self._registered.get((broker_name, broker_id))
+            if registration is not None:
+                registration.last_update_ms = self._clock.now_ms()
+            return registration is not None
+
     def forget_topic(self, topic: str) -> int:
         """Drop ``topic`` from every registered broker's table (until it registers again);
         how many tables held it. The local broker's topics are its own business."""
@@ -157,38 +174,44 @@ class RouteTable:
             return [self._registered.pop(key).identity for key in gone]
 
     def _brokers(self) -> list[tuple[BrokerIdentity, TopicTable]]:
-        """Every live broker with its topic table (the local one first, read live)."""
+        """Every live broker with its whole topic table (the local one first, read live)."""
         self.expire()
         with self._lock:
             local = self._local
             registered = [(r.identity, r.topics) for _, r in sorted(self._registered.items())]
-        brokers = [] if local is None else [(local[0], local[1]())]
+        brokers = [] if local is None else [(local[0], local[1].all())]
         return brokers + registered
+
+    def _identities(self) -> list[BrokerIdentity]:
+        self.expire()
+        with self._lock:
+            local = [] if self._local is None else [self._local[0]]
+            return local + [r.identity for _, r in sorted(self._registered.items())]
 
     def route(self, topic: str) -> Route | None:
         """The topic's route, or None when no broker holds it."""
+        self.expire()
+        with self._lock:
+            local = self._local
+            holders = [(r.identity, r.topics.get(topic))
+                       for _, r in sorted(self._registered.items())]
+        if local is not None:
+            holders.insert(0, (local[0], local[1].get(topic)))
         queue_datas: dict[str, QueueData] = {}
-        holders: list[BrokerIdentity] = []
-        for identity, topics in self._brokers():
-            queue_data = topics.get(topic)
-            if queue_data is None:
-                continue
-            holders.append(identity)
-            if (identity.broker_name not in queue_datas
-                    or identity.broker_id == MASTER_ID):
+        for identity, queue_data in holders:
+            if queue_data is not None and (identity.broker_name not in queue_datas
+                                           or identity.broker_id == MASTER_ID):
                 queue_datas[identity.broker_name] = queue_data
-        if not holders:
+        if not queue_datas:
             return None
         names = sorted(queue_datas)
+        members = [identity for identity, _ in holders if identity.broker_name in queue_datas]
         return Route(tuple(queue_datas[name] for name in names),
-                     tuple(_broker_datas(self._brokers_named(set(names)))))
-
-    def _brokers_named(self, names: set[str]) -> list[BrokerIdentity]:
-        return [identity for identity, _ in self._brokers() if identity.broker_name in names]
+                     tuple(_broker_datas(members)))
 
     def cluster(self) -> tuple[dict[str, BrokerData], dict[str, list[str]]]:
         """(broker name → ``BrokerData``, cluster → sorted broker names)."""
-        identities = [identity for identity, _ in self._brokers()]
+        identities = self._identities()
         by_name = {data.broker_name: data for data in _broker_datas(identities)}
         clusters: dict[str, set[str]] = {}
         for identity in identities:
@@ -212,7 +235,7 @@ class RouteTable:
 
     def master_address(self, broker_name: str) -> str | None:
         """The address broker id 0 of ``broker_name`` registered, if any."""
-        for identity, _ in self._brokers():
+        for identity in self._identities():
             if identity.broker_name == broker_name and identity.broker_id == MASTER_ID:
                 return identity.address
         return None
@@ -232,4 +255,4 @@ def _broker_datas(identities: Iterable[BrokerIdentity]) -> list[BrokerData]:
 
 
 __all__ = ["DEFAULT_BROKER_TIMEOUT_MS", "BrokerData", "BrokerIdentity", "QueueData", "Route",
-           "RouteTable", "RouteTableError", "RouteTableFullError"]
+           "RouteTable", "RouteTableError", "RouteTableFullError", "TopicSource"]

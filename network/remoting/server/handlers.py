@@ -57,7 +57,7 @@ REMARK_LENGTH_MAX = 2000
 class AccessControl(Protocol):
     """Checks every request before its handler runs; raises ``AccessDeniedError`` to refuse."""
 
-    def check(self, request: RemotingCommand, session: Session) -> None:
+    def check(self, request: RemotingCommand, session: Session) -> object:
         """Return to let ``request`` through; raise ``AccessDeniedError`` to refuse it."""
 
 

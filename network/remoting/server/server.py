@@ -82,6 +82,8 @@ class RemotingServer:
         self._dirty: set[Session] = set()
         self._want_write: deque[Session] = deque()
         self._close_listeners: list[Callable[[Session], None]] = []
+        self._read_buffer = bytearray(READ_CHUNK_BYTES)  # the IO thread's, reused by every read
+        self._read_view = memoryview(self._read_buffer)
         self._thread: threading.Thread | None = None
         self._io_ident: int | None = None
         self._stopping = False
@@ -200,8 +202,8 @@ class RemotingServer:
     def _read(self, session: Session) -> None:
         decoder = self._decoders[session]
         for _ in range(READS_PER_ROUND_MAX):
-            try:
-                data = session.sock.recv(READ_CHUNK_BYTES)
+            try:  # recv_into a reused buffer: recv(256 KiB) would allocate 256 KiB each time
+                size = session.sock.recv_into(self._read_buffer)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
@@ -209,11 +211,11 @@ class RemotingServer:
                          session.peer_address, error)
                 self._close(session)
                 return
-            if not data:
+            if not size:
                 self._close(session)
                 return
             try:
-                commands = decoder.feed(data)
+                commands = decoder.feed(self._read_view[:size])
             except WireError as error:
                 log.warning("[remoting] %s: malformed frame from %s, closing it: %s",
                             self._name, session.peer_address, error)
@@ -221,7 +223,7 @@ class RemotingServer:
                 return
             for command in commands:
                 self._handle(session, command)
-            if len(data) < READ_CHUNK_BYTES or session.closed:
+            if size < READ_CHUNK_BYTES or session.closed:
                 return
 
     def _handle(self, session: Session, command: RemotingCommand) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from storage_engine.broker import Broker
 from storage_engine.config import BrokerRole, FlushMode
 
+from ...wire import RemotingCommand
 from ..handlers import AccessControl
 from ..server import RemotingServer, ServerLimits
 from .clients import ClientHandlers, ClientRegistry, ConsumerInfo
@@ -36,24 +37,33 @@ class BrokerRemotingServer:
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *,
                  limits: ServerLimits | None = None, access: AccessControl | None = None,
-                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None,
-                 consumer_book: Any = None) -> None:
+                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None) -> None:
         self.broker = broker
+        self.stats = stats  # ``record_put`` / ``record_get`` (admin's runtime statistics)
         self.server = RemotingServer(host, port, limits=limits, access=access,
                                      name="remoting-broker")
         self.registry = ClientRegistry()
-        self.clients = ClientHandlers(broker, self.registry, consumer_book)
+        self.clients = ClientHandlers(broker, self.registry)
         self.pulls = PullHandler(broker, self.registry.subscription,
-                                 max_parked=max_parked_pulls)
+                                 max_parked=max_parked_pulls, stats=stats)
         config = broker.store.config
         sends_wait = (config.flush.mode is FlushMode.SYNC
                       or config.broker_role is BrokerRole.SYNC_MASTER)
         table = self.server.handlers
-        SendHandlers(broker, stats).register(table, inline=not sends_wait)
+        SendHandlers(broker, stats, self._check_record_topic).register(
+            table, inline=not sends_wait)
         self.pulls.register(table)
-        OffsetHandlers(broker).register(table)
+        OffsetHandlers(broker, self._check_record_topic).register(table)
         self.clients.register(table)
         self.server.add_close_listener(self.clients.on_close)
+
+    def _check_record_topic(self, request: RemotingCommand, topic: str) -> None:
+        """The access hook's ``check_topic`` (when it has one) on the topic of a record a
+        request reached by position (send-back, view by id), so it cannot read a topic it did
+        not name."""
+        check_topic = getattr(self.server.access, "check_topic", None)
+        if check_topic is not None:
+            check_topic(request, topic)
 
     def start(self) -> None:
         """Start the hold service and the server."""

@@ -29,7 +29,6 @@ from storage_engine.broker.config_beans import validate_group
 from storage_engine.store.topics import validate_topic
 
 from ... import fastjson
-from ...admin.consumer_book import Connection
 from ...codes import RequestCode, ResponseCode
 from ...wire import RemotingCommand
 from ..errors import RequestRefusedError
@@ -140,11 +139,9 @@ class ClientRegistry:
 class ClientHandlers:
     """Heartbeats, membership, locks and notifications over one broker."""
 
-    def __init__(self, broker: Broker, registry: ClientRegistry,
-                 consumer_book: Any = None) -> None:
+    def __init__(self, broker: Broker, registry: ClientRegistry) -> None:
         self._broker = broker
         self.registry = registry
-        self._book = consumer_book  # admin's ``ConsumerBook`` (record/forget), or None
         broker.add_membership_listener(self._on_membership)
 
     def register(self, table: HandlerTable) -> None:
@@ -185,9 +182,6 @@ class ClientHandlers:
                             member_str(consumer, "consumeFromWhere", HEARTBEAT,
                                        "CONSUME_FROM_LAST_OFFSET"), subscriptions)
         sub_changed = self.registry.put_consumer(group, info)
-        if self._book is not None:
-            self._book.record(Connection(client_id, session.peer_address, session.language,
-                                         session.version), consumer)
         joined = self._broker.register_consumer(group, client_id, sorted(subscriptions))
         if sub_changed and not joined:
             self._on_membership(group)  # same members, new subscriptions: rebalance too
@@ -203,8 +197,6 @@ class ClientHandlers:
                              producer_group=producer_group)
         if consumer_group:
             self._broker.unregister_consumer(consumer_group, client_id)
-            if self._book is not None:
-                self._book.forget(consumer_group, client_id)
         return request.response(ResponseCode.SUCCESS)
 
     def consumer_list(self, request: RemotingCommand, session: Session) -> RemotingCommand:
@@ -236,8 +228,6 @@ class ClientHandlers:
         """A connection closed: its consumers leave their groups."""
         for group, client_id in self.registry.drop_session(session):
             self._broker.unregister_consumer(group, client_id)
-            if self._book is not None:
-                self._book.forget(group, client_id)
 
     def _on_membership(self, group: str) -> None:
         """Tell every connection of ``group`` that its members changed."""

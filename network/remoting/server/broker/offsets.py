@@ -14,6 +14,8 @@ or the store's rules. Thread-safety: as ``Broker``'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from storage_engine.broker import Broker
 from storage_engine.broker.model import ConsumeFrom
 from storage_engine.errors import CorruptionError, MessageNotFoundError
@@ -34,8 +36,11 @@ UNIQUE_KEY_QUERY_MAX = 32
 class OffsetHandlers:
     """Offsets, positions and queries over one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker,
+                 check_record_topic: Callable[[RemotingCommand, str], None] | None = None
+                 ) -> None:
         self._broker = broker
+        self._check_record_topic = check_record_topic or (lambda request, topic: None)
         self._store = broker.store
 
     def register(self, table: HandlerTable) -> None:
@@ -114,6 +119,7 @@ class OffsetHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"can not find message by the offset, {position}: "
                                       f"{error}") from error
+        self._check_record_topic(request, view.topic)
         return request.response(ResponseCode.SUCCESS, body=encode_views([view]))
 
     def query_message(self, request: RemotingCommand, session: Session) -> RemotingCommand:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from storage_engine.broker import Broker
 from storage_engine.broker.broker import PULL_BATCH_MAX
@@ -87,12 +88,12 @@ class PullHandler:
     """PULL_MESSAGE over one broker, with its hold service."""
 
     def __init__(self, broker: Broker, subscriptions: Subscriptions, *,
-                 max_parked: int = MAX_PARKED_PULLS) -> None:
+                 max_parked: int = MAX_PARKED_PULLS, stats: Any = None) -> None:
         self._broker = broker
+        self._stats = stats  # ``record_get(count)`` (admin's runtime statistics), or None
         self._subscriptions = subscriptions
         self._suspend_max_ms = broker.store.config.broker.long_polling_max_ms
         self.hold = PullHoldService(self._retry, broker.store.max_offset, max_parked)
-        self.on_transferred: Callable[[int], None] | None = None  # messages answered (stats)
 
     def register(self, table: HandlerTable) -> None:
         """Serve 11 (inline: a pull never blocks, a waiting one is parked)."""
@@ -176,8 +177,8 @@ class PullHandler:
                 records.append(record)
                 size += len(record)
             body = b"".join(records)
-            if self.on_transferred is not None:
-                self.on_transferred(len(records))
+            if self._stats is not None:
+                self._stats.record_get(len(records))
         return pull.request.response(code, {
             "suggestWhichBrokerId": 0, "nextBeginOffset": next_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset,

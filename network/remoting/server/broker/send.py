@@ -26,13 +26,18 @@ broker has no transactions. Thread-safety: as ``Broker``'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from storage_engine.broker import Broker
 from storage_engine.broker.model import SendResult
 from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK
-from storage_engine.formats.directory import DELAY_TOPIC
+from storage_engine.formats import (
+    PROPERTY_DELAY,
+    PROPERTY_RETRY_TOPIC,
+    SYSFLAG_TRANSACTION_MASK,
+)
+from storage_engine.formats.directory import DELAY_TOPIC, is_system_group_topic
 from storage_engine.store.message import Message, PutStatus
 from storage_engine.store.topics import dead_letter_topic
 
@@ -84,8 +89,11 @@ class _SendHeader:
 class SendHandlers:
     """The producer-side handlers over one broker."""
 
-    def __init__(self, broker: Broker, stats: Any = None) -> None:
+    def __init__(self, broker: Broker, stats: Any = None,
+                 check_record_topic: Callable[[RemotingCommand, str], None] | None = None
+                 ) -> None:
         self._broker = broker
+        self._check_record_topic = check_record_topic or (lambda request, topic: None)
         self._stats = stats  # ``record_put(count)`` (admin's runtime statistics), or None
 
     def register(self, table: HandlerTable, *, inline: bool) -> None:
@@ -164,6 +172,9 @@ class SendHandlers:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"look message by offset failed, {position}: "
                                       f"{error}") from error
+        original = view.properties.get(PROPERTY_RETRY_TOPIC, view.topic)
+        if not is_system_group_topic(original):  # a group's own topics: its SUB right covers
+            self._check_record_topic(request, original)
         reason = fields.get_str("dlqReason", None, max_chars=4096)  # Postbox: DLQ_REASON
         self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit,
                                reason=reason)

@@ -23,11 +23,13 @@ final class LitePull {
     }
 
     /**
-     * {@code {"group", "topic", "mode": "subscribe" | "assign", "seek": [{"queue_id", "offset"}],
-     * "expect": count, "timeout_ms"}}: polls until {@code expect} messages arrived (after the
-     * seeks, in assign mode), commits and persists the offsets after them, and returns {@code
-     * {"messages": [...], "queues": [{queue_id, committed}]}} (committed = what the broker now
-     * holds for the group, -1 for none).
+     * {@code {"group", "topic", "mode": "subscribe" | "assign", "expect": count, "seek":
+     * [{"queue_id", "offset"}], "expect_after_seek": count, "timeout_ms"}}: polls until {@code
+     * expect} messages arrived; then, if seeks are given (assign mode), moves those queues to
+     * the offsets and polls {@code expect_after_seek} more; commits and persists the offsets
+     * after everything polled and returns {@code {"messages": [...], "after_seek": [...],
+     * "queues": [{queue_id, committed}]}} (committed = what the broker now holds for the
+     * group, -1 for none).
      */
     static Object litePull(JSONObject request) throws Exception {
         DefaultLitePullConsumer consumer = Clients.configure(
@@ -46,23 +48,34 @@ final class LitePull {
             queues.sort(Comparator.comparingInt(MessageQueue::getQueueId));
             if (assign) {
                 consumer.assign(queues);
-                seek(consumer, queues, request.getJSONArray("seek"));
             }
-            List<MessageExt> polled = poll(consumer, request.getIntValue("expect"),
-                System.currentTimeMillis() + request.getLongValue("timeout_ms"));
+            long deadline = System.currentTimeMillis() + request.getLongValue("timeout_ms");
+            List<MessageExt> polled = poll(consumer, request.getIntValue("expect"), deadline);
+            List<MessageExt> afterSeek = List.of();
+            if (request.containsKey("seek")) {
+                seek(consumer, queues, request.getJSONArray("seek"));
+                afterSeek = poll(consumer, request.getIntValue("expect_after_seek"), deadline);
+            }
             Map<MessageQueue, Long> next = new HashMap<>();
-            for (MessageExt message : polled) {
+            for (MessageExt message : concat(polled, afterSeek)) {
                 MessageQueue queue = new MessageQueue(topic, message.getBrokerName(), message.getQueueId());
                 next.merge(queue, message.getQueueOffset() + 1, Math::max);
             }
             consumer.commitSync(next, true);
             JSONObject result = new JSONObject(true);
             result.put("messages", Messages.describeAll(polled));
+            result.put("after_seek", Messages.describeAll(afterSeek));
             result.put("queues", committed(consumer, queues));
             return result;
         } finally {
             consumer.shutdown();
         }
+    }
+
+    private static List<MessageExt> concat(List<MessageExt> first, List<MessageExt> second) {
+        List<MessageExt> both = new ArrayList<>(first);
+        both.addAll(second);
+        return both;
     }
 
     private static void seek(DefaultLitePullConsumer consumer, List<MessageQueue> queues,

@@ -43,6 +43,9 @@ final class Push {
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setMaxReconsumeTimes(recorder.maxReconsume);
         consumer.setPersistConsumerOffsetInterval(1000);
+        // the listener's last call returns after the waiter woke: shutdown lets it finish and
+        // its offset reach the offset store before persisting
+        consumer.setAwaitTerminationMillisWhenShutdown(Clients.TIMEOUT_MS);
         consumer.subscribe(request.getString("topic"), "*");
         if (request.getBooleanValue("orderly")) {
             if (!recorder.failAlways.isEmpty()) {

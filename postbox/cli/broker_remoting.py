@@ -1,0 +1,92 @@
+"""The remoting options of ``postbox broker start``: where the name server and the broker
+listen, who the broker is, which external name servers it registers with.
+
+``node_options`` builds the ``NodeOptions`` of ``network.remoting.node.RemotingNode`` from the
+flags, falling back to the RocketMQ keys of ``--broker-conf`` a RocketMQ operator already has
+(``brokerName``, ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``brokerIP1``), then to
+the defaults. Flags win. Pure apart from reading the broker.conf file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from storage_engine.broker_conf import parse_properties
+
+from .common import CliError
+
+DEFAULT_NAMESRV_LISTEN = "127.0.0.1:9876"
+DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
+DEFAULT_CLUSTER = "DefaultCluster"
+DEFAULT_BROKER_NAME = "postbox-broker"
+NO_NAMESRV = "none"
+
+NamesrvListenOption = Annotated[str, typer.Option(
+    "--namesrv-listen", metavar="HOST:PORT",
+    help="Address of the embedded name server (rocketmq://HOST:PORT; port 0: any free port, "
+         f"printed; '{NO_NAMESRV}': no name server).")]
+RemotingListenOption = Annotated[str | None, typer.Option(
+    "--remoting-listen", metavar="HOST:PORT",
+    help="Address of the RocketMQ remoting broker (RocketMQ 4.x clients, mqadmin, "
+         "rocketmq://; port 0: any free port, printed) \\[default: 127.0.0.1:listenPort of "
+         f"--broker-conf, else {DEFAULT_REMOTING_LISTEN}].")]
+NamesrvOption = Annotated[str | None, typer.Option(
+    "--namesrv", metavar="HOST:PORT[;HOST:PORT]",
+    help="External name servers (Apache RocketMQ's too) to register this broker with every "
+         "30 s \\[default: namesrvAddr of --broker-conf, else none].")]
+AdvertiseOption = Annotated[str | None, typer.Option(
+    "--advertise", metavar="HOST:PORT",
+    help="Broker address routes name (needed with a 0.0.0.0 --remoting-listen) \\[default: "
+         "brokerIP1 of --broker-conf with the bound port, else the bound address].")]
+BrokerNameOption = Annotated[str | None, typer.Option(
+    "--broker-name", help="Broker name in routes \\[default: brokerName of --broker-conf, "
+                          f"else {DEFAULT_BROKER_NAME}].")]
+ClusterNameOption = Annotated[str | None, typer.Option(
+    "--cluster-name", help="Cluster name in routes \\[default: brokerClusterName of "
+                           f"--broker-conf, else {DEFAULT_CLUSTER}].")]
+
+
+def _conf_keys(broker_conf: Path | None) -> dict[str, str]:
+    if broker_conf is None:
+        return {}
+    try:
+        return parse_properties(broker_conf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"cannot read --broker-conf {broker_conf}: {error}") from error
+
+
+if TYPE_CHECKING:
+    from network.remoting.node import NodeOptions
+
+
+def node_options(broker_conf: Path | None, *, namesrv_listen: str,
+                 remoting_listen: str | None, namesrv: str | None, advertise: str | None,
+                 broker_name: str | None, cluster_name: str | None) -> NodeOptions:
+    """The ``NodeOptions`` of the flags and ``--broker-conf`` (``CliError`` when invalid)."""
+    from network.remoting.node import NodeOptions
+    from network.remoting.registration import parse_namesrv_list
+    conf = _conf_keys(broker_conf)
+    if remoting_listen is None:
+        port = conf.get("listenPort", "").strip()
+        remoting_listen = f"127.0.0.1:{port}" if port else DEFAULT_REMOTING_LISTEN
+    namesrv = namesrv if namesrv is not None else conf.get("namesrvAddr", "").strip() or None
+    try:
+        addresses = parse_namesrv_list(namesrv) if namesrv else []
+    except ValueError as error:
+        raise CliError(f"--namesrv: {error}") from error
+    if advertise is None and conf.get("brokerIP1", "").strip():
+        advertise = f"{conf['brokerIP1'].strip()}:{remoting_listen.rpartition(':')[2]}"
+    return NodeOptions(
+        remoting_listen=remoting_listen,
+        namesrv_listen=None if namesrv_listen.strip().lower() == NO_NAMESRV else namesrv_listen,
+        advertise=advertise,
+        cluster=cluster_name or conf.get("brokerClusterName", "").strip() or DEFAULT_CLUSTER,
+        broker_name=broker_name or conf.get("brokerName", "").strip() or DEFAULT_BROKER_NAME,
+        namesrv_addresses=addresses)
+
+
+__all__ = ["AdvertiseOption", "BrokerNameOption", "ClusterNameOption", "NamesrvListenOption",
+           "NamesrvOption", "RemotingListenOption", "node_options"]
