@@ -24,19 +24,17 @@ Bench.java``, full JIT, 512 MiB heap) runs the official remoting client 5.3.3:
 
 Ratios are postbox / java of the same run (target >= 0.5 on each, printed, never asserted). A
 target that fails (its server does not start, a send fails) is reported as failed; the exit code
-is then 2 (``BenchError``). One repetition; VM noise is easily +-20 %.
+is then 2. One repetition; VM noise is easily +-20 %.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.peers import BenchError
 from bench.store_bench import machine_facts, progress
 from bench.workdir import temp_dir
 
@@ -45,7 +43,8 @@ BODY_BYTES = 100
 QUEUE_COUNT = 8
 SEGMENT_BYTES = 128 << 20
 TARGET_RATIO = 0.5
-BENCH_JVM = ["-Xms512m", "-Xmx512m", "-XX:+UseG1GC"]
+BENCH_JVM = ("-Xms512m", "-Xmx512m", "-XX:+UseG1GC")
+CLIENT_TIMEOUT_S = 1_800  # both phases; each phase gets a third of it
 POSTBOX_CONF = f"""\
 mappedFileSizeCommitLog={SEGMENT_BYTES}
 flushDiskType=ASYNC_FLUSH
@@ -74,25 +73,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_client(install, home: Path, namesrv: str, args: argparse.Namespace) -> dict:
-    """The driver's ``bench`` command in one JVM; its report (seconds per phase)."""
-    from tests.support.rocketmq_lab import RESULT_PREFIX
-
-    request = {"namesrv": namesrv, "topic": TOPIC, "group": f"bench-{time.time_ns()}",
-               "count": args.messages, "body_bytes": BODY_BYTES, "threads": args.threads,
-               "timeout_ms": 600_000}
-    argv = [install.java, *BENCH_JVM, f"-Duser.home={home}",
-            "-Drmq.logback.configurationFile=rmq.client.logback.xml",
-            "-cp", install.driver_classpath(), "lab.LabDriver", "bench"]
-    done = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True,
-                          timeout=1_300)
-    for line in done.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX) and done.returncode == 0:
-            return json.loads(line[len(RESULT_PREFIX):])
-    raise BenchError(f"the Java client failed (exit {done.returncode}):\n"
-                     f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-
-
 def measure(install, root: Path, namesrv: str, broker_addr: str,
             args: argparse.Namespace) -> dict:
     """Create the topic on ``broker_addr``, then time the client against ``namesrv``."""
@@ -101,7 +81,11 @@ def measure(install, root: Path, namesrv: str, broker_addr: str,
     driver = LabDriver(install, root / "driver", namesrv)
     driver.run("create-topic", broker_addr=broker_addr, topic=TOPIC, queues=QUEUE_COUNT)
     driver.run("await-route", topics=[TOPIC], timeout_ms=60_000)
-    report = run_client(install, root / "client", namesrv, args)
+    client = LabDriver(install, root / "client", namesrv, jvm_flags=BENCH_JVM,
+                       timeout_s=CLIENT_TIMEOUT_S)
+    report = client.run("bench", topic=TOPIC, group=f"bench-{time.time_ns()}",
+                        count=args.messages, body_bytes=BODY_BYTES, threads=args.threads,
+                        timeout_ms=CLIENT_TIMEOUT_S * 1000 // 3)
     return {"count": report["count"],
             "send_per_s": report["count"] / report["send_s"],
             "consume_per_s": report["count"] / report["consume_s"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tests.lab.test_remoting_peers import assert_same_message, body_of, create_topics
+from tests.lab.remoting_checks import assert_same_message, body_of, create_topics
 from tests.support.go_client import GoClient
 from tests.support.remoting_targets import RemotingTarget
 

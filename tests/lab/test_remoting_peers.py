@@ -17,40 +17,12 @@ import base64
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from tests.lab.remoting_checks import QUEUES, assert_same_message, b64, body_of, create_topics
 from tests.support import mqadmin as read
 from tests.support.remoting_targets import RemotingTarget
 
-QUEUES = 4
 PUSH_TIMEOUT_MS = 120_000
 BINARY_BODY = bytes(range(256)) + "grüße ✓ 東京".encode()
-
-
-def create_topics(target: RemotingTarget, *topics: str) -> None:
-    """``mqadmin updateTopic`` on the target's broker, then wait until the name server routes
-    each topic."""
-    target.mqadmin.run(*(["updateTopic", "-b", target.broker_addr, "-t", topic,
-                          "-r", str(QUEUES), "-w", str(QUEUES)] for topic in topics))
-    routes = target.driver.run("await-route", topics=list(topics), timeout_ms=60_000)
-    assert routes == {topic: [target.broker_name] for topic in topics}
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def body_of(message: dict) -> bytes:
-    return base64.b64decode(message["body_b64"])
-
-
-def assert_same_message(delivered: dict, spec: dict) -> None:
-    """Body, tags, keys and user properties as sent (system properties may be added)."""
-    sent_body = base64.b64decode(spec["body_b64"]) if "body_b64" in spec else \
-        spec["body"].encode()
-    assert body_of(delivered) == sent_body
-    assert delivered["tags"] == spec.get("tags")
-    assert delivered["keys"] == (" ".join(spec["keys"]) if "keys" in spec else None)
-    for name, value in spec.get("properties", {}).items():
-        assert delivered["properties"][name] == value, name
 
 
 # ------------------------------------------------------------ producer, pull consumer, mqadmin

@@ -112,6 +112,17 @@ def test_subscription_groups_created_listed_deleted(admin):
     assert broker.tables.subscription_groups.get("billing") is None
 
 
+def test_groups_known_only_from_offsets_are_listed_with_default_settings(admin):
+    client, broker, _, _ = admin
+    broker.create_topic("orders", 1)
+    broker.commit_offset("auditors", "orders", 0, 0)  # no config, no member: only an offset
+    table = fastjson.loads(client.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body)[
+        "subscriptionGroupTable"]
+    assert "auditors" in table and table["auditors"]["groupName"] == "auditors"
+    assert table["auditors"]["retryMaxTimes"] == 16
+    assert broker.tables.subscription_groups.get("auditors") is None  # listing creates nothing
+
+
 def test_consume_stats_are_keyed_by_message_queue_objects(admin):
     client, broker, _, clock = admin
     broker.create_topic("orders", 2)

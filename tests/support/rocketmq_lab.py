@@ -50,6 +50,8 @@ from tests.support.rocketmq_processes import (
 
 MARKER = "live_rocketmq"
 DRIVER_TIMEOUT_S = 180
+DRIVER_JVM_FLAGS = ("-Xmx192m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""Small and quick to start: one command a JVM (the benchmark passes its own)."""
 LAB_TIMEOUT_S = 1_200  # per test (pytest-timeout); the first one also installs and starts the lab
 RESULT_PREFIX = "LAB-RESULT "
 
@@ -79,19 +81,20 @@ class LabDriver:
     install: LabInstall
     home: Path
     namesrv: str
+    jvm_flags: tuple[str, ...] = DRIVER_JVM_FLAGS
+    timeout_s: float = DRIVER_TIMEOUT_S
 
     def run(self, command: str, **request) -> object:
         """One driver command; ``request`` becomes its JSON input (``namesrv`` is added)."""
         request.setdefault("namesrv", self.namesrv)
-        argv = [self.install.java, "-Xmx192m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                f"-Duser.home={self.home}",
+        argv = [self.install.java, *self.jvm_flags, f"-Duser.home={self.home}",
                 "-Drmq.logback.configurationFile=rmq.client.logback.xml",
                 "-cp", self.install.driver_classpath(), "lab.LabDriver", command]
         try:
             done = subprocess.run(argv, input=json.dumps(request), capture_output=True,
-                                  text=True, timeout=DRIVER_TIMEOUT_S)
+                                  text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired as error:
-            raise DriverError(f"driver {command}: no answer after {DRIVER_TIMEOUT_S} s") from error
+            raise DriverError(f"driver {command}: no answer after {self.timeout_s} s") from error
         for line in done.stdout.splitlines():
             if line.startswith(RESULT_PREFIX) and done.returncode == 0:
                 return json.loads(line[len(RESULT_PREFIX):])

@@ -74,10 +74,13 @@ class GroupAdmin:
         return request.response()
 
     def all_groups(self, request: RemotingCommand, session: object) -> RemotingCommand:
-        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the configured groups, and with RocketMQ's default
+        settings the groups the broker knows only from committed offsets or live members (as
+        ``Broker.consumer_groups`` lists them: a Postbox broker creates no config for a group
+        that only commits)."""
         table = self._broker.tables.subscription_groups
-        groups = {name: bean_to_json(config) for name in table.names()
-                  if (config := table.get(name)) is not None}
+        groups = {name: bean_to_json(table.get(name) or SubscriptionGroupConfig(group_name=name))
+                  for name in self._broker.consumer_groups()}
         version = table.data_version
         body = {"dataVersion": {"counter": version.counter, "stateVersion": 0,
                                 "timestamp": version.timestamp_ms},
