@@ -78,7 +78,6 @@ class OffsetHandlers:
         group = fields.get_str("consumerGroup", max_chars=255)
         topic, queue_id = _queue(fields)
         offset = fields.get_int("commitOffset", low=0)
-        self._broker.subscription_group(group)  # made as a pull makes it (26 when it cannot be)
         self._broker.commit_offset(group, topic, queue_id, offset)
         return request.response(ResponseCode.SUCCESS)
 
