@@ -273,9 +273,9 @@ class Sender:
         except Exception as error:
             Slot.finish_all(batch, error)
             return
+        forget = functools.partial(self._context.connections.get(address).forget, pending)
         for slot in batch:
-            slot.forget = functools.partial(self._context.connections.get(address).forget,
-                                            pending)
+            slot.forget = forget
         pending.add_done_callback(
             lambda future: self._deliver(batch, future, address, index, route))
 
