@@ -142,6 +142,13 @@ def wire_fields(values: dict[str, Any]) -> dict[str, str]:
     """Header values as wire strings: None left out, booleans ``true``/``false``."""
     out: dict[str, str] = {}
     for name, value in values.items():
+        kind = type(value)
+        if kind is str:  # the common cases first: this runs for every request and answer
+            out[name] = value
+            continue
+        if kind is int:
+            out[name] = str(value)
+            continue
         if value is None:
             continue
         if isinstance(value, bool):
@@ -265,7 +272,7 @@ def decode(frame: bytes | bytearray | memoryview,
     header = view[4:4 + header_length]
     body = bytes(view[4 + header_length:])
     if kind == SerializeType.JSON:
-        command = _decode_json_header(bytes(header), limits)
+        command = _decode_json_header(header, limits)
     elif kind == SerializeType.ROCKETMQ:
         command = _decode_binary_header(header, limits)
     else:
@@ -274,15 +281,22 @@ def decode(frame: bytes | bytearray | memoryview,
     return command
 
 
-def _decode_json_header(header: bytes, limits: FrameLimits) -> RemotingCommand:
+def _decode_json_header(header: memoryview, limits: FrameLimits) -> RemotingCommand:
     try:
-        document = _JSON_DECODER.decode(header.decode())
-    except (UnicodeDecodeError, ValueError) as error:
+        document = _JSON_DECODER.decode(str(header, "utf-8"))
+    except ValueError as error:  # UnicodeDecodeError included
         raise WireError(f"JSON header does not parse: {error}") from None
     if not isinstance(document, dict):
         raise WireError("JSON header is not an object")
-    code, opaque, flag, version = (_json_int(document, "code"), _json_int(document, "opaque"),
-                                   _json_int(document, "flag"), _json_int(document, "version"))
+    get = document.get
+    code, opaque, flag, version = get("code", 0), get("opaque", 0), get("flag", 0), get(
+        "version", 0)
+    if not (type(code) is type(opaque) is type(flag) is type(version) is int
+            and min(code, opaque, flag, version) >= -(2**31)
+            and max(code, opaque, flag, version) < 2**31):  # else name the bad one
+        code, opaque, flag, version = (
+            _json_int(document, "code"), _json_int(document, "opaque"),
+            _json_int(document, "flag"), _json_int(document, "version"))
     language = document.get("language", "OTHER")
     remark = document.get("remark")
     ext = document.get("extFields") or {}
@@ -384,15 +398,20 @@ class FrameDecoder:
         commands = []
         at = 0
         buffer = self._buffer
-        while len(buffer) - at >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, at)
-            if length < 4 or length > self._limits.max_frame_bytes:
-                raise WireError(f"frame length {length} is outside [4, "
-                                f"{self._limits.max_frame_bytes}]")
-            if len(buffer) - at - 4 < length:
-                break
-            commands.append(decode(buffer[at + 4:at + 4 + length], self._limits))
-            at += 4 + length
+        end = len(buffer)
+        view = memoryview(buffer)  # frames decoded in place: a slice of it copies nothing
+        try:
+            while end - at >= 4:
+                (length,) = _LENGTH.unpack_from(buffer, at)
+                if length < 4 or length > self._limits.max_frame_bytes:
+                    raise WireError(f"frame length {length} is outside [4, "
+                                    f"{self._limits.max_frame_bytes}]")
+                if end - at - 4 < length:
+                    break
+                commands.append(decode(view[at + 4:at + 4 + length], self._limits))
+                at += 4 + length
+        finally:
+            view.release()  # before the buffer is resized below
         if at:
             del self._buffer[:at]
         return commands

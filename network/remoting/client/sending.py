@@ -274,9 +274,9 @@ class Sender:
         except Exception as error:
             Slot.finish_all(batch, error)
             return
+        forget = functools.partial(self._context.connections.get(address).forget, pending)
         for slot in batch:
-            slot.forget = functools.partial(self._context.connections.get(address).forget,
-                                            pending)
+            slot.forget = forget
         pending.add_done_callback(
             lambda future: self._deliver(batch, future, address, index, route))
 
@@ -417,9 +417,23 @@ def _send_result(outgoing: Outgoing, index: int, msg_id: str, queue_offset: int,
     return SendResult(
         topic=outgoing.message.topic, queue_id=index, stored_topic=stored_topic,
         stored_queue_id=stored_queue_id, queue_offset=queue_offset,
-        log_position=decode_offset_msg_id(msg_id)[1], offset_msg_id=msg_id,
+        log_position=_log_position(msg_id), offset_msg_id=msg_id,
         unique_key=outgoing.unique_key, store_timestamp_ms=now_ms, delay_level=level,
         status=status)
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _log_position(msg_id: str) -> int:
+    """The log position in an offsetMsgId: its last 16 hex digits (a signed 64-bit number),
+    without decoding the host; anything else goes through ``decode_offset_msg_id``, which
+    raises ``ValueError`` naming the problem."""
+    if len(msg_id) in (32, 56) and _HEX_DIGITS.issuperset(msg_id):
+        position = int(msg_id[-16:], 16)
+        if position < 2**63:
+            return position
+    return decode_offset_msg_id(msg_id)[1]
 
 
 def _answer_error(answer: RemotingCommand, outgoing: Outgoing, address: str) -> Exception:
