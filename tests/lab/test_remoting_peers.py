@@ -17,11 +17,27 @@ import base64
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from tests.lab.remoting_checks import QUEUES, assert_same_message, b64, body_of, create_topics
+import pytest
+
+from tests.lab.remoting_checks import (
+    QUEUES,
+    assert_same_message,
+    b64,
+    body_of,
+    create_topics,
+    postbox_lacks,
+)
 from tests.support import mqadmin as read
 from tests.support.remoting_targets import RemotingTarget
 
 PUSH_TIMEOUT_MS = 120_000
+LITE_PULL_GAP = ("postbox broker answers request code 361 LITE_PULL_MESSAGE (the lite pull "
+                 "consumer's pull) with 3 REQUEST_CODE_NOT_SUPPORTED")
+STORE_HOST_GAP = (
+    "postbox broker stores records with store_host 127.0.0.1:10911 (StoreConfig's default), not "
+    "its --remoting-listen address, so offset msgIds name another address and mqadmin "
+    "queryMsgById's VIEW_MESSAGE_BY_ID (33) goes there; also seen: queryMsgByUniqueKey "
+    "(QUERY_MESSAGE 12 with _UNIQUE_KEY_QUERY) answering no message now and then")
 BINARY_BODY = bytes(range(256)) + "grüße ✓ 東京".encode()
 
 
@@ -44,8 +60,10 @@ def producer_corpus() -> tuple[list[dict], list[dict], list[dict]]:
     return singles, batch, orderly
 
 
-def test_java_producer_round_trips_and_mqadmin_reads_it(remoting_target: RemotingTarget):
+def test_java_producer_round_trips_and_mqadmin_reads_it(remoting_target: RemotingTarget,
+                                                        request: pytest.FixtureRequest):
     target = remoting_target
+    postbox_lacks(request, target, STORE_HOST_GAP)
     create_topics(target, PRODUCED)
     singles, batch, orderly = producer_corpus()
     sent = target.driver.run("produce", sends=[
@@ -221,8 +239,9 @@ LITE = "PeersLite"
 
 
 def test_java_lite_pull_consumer_subscribes_assigns_seeks_and_commits(
-        remoting_target: RemotingTarget):
+        remoting_target: RemotingTarget, request: pytest.FixtureRequest):
     target = remoting_target
+    postbox_lacks(request, target, LITE_PULL_GAP)
     create_topics(target, LITE)
     sent = target.driver.run("produce", sends=[
         {"message": {"topic": LITE, "keys": [f"lite-{i}"], "body": f"lite {i}"}}
