@@ -107,8 +107,8 @@ class RemotingAccess:
                                     f"code {request.code})")
         return account
 
-    def check(self, request: RemotingCommand, session: object = None) -> Account:
-        """Authenticate ``request`` and check every right it needs; its account."""
+    def check(self, request: RemotingCommand, session: object = None) -> None:
+        """Authenticate ``request`` and check every right it needs (the server's hook)."""
         account = self.authenticate(request)
         try:
             needs = list(needs_of(request))
@@ -117,7 +117,6 @@ class RemotingAccess:
                                     f"established: {error}") from None
         for need in needs:
             _check_need(account, need, self._topic_exists)
-        return account
 
     def check_topic(self, request: RemotingCommand, topic: str) -> None:
         """The SUB right on ``topic``, the topic of a record ``request`` reached by its

@@ -61,6 +61,18 @@ def split_host_port(text: str, option: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def check_advertisable(options: NodeOptions) -> tuple[str, int]:
+    """The remoting (host, port) to bind; ``NodeError`` when an address is malformed, or a
+    wildcard bind has no ``advertise`` (clients cannot connect to a wildcard)."""
+    host, port = split_host_port(options.remoting_listen, "--remoting-listen")
+    if options.advertise is not None:
+        split_host_port(options.advertise, "--advertise")
+    elif host in _WILDCARDS:
+        raise NodeError(f"--remoting-listen {options.remoting_listen} binds every address: "
+                        "give --advertise HOST:PORT, the address clients connect to")
+    return host, port
+
+
 @dataclass(frozen=True)
 class NodeOptions:
     """Where and as whom the node serves."""
@@ -80,12 +92,7 @@ class RemotingNode:
                  access: AccessControl | None = None) -> None:
         self.options = options
         self._broker = broker
-        host, port = split_host_port(options.remoting_listen, "--remoting-listen")
-        if options.advertise is not None:
-            split_host_port(options.advertise, "--advertise")
-        elif host in _WILDCARDS:
-            raise NodeError(f"--remoting-listen {options.remoting_listen} binds every address: "
-                            "give --advertise HOST:PORT, the address clients connect to")
+        host, port = check_advertisable(options)
         self._namesrv_bind = (None if options.namesrv_listen is None
                               else split_host_port(options.namesrv_listen, "--namesrv-listen"))
         self.broker_server = BrokerRemotingServer(broker, host, port, access=access,
@@ -151,6 +158,6 @@ class RemotingNode:
         return self.namesrv_server.address_text
 
 
-__all__ = ["DEFAULT_BROKER_NAME", "DEFAULT_CLUSTER", "DEFAULT_NAMESRV_LISTEN",
+__all__ = ["DEFAULT_BROKER_NAME", "check_advertisable", "DEFAULT_CLUSTER", "DEFAULT_NAMESRV_LISTEN",
            "DEFAULT_REMOTING_LISTEN", "NodeError", "NodeOptions", "RemotingNode",
            "split_host_port"]

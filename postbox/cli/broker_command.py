@@ -40,6 +40,7 @@ from .broker_remoting import (
     NamesrvOption,
     RemotingListenOption,
     node_options,
+    store_host,
 )
 from .common import (
     BrokerConfOption,
@@ -131,7 +132,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
     try:  # imported here: grpc is an optional extra, and other commands start faster
         from network.grpc_v2 import AccessControl, BrokerServer, ServerError, parse_listen
         from network.remoting.access import RemotingAccess
-        from network.remoting.node import NodeError, RemotingNode
+        from network.remoting.node import NodeError, RemotingNode, check_advertisable
     except ImportError as error:
         raise CliError(f"the broker server needs the 'server' extra "
                        f"(pip install 'postbox[server]'): {error}") from error
@@ -145,6 +146,11 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                            cluster_name=cluster_name)
     config = store_config(store, broker_conf, segment_size,
                           ReplicationOptions(role, ha_listen, master_ha, slave_timeout_ms))
+    try:
+        check_advertisable(options)  # before the store takes the address as its store host
+    except NodeError as error:
+        raise CliError(str(error)) from error
+    config = config.replace(store_host=store_host(options))
     access = AccessControl.load(acl) if acl is not None else None
     stop = threading.Event()
     previous = {number: signal.signal(number, lambda *_: stop.set())

@@ -4,11 +4,17 @@ listen, who the broker is, which external name servers it registers with.
 ``node_options`` builds the ``NodeOptions`` of ``network.remoting.node.RemotingNode`` from the
 flags, falling back to the RocketMQ keys of ``--broker-conf`` a RocketMQ operator already has
 (``brokerName``, ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``brokerIP1``), then to
-the defaults. Flags win. Pure apart from reading the broker.conf file.
+the defaults. Flags win. A ``--remoting-listen`` port 0 is resolved to a free port here, before
+the store opens, because the broker's address is also its **store host**: every record and
+offsetMsgId carries it, and clients (``mqadmin queryMsgById``) connect to the address an
+offsetMsgId names. ``store_host`` gives that address (IPv4, as the record layout wants). Pure
+apart from reading the broker.conf file and asking the system for a free port.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,6 +23,9 @@ import typer
 from storage_engine.broker_conf import parse_properties
 
 from .common import CliError
+
+if TYPE_CHECKING:  # the network package is imported only when the broker starts
+    from network.remoting.node import NodeOptions
 
 DEFAULT_NAMESRV_LISTEN = "127.0.0.1:9876"
 DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
@@ -72,6 +81,7 @@ def node_options(broker_conf: Path | None, *, namesrv_listen: str,
     if remoting_listen is None:
         port = conf.get("listenPort", "").strip()
         remoting_listen = f"127.0.0.1:{port}" if port else DEFAULT_REMOTING_LISTEN
+    remoting_listen = _resolve_port(remoting_listen)
     namesrv = namesrv if namesrv is not None else conf.get("namesrvAddr", "").strip() or None
     try:
         addresses = parse_namesrv_list(namesrv) if namesrv else []
@@ -88,5 +98,34 @@ def node_options(broker_conf: Path | None, *, namesrv_listen: str,
         namesrv_addresses=addresses)
 
 
+def _resolve_port(listen: str) -> str:
+    """``host:0`` → ``host:<a free port>`` (the listener binds it a moment later)."""
+    host, _, port = listen.rpartition(":")
+    if port != "0":
+        return listen
+    try:
+        with socket.create_server((host.strip("[]"), 0)) as probe:
+            return f"{host}:{probe.getsockname()[1]}"
+    except OSError as error:
+        raise CliError(f"--remoting-listen {listen}: {error}") from error
+
+
+def store_host(options: NodeOptions) -> str:
+    """The ``ip:port`` written into records and offsetMsgIds: the advertised broker address
+    (its host resolved to an IPv4 address), else the listen address."""
+    host, _, port = (options.advertise or options.remoting_listen).rpartition(":")
+    if port == "0":
+        port = options.remoting_listen.rpartition(":")[2]
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            host = socket.gethostbyname(host)
+        except OSError as error:
+            raise CliError(f"--advertise host {host!r} does not resolve: {error}") from error
+    return f"{host}:{port}"
+
+
 __all__ = ["AdvertiseOption", "BrokerNameOption", "ClusterNameOption", "NamesrvListenOption",
-           "NamesrvOption", "RemotingListenOption", "node_options"]
+           "NamesrvOption", "RemotingListenOption", "node_options", "store_host"]

@@ -14,7 +14,16 @@ from storage_engine.config import parse_delay_levels
 from tests.framework.conftest import MS_LEVELS
 
 
-def test_delayed_message_appears_no_earlier_than_its_level(open_broker, client):
+def short_levels(levels_ms: tuple[int, ...], most_ms: int = 5_000) -> list[int]:
+    """Three levels of the table with distinct delays of at most ``most_ms``: the shortest, a
+    middle one and the longest, in that order."""
+    by_delay = {levels_ms[level - 1]: level for level in range(len(levels_ms), 0, -1)
+                if levels_ms[level - 1] <= most_ms}  # the lowest level of each delay
+    delays = sorted(by_delay)
+    return [by_delay[delays[0]], by_delay[delays[len(delays) // 2]], by_delay[delays[-1]]]
+
+
+def test_delayed_message_appears_no_earlier_than_its_level(open_broker, client, store):
     broker = open_broker()
     app = App(broker=client(broker), consumer_options=ConsumerOptions(long_polling_ms=100))
     received: dict[str, float] = {}
@@ -27,17 +36,20 @@ def test_delayed_message_appears_no_earlier_than_its_level(open_broker, client):
             done.set()
 
     app.start()
-    levels_ms = parse_delay_levels(MS_LEVELS)
+    levels_ms = store.delay_levels_ms  # the broker's table (milliseconds here, seconds in the lab)
+    assert levels_ms == parse_delay_levels(MS_LEVELS) or store.remote
+    shortest, middle, longest = short_levels(levels_ms)
     sent_at = {}
-    for level in (18, 5, 1):
+    for level in (longest, middle, shortest):
         sent_at[f"level{level}"] = (time.monotonic(), level)
         result = app.producer.send("timers", f"level{level}", delay_level=level)
         assert result.delay_level == level and result.topic == "timers"
-    assert done.wait(10)
+    assert done.wait(10 + levels_ms[longest - 1] / 1000)
     app.stop()
     for body, (sent, level) in sent_at.items():
         assert (received[body] - sent) * 1000 >= levels_ms[level - 1] - 1, body
-    assert sorted(received, key=received.get) == ["level1", "level5", "level18"]
+    assert sorted(received, key=received.get) == [f"level{level}" for level in
+                                                  (shortest, middle, longest)]
 
 
 @pytest.mark.embedded_only("closes and reopens the embedded store")

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select
 
 import outbox
 from framework import App
-from tests.support.consumer_process import BROKER_CONF
+from tests.support.consumer_process import BROKER_CONF, embedded_conf
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS
 from tests.support.paths import REPO_ROOT
 
@@ -29,9 +29,8 @@ def send_stubs(engine: Engine, count: int) -> list[str]:
 
 def publish_copies(store: Path | str, ids: list[str], copies: int) -> None:
     """Store every message ``copies`` times (round-robin puts the copies on other queues)."""
-    remote = str(store).startswith("rocketmq://")
-    app = App(store_url=store, broker_conf=None if remote else {
-        **BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS})
+    app = App(store_url=store, broker_conf=embedded_conf(str(store), {
+        **BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS}))
     try:
         for _ in range(copies):
             for index, message_id in enumerate(ids):

@@ -32,8 +32,11 @@ def test_name_server_routes_to_the_broker_under_its_broker_conf_names(tmp_path):
         assert cluster["brokerAddrTable"]["from-conf"]["brokerAddrs"] == {
             "0": server.remoting_address}
         with RawRemotingClient(server.remoting_address) as broker:
-            assert broker.call(RequestCode.SEND_MESSAGE_V2, send_fields("TN", 0), b"x"
-                               ).code == 0
+            sent = broker.call(RequestCode.SEND_MESSAGE_V2, send_fields("TN", 0), b"x")
+        assert sent.code == 0
+        msg_id = sent.ext_fields["msgId"]  # the store host is the broker's own address:
+        ip = ".".join(str(int(msg_id[i:i + 2], 16)) for i in range(0, 8, 2))
+        assert f"{ip}:{int(msg_id[8:16], 16)}" == server.remoting_address  # mqadmin goes there
         with RawRemotingClient(server.namesrv_address) as namesrv:
             route = namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TN"})
         assert route.code == 0

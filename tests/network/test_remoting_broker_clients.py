@@ -87,7 +87,7 @@ def test_unregister_client_leaves_the_group(connect):
 def test_broadcasting_groups_are_not_notified(connect):
     first, second = connect(), connect()
     first.call(HEART_BEAT, body=heartbeat("b1", "BG", model="BROADCASTING"))
-    second.call(HEART_BEAT, body=heartbeat("b2", "BG", model="BROADCASTING"))
+    second.call(HEART_BEAT, body=heartbeat("b2", "BG", model="BroadCasting"))
     assert members(first, "BG") == ["b1", "b2"]
     assert no_request(first)
 

@@ -189,3 +189,17 @@ def test_parked_pulls_are_bounded(broker):
                                                suspend_ms=10_000))
         assert second.code == ResponseCode.PULL_NOT_FOUND and time.monotonic() - started < 2
         assert first.empty()
+
+
+def test_pull_body_is_cut_at_max_msg_bytes(connect, broker):
+    client = connect()
+    for n in range(5):
+        assert client.call(SEND_V2, send_fields("TX", 0), bytes([n]) * 1000).code == 0
+    assert broker.store.wait_dispatched()
+    fields = pull_fields("G", "TX", 0, 0)
+    answer = client.call(PULL, {**fields, "maxMsgBytes": 2500})
+    records = decode_records(answer.body)
+    assert answer.code == 0 and len(records) == 2
+    assert answer.ext_fields["nextBeginOffset"] == "2"
+    tiny = client.call(PULL, {**fields, "maxMsgBytes": 1})  # at least one message
+    assert len(decode_records(tiny.body)) == 1 and tiny.ext_fields["nextBeginOffset"] == "1"

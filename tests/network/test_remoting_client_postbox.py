@@ -7,6 +7,7 @@ the remote transport must be the same broker seen through a socket (same results
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from framework import App
+from network.remoting.access import RemotingAccess
 from network.remoting.client.remote_broker import RemotingBroker
 from storage_engine import Broker, Message
-from storage_engine.errors import InvalidMessageError
+from storage_engine.errors import InvalidMessageError, NoPermissionError
 from tests.support.postbox_remoting import PostboxRemoting, serve_remoting
 from tests.support.small_store import small_store_config
 
@@ -102,3 +104,38 @@ def test_groups_progress_and_dead_letters_match_the_embedded_broker(postbox, cli
     assert dead.topic == "%DLQ%billing" and dead.unique_key == sent[1].unique_key
     assert client.dead_letters("billing", offset=1) == []
     assert broker.query_offset("team1%billing", "%DLQ%team1%billing", 0) is None
+
+
+ACL = {"accounts": [
+    {"access_key": "orders-app", "secret_key": "s3cret", "topics": {"orders": "PUB|SUB"}},
+    {"access_key": "ops", "secret_key": "ops-secret", "admin": True},
+]}
+
+
+def test_credentials_sign_every_request_of_an_app(tmp_path: Path) -> None:
+    (tmp_path / "acl.json").write_text(json.dumps(ACL))
+    with Broker.open(small_store_config(tmp_path / "store")) as broker:
+        broker.create_topic("orders", 2)
+        access = RemotingAccess.load(tmp_path / "acl.json",
+                                     lambda topic: broker.topic_config(topic) is not None)
+        with serve_remoting(broker, access) as served:
+            app = App(store_url=served.store_url, access_key="orders-app", secret_key="s3cret")
+            try:
+                assert app.producer.send("orders", b"signed").status.value == "PUT_OK"
+            finally:
+                app.stop()
+            for credentials in ({"access_key": "orders-app", "secret_key": "wrong"}, {}):
+                client = RemotingBroker(served.namesrv, **credentials)
+                try:
+                    with pytest.raises(NoPermissionError):
+                        client.send(Message("orders", b"refused"))
+                finally:
+                    client.close()
+            ops = RemotingBroker(served.namesrv, access_key="ops", secret_key="ops-secret")
+            try:
+                assert ops.topic_config("orders").read_queue_nums == 2
+            finally:
+                ops.close()
+        broker.store.wait_dispatched()
+        assert [view.body for view in broker.pull("g", "orders", 0, 0, 8).messages
+                + broker.pull("g", "orders", 1, 0, 8).messages] == [b"signed"]

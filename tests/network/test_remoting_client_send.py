@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,7 +22,7 @@ from network.remoting.client.sending import SendAlone
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.wire import RemotingCommand
 from storage_engine import Message
-from storage_engine.errors import NoPermissionError
+from storage_engine.errors import BrokerUnavailableError, NoPermissionError
 from storage_engine.formats import decode_properties, encode_host, encode_offset_msg_id
 from storage_engine.store.message import PutStatus
 from tests.support.polling import wait_until
@@ -216,3 +217,18 @@ def test_a_broker_without_batches_gets_single_sends(cluster) -> None:
     assert client.send(Message("orders", b"after")).status is PutStatus.PUT_OK
     assert broker.requests[-1].code == RequestCode.SEND_MESSAGE_V2
     assert not sender._batch_supported
+
+
+def test_an_unanswered_send_times_out_and_leaves_no_pending_call(cluster) -> None:
+    silent = ScriptedBroker(lambda request: None)
+    client = cluster(**{"broker-a": silent})
+    quick = RemotingBroker(client.namesrv_addresses, timeout_ms=200)  # same name server
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError, match="within 200 ms"):
+            quick.send(Message("orders", b"x"))
+        assert time.monotonic() - started < 5
+        connection = quick.context.connections.get(silent.server.address)
+        assert connection._pending == {}
+    finally:
+        quick.close()

@@ -242,3 +242,18 @@ def test_queue_locks_are_exclusive(live_rocketmq, consumers):
     assert first.lock_queues(group, first_id, queues) == set(queues)  # renewal
     first.unlock_queues(group, first_id, [(topic, 0)])
     assert second.lock_queues(group, second_id, queues) == {(topic, 0)}
+
+
+def test_two_members_sharing_one_client_are_both_listed(live_rocketmq, consumers):
+    """RocketMQ's broker keys a group's members by connection: each client id heartbeats over
+    connections of its own, so both are members (a shared connection listed only the last)."""
+    lab = live_rocketmq
+    topic = make_topic(lab)
+    group = "g_" + topic
+    shared = consumers.new()
+    first_id, second_id = client_id(), client_id()
+    shared.register_consumer(group, first_id, [topic])
+    shared.register_consumer(group, second_id, [topic])
+    assert shared.consumer_ids(group) == sorted([first_id, second_id])
+    shared.unregister_consumer(group, second_id)
+    assert shared.consumer_ids(group) == [first_id]

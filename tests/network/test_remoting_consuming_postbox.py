@@ -15,8 +15,19 @@ from collections.abc import Iterator
 
 import pytest
 
+from network.remoting.client.errors import RemotingResponseError
 from network.remoting.client.membership import HeartbeatService
-from storage_engine import Broker, ConsumeFrom, FakeClock, GetStatus, Message, SendBackOutcome
+from network.remoting.client.remote_broker import RemotingBroker
+from storage_engine import (
+    Broker,
+    ConsumeFrom,
+    FakeClock,
+    GetStatus,
+    Message,
+    MessageView,
+    SendBackOutcome,
+)
+from storage_engine.formats import encode_record_parts, unpack_record
 from tests.storage_engine.conftest import small_config
 from tests.support.consuming_clients import ConsumingClients
 from tests.support.postbox_remoting import serve_remoting
@@ -235,3 +246,51 @@ def test_the_heartbeat_service_keeps_a_registration_alive(broker, clients):
     clock.advance(service.interval_ms)
     service.run_once(clock.now_ms())  # unregistered: no longer repeated
     assert broker.consumer_ids("billing") == []
+
+
+def test_each_member_heartbeats_over_its_own_connection(broker, clients):
+    consuming = clients.new()
+    consuming.register_consumer("billing", "c1", ["orders"])
+    consuming.register_consumer("billing", "c2", ["orders"])
+    assert consuming.consumer_ids("billing") == ["c1", "c2"]
+    sockets = {member: consuming.membership._connections_of(member).addresses()
+               for member in ("c1", "c2")}
+    assert sockets["c1"] and sockets["c1"] == sockets["c2"]  # same broker, separate sets
+    assert consuming.membership._connections_of("c1") is not (
+        consuming.membership._connections_of("c2"))
+    consuming.unregister_consumer("billing", "c2")
+    assert consuming.consumer_ids("billing") == ["c1"]
+
+
+def test_a_refused_send_back_is_sent_to_the_retry_topic_by_the_client(broker, clients):
+    """As RocketMQ's client: when the broker refuses CONSUMER_SEND_MSG_BACK (here: no message
+    at the position named), the client sends the retry copy itself; a dead letter it cannot
+    hand back is an error (the framework then consumes it again locally)."""
+    send(broker, 1, queue_id=0)
+    with serve_remoting(broker) as served:
+        remote = RemotingBroker(served.namesrv)
+        try:
+            remote.register_consumer("billing", "c1", ["orders", "%RETRY%billing"])
+            (view,) = remote.pull("billing", "orders", 0, 0, 32).messages
+            moved = MessageView(unpack_record(encode_record_parts(
+                view.topic.encode(), view.is_v2, view.body, view.properties_bytes,
+                view.queue_id, view.flag, view.queue_offset, view.log_position + 10**9,
+                view.sys_flag, view.born_timestamp_ms, view.raw_born_host,
+                view.store_timestamp_ms, view.raw_store_host, view.reconsume_count,
+                view.prepared_transaction_position, view.body_crc), 0))
+            result = remote.send_back("billing", moved, delay_level=2, max_reconsume_times=5)
+            assert result.outcome is SendBackOutcome.RETRY and result.receipt is not None
+            assert (result.receipt.topic, result.receipt.delay_level) == ("%RETRY%billing", 2)
+            broker.store.wait_dispatched()
+            (copy,) = broker.store.get_message("billing", result.receipt.stored_topic,
+                                               result.receipt.stored_queue_id, 0, 1).messages
+            assert copy.body == view.body and copy.reconsume_count == 1
+            assert copy.properties["ORIGIN_MESSAGE_ID"] == moved.msg_id
+            assert copy.properties["RETRY_TOPIC"] == "orders"
+            assert copy.properties["RECONSUME_TIME"] == "1"
+            assert copy.properties["MAX_RECONSUME_TIMES"] == "5"
+            with pytest.raises(RemotingResponseError):
+                remote.send_back("billing", moved, delay_level=-1)
+        finally:
+            remote.unregister_consumer("billing", "c1")
+            remote.close()

@@ -236,3 +236,19 @@ def test_a_peer_that_never_reads_does_not_stall_the_others():
             for _ in range(20):
                 assert other.call(ECHO, timeout_s=5).code == 0
         stalled.close()
+
+
+def test_idle_connections_are_closed():
+    closed: queue.Queue[Session] = queue.Queue()
+    with RemotingServer(limits=ServerLimits(idle_timeout_ms=300)) as server:
+        server.handlers.register(ECHO, lambda r, s: r.response(0), inline=True)
+        server.add_close_listener(closed.put)
+        with RawRemotingClient(server.address) as idle, \
+                RawRemotingClient(server.address) as busy:
+            assert idle.call(ECHO).code == 0
+            for _ in range(15):  # keeps talking for longer than the idle timeout
+                assert busy.call(ECHO).code == 0
+                threading.Event().wait(0.1)
+            assert idle.closed_by_peer.wait(5)
+            assert not busy.closed_by_peer.is_set() and busy.call(ECHO).code == 0
+        assert closed.get(timeout=5).closed

@@ -28,6 +28,11 @@ BROKER_CONF = {
     "maxIndexNum": "4096",
     "flushConsumerOffsetInterval": "50",
 }
+def embedded_conf(store_url: str, conf: dict[str, str]) -> dict[str, str] | None:
+    """``conf`` for an embedded store; None for a remote broker (configured where it runs)."""
+    return None if store_url.startswith("rocketmq://") else conf
+
+
 OPTIONS = ConsumerOptions(persist_interval_ms=50, long_polling_ms=200, pull_batch_size=8)
 
 
@@ -38,8 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     handled = open(args.handled, "a", encoding="utf-8")  # noqa: SIM115 - lives until the kill
     lock = threading.Lock()
-    remote = args.root.startswith("rocketmq://")  # a remote broker is configured where it runs
-    app = App(store_url=args.root, broker_conf=None if remote else BROKER_CONF,
+    app = App(store_url=args.root, broker_conf=embedded_conf(args.root, BROKER_CONF),
               consumer_options=OPTIONS)
 
     @app.handler(topic="events", consumer_group="g", consume_from="first")

@@ -26,7 +26,7 @@ import time
 from sqlalchemy import Column, MetaData, String, Table, insert
 
 from framework import App, ConsumerOptions
-from tests.support.consumer_process import BROKER_CONF
+from tests.support.consumer_process import BROKER_CONF, embedded_conf
 
 MS_DELAY_LEVELS = " ".join(f"{20 * level}ms" for level in range(1, 19))
 business = MetaData()
@@ -48,7 +48,8 @@ def main() -> None:
     lock = threading.Lock()
     blocked = threading.Event()
     app = App(store_url=args.store, database_url=args.db, redis_url=args.redis,
-              broker_conf={**BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS},
+              broker_conf=embedded_conf(args.store, {**BROKER_CONF,
+                                                     "messageDelayLevel": MS_DELAY_LEVELS}),
               consumer_options=ConsumerOptions(consume_thread_count=8, persist_interval_ms=50,
                                                long_polling_ms=200))
 

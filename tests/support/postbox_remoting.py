@@ -1,6 +1,7 @@
-"""A Postbox broker served over remoting in this process: name server + broker (data plane and
-admin) over one embedded ``Broker``, as ``postbox broker start`` assembles them, on free
-loopback ports. For client tests that need a real Postbox peer without a second process.
+"""A Postbox broker served over remoting in this process: ``network.remoting.node.RemotingNode``
+(name server + broker data plane + admin over one embedded ``Broker``, as ``postbox broker
+start`` runs it) on free loopback ports. For client tests that need a real Postbox peer without
+a second process.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from network.remoting.node import NodeOptions, RemotingNode
+from network.remoting.server import AccessControl
 from storage_engine import Broker
 
 CLUSTER = "PostboxCluster"
@@ -18,7 +20,7 @@ BROKER_NAME = "postbox-a"
 
 @dataclass(frozen=True)
 class PostboxRemoting:
-    """Addresses of a running in-process Postbox remoting stack."""
+    """Addresses of a running in-process Postbox remoting node."""
 
     namesrv: str
     broker_address: str
@@ -31,11 +33,13 @@ class PostboxRemoting:
 
 
 @contextlib.contextmanager
-def serve_remoting(broker: Broker) -> Iterator[PostboxRemoting]:
-    """Serve ``broker`` over remoting until the block ends (the broker stays the caller's)."""
+def serve_remoting(broker: Broker, access: AccessControl | None = None
+                   ) -> Iterator[PostboxRemoting]:
+    """Serve ``broker`` over remoting until the block ends (the broker stays the caller's);
+    ``access``: the ACL both listeners check (``network.remoting.access.RemotingAccess``)."""
     node = RemotingNode(broker, NodeOptions(remoting_listen="127.0.0.1:0",
                                             namesrv_listen="127.0.0.1:0", cluster=CLUSTER,
-                                            broker_name=BROKER_NAME))
+                                            broker_name=BROKER_NAME), access)
     node.start()
     try:
         assert node.namesrv_address is not None

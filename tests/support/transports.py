@@ -4,10 +4,10 @@
 ``embedded``) chooses what the framework's suites (``SUITES``) run their apps against:
 
 - ``embedded``: an embedded broker on a small store under the test's ``tmp_path`` (as always).
-- ``postbox``: one ``postbox broker start`` process for the session (a store under the
-  session's temp dir, name server and broker on free loopback ports, the test broker.conf with
-  millisecond delay levels), reached through ``rocketmq://127.0.0.1:PORT``; stopped (SIGTERM,
-  exit code 0) when the session ends.
+- ``postbox``: one ``postbox broker start`` process for the session (``BrokerProcess``: a store
+  under the session's temp dir, name server and broker on free loopback ports, here with the
+  consumer tests' broker.conf and millisecond delay levels), reached through
+  ``rocketmq://127.0.0.1:PORT``; stopped (SIGTERM, exit code 0) when the session ends.
 - ``rocketmq``: the compatibility lab's live Apache RocketMQ (``live_rocketmq``), reached
   through ``rocketmq://`` to its name server.
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -43,9 +42,11 @@ from typing import Any
 
 import pytest
 
+from storage_engine.config import parse_delay_levels
 from tests.support.broker_process import BrokerProcess
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS
+from tests.support.rocketmq_processes import LAB_BROKER_SETTINGS
 
 TRANSPORTS = ("embedded", "postbox", "rocketmq")
 ENV = "POSTBOX_TEST_TRANSPORT"
@@ -56,7 +57,6 @@ EMBEDDED_FIXTURES = {
     "tight_app": "sets the store's maximum message size",
 }
 """Fixtures that tie a test to the embedded broker, with the reason shown when deselected."""
-PORT_TIMEOUT_S = 30.0
 NAMESPACE_STEM_MAX = 24
 """A namespace is at most 64 characters: this stem, a digest, a clock suffix and the store's
 name (``store``, ``closed-store``, ...) fit."""
@@ -134,28 +134,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 # ---- the session's remote broker ---------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for_port(address: str, process: BrokerProcess) -> None:
-    """Until ``address`` accepts a TCP connection (the server's stderr if it never does)."""
-    host, port = address.rsplit(":", 1)
-    deadline = time.monotonic() + PORT_TIMEOUT_S
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nothing listens on {address}\n"
-                                     + process.stderr_text()) from None
-            time.sleep(0.05)
-
-
 @pytest.fixture(scope="session")
 def postbox_namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``postbox broker start`` for the session; its name server's ``host:port``."""
@@ -163,13 +141,9 @@ def postbox_namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     conf = folder / "broker.conf"
     conf.write_text("".join(f"{key}={value}\n" for key, value in
                             {**BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS}.items()))
-    namesrv, remoting = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    process = BrokerProcess(folder / "store", broker_conf=conf, extra=(
-        "--namesrv-listen", namesrv, "--remoting-listen", remoting)).start()
+    process = BrokerProcess(folder / "store", broker_conf=conf).start()  # free ports
     try:
-        wait_for_port(namesrv, process)
-        wait_for_port(remoting, process)
-        yield namesrv
+        yield process.namesrv_address
     finally:
         assert process.stop() == 0, process.stderr_text()
 
@@ -197,6 +171,14 @@ class StoreUnderTest:
     @property
     def remote(self) -> bool:
         return self.namesrv is not None
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """The broker's delay table (``messageDelayLevel``): level n waits entry n - 1.
+        Embedded: ``open_broker``'s default."""
+        table = LAB_BROKER_SETTINGS["messageDelayLevel"] if self.transport == "rocketmq" \
+            else MS_DELAY_LEVELS
+        return parse_delay_levels(table)
 
     def url(self, name: str = "store") -> str:
         """The store URL of ``name`` (a directory, or a namespace on the remote broker)."""

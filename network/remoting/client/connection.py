@@ -343,6 +343,15 @@ class Connections:
         """``get(address).call(command, timeout_ms)``."""
         return self.get(address).call(command, timeout_ms)
 
+    def sibling(self) -> Connections:
+        """A new, empty set with the same limits, connect timeout, signer and peer handlers
+        (its own sockets: RocketMQ's brokers tell consumers apart by connection)."""
+        other = Connections(limits=self._limits, connect_timeout_ms=self._connect_timeout_ms,
+                            before_send=self._before_send)
+        with self._lock:
+            other._handlers = dict(self._handlers)
+        return other
+
     def addresses(self) -> list[str]:
         """Addresses with a connection object."""
         with self._lock:

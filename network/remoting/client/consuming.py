@@ -346,6 +346,7 @@ class Consuming:
         self._closed = True
         self.heartbeats.stop()
         self.puller.close()
+        self.membership.close()
 
 
 def _wire_key(entry: Any) -> tuple[str, str, int]:

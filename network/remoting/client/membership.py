@@ -12,6 +12,11 @@ after it and, when that differs from the list this client saw last, calls the li
 it returns True — as the embedded broker does inside its heartbeat, so a consumer that expired
 and came back rebalances in the same round, not when a notice happens to arrive.
 
+Each client id heartbeats over connections of its own (``Connections.sibling``): RocketMQ's
+brokers key a group's members by connection, so two consumers of one group sharing a client
+would otherwise be listed as one. ``unregister_consumer`` closes them once the client id has no
+registration left, and ``close`` closes them all.
+
 ``consumer_ids(group)`` asks one broker of the group's topics (GET_CONSUMER_LIST_BY_GROUP, 38;
 a broker without members answers an error, read as no member) and sorts the ids, as the embedded
 broker does. Brokers announce membership changes with NOTIFY_CONSUMER_IDS_CHANGED (40,
@@ -42,7 +47,7 @@ from .. import fastjson
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand
 from .broker_errors import check_success
-from .connection import Connection
+from .connection import Connection, Connections
 from .context import ClientContext
 from .errors import RemotingClientError, RouteNotFoundError
 
@@ -66,6 +71,7 @@ class Membership:
         self._brokers: dict[tuple[str, str], set[str]] = {}  # addresses heartbeated
         self._listeners: list[MembershipListener] = []
         self._seen: dict[str, list[str]] = {}  # group → the member list last read
+        self._member_connections: dict[str, Connections] = {}  # client id → its own sockets
         context.connections.add_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._notified)
 
     # ---- registration ----------------------------------------------------------------------
@@ -103,16 +109,40 @@ class Membership:
             self._seen.pop(group, None)
         request = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, {
             "clientID": client_id, "consumerGroup": self._wrap(group)})
+        connections = self._connections_of(client_id)
         for address in sorted(addresses):
             try:
-                answer = self._context.broker_call(address, request)
+                answer = connections.call(address, request, self._context.timeout_ms)
                 check_success(f"unregister {client_id} from {group!r}", answer,
                               address=address)
             except (RemotingClientError, BrokerUnavailableError) as error:
                 log.warning("[membership] %s could not leave %s at %s (%s): the broker drops "
                             "it when its heartbeats stop", client_id, group, address, error)
+        with self._lock:
+            retired = None if any(member == client_id for _, member in self._registrations) \
+                else self._member_connections.pop(client_id, None)
+        if retired is not None:
+            retired.close()  # the broker drops whatever the client still had there
         if addresses:
             self._tell(group)
+
+    def _connections_of(self, client_id: str) -> Connections:
+        """The client id's own connections (RocketMQ's brokers key a group's members by
+        connection: two members sharing one would be listed as one)."""
+        with self._lock:
+            connections = self._member_connections.get(client_id)
+            if connections is None:
+                connections = self._context.connections.sibling()
+                self._member_connections[client_id] = connections
+            return connections
+
+    def close(self) -> None:
+        """Close every member's connections (their brokers then drop those members)."""
+        with self._lock:
+            retired = list(self._member_connections.values())
+            self._member_connections.clear()
+        for connections in retired:
+            connections.close()
 
     def heartbeat_all(self) -> int:
         """Repeat every registration's heartbeat; return how many were sent."""
@@ -133,10 +163,11 @@ class Membership:
                           separators=(",", ":")).encode()
         addresses = self._masters(topics)
         failures = []
+        connections = self._connections_of(client_id)
         for address in sorted(addresses):
             request = RemotingCommand.request(RequestCode.HEART_BEAT, body=body)
             try:
-                answer = self._context.broker_call(address, request)
+                answer = connections.call(address, request, self._context.timeout_ms)
                 check_success(f"heartbeat of {client_id} in {group!r}", answer,
                               address=address)
             except (RemotingClientError, BrokerUnavailableError) as error:

@@ -33,8 +33,9 @@ from .. import fastjson
 from ..codes import RequestCode, ResponseCode
 from ..route_data import QueueData
 from ..wire import RemotingCommand
+from .broker_errors import response_error
 from .connection import Connections
-from .errors import ConnectionClosedError, RemotingResponseError, RouteNotFoundError
+from .errors import ConnectionClosedError, RouteNotFoundError
 from .naming import Namespace
 
 PERM_READ = 4
@@ -232,9 +233,9 @@ class RouteTable:
         if answer.code == ResponseCode.TOPIC_NOT_EXIST:
             raise RouteNotFoundError(f"no name server knows topic {wire_topic!r}",
                                      topic=wire_topic)
-        if answer.code != ResponseCode.SUCCESS:
-            raise RemotingResponseError(f"route of {wire_topic!r}", code=answer.code,
-                                        remark=answer.remark)
+        if answer.code != ResponseCode.SUCCESS:  # e.g. NO_PERMISSION: the store's error class
+            raise response_error(f"route of {wire_topic!r}", answer,
+                                 address=";".join(self.namesrv_addresses), topic=wire_topic)
         route = parse_route(wire_topic, answer.body, self._clock.now_ms())
         if not route.queue_datas:
             raise RouteNotFoundError(f"the route of {wire_topic!r} names no queues",
@@ -320,5 +321,6 @@ class RouteTable:
         """GET_BROKER_CLUSTER_INFO from a name server (not cached: admin operations only)."""
         answer = self.namesrv_call(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
         if answer.code != ResponseCode.SUCCESS:
-            raise RemotingResponseError("cluster info", code=answer.code, remark=answer.remark)
+            raise response_error("cluster info", answer,
+                                 address=";".join(self.namesrv_addresses))
         return parse_cluster_info(answer.body)

@@ -38,6 +38,7 @@ import functools
 import itertools
 import os
 import random
+import socket
 import struct
 import threading
 from concurrent.futures import Future
@@ -79,6 +80,7 @@ PRODUCER_GROUP = "POSTBOX_PRODUCER"
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 8
 SEND_ATTEMPTS = 3
+_DEFAULT_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
 DELAY_LEVEL_MAX = 18
 RETRY_CODES = frozenset({17, 14, 1, 2, 16, 204, 205, 1500})
 STATUS_BY_CODE: dict[int, PutStatus] = {
@@ -131,7 +133,6 @@ class Outgoing:
 
 def local_ip() -> str:
     """This host's address as producers report it (loopback when it has no other)."""
-    import socket
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect(("10.255.255.255", 1))  # no packet is sent: routing only
@@ -330,22 +331,25 @@ class Sender:
         return self._context.broker_call(address, self._request(ref, batch))
 
     def _request(self, ref: QueueRef, batch: list[Outgoing]) -> RemotingCommand:
+        """SEND_MESSAGE_V2 for one message, SEND_BATCH_MESSAGE for several (header fields
+        written as wire strings here: this is the hot path)."""
         first = batch[0]
+        message = first.message
         fields = {
             "a": self._group, "b": first.wire_topic, "c": DEFAULT_TOPIC,
-            "d": DEFAULT_TOPIC_QUEUE_NUMS, "e": ref.queue_id,
-            "f": first.message.sys_flag & ~0x30, "g": _born_ms(first, self._context),
-            "h": first.message.flag, "j": first.message.reconsume_count, "k": False,
+            "d": _DEFAULT_QUEUE_NUMS_TEXT, "e": str(ref.queue_id),
+            "f": str(message.sys_flag & ~0x30), "g": str(_born_ms(first, self._context)),
+            "h": str(message.flag), "j": str(message.reconsume_count), "k": "false",
             "n": ref.broker_name,
         }
         if len(batch) == 1:
-            fields.update(i=first.properties, m=False)
-            request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, first.body)
+            fields["i"], fields["m"] = first.properties, "false"
+            code, body = RequestCode.SEND_MESSAGE_V2, first.body
         else:
-            fields.update(m=True)
-            request = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, fields,
-                                              b"".join(outgoing.entry() for outgoing in batch))
-        return request
+            fields["m"] = "true"
+            code = RequestCode.SEND_BATCH_MESSAGE
+            body = b"".join(outgoing.entry() for outgoing in batch)
+        return RemotingCommand(code=code, opaque=0, ext_fields=fields, body=body)
 
     def _results(self, answer: RemotingCommand, batch: list[Outgoing], address: str,
                  index: int, via_default: bool, route: TopicRoute) -> list[object]:

@@ -17,7 +17,8 @@ Threading model:
 Bounds: frame and header sizes (``FrameLimits``), open connections (``max_connections``: the
 one over the cap is closed at once), queued work, and each connection's unsent output
 (``max_output_bytes``: past it the server stops reading from that connection until the peer
-reads its answers). A malformed frame (``WireError``) closes that connection only, logged.
+reads its answers), and idle connections (closed after ``idle_timeout_ms`` without a
+request). A malformed frame (``WireError``) closes that connection only, logged.
 
 Lifecycle: ``start`` binds (port 0 picks a free port; ``address`` tells which) and starts the
 threads; ``stop`` closes the listener and every connection (close listeners run), ends the
@@ -32,6 +33,7 @@ import logging
 import selectors
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +60,9 @@ class ServerLimits:
     workers: int = 4
     queue_max: int = 4096
     max_output_bytes: int = 64 * 1024 * 1024
+    idle_timeout_ms: int = 120_000
+    """A connection that sends nothing for this long is closed (RocketMQ's broker closes
+    channels idle for 120 s; clients send a heartbeat every 30 s)."""
 
 
 class RemotingServer:
@@ -153,10 +158,14 @@ class RemotingServer:
     def _run(self) -> None:
         self._io_ident = threading.get_ident()
         try:
+            next_idle_check = time.monotonic() + SELECT_TIMEOUT_S
             while not self._stopping:
                 for key, mask in self._selector.select(SELECT_TIMEOUT_S):
                     self._on_event(key, mask)
                 self._flush_dirty()
+                if time.monotonic() >= next_idle_check:
+                    self._close_idle()
+                    next_idle_check = time.monotonic() + SELECT_TIMEOUT_S
         except Exception:
             log.exception("[remoting] %s IO loop failed; closing", self._name)
         finally:
@@ -214,6 +223,7 @@ class RemotingServer:
             if not size:
                 self._close(session)
                 return
+            session.last_read = time.monotonic()
             try:
                 commands = decoder.feed(self._read_view[:size])
             except WireError as error:
@@ -301,6 +311,14 @@ class RemotingServer:
             self._selector.modify(session.sock, events, session)
 
     # ---- closing -----------------------------------------------------------------------------
+
+    def _close_idle(self) -> None:
+        """Close connections that sent nothing for ``limits.idle_timeout_ms``."""
+        oldest = time.monotonic() - self.limits.idle_timeout_ms / 1000
+        for session in [s for s in self._sessions.values() if s.last_read < oldest]:
+            log.info("[remoting] %s: closing %s, idle for over %d ms", self._name,
+                     session.peer_address, self.limits.idle_timeout_ms)
+            self._close(session)
 
     def _close(self, session: Session) -> None:
         if session.sock in self._sessions:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,7 @@ class Session:
         self.version = 0
         self.client_id: str | None = None
         self.attributes: dict[str, Any] = {}  # handlers' per-connection state (e.g. groups)
+        self.last_read = time.monotonic()  # when the peer last sent bytes (idle expiry)
         self._lock = threading.Lock()
         self._out = bytearray()
         self._on_pending_write = on_pending_write

@@ -40,6 +40,12 @@ class BrokerRemotingServer:
                  max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None) -> None:
         self.broker = broker
         self.stats = stats  # ``record_put`` / ``record_get`` (admin's runtime statistics)
+        limits = limits or ServerLimits()
+        long_poll_ms = broker.store.config.broker.long_polling_max_ms
+        if limits.idle_timeout_ms <= long_poll_ms:
+            raise ValueError(f"ServerLimits.idle_timeout_ms ({limits.idle_timeout_ms}) must "
+                             f"exceed broker.long_polling_max_ms ({long_poll_ms}): a held pull "
+                             "would look idle")
         self.server = RemotingServer(host, port, limits=limits, access=access,
                                      name="remoting-broker")
         self.registry = ClientRegistry()

@@ -168,7 +168,8 @@ class ClientHandlers:
 
     def _consumer_heartbeat(self, consumer: Any, client_id: str, session: Session) -> bool:
         group = validate_group(member_str(consumer, "groupName", HEARTBEAT))
-        model = member_str(consumer, "messageModel", HEARTBEAT, CLUSTERING)
+        # any case: other clients than Java's may write the enum's name in their own spelling
+        model = member_str(consumer, "messageModel", HEARTBEAT, CLUSTERING).upper()
         if model not in (CLUSTERING, BROADCASTING):
             raise bad_body(HEARTBEAT, f"messageModel {model[:40]!r} is neither {CLUSTERING} "
                                       f"nor {BROADCASTING}")
