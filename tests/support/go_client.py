@@ -9,7 +9,7 @@ The build happens under the lab cache's file lock and is renamed into place when
 
 ``GoClient.run(command, **request)`` runs one command (``produce``, ``push``; see
 ``tests/lab/goclient/main.go``) with the request as JSON on stdin and returns the JSON of its
-``LAB-RESULT`` line; a failure raises ``GoClientError`` with the program's output.
+``LAB-RESULT`` line; a failure raises the driver's ``DriverError`` with the program's output.
 Without ``go`` on PATH ``prepare`` raises ``LabUnavailableError`` (tests skip with that reason).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -26,15 +25,11 @@ from pathlib import Path
 
 from tests.support.paths import REPO_ROOT
 from tests.support.rocketmq_install import LabSetupError, LabUnavailableError, tail
-from tests.support.rocketmq_lab import RESULT_PREFIX
+from tests.support.rocketmq_lab import run_command
 
 SOURCES = REPO_ROOT / "tests" / "lab" / "goclient"
 BUILD_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 180
-
-
-class GoClientError(Exception):
-    """A Go client command failed; the message holds its error and output tail."""
 
 
 def _digest() -> str:
@@ -78,17 +73,8 @@ class GoClient:
     def run(self, command: str, **request) -> object:
         """One command; ``request`` becomes its JSON input (``namesrv`` is added)."""
         request.setdefault("namesrv", self.namesrv)
-        try:
-            done = subprocess.run([str(self.binary), command], input=json.dumps(request),
-                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired as error:
-            raise GoClientError(f"go client {command}: no answer after {RUN_TIMEOUT_S} s") \
-                from error
-        for line in done.stdout.splitlines():
-            if line.startswith(RESULT_PREFIX) and done.returncode == 0:
-                return json.loads(line[len(RESULT_PREFIX):])
-        raise GoClientError(f"go client {command} failed (exit {done.returncode}):\n"
-                            f"{tail(done.stdout, 10)}\n{tail(done.stderr, 30)}")
+        return run_command([str(self.binary), command], request, f"go client {command}",
+                           RUN_TIMEOUT_S)
 
 
 def _build(go: str, output: Path) -> None:

@@ -90,16 +90,23 @@ class LabDriver:
         argv = [self.install.java, *self.jvm_flags, f"-Duser.home={self.home}",
                 "-Drmq.logback.configurationFile=rmq.client.logback.xml",
                 "-cp", self.install.driver_classpath(), "lab.LabDriver", command]
-        try:
-            done = subprocess.run(argv, input=json.dumps(request), capture_output=True,
-                                  text=True, timeout=self.timeout_s)
-        except subprocess.TimeoutExpired as error:
-            raise DriverError(f"driver {command}: no answer after {self.timeout_s} s") from error
-        for line in done.stdout.splitlines():
-            if line.startswith(RESULT_PREFIX) and done.returncode == 0:
-                return json.loads(line[len(RESULT_PREFIX):])
-        raise DriverError(f"driver {command} failed (exit {done.returncode}):\n"
-                          f"{tail(done.stdout, 10)}\n{tail(done.stderr, 30)}")
+        return run_command(argv, request, f"driver {command}", self.timeout_s)
+
+
+def run_command(argv: list[str], request: dict, what: str, timeout_s: float) -> object:
+    """Run a lab program (the Java driver, the Go client) with ``request`` as JSON on stdin and
+    return the JSON of its ``LAB-RESULT`` line; ``DriverError`` (named ``what``) with its output
+    when it fails or stays silent past ``timeout_s``."""
+    try:
+        done = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired as error:
+        raise DriverError(f"{what}: no answer after {timeout_s} s") from error
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX) and done.returncode == 0:
+            return json.loads(line[len(RESULT_PREFIX):])
+    raise DriverError(f"{what} failed (exit {done.returncode}):\n"
+                      f"{tail(done.stdout, 10)}\n{tail(done.stderr, 30)}")
 
 
 @dataclass
