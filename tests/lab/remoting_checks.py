@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import base64
 
-import pytest
-
 from tests.support.remoting_targets import RemotingTarget
 
 QUEUES = 4
-
-
-def postbox_lacks(request: pytest.FixtureRequest, target: RemotingTarget, reason: str) -> None:
-    """Against ``postbox broker``, expect this test to fail for ``reason`` (what the server
-    lacks), strictly: once the server has it, the test passes and strict xfail reports that, so
-    the marker must go."""
-    if target.name == "postbox":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def create_topics(target: RemotingTarget, *topics: str) -> None:

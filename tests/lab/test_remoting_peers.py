@@ -17,22 +17,17 @@ import base64
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import pytest
-
 from tests.lab.remoting_checks import (
     QUEUES,
     assert_same_message,
     b64,
     body_of,
     create_topics,
-    postbox_lacks,
 )
 from tests.support import mqadmin as read
 from tests.support.remoting_targets import RemotingTarget
 
 PUSH_TIMEOUT_MS = 120_000
-LITE_PULL_GAP = ("postbox broker answers request code 361 LITE_PULL_MESSAGE (the lite pull "
-                 "consumer's pull) with 3 REQUEST_CODE_NOT_SUPPORTED")
 BINARY_BODY = bytes(range(256)) + "grüße ✓ 東京".encode()
 
 # ------------------------------------------------------------ producer, pull consumer, mqadmin
@@ -231,9 +226,8 @@ LITE = "PeersLite"
 
 
 def test_java_lite_pull_consumer_subscribes_assigns_seeks_and_commits(
-        remoting_target: RemotingTarget, request: pytest.FixtureRequest):
+        remoting_target: RemotingTarget):
     target = remoting_target
-    postbox_lacks(request, target, LITE_PULL_GAP)
     create_topics(target, LITE)
     sent = target.driver.run("produce", sends=[
         {"message": {"topic": LITE, "keys": [f"lite-{i}"], "body": f"lite {i}"}}
