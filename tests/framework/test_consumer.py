@@ -97,28 +97,46 @@ def test_rebalancing_one_three_two_consumers_processes_everything(open_broker, c
     def total() -> int:
         return sum(r.count() for r in recorders)
 
-    send(200)
-    apps += [_consumer_app(client(broker), recorders[i]).start() for i in (1, 2)]
-    wait_until(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
-    send(200)
-    wait_until(lambda: all(r.count() for r in recorders) and total() >= 400)
-    assignments = [set(a.consumers[0].assigned_queues()) for a in apps]
-    assert not (assignments[0] & assignments[1] or assignments[1] & assignments[2]
-                or assignments[0] & assignments[2])
-    apps.pop().stop()  # 3 → 2
-    wait_until(lambda: sum(len(a.consumers[0].assigned_queues()) for a in apps) == 9)
-    send(200)
-    wait_until(lambda: len(set().union(*(r.bodies for r in recorders))) == 600)
-    for app in apps:
-        app.stop()
-    seen = Counter()
-    for recorder in recorders:
-        seen.update(recorder.bodies)
-    assert set(seen) == {f"m{i}" for i in range(600)}  # nothing lost
-    progress = {(p.topic, p.queue_id): p for p in broker.consumer_progress("g")}
-    for queue_id in range(8):
-        item = progress[("events", queue_id)]
-        assert item.committed_offset == item.max_offset  # every queue fully committed
+    def assigned() -> int:
+        return sum(len(a.consumers[0].assigned_queues()) for a in apps)
+
+    def state() -> str:  # what a timed-out wait reports (short: counts and queue ids)
+        queues = [[(q.topic[:1], q.queue_id) for q in a.consumers[0].assigned_queues()]
+                  for a in apps]
+        return f"sent {sent}, consumed {[r.count() for r in recorders]}, queues {queues}"
+
+    started = list(apps)  # stopped even when a wait fails: threads left running after a
+    # failure go on logging tracebacks while pytest reports it (Python 3.11 builds both
+    # with ast.parse, whose state is not thread-safe: "AST constructor recursion depth")
+    try:
+        send(200)
+        apps += [_consumer_app(client(broker), recorders[i]).start() for i in (1, 2)]
+        started += apps[1:]
+        wait_until(lambda: assigned() == 9, what="9 queues among 3 consumers", detail=state)
+        send(200)
+        wait_until(lambda: all(r.count() for r in recorders) and total() >= 400,
+                   what="400 messages consumed by 3 consumers", detail=state)
+        assignments = [set(a.consumers[0].assigned_queues()) for a in apps]
+        assert not (assignments[0] & assignments[1] or assignments[1] & assignments[2]
+                    or assignments[0] & assignments[2])
+        apps.pop().stop()  # 3 → 2
+        wait_until(lambda: assigned() == 9, what="9 queues among 2 consumers", detail=state)
+        send(200)
+        wait_until(lambda: len(set().union(*(r.bodies for r in recorders))) == 600,
+                   what="600 distinct messages", detail=state)
+        for app in apps:
+            app.stop()
+        seen = Counter()
+        for recorder in recorders:
+            seen.update(recorder.bodies)
+        assert set(seen) == {f"m{i}" for i in range(600)}  # nothing lost
+        progress = {(p.topic, p.queue_id): p for p in broker.consumer_progress("g")}
+        for queue_id in range(8):
+            item = progress[("events", queue_id)]
+            assert item.committed_offset == item.max_offset  # every queue fully committed
+    finally:
+        for app in started:
+            app.stop()
 
 
 def test_consume_from_first_last_and_timestamp(open_broker, client, fake_clock):
