@@ -220,6 +220,17 @@ def test_members_see_each_other_and_hear_of_changes(broker, clients):
     assert first.consumer_ids("billing") == ["c1"]
 
 
+def test_a_member_keeps_the_last_members_when_the_broker_briefly_lists_none(broker, clients):
+    member, outsider = clients.new(), clients.new()
+    member.register_consumer("billing", "c1", ["orders"])
+    assert member.consumer_ids("billing") == ["c1"]
+    broker.unregister_consumer("billing", "c1")  # the broker answers "no consumer" for now
+    assert member.consumer_ids("billing") == ["c1"]  # a registered member skips that round
+    assert outsider.consumer_ids("billing") == []  # one that never joined hears "none"
+    member.unregister_consumer("billing", "c1")
+    assert member.consumer_ids("billing") == []
+
+
 def test_queue_locks_are_exclusive(broker, clients):
     first, second = clients.new(), clients.new()
     queues = [("orders", queue_id) for queue_id in range(QUEUES)]

@@ -218,10 +218,21 @@ class Membership:
         request = RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                                           {"consumerGroup": self._wrap(group)})
         answer = self._context.broker_call(address, request)
-        if answer.code != ResponseCode.SUCCESS:
+        if answer.code != ResponseCode.SUCCESS:  # "no consumer for this group"
             with self._lock:
+                registered = any(known == group for known, _ in self._registrations)
+                last = self._seen.get(group) or []
+                if registered and last:
+                    # This client heartbeated into the group, so the broker's "none" is
+                    # transient (a heartbeat not processed yet, a channel being replaced): keep
+                    # the members last read, as RocketMQ's client skips that rebalance round,
+                    # rather than drop every queue until the next round.
+                    log.info("[membership] %s: the broker lists no member of %s (code %s); "
+                             "keeping the %d last read", address, group, answer.code,
+                             len(last))
+                    return list(last)
                 self._seen[group] = []
-            return []  # "no consumer for this group"
+            return []
         try:
             document = fastjson.loads(answer.body)
             members = sorted(str(member) for member in document.get("consumerIdList") or [])
