@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
+
 from tests.lab.remoting_checks import assert_same_message, body_of, create_topics
 from tests.support.go_client import GoClient
 from tests.support.remoting_targets import RemotingTarget
+
+pytestmark = pytest.mark.peers  # `make test-peers` (CI runs it beside the other passes)
 
 TOPIC = "PeersGo"
 GROUP = "peers-go-push"

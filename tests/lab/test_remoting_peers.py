@@ -17,6 +17,8 @@ import base64
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
+
 from tests.lab.remoting_checks import (
     QUEUES,
     assert_same_message,
@@ -26,6 +28,8 @@ from tests.lab.remoting_checks import (
 )
 from tests.support import mqadmin as read
 from tests.support.remoting_targets import RemotingTarget
+
+pytestmark = pytest.mark.peers  # `make test-peers` (CI runs it beside the other passes)
 
 PUSH_TIMEOUT_MS = 120_000
 BINARY_BODY = bytes(range(256)) + "grüße ✓ 東京".encode()
