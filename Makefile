@@ -34,7 +34,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 # The official RocketMQ peers (Java producer and consumers, the Go client, mqadmin) against the
-# lab's Apache RocketMQ and a `postbox broker` process (marker `peers`, about 11 minutes with
+# lab's Apache RocketMQ and a `postbox broker` process (marker `peers`, about 5 minutes with
 # the lab's start); CI runs it beside the other passes, `make test` leaves it out.
 test-peers: $(STAMP)
 	$(BIN)/python -m pytest -q -m peers
