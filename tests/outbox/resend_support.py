@@ -101,3 +101,11 @@ def locations(broker: Broker, topic: str, message_id: str) -> list[tuple[int, in
 
 def where(row: Any) -> tuple[int, int, int]:
     return row["queue_id"], row["queue_offset"], row["log_position"]
+
+
+def carried_reason(store: Any, reason: str) -> str:
+    """The dead-letter reason a voided stub records on ``store``'s transport: the handler's
+    own, except on the lab's Apache RocketMQ, whose send-back has no field for it (Postbox's
+    broker reads the client's ``dlqReason`` header; Apache's drops it), so the resender falls
+    back to "retries exhausted" there (docs/remoting-consumer.md)."""
+    return "retries exhausted" if store.transport == "rocketmq" else reason

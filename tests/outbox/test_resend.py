@@ -37,6 +37,7 @@ from tests.outbox.resend_support import (
     RECHECK,
     Build,
     Clock,
+    carried_reason,
     consumed_before,
     locations,
     log_processed,
@@ -516,7 +517,7 @@ def dead_letter(broker: Broker, row: Any, group: str = GROUP, **options: Any) ->
 
 def test_dead_lettered_stubs_are_void_with_an_alert_and_the_cursor_moves(
         build: Build, engine: Engine, broker: Broker, clock: Clock,
-        webhook_server: WebhookServer):
+        webhook_server: WebhookServer, store):
     relay, resender = build(alerter=webhook_alerter(webhook_server))
     refused, retried, confirmed = (send_stub(engine, clock) for _ in range(3))
     rows = {message_id: publish(relay, engine, message_id)
@@ -533,7 +534,8 @@ def test_dead_lettered_stubs_are_void_with_an_alert_and_the_cursor_moves(
     assert [(alerts.delivered, alerts.failed) for alerts in report.alerts] == [
         ({"log": 2, "webhook": 2}, {})]
     assert cursors == {GROUP: 3}
-    expected = {refused: "dead-lettered by consumer group billing: boom",
+    expected = {refused: "dead-lettered by consumer group billing: "
+                         + carried_reason(store, "boom"),
                 retried: "dead-lettered by consumer group billing: retries exhausted"}
     for message_id, reason in expected.items():
         row = stub_row(engine, message_id)

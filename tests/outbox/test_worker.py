@@ -22,6 +22,7 @@ from outbox.tables import outbox_task
 from outbox.worker import DEFAULT_CONSUMER_RETRY, TASK_NAMES, OutboxWorker, TaskSchedule
 from storage_engine import Broker
 from tests.outbox.conftest import records_of, stub_row, stub_rows
+from tests.outbox.resend_support import carried_reason
 from tests.outbox.test_resend import Clock, move_past, send_stub, webhook_alerter
 from tests.support.alert_servers import (
     WebhookServer,
@@ -230,7 +231,7 @@ def test_relay_voiding_a_stub_after_max_failed_publishes_alerts(
 
 def test_resend_due_voids_what_a_real_consumer_dead_lettered_once(
         build: Build, app: App, broker: Broker, engine: Engine, clock: Clock,
-        webhook_server: WebhookServer):
+        webhook_server: WebhookServer, store):
     @app.handler(topic="orders", consumer_group="billing", consume_from="first")
     def refuse(message) -> None:
         raise DeadLetter(f"order {message.text} refused")
@@ -247,7 +248,8 @@ def test_resend_due_voids_what_a_real_consumer_dead_lettered_once(
     assert worker.resend_due() == totals
     row = stub_row(engine, message_id)
     assert row["status"] == StubStatus.VOID.value
-    assert row["last_error"] == "dead-lettered by consumer group billing: order 7 refused"
+    assert row["last_error"] == ("dead-lettered by consumer group billing: "
+                                 + carried_reason(store, "order 7 refused"))
     [request] = webhook_server.wait_for(1)
     assert (request.body["kind"], request.body["message_id"], request.body["consumer_group"],
             request.body["reason"]) == ("dead_lettered", message_id, "billing",
