@@ -3,30 +3,22 @@
 - ``RemotingTarget``: one cluster the peers talk to — the name server address, the broker's name
   and address, and the lab driver (Java clients and ``mqadmin``) aimed at it.
 - ``PostboxRemotingServer``: ``postbox broker start`` as a subprocess on a fresh store in a temp
-  folder, serving RocketMQ's remoting protocol (``--namesrv-listen`` and ``--remoting-listen``
-  on free loopback ports, gRPC on ``--listen 127.0.0.1:0``). ``start`` returns once the gRPC
-  ``listening on`` line appeared and the name-server port accepts connections; ``stop`` sends
+  folder, serving RocketMQ's remoting protocol (name server and broker on free loopback ports
+  the server picks and prints, as ``BrokerProcess`` starts it). ``start`` returns once the
+  server printed its ``namesrv listening on`` line (its ports are bound then); ``stop`` sends
   SIGTERM and checks exit code 0. The store uses ``broker_conf`` (default
   ``broker_process.TEST_BROKER_CONF``: small files, delay levels whose first retry level, 3, is
   300 ms).
-
-Ports are picked free just before the start; another process may take one in between, in which
-case the server fails to bind and ``start`` raises with its log.
 """
 
 from __future__ import annotations
 
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.mqadmin import Mqadmin
 from tests.support.rocketmq_lab import LabDriver
-from tests.support.rocketmq_processes import free_port
-
-NAMESRV_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -53,15 +45,6 @@ class RemotingTarget:
                    broker_addr=addresses["0"], driver=driver)
 
 
-def _accepts(address: str) -> bool:
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 @dataclass
 class PostboxRemotingServer:
     """``postbox broker start`` serving remoting on free loopback ports over a store in
@@ -75,21 +58,11 @@ class PostboxRemotingServer:
 
     def start(self) -> PostboxRemotingServer:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.namesrv = f"127.0.0.1:{free_port()}"
-        self.remoting = f"127.0.0.1:{free_port()}"
         conf = self.directory / "broker.conf"
         conf.write_text(self.broker_conf)
-        self.process = BrokerProcess(
-            self.directory / "store", broker_conf=conf,
-            extra=("--namesrv-listen", self.namesrv, "--remoting-listen", self.remoting))
-        self.process.start()
-        deadline = time.monotonic() + NAMESRV_WAIT_S
-        while not _accepts(self.namesrv):
-            if self.process.process.poll() is not None or time.monotonic() > deadline:
-                self.process.kill()
-                raise AssertionError(f"postbox name server {self.namesrv} not accepting:\n"
-                                     f"{self.process.stderr_text()[-3000:]}")
-            time.sleep(0.05)
+        self.process = BrokerProcess(self.directory / "store", broker_conf=conf).start()
+        self.namesrv = self.process.namesrv_address  # bound and printed: it accepts now
+        self.remoting = self.process.remoting_address
         return self
 
     def stop(self) -> None:
