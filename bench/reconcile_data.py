@@ -24,8 +24,7 @@ committed offset and every other stub's is below it; ``consumerOffset.json`` hol
 committed offsets once the store is closed. Memory is bounded by one chunk (``CHUNK_STUBS``);
 ids come from a counter (``{seed:04X}{n:028X}``), never from a list.
 
-Not thread-safe (one generation at a time per store and database). A crash leaves a partial
-dataset: the caller deletes the directory and the tables and starts again.
+Not thread-safe. A crash leaves a partial dataset: delete the directory and tables, start again.
 """
 
 from __future__ import annotations
@@ -347,6 +346,8 @@ def _dead_letter(plan: _Plan, n: int, unique_key: str, origin: str | None) -> Me
 
 def _commit_offsets(plan: _Plan, store: MessageStore) -> None:
     """The group past every stub but the pending ones, in ``consumerOffset.json`` (no broker)."""
+    if not store.wait_dispatched(timeout_ms=120_000):  # consume queues are built behind puts
+        raise BenchDataError("the consume queues did not catch up with the log within 120 s")
     offsets = ConfigStores.open(store.root_dir, store.clock).consumer_offsets
     for queue_id, offset in enumerate(plan.committed):
         end = store.max_offset(TOPIC, queue_id)
@@ -411,8 +412,7 @@ class _RowWriter:
 
 
 def read_store_facts(store_dir: str | Path) -> StoreFacts:
-    """Dead letters and retries (through their topics' consume queues: a few percent of the
-    log, not a scan of all of it) and the committed offsets, from a closed store's files."""
+    """Dead letters, retries (via their consume queues) and committed offsets, from closed files."""
     root = Path(store_dir)
     segments = sorted((int(path.name), path) for path in (root / COMMIT_LOG_DIR_NAME).iterdir()
                       if path.name.isdigit())
