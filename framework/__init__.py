@@ -25,6 +25,7 @@ from .app import App
 from .consumed_message import ConsumedMessage
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError, FrameworkError, HandlerRegistrationError
+from .event_loop import CoroutineCancelledError, EventLoopError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
@@ -41,7 +42,8 @@ from .validation import (
 __all__ = [
     "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
     "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
-    "ConsumerOptions", "DeadLetter", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
+    "ConsumerOptions", "CoroutineCancelledError", "DeadLetter", "EventLoopError",
+    "EventLoopThread", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
     "HandlerSpec",
     "InvalidMessageError", "MessageQueue", "Middleware", "OutcomeKind", "Producer", "RetryLater",
     "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",

@@ -56,9 +56,8 @@ class CoroutineCancelledError(FrameworkError):
 class EventLoopThread:
     """An asyncio loop running in its own daemon thread, started lazily."""
 
-    def __init__(self, name: str, *, debug: bool = False) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self._debug = debug
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task[Any]] = set()  # touched on the loop thread only
@@ -88,7 +87,6 @@ class EventLoopThread:
                 raise EventLoopError(f"event loop {self.name!r} is stopped")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                loop.set_debug(self._debug)
                 ready = threading.Event()
                 thread = threading.Thread(target=self._serve, args=(loop, ready),
                                           name=f"postbox-loop-{self.name}", daemon=True)

@@ -185,6 +185,37 @@ def test_orderly_async_handler_keeps_order_through_a_retry(open_broker, client):
     assert failed_once
 
 
+def test_broadcast_async_handler_reaches_every_consumer_and_drops_failures(open_broker, client,
+                                                                           tmp_path):
+    broker = open_broker()
+    seen: dict[str, list[str]] = {"node0": [], "node1": []}
+    done = threading.Event()
+    apps = []
+    for name in seen:
+        app = App(broker=client(broker), instance_name=name, consumer_options=ConsumerOptions(
+            long_polling_ms=100, offset_dir=tmp_path / "offsets"))
+
+        async def record(message, name=name):
+            seen[name].append(message.text)
+            if all(len(texts) == 3 for texts in seen.values()):
+                done.set()
+            if message.text == "bad":
+                raise RuntimeError("broadcast failures are logged and dropped")
+
+        app.handler(topic="events", consumer_group="cache", broadcast=True,
+                    consume_from="first")(record)
+        apps.append(app.start())
+    for text in ("a", "bad", "c"):
+        apps[0].producer.send("events", text, queue_id=0)
+    assert done.wait(WAIT_S)
+    consumers = [app.consumer("cache") for app in apps]
+    for app in apps:
+        app.stop()
+    assert {name: sorted(texts) for name, texts in seen.items()} == {
+        "node0": ["a", "bad", "c"], "node1": ["a", "bad", "c"]}
+    assert [consumer.consume.stats.dropped for consumer in consumers] == [1, 1]
+
+
 def test_batch_async_handler_gets_lists(open_broker, client):
     broker = open_broker()
     app = threaded_app(client(broker), messages_per_task=6)
