@@ -9,6 +9,8 @@ from the sync one, so one ``database_url`` configures both:
     mysql+pymysql:// (mysql://)          →  mysql+aiomysql://    (mariadb+… likewise)
 
 A URL that names an async driver already is kept. The drivers come with the ``asyncio`` extra.
+libpq's ``?options=-csearch_path=…`` (a psycopg URL's way to set server settings) becomes
+asyncpg's ``server_settings``.
 
 ``create_async_database_engine`` applies the same settings as ``create_database_engine``: on
 SQLite the WAL journal, busy timeout and ``BEGIN IMMEDIATE`` (the events go on the engine's
@@ -75,6 +77,8 @@ def create_async_database_engine(url: str | URL, *,
     parsed = async_database_url(url)
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {"pool_size": POOL_SIZE}
+    if parsed.get_driver_name() == "asyncpg" and "options" in parsed.query:
+        parsed, options["connect_args"] = _libpq_options_as_server_settings(parsed)
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:") or parsed.database.startswith("file:"):
             raise ConfigurationError("an async engine needs a file-backed SQLite database (an "
@@ -89,6 +93,21 @@ def create_async_database_engine(url: str | URL, *,
     if backend == "sqlite":
         configure_sqlite(engine.sync_engine, sqlite_busy_timeout_s, wal=True)
     return engine
+
+
+def _libpq_options_as_server_settings(url: URL) -> tuple[URL, dict[str, Any]]:
+    """libpq's ``?options=-csearch_path=app -c…`` (psycopg URLs) as asyncpg's
+    ``server_settings``, which asyncpg takes instead (it refuses an ``options`` argument)."""
+    raw = url.query["options"]
+    text = raw if isinstance(raw, str) else " ".join(raw)
+    settings: dict[str, str] = {}
+    for word in text.replace("-c ", "-c").split():
+        name, equals, value = word.removeprefix("-c").partition("=")
+        if not word.startswith("-c") or not equals:
+            raise ConfigurationError(f"cannot pass libpq option {word!r} to asyncpg: give "
+                                     "the async URL explicitly")
+        settings[name] = value
+    return url.difference_update_query(["options"]), {"server_settings": settings}
 
 
 def _repair_aiomysql_bytes() -> None:

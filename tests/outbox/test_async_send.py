@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -156,6 +157,23 @@ def test_async_urls_derive_from_the_sync_ones():
         async_database_url("oracle://u@h/db")
     with pytest.raises(ConfigurationError, match="file-backed"):
         create_async_database_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match="libpq option"):
+        create_async_database_engine("postgresql://u@h/db?options=-Xverbose")
+
+
+def test_a_libpq_search_path_option_reaches_asyncpg(migrated_database_url: str):
+    if not migrated_database_url.startswith("postgresql"):
+        return  # a PostgreSQL URL option: the PostgreSQL run checks it
+    url = make_url(migrated_database_url).update_query_dict(
+        {"options": "-csearch_path=postbox_async_test,public -c application_name=shop"})
+
+    async def work(async_engine: AsyncEngine) -> list[str]:
+        async with async_engine.connect() as connection:
+            return [str((await connection.exec_driver_sql(f"SHOW {name}")).scalar())
+                    for name in ("search_path", "application_name")]
+
+    assert run(work, url.render_as_string(hide_password=False)) == \
+        ["postbox_async_test,public", "shop"]
 
 
 # ---- the relay --------------------------------------------------------------------------------
