@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -34,6 +35,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from framework.log_format import LogFormat, log_handler
 from storage_engine import (
     Broker,
     MessageStore,
@@ -171,6 +173,23 @@ def logging_to(console: Console, level: int, log_format: str,
     handler.setFormatter(logging.Formatter(log_format))
     for log_filter in filters:
         handler.addFilter(log_filter)
+    previous_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+
+
+@contextlib.contextmanager
+def structured_logging(log_format: LogFormat, level: int) -> Iterator[None]:
+    """Write log records of ``level`` and above to stderr in ``log_format`` (JSON lines with
+    the consumed message's fields, ``framework.log_format``) for the length of the block; the
+    root logger is left as it was found afterwards."""
+    root = logging.getLogger()
+    handler = log_handler(log_format, sys.stderr)
     previous_level = root.level
     root.addHandler(handler)
     root.setLevel(level)
