@@ -19,7 +19,9 @@ handlers on a ``WorkerPool`` and decides what each outcome means:
 While a handler call and its outcome run, log lines carry the messages' fields
 (``framework.log_format.message_log_context``).
 
-A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again.
+A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again. An async
+handler's coroutine cancelled by shutdown (``CoroutineCancelledError`` while stopping) leaves
+its messages uncommitted and not sent back: they are consumed again after restart.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from storage_engine import Clock, MessageView, SendBackResult
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
+from .event_loop import CoroutineCancelledError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .log_format import message_log_context
 from .middleware import ConsumeContext, Middleware, after_batch, before_batch, invoke
@@ -81,8 +84,10 @@ class ConsumeService:
     def __init__(self, client: BrokerClient, plan: ConsumerGroupPlan, *,
                  middleware: list[Middleware], offsets: OffsetStore, pool: WorkerPool,
                  scheduler: Scheduler, clock: Clock, messages_per_task: int,
-                 orderly_suspend_ms: int, local_retry_delay_ms: int) -> None:
+                 orderly_suspend_ms: int, local_retry_delay_ms: int,
+                 event_loop: EventLoopThread | None = None) -> None:
         self._client = client
+        self._event_loop = event_loop
         self._plan = plan
         self._group = plan.consumer_group
         self._middleware = middleware
@@ -129,6 +134,8 @@ class ConsumeService:
                 chunk_views = [message.view for message in chunk]
                 with message_log_context(self._group, chunk_views):  # log lines carry it
                     outcome = self._invoke(chunk, context)
+                    if self._abandoned(outcome):
+                        return
                     settled = outcome.succeeded or self._handle_failure(chunk, outcome)
                 if not settled:
                     self._retry_locally(state, chunk_views)
@@ -156,7 +163,8 @@ class ConsumeService:
     def _context(self, messages: list[ConsumedMessage]) -> ConsumeContext | None:
         """The handler call for ``messages``; None when no handler takes their topic."""
         spec = self._handler_for(messages[0])
-        return None if spec is None else ConsumeContext(self._group, spec, messages)
+        return None if spec is None else ConsumeContext(self._group, spec, messages,
+                                                        event_loop=self._event_loop)
 
     def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:
         return self._invoke(messages, self._context(messages))
@@ -169,6 +177,11 @@ class ConsumeService:
             return ConsumeOutcome(OutcomeKind.DEAD_LETTER,
                                   reason=f"no handler for topic {messages[0].topic}")
         return invoke(context, self._middleware)
+
+    def _abandoned(self, outcome: ConsumeOutcome) -> bool:
+        """Whether shutdown cancelled the handler's coroutine: leave its messages uncommitted
+        (consumed again after restart) instead of sending them back."""
+        return self.stopping and isinstance(outcome.error, CoroutineCancelledError)
 
     def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:
         """Send failed messages back (retry or DLQ); False when that failed (retry locally)."""
@@ -259,6 +272,8 @@ class ConsumeService:
                     for v in views]
         self._count(consumed=len(messages))
         outcome = self._run_handler(messages)
+        if self._abandoned(outcome):
+            return
         if outcome.succeeded:
             self._commit_orderly(state, views, succeeded=True)
             return
