@@ -131,3 +131,21 @@ def test_configure_logging_replaces_its_own_handler_and_checks_the_format():
     finally:
         second.close()
         first.close()
+
+
+def test_an_async_handlers_lines_carry_the_message(open_broker, client, json_logs):
+    app = App(broker=client(open_broker()), consumer_options=FAST, tracing=False)
+    handled = threading.Event()
+
+    @app.handler(topic="orders", consumer_group="billing")
+    async def bill(message):
+        log.info("charging on the loop")
+        handled.set()
+
+    app.start()
+    sent = app.producer.send("orders", "order-1")
+    assert handled.wait(30)
+    app.stop()
+    [record] = [r for r in json_logs.records() if r["message"] == "charging on the loop"]
+    assert (record["topic"], record["group"], record["msg_id"]) == ("orders", "billing",
+                                                                    sent.msg_id)

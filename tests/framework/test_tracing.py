@@ -221,3 +221,25 @@ def read_back(app: App, topic: str, *bodies: str) -> dict[str, dict[str, str]]:
 
     wait_until(pull_all, what=f"messages of {topic}")
     return found
+
+
+def test_async_handler_runs_inside_the_process_span(open_broker, client, spans):  # noqa: F811
+    app = App(broker=client(open_broker()), consumer_options=FAST, tracing=spans.tracing)
+    current: list[object] = []
+    handled = threading.Event()
+
+    @app.handler(topic="orders", consumer_group="billing")
+    async def bill(message):
+        current.append(trace.get_current_span().get_span_context())
+        await app.producer.send_async("receipts", b"receipt")  # a send from the handler
+        handled.set()
+
+    app.start()
+    app.producer.send("orders", b"order-1")
+    assert handled.wait(30)
+    app.stop()
+
+    [process] = spans.named("orders process")
+    [receipt] = spans.named("receipts publish")
+    assert current == [process.context]  # the worker thread's span, inside the coroutine
+    assert parent_id(receipt) == process.context.span_id
