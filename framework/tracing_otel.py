@@ -73,7 +73,16 @@ class SpanMaker:
         # with no provider this is the global one (a proxy until the application sets it)
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, _version(),
                                        tracer_provider=tracer_provider)
+        self._global_provider = tracer_provider is None
         self._propagator = propagator
+
+    def untraced(self) -> bool:
+        """Whether a span now would be pointless: the global provider is still the API's
+        placeholder (no SDK configured) and no span is current, so there is nothing to
+        record or carry (a send then costs no more than without tracing)."""
+        return (self._global_provider
+                and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+                and not trace.get_current_span().get_span_context().is_valid)
 
     # ---- propagation -------------------------------------------------------------------------
 
@@ -107,6 +116,8 @@ class SpanMaker:
         one; the span's own context is written into the properties ``deliver`` sends. A
         ``traceparent`` that does not parse is left as the caller set it.
         """
+        if TRACEPARENT not in properties and self.untraced():
+            return deliver(properties)
         parent: Context | None = None
         keep_caller = False
         if TRACEPARENT in properties:
@@ -119,9 +130,11 @@ class SpanMaker:
                       OPERATION_TYPE: "send", DESTINATION: topic, MESSAGE_ID: message_id}
         if tags:
             attributes[TAG] = tags
-        with self.tracer.start_as_current_span(f"{topic} publish", context=parent,
-                                               kind=SpanKind.PRODUCER,
-                                               attributes=attributes) as span:
+        span = self.tracer.start_span(f"{topic} publish", context=parent,
+                                      kind=SpanKind.PRODUCER, attributes=attributes)
+        if not (span.is_recording() or span.get_span_context().is_valid):
+            return deliver(properties)  # no SDK and no trace to go on: nothing to record or carry
+        with trace.use_span(span, end_on_exit=True):
             sent = dict(properties)
             if not keep_caller:
                 self.inject(sent)
@@ -150,10 +163,14 @@ class SpanMaker:
                     self.extract(message.properties)).get_span_context()
                 if span_context.is_valid:
                     links.append(Link(span_context, {MESSAGE_ID: message.msg_id}))
-        with self.tracer.start_as_current_span(
-                f"{context.message.topic} process", context=parent, kind=SpanKind.CONSUMER,
-                links=links, attributes=process_attributes(context),
-                record_exception=False, set_status_on_exception=False) as span:
+        span = self.tracer.start_span(f"{context.message.topic} process", context=parent,
+                                      kind=SpanKind.CONSUMER, links=links,
+                                      attributes=process_attributes(context))
+        if not (span.is_recording() or span.get_span_context().is_valid):
+            yield span  # no SDK and no trace to go on: a span that records nothing
+            return
+        with trace.use_span(span, end_on_exit=True, record_exception=False,
+                            set_status_on_exception=False):
             yield span
 
 

@@ -243,3 +243,24 @@ def test_async_handler_runs_inside_the_process_span(open_broker, client, spans):
     [receipt] = spans.named("receipts publish")
     assert current == [process.context]  # the worker thread's span, inside the coroutine
     assert parent_id(receipt) == process.context.span_id
+
+
+def test_without_an_sdk_a_carried_context_passes_through_unchanged(open_broker, client):
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # no SDK set
+    app = App(broker=client(open_broker()), consumer_options=FAST)  # tracing=True: global
+    upstream = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    handled = threading.Event()
+
+    @app.handler(topic="orders", consumer_group="billing")
+    def forward(message):
+        app.producer.send("receipts", b"r")  # inside the (non-recording) process span
+        handled.set()
+
+    app.start()
+    app.producer.send("orders", b"o", properties={TRACEPARENT: upstream})
+    app.producer.send("plain", b"p")
+    assert handled.wait(30)
+    app.stop()
+    assert read_back(app, "orders", "o")["o"][TRACEPARENT] == upstream
+    assert read_back(app, "receipts", "r")["r"][TRACEPARENT] == upstream
+    assert TRACEPARENT not in read_back(app, "plain", "p")["p"]
