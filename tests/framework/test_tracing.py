@@ -264,3 +264,33 @@ def test_without_an_sdk_a_carried_context_passes_through_unchanged(open_broker, 
     assert read_back(app, "orders", "o")["o"][TRACEPARENT] == upstream
     assert read_back(app, "receipts", "r")["r"][TRACEPARENT] == upstream
     assert TRACEPARENT not in read_back(app, "plain", "p")["p"]
+
+
+def test_orderly_retries_in_place_and_broadcast_drops(open_broker, client, spans):  # noqa: F811
+    broker = open_broker()
+    options = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=100,
+                              persist_interval_ms=100, orderly_suspend_ms=20)
+    app = App(broker=client(broker), consumer_options=options, tracing=spans.tracing)
+
+    @app.handler(topic="ledger", consumer_group="books", orderly=True)
+    def book(message):
+        if message.reconsume_count == 0:
+            raise RuntimeError("locked")
+
+    @app.handler(topic="notices", consumer_group="screens", broadcast=True)
+    def show(message):
+        raise RuntimeError("screen off")
+
+    app.start()
+    app.producer.send("ledger", b"entry", sharding_key="account-1")
+    app.producer.send("notices", b"notice")
+    first, second = spans.wait_for("ledger process", 2)
+    [notice] = spans.wait_for("notices process")
+    app.stop()
+
+    assert [event.name for event in first.events] == ["exception", "retry"]
+    assert first.events[1].attributes["postbox.retry.in_place"] is True
+    assert second.attributes["postbox.attempt"] == 2 and not second.events
+    assert parent_id(first) == parent_id(second) == spans.named("ledger publish")[0].context.span_id
+    assert notice.attributes["messaging.rocketmq.consumption_model"] == "broadcasting"
+    assert [event.name for event in notice.events] == ["exception", "dropped"]
