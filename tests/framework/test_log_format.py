@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -13,6 +16,7 @@ import pytest
 from framework import App, ConfigurationError, ConsumerOptions, DeadLetter, configure_logging
 from framework.log_format import HANDLER_MARK, parse_log_format
 from framework.testing import InlineRunner
+from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
 from tests.support.tracing import spans  # noqa: F401  (fixture)
 
@@ -149,3 +153,22 @@ def test_an_async_handlers_lines_carry_the_message(open_broker, client, json_log
     [record] = [r for r in json_logs.records() if r["message"] == "charging on the loop"]
     assert (record["topic"], record["group"], record["msg_id"]) == ("orders", "billing",
                                                                     sent.msg_id)
+
+
+CELERY_PROBE = """
+import logging
+from framework.contrib.celery import create_celery
+app = create_celery("probe", broker_url="redis://127.0.0.1:1/0")
+app.log.setup(loglevel="INFO")  # what a worker or beat does at start-up
+logging.getLogger("probe").info("hello")
+logging.getLogger("probe").debug("hidden")
+"""
+
+
+def test_celery_worker_logs_json_with_the_environment_variable():
+    done = subprocess.run([sys.executable, "-c", CELERY_PROBE], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=120,
+                          env={**os.environ, "POSTBOX_LOG_FORMAT": "json"})
+    assert done.returncode == 0, done.stderr
+    [record] = [json.loads(line) for line in done.stderr.splitlines()]
+    assert (record["logger"], record["level"], record["message"]) == ("probe", "INFO", "hello")
