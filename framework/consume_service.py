@@ -16,6 +16,9 @@ handlers on a ``WorkerPool`` and decides what each outcome means:
   can move on.
 * broadcast — like concurrent, but a failed message is logged and dropped (no retry topic).
 
+While a handler call and its outcome run, log lines carry the messages' fields
+(``framework.log_format.message_log_context``).
+
 A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again. An async
 handler's coroutine cancelled by shutdown (``CoroutineCancelledError`` while stopping) leaves
 its messages uncommitted and not sent back: they are consumed again after restart.
@@ -34,6 +37,7 @@ from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
 from .event_loop import CoroutineCancelledError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
+from .log_format import message_log_context
 from .middleware import ConsumeContext, Middleware, after_batch, before_batch, invoke
 from .offset_store import OffsetStore
 from .outcomes import ConsumeOutcome, OutcomeKind
@@ -127,11 +131,13 @@ class ConsumeService:
                 if state.process_queue.dropped or self.stopping:
                     return  # the new owner (or the next start) consumes them from the offset
                 consumed += len(chunk)
-                outcome = self._invoke(chunk, context)
-                if self._abandoned(outcome):
-                    return
                 chunk_views = [message.view for message in chunk]
-                if not outcome.succeeded and not self._handle_failure(chunk, outcome):
+                with message_log_context(self._group, chunk_views):  # log lines carry it
+                    outcome = self._invoke(chunk, context)
+                    if self._abandoned(outcome):
+                        return
+                    settled = outcome.succeeded or self._handle_failure(chunk, outcome)
+                if not settled:
                     self._retry_locally(state, chunk_views)
                     continue
                 succeeded += len(chunk)
@@ -249,7 +255,8 @@ class ConsumeService:
                 views = pq.take(self._orderly_batch_size)
                 if not views:
                     return
-                self._consume_orderly_batch(state, views, now_ms)
+                with message_log_context(self._group, views):  # log lines carry it
+                    self._consume_orderly_batch(state, views, now_ms)
         finally:
             with state.lock:
                 state.orderly_running = False
