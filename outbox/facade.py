@@ -20,6 +20,7 @@ from sqlalchemy.orm import sessionmaker
 from framework import App
 
 from .database import database_engine
+from .metrics import outbox_metrics
 from .options import RelayOptions
 from .relay import Relay
 
@@ -41,6 +42,7 @@ class Outbox:
         self.session = sessionmaker(self.engine)
         self.relay = Relay(lambda: app.producer, self.engine, options=options)
         self.relay.attach()
+        outbox_metrics(app).add_relay(self.relay)
         app.on_start(self.relay.start)
         app.on_stop(self.relay.stop)
 
