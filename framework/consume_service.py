@@ -70,8 +70,10 @@ class ConsumeStats:
     dead_lettered: int = 0
     dropped: int = 0
     send_back_failures: int = 0
+    handled: int = 0
+    """Messages whose handler call succeeded (middleware included: a skipped duplicate too)."""
     failed: int = 0
-    """Handler calls (messages) that did not succeed: retried, dead-lettered or dropped."""
+    """Messages whose handler call did not succeed (then retried, dead-lettered or dropped)."""
 
 
 class ConsumeService:
@@ -170,7 +172,7 @@ class ConsumeService:
         started_s = time.monotonic()
         outcome = invoke(context, self._middleware)
         self._observe(context.handler.topic, time.monotonic() - started_s,
-                      0 if outcome.succeeded else len(messages))
+                      outcome.succeeded, len(messages))
         return outcome
 
     def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:
@@ -293,14 +295,13 @@ class ConsumeService:
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
-    def _observe(self, topic: str, seconds: float, failed: int) -> None:
+    def _observe(self, topic: str, seconds: float, succeeded: bool, count: int) -> None:
         tally = self.handler_latency.get(topic)
         if tally is None:
             with self._stats_lock:
                 tally = self.handler_latency.setdefault(topic, LatencyTally())
         tally.observe(seconds)
-        if failed:
-            self._count(failed=failed)
+        self._count(**{"handled" if succeeded else "failed": count})
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:

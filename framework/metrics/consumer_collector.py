@@ -18,8 +18,8 @@ from .families import Metric, counter, gauge, histogram
 log = logging.getLogger(__name__)
 
 OUTCOMES = (
-    ("handled", "succeeded", "Messages whose handler succeeded (or that middleware finished "
-                             "as duplicates)."),
+    ("handled", "handled", "Messages whose handler call succeeded (or that middleware "
+                           "finished without it, as duplicates)."),
     ("failed", "failed", "Messages whose handler call failed (then retried, dead-lettered or, "
                          "for broadcast groups, dropped)."),
     ("retried", "retried", "Messages sent back for a later retry (or, orderly, retried in "
