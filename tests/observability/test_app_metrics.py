@@ -117,6 +117,6 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with _app(tmp_path / "store") as app:
-            with pytest.raises(MetricsServerError, match=f"127.0.0.1:{port}.*in use"):
-                app.metrics_server(port)
+        with _app(tmp_path / "store") as app, pytest.raises(
+                MetricsServerError, match=f"127.0.0.1:{port}.*in use"):
+            app.metrics_server(port)
