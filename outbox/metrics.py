@@ -123,14 +123,15 @@ class OutboxMetrics:
 def _relay_families(relays: list[Any]) -> list[Metric]:
     latency = merge_snapshots(relay.stats.publish_latency.snapshot() for relay in relays)
     return [
-        counter("postbox_outbox_published", "Stubs the relays published (after commit or by "
-                "polling), resends included.", [],
+        counter("postbox_outbox_published", "Stubs the relays published for the first time "
+                "(after commit or by polling; resends are postbox_outbox_resends).", [],
                 [((), sum(relay.stats.published for relay in relays))]),
         counter("postbox_outbox_publish_failures", "Publish attempts that failed (retried "
                 "later, or voided after the last attempt).", [],
                 [((), sum(relay.stats.failed for relay in relays))]),
         histogram("postbox_outbox_publish_seconds", "Duration of successful publishes of "
-                  "stubs to the broker.", [], [] if latency is None else [((), latency)]),
+                  "stubs to the broker (first publishes and resends).", [],
+                  [] if latency is None else [((), latency)]),
     ]
 
 
