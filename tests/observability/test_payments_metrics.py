@@ -51,10 +51,14 @@ def broker_scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
         with app:
             app.producer.send("orders", b"one")
         url = f"http://{broker.metrics_address}/metrics"
-        yield wait_until(lambda: (lambda s: s if "postbox_broker_messages_total" in s.samples
-                                  else None)(scrape(url)), what="the broker's families")
+        yield wait_until(lambda: _with_broker_families(scrape(url)),
+                         what="the broker's families")
     finally:
         broker.stop()
+
+
+def _with_broker_families(result: Scrape) -> Scrape | None:
+    return result if "postbox_broker_messages_total" in result.samples else None
 
 
 def test_scrape_matches_the_scenarios_own_counts(
