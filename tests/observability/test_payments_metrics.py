@@ -51,8 +51,10 @@ def broker_scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
         with app:
             app.producer.send("orders", b"one")
         url = f"http://{broker.metrics_address}/metrics"
-        yield wait_until(lambda: _with_broker_families(scrape(url)),
-                         what="the broker's families")
+        found = wait_until(lambda: _with_broker_families(scrape(url)),
+                           what="the broker's families")
+        assert found is not None
+        yield found
     finally:
         broker.stop()
 
