@@ -9,7 +9,8 @@ lands, ``rocketmq://host:9876`` (a RocketMQ cluster's name servers, ``docs/remot
 broker, plans one consumer per consumer group and starts them; ``stop()`` drains them, persists
 offsets and closes what the app opened. Thread-safe after ``start()``.
 
-``with app:`` is the normal form (start on entry, stop on exit, also when the block raises).
+``with app:`` is the normal form (start on entry, stop on exit, also when the block raises);
+``async with app:`` is the same for asyncio servers (start and stop run in a worker thread).
 An app that is started (or whose producer opened the store) and never stopped is stopped at
 interpreter exit, before Python joins the remaining threads: consumers drain, offsets persist
 and the store closes cleanly (no ``abort`` file), so a script that raises between ``start()``
@@ -25,6 +26,7 @@ of its options and no added middleware declares it (``framework.plugins``).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import functools
 import logging
@@ -117,7 +119,8 @@ class App:
                 consume_timestamp_ms: int | None = None, orderly: bool = False,
                 broadcast: bool = False,
                 reconsume_count_max: int | None = RECONSUME_COUNT_MAX_DEFAULT,
-                batch_size: int = 1, **options: Any) -> Callable[[F], F]:
+                batch_size: int = 1, max_concurrency: int | None = None,
+                **options: Any) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``topic`` for ``consumer_group``.
 
         The function is returned unchanged. It receives a ``ConsumedMessage`` (a list of them
@@ -125,17 +128,20 @@ class App:
         exception retries it through ``%RETRY%group`` (delay level 3 + attempts, up to
         ``reconsume_count_max`` times, then the DLQ); raising ``DeadLetter`` sends it to the
         DLQ at once. ``orderly`` consumes each queue in order and retries in place;
-        ``broadcast`` delivers every message to every consumer of the group. Other keyword
-        options are those the app's middleware declare (``idempotent=True``, for one, when the
-        ``postbox`` package is installed); an unknown one is a ``ConfigurationError`` naming
-        the known ones. Add middleware before registering the handlers that use its options.
+        ``broadcast`` delivers every message to every consumer of the group. An ``async def``
+        handler runs on the consumer's event loop (same rules; it must not block), at most
+        ``max_concurrency`` of its coroutines at once (None: up to the consume threads).
+        Other keyword options are those the app's middleware declare (``idempotent=True``, for
+        one, when the ``postbox`` package is installed); an unknown one is a
+        ``ConfigurationError`` naming the known ones. Add middleware before registering the
+        handlers that use its options.
         """
 
         def register(function: F) -> F:
             spec = HandlerSpec(function, topic, consumer_group, tags or "*",
                                parse_consume_from(consume_from),
                                consume_timestamp_ms, orderly, broadcast, reconsume_count_max,
-                               batch_size, options)
+                               batch_size, options, max_concurrency)
             with self._lock:
                 if self._started:
                     raise AppStateError("register handlers before app.start()")
@@ -301,6 +307,15 @@ class App:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
+
+    async def __aenter__(self) -> App:
+        """``async with app:`` — ``start()`` in a worker thread, so the caller's loop keeps
+        serving meanwhile."""
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """Stop (drain consumers) in a worker thread; the caller's loop keeps serving."""
+        await asyncio.to_thread(self.stop)
 
     def consumer(self, consumer_group: str) -> Consumer:
         """The running consumer of a group."""

@@ -16,7 +16,9 @@ handlers on a ``WorkerPool`` and decides what each outcome means:
   can move on.
 * broadcast — like concurrent, but a failed message is logged and dropped (no retry topic).
 
-A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again.
+A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again. An async
+handler's coroutine cancelled by shutdown (``CoroutineCancelledError`` while stopping) leaves
+its messages uncommitted and not sent back: they are consumed again after restart.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from storage_engine import Clock, LatencyTally, MessageView, SendBackResult
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
+from .event_loop import CoroutineCancelledError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .middleware import ConsumeContext, Middleware, after_batch, before_batch, invoke
 from .offset_store import OffsetStore
@@ -82,8 +85,10 @@ class ConsumeService:
     def __init__(self, client: BrokerClient, plan: ConsumerGroupPlan, *,
                  middleware: list[Middleware], offsets: OffsetStore, pool: WorkerPool,
                  scheduler: Scheduler, clock: Clock, messages_per_task: int,
-                 orderly_suspend_ms: int, local_retry_delay_ms: int) -> None:
+                 orderly_suspend_ms: int, local_retry_delay_ms: int,
+                 event_loop: EventLoopThread | None = None) -> None:
         self._client = client
+        self._event_loop = event_loop
         self._plan = plan
         self._group = plan.consumer_group
         self._middleware = middleware
@@ -130,6 +135,8 @@ class ConsumeService:
                     return  # the new owner (or the next start) consumes them from the offset
                 consumed += len(chunk)
                 outcome = self._invoke(chunk, context)
+                if self._abandoned(outcome):
+                    return
                 chunk_views = [message.view for message in chunk]
                 if not outcome.succeeded and not self._handle_failure(chunk, outcome):
                     self._retry_locally(state, chunk_views)
@@ -157,7 +164,8 @@ class ConsumeService:
     def _context(self, messages: list[ConsumedMessage]) -> ConsumeContext | None:
         """The handler call for ``messages``; None when no handler takes their topic."""
         spec = self._handler_for(messages[0])
-        return None if spec is None else ConsumeContext(self._group, spec, messages)
+        return None if spec is None else ConsumeContext(self._group, spec, messages,
+                                                        event_loop=self._event_loop)
 
     def _run_handler(self, messages: list[ConsumedMessage]) -> ConsumeOutcome:
         return self._invoke(messages, self._context(messages))
@@ -174,6 +182,11 @@ class ConsumeService:
         self._observe(context.handler.topic, time.monotonic() - started_s,
                       outcome.succeeded, len(messages))
         return outcome
+
+    def _abandoned(self, outcome: ConsumeOutcome) -> bool:
+        """Whether shutdown cancelled the handler's coroutine: leave its messages uncommitted
+        (consumed again after restart) instead of sending them back."""
+        return self.stopping and isinstance(outcome.error, CoroutineCancelledError)
 
     def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:
         """Send failed messages back (retry or DLQ); False when that failed (retry locally)."""
@@ -263,6 +276,8 @@ class ConsumeService:
                     for v in views]
         self._count(consumed=len(messages))
         outcome = self._run_handler(messages)
+        if self._abandoned(outcome):
+            return
         if outcome.succeeded:
             self._commit_orderly(state, views, succeeded=True)
             return

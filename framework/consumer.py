@@ -16,6 +16,12 @@ consumer takes every queue and keeps its offsets in a local file.
 
 Shutdown (``stop``): stop pulling, let the consume threads finish what was already pulled (up to
 ``drain_timeout_ms``), persist offsets, release orderly locks, leave the group.
+
+Async handlers: a consumer owns one ``EventLoopThread`` (``framework.event_loop``), started with
+the consumer when a handler of its group is ``async def`` (else on a middleware's first
+``run_coroutine``); consume threads run each coroutine on it and wait. ``stop`` cancels the
+coroutines still running after the drain (their messages stay uncommitted) and closes the loop
+after the consume threads ended.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from storage_engine import (
 from .allocation import MessageQueue, strategy_by_name
 from .consume_service import ConsumeService, QueueState
 from .errors import ConfigurationError
+from .event_loop import EventLoopThread
 from .handlers import ConsumerGroupPlan
 from .middleware import Middleware
 from .offset_store import BrokerOffsetStore, LocalFileOffsetStore, OffsetStore
@@ -138,6 +145,7 @@ class Consumer:
             self.offsets = BrokerOffsetStore(client, self.group)
         self._pool: WorkerPool | None = None
         self.consume: ConsumeService | None = None
+        self.event_loop = EventLoopThread(self.group)
 
     def _instance_dir(self, instance_name: str | None) -> str:
         return instance_name or self.client_id.split("#")[0].replace("@", "_")
@@ -157,6 +165,7 @@ class Consumer:
         if self._started:
             return
         self._threads = threads
+        self.event_loop = EventLoopThread(self.group)  # a stopped loop never restarts
         self._pool = WorkerPool(self.options.consume_thread_count, f"consume-{self.group}",
                                 inline=not threads)
         o = self.options
@@ -164,7 +173,9 @@ class Consumer:
             self.client, self.plan, middleware=self._middleware, offsets=self.offsets,
             pool=self._pool, scheduler=self.scheduler, clock=self.clock,
             messages_per_task=o.messages_per_task, orderly_suspend_ms=o.orderly_suspend_ms,
-            local_retry_delay_ms=o.local_retry_delay_ms)
+            local_retry_delay_ms=o.local_retry_delay_ms, event_loop=self.event_loop)
+        if self.plan.has_async:
+            self.event_loop.start()
         self._ensure_topics()
         self.client.add_membership_listener(self._on_membership_change)
         self.heartbeat()
@@ -204,8 +215,10 @@ class Consumer:
                         "be consumed again after restart", self.client_id,
                         self.options.drain_timeout_ms)
         self.consume.stopping = True
+        self.event_loop.cancel_in_flight()  # past the drain: their messages stay uncommitted
         self.scheduler.stop()
         self._pool.shutdown()
+        self.event_loop.stop()
         with self._states_lock:
             queues = list(self._states)
         self.offsets.persist(queues)

@@ -17,6 +17,7 @@ from storage_engine import ConsumeFrom, validate_topic
 from storage_engine.formats import is_system_group_topic
 
 from .errors import ConfigurationError, HandlerRegistrationError
+from .event_loop import is_coroutine_callable
 
 RECONSUME_COUNT_MAX_DEFAULT = 16
 BATCH_SIZE_MAX = 1024
@@ -38,10 +39,24 @@ class HandlerSpec:
     batch_size: int = 1
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Options added by middleware (``Middleware.handler_options``), as the handler gave them."""
+    max_concurrency: int | None = None
+    """Async handlers: at most this many of its coroutines in flight (None: bounded by the
+    consumer's consume threads only)."""
+    is_async: bool = field(init=False, compare=False)
+    """Whether ``function`` is a coroutine function (it runs on the consumer's event loop)."""
 
     def __post_init__(self) -> None:
         if not callable(self.function):
             raise ConfigurationError(f"handler for {self.topic!r} is not callable")
+        object.__setattr__(self, "is_async", is_coroutine_callable(self.function))
+        if self.max_concurrency is not None and (
+                type(self.max_concurrency) is not int or self.max_concurrency < 1):
+            raise ConfigurationError("max_concurrency must be an int >= 1 or None, got "
+                                     f"{self.max_concurrency!r}")
+        if self.max_concurrency is not None and not self.is_async:
+            raise ConfigurationError(f"max_concurrency={self.max_concurrency} is for async "
+                                     f"handlers; {self.name} is not a coroutine function (sync "
+                                     "handlers are bounded by consume_thread_count)")
         try:
             validate_topic(self.topic)
         except ValueError as error:
@@ -98,6 +113,11 @@ class ConsumerGroupPlan:
     def broadcast(self) -> bool:
         """Whether every consumer of the group gets every message."""
         return self._first.broadcast
+
+    @property
+    def has_async(self) -> bool:
+        """Whether some handler of the group is a coroutine function."""
+        return any(spec.is_async for spec in self.handlers.values())
 
     @property
     def _first(self) -> HandlerSpec:

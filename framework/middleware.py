@@ -14,6 +14,24 @@ message work for all of them at once (one database transaction instead of one pe
 They are an optimisation only: a middleware must give every message its full treatment in
 ``around_consume`` when they were not called (orderly consumption, direct ``invoke`` callers).
 
+Async handlers (``async def``, see ``framework.event_loop``): the sync chain above runs in the
+consume thread exactly as for a sync handler; its innermost step runs one coroutine on the
+consumer's event loop which nests the ``around_consume_async`` of every middleware that
+overrides it (registration order, outermost first) around ``await handler(message, *args)``.
+``around_consume_async`` returns what ``call_next`` returned (the handler's return value, which
+the framework ignores); exceptions propagate and become the outcome as a handler's would
+(``SkipMessage`` finishes the message as a success, ``RetryLater``/``DeadLetter``/others as
+usual). So a middleware runs an async handler inside an ``AsyncSession`` transaction with::
+
+    async def around_consume_async(self, context, call_next):
+        async with self.sessions() as session, session.begin():
+            context.handler_args.append(session)
+            return await call_next()
+
+Sync hooks (``before_consume``, ``around_consume``, the batch hooks) always run in consume
+threads, never on the loop, so they may block; async hooks run on the loop and must not.
+``context.run_coroutine(factory)`` runs one-off async work on the loop from a sync hook.
+
 A middleware may add keyword options to ``@app.handler`` by declaring them in
 ``handler_options`` (name → default), check a handler's use of them in ``check_handler``, and be
 built by ``App.start()`` itself with ``from_app`` when a package registers it by entry point
@@ -22,22 +40,27 @@ built by ``App.start()`` itself with ``from_app`` when a package registers it by
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .consumed_message import ConsumedMessage
+from .errors import AppStateError
 from .outcomes import SUCCESS, ConsumeOutcome, OutcomeKind, SkipMessage
 
 if TYPE_CHECKING:
     from .app import App
+    from .event_loop import EventLoopThread
     from .handlers import HandlerSpec
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 NextCall = Callable[[], ConsumeOutcome]
+AsyncNextCall = Callable[[], Awaitable[Any]]
 
 
 @dataclass
@@ -52,11 +75,32 @@ class ConsumeContext:
     state: dict[str, Any] = field(default_factory=dict)
     """Scratch space middleware share during this invocation."""
     skipped: bool = False
+    event_loop: EventLoopThread | None = field(default=None, repr=False)
+    """The consumer's event loop (``run_coroutine``); None outside a consumer."""
 
     @property
     def message(self) -> ConsumedMessage:
         """The first (usually only) message."""
         return self.messages[0]
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the handler is a coroutine function (it runs on the event loop, inside the
+        ``around_consume_async`` hooks)."""
+        return self.handler.is_async
+
+    def run_coroutine(self, factory: Callable[[], Awaitable[T]]) -> T:
+        """Run ``factory()``'s coroutine on the consumer's event loop and wait for its result
+        (from a sync hook, in the consume thread; never from a coroutine on the loop).
+
+        Raises:
+            AppStateError: the context has no event loop (built outside a consumer).
+            framework.event_loop.EventLoopError: called on the loop thread itself.
+        """
+        if self.event_loop is None:
+            raise AppStateError(f"no event loop for group {self.consumer_group!r}: "
+                                "run_coroutine works inside a consumer")
+        return self.event_loop.run(factory)
 
 
 class Middleware:
@@ -105,6 +149,18 @@ class Middleware:
         self.after_consume(context, outcome)
         return outcome
 
+    async def around_consume_async(self, context: ConsumeContext,
+                                   call_next: AsyncNextCall) -> Any:
+        """Async handlers only, on the event loop, inside every sync hook: wrap the rest of the
+        async chain and return what ``await call_next()`` returned; exceptions propagate (see
+        the module docs). Not overriding it costs nothing (the layer is left out)."""
+        return await call_next()
+
+
+def overrides_async_hook(layer: Middleware) -> bool:
+    """Whether ``layer``'s class overrides ``around_consume_async``."""
+    return type(layer).around_consume_async is not Middleware.around_consume_async
+
 
 def invoke(context: ConsumeContext, middleware: list[Middleware]) -> ConsumeOutcome:
     """Run the handler of ``context`` through ``middleware``; never raises."""
@@ -113,7 +169,12 @@ def invoke(context: ConsumeContext, middleware: list[Middleware]) -> ConsumeOutc
         spec = context.handler
         argument: Any = context.messages if spec.batch_size > 1 else context.messages[0]
         try:
-            spec.function(argument, *context.handler_args)
+            if spec.is_async:
+                context.run_coroutine(lambda: _async_chain(context, middleware))
+            else:
+                _check_not_awaitable(spec, spec.function(argument, *context.handler_args))
+        except SkipMessage:  # from an async hook
+            context.skipped = True
         except Exception as error:  # the handler's failure is an outcome, not a crash
             return ConsumeOutcome.from_error(error)
         return SUCCESS
@@ -128,6 +189,38 @@ def invoke(context: ConsumeContext, middleware: list[Middleware]) -> ConsumeOutc
         return SUCCESS
     except Exception as error:  # a middleware failed: retry later, lose nothing
         return ConsumeOutcome(OutcomeKind.RETRY, error, reason=f"middleware: {error}")
+
+
+async def _async_chain(context: ConsumeContext, middleware: list[Middleware]) -> Any:
+    """On the loop: the async hooks around the handler, under its ``max_concurrency``."""
+    spec = context.handler
+    argument: Any = context.messages if spec.batch_size > 1 else context.messages[0]
+
+    async def call_handler() -> Any:
+        return await spec.function(argument, *context.handler_args)
+
+    call: AsyncNextCall = call_handler
+    for layer in reversed(middleware):
+        if overrides_async_hook(layer):
+            call = _bind_async(layer, context, call)
+    if spec.max_concurrency is None or context.event_loop is None:
+        return await call()
+    async with context.event_loop.semaphore(spec, spec.max_concurrency):
+        return await call()
+
+
+def _bind_async(layer: Middleware, context: ConsumeContext,
+                call_next: AsyncNextCall) -> AsyncNextCall:
+    return lambda: layer.around_consume_async(context, call_next)
+
+
+def _check_not_awaitable(spec: HandlerSpec, result: object) -> None:
+    """A sync-looking handler that returned a coroutine did nothing yet: fail, do not drop."""
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise TypeError(f"handler {spec.name} returned an awaitable but is not a coroutine "
+                        "function: define it with async def")
 
 
 def before_batch(contexts: list[ConsumeContext], middleware: list[Middleware]) -> None:

@@ -8,11 +8,15 @@ as is an empty body, before anything is sent (``framework.validation``, which ap
 of ``storage_engine.formats.message_rules``). The broker picks the queue: round-robin per topic,
 or by ``sharding_key`` so that all messages of one key land in one queue in order (orderly
 consumers then see them in order). ``send`` returns the broker's own result, re-exported as
-``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). Thread-safe.
+``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
+coroutines: the blocking send runs in the running loop's default executor (with the caller's
+contextvars), never on the loop. Thread-safe.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Iterable, Mapping
 
 from storage_engine import Clock, Message, PutStatus, SendResult, SystemClock
@@ -76,3 +80,18 @@ class Producer:
         message = Message(topic, body, tags=tags, keys=keys, properties=merged,
                           unique_key=msg_id)
         return self._client.send(message, queue_id=queue_id, sharding_key=sharding_key)
+
+    async def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
+                         keys: Iterable[str] | str | None = None,
+                         delay_level: int | None = None,
+                         properties: Mapping[str, str] | None = None,
+                         sharding_key: str | None = None, queue_id: int | None = None,
+                         unique_key: str | None = None) -> SendResult:
+        """``send`` for coroutines (same arguments, checks, result and errors): the send runs
+        in a worker thread of the running loop's default executor, in a copy of the caller's
+        contextvars, so the loop keeps serving while the store (or remote broker) answers."""
+        send = functools.partial(self.send, topic, body, tags=tags, keys=keys,
+                                 delay_level=delay_level, properties=properties,
+                                 sharding_key=sharding_key, queue_id=queue_id,
+                                 unique_key=unique_key)
+        return await asyncio.to_thread(send)
