@@ -21,7 +21,8 @@ from tests.examples.test_celery_payments import (  # noqa: F401 - fixtures
 from .scrape import Scrape, scrape
 
 
-def test_worker_serves_the_outbox_tasks_counts(deployment: Deployment, engine: Engine) -> None:
+def test_worker_serves_the_outbox_tasks_counts(deployment: Deployment,  # noqa: F811
+                                               engine: Engine) -> None:  # noqa: F811
     deployment.env["POSTBOX_METRICS_LISTEN"] = "127.0.0.1:0"
     worker = deployment.start_worker()
     address = deployment.wait_for(
