@@ -10,6 +10,7 @@ building them is thread-safe as long as the numbers read are.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -27,16 +28,19 @@ Labelled = Iterable[tuple[Sequence[str], float]]
 def counter(name: str, documentation: str, labels: Sequence[str], samples: Labelled
             ) -> CounterMetricFamily:
     """A counter family (``name`` without ``_total``; the exposition adds it)."""
-    family = CounterMetricFamily(name, documentation, labels=list(labels))
-    for values, value in samples:
-        family.add_metric(list(values), value)
-    return family
+    return _filled(CounterMetricFamily(name, documentation, labels=list(labels)), samples)
 
 
 def gauge(name: str, documentation: str, labels: Sequence[str], samples: Labelled
           ) -> GaugeMetricFamily:
     """A gauge family."""
-    family = GaugeMetricFamily(name, documentation, labels=list(labels))
+    return _filled(GaugeMetricFamily(name, documentation, labels=list(labels)), samples)
+
+
+F = TypeVar("F", CounterMetricFamily, GaugeMetricFamily)
+
+
+def _filled(family: F, samples: Labelled) -> F:
     for values, value in samples:
         family.add_metric(list(values), value)
     return family
