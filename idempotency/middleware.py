@@ -79,12 +79,14 @@ from framework import (
     OutcomeKind,
     RetryLater,
 )
+from framework.metrics import Metric
 from outbox.clock import NowFunction, utc_now
 from outbox.database import database_engine, dialect_name
 
 from . import ledger
 from .app_factory import check_tables, redis_client
 from .async_handler import STEP3_STATE, LoopEngines, Step3, run_step3
+from .metrics import idempotency_families
 from .redis_guard import GuardState, Mark, RedisGuard, Settlement
 
 log = logging.getLogger(__name__)
@@ -381,6 +383,10 @@ class IdempotencyMiddleware(Middleware):
                     message_id, error.__class__.__name__ + ": " + str(error).splitlines()[0])
         return ConsumeOutcome.from_error(RetryLater(
             self.retry_delay_level, reason=f"database unavailable while {doing} the message"))
+
+    def metric_families(self) -> list[Metric]:
+        """This middleware's counters as Prometheus families (``idempotency.metrics``)."""
+        return idempotency_families(self)
 
     def close(self) -> None:
         """Send the settlements still queued and release Redis connections."""

@@ -28,6 +28,7 @@ from framework import App, ConfigurationError
 
 from .commit_hook import CommitHook
 from .database import database_engine
+from .metrics import outbox_metrics
 from .options import RelayOptions
 from .relay import Relay
 
@@ -60,6 +61,7 @@ class Outbox:
             self._async_sessions = async_sessionmaker(async_engine, expire_on_commit=False)
             self.async_hook = CommitHook(async_engine.sync_engine, self.relay.notify)
             self.async_hook.attach()
+        outbox_metrics(app).add_relay(self.relay)
         app.on_start(self.relay.start)
         app.on_stop(self.relay.stop)
 
