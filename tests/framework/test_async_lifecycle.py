@@ -173,3 +173,27 @@ def test_blocking_framework_work_never_runs_on_the_loop(open_broker, client):
         assert done.wait(WAIT_S)  # the failure was sent back and retried
     assert len(ticks) == 5
     assert all(name.startswith("postbox-consume-g") for name in middleware.threads)
+
+
+def test_coroutine_ignoring_cancellation_cannot_hang_stop(open_broker, client):
+    broker = open_broker()
+    app = App(broker=client(broker), consumer_options=options(drain_timeout_ms=100))
+    started = threading.Event()
+    refusals: list[int] = []
+
+    @app.handler(topic="events", consumer_group="g", consume_from="first")
+    async def stubborn(message):
+        started.set()
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                refusals.append(1)  # swallowed: keeps running
+
+    app.producer.send("events", "a", queue_id=0)
+    app.start()
+    assert started.wait(WAIT_S)
+    app.stop()  # returns: the loop's stop releases the waiting consume thread
+    assert refusals  # it was cancelled and refused
+    assert broker.query_offset("g", "events", 0) == 0  # not committed, consumed again later
+    assert broker.dead_letters("g") == []
