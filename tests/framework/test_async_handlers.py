@@ -14,6 +14,7 @@ from framework import App, ConfigurationError, ConsumerOptions, DeadLetter, Midd
 from framework.event_loop import EventLoopError, EventLoopThread, is_coroutine_callable
 from framework.testing import InlineRunner
 from tests.framework.conftest import DEFAULT_LEVELS
+from tests.support.polling import wait_until
 
 WAIT_S = 20
 FAST = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=200)
@@ -357,3 +358,55 @@ def test_run_from_the_loop_thread_is_refused():
         loop_thread.stop()
     with pytest.raises(EventLoopError, match="stopped"):
         loop_thread.run(inner)
+
+
+class LoaderMiddleware(Middleware):
+    """A sync hook doing one-off async work with ``context.run_coroutine``; its async hook
+    tries the same from the loop, which must be refused."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+
+    def before_consume(self, context):
+        async def load():
+            await asyncio.sleep(0)
+            return f"{context.message.text} loaded in {REQUEST_ID.get()}"
+
+        token = REQUEST_ID.set("the consume thread's context")
+        try:
+            self.loaded.append(context.run_coroutine(load))
+        finally:
+            REQUEST_ID.reset(token)
+
+    async def around_consume_async(self, context, call_next):
+        context.run_coroutine(asyncio.sleep)  # refused: it would wait for itself
+        return await call_next()
+
+
+def test_run_coroutine_from_sync_hooks_and_refused_on_the_loop(open_broker, client, store):
+    broker = open_broker()
+    app = threaded_app(client(broker))
+    middleware = LoaderMiddleware()
+    app.add_middleware(middleware)
+    seen: list[str] = []
+
+    @app.handler(topic="sync-topic", consumer_group="tools", consume_from="first")
+    def sync_handler(message):
+        seen.append(message.text)
+
+    @app.handler(topic="async-topic", consumer_group="tools", consume_from="first",
+                 reconsume_count_max=0)
+    async def async_handler(message):
+        seen.append(message.text)
+
+    app.producer.send("sync-topic", "s")
+    app.producer.send("async-topic", "a")
+    with app:
+        dead = wait_until(lambda: broker.dead_letters("tools"), what="the DLQ")
+        wait_until(lambda: len(middleware.loaded) == 2, what="both messages")
+    assert seen == ["s"]  # the async handler's chain failed before it
+    assert sorted(middleware.loaded) == ["a loaded in the consume thread's context",
+                                         "s loaded in the consume thread's context"]
+    assert [view.body for view in dead] == [b"a"]
+    if store.transport != "rocketmq":  # Apache's send-back carries no reason
+        assert "from the event loop thread" in dead[0].properties["DLQ_REASON"]
