@@ -160,12 +160,15 @@ class EventLoopThread:
 
         def finished(task: asyncio.Task[T]) -> None:
             self._tasks.discard(task)
-            if task.cancelled():
-                done.cancel()
-            elif (error := task.exception()) is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(task.result())
+            try:
+                if task.cancelled():
+                    done.cancel()
+                elif (error := task.exception()) is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(task.result())
+            except concurrent.futures.InvalidStateError:  # released by stop() already
+                pass
 
         task.add_done_callback(finished)
 
