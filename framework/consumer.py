@@ -180,6 +180,7 @@ class Consumer:
             local_retry_delay_ms=o.local_retry_delay_ms, event_loop=self.event_loop)
         if self.plan.has_async:
             self.event_loop.start()
+            self._warn_unreachable_concurrency()
         self._ensure_topics()
         self.client.add_membership_listener(self._on_membership_change)
         self.heartbeat()
@@ -196,6 +197,15 @@ class Consumer:
         log.info("[consumer] %s joined group %s (%s, topics %s)", self.client_id, self.group,
                  "broadcast" if self.plan.broadcast else (
                      "orderly" if self.plan.orderly else "concurrent"), self.topics)
+
+    def _warn_unreachable_concurrency(self) -> None:
+        threads = self.options.consume_thread_count
+        for spec in self.plan.handlers.values():
+            if spec.max_concurrency is not None and spec.max_concurrency > threads:
+                log.warning("[consumer] %s: max_concurrency=%d but group %s has %d consume "
+                            "threads, each waiting for one coroutine: at most %d run at once "
+                            "(raise consume_thread_count)", spec.name, spec.max_concurrency,
+                            self.group, threads, threads)
 
     def _ensure_topics(self) -> None:
         """Subscribed topics exist before the first rebalance (auto-created with defaults);

@@ -410,3 +410,15 @@ def test_run_coroutine_from_sync_hooks_and_refused_on_the_loop(open_broker, clie
     assert [view.body for view in dead] == [b"a"]
     if store.transport != "rocketmq":  # Apache's send-back carries no reason
         assert "from the event loop thread" in dead[0].properties["DLQ_REASON"]
+
+
+def test_max_concurrency_above_the_consume_threads_is_reported(open_broker, client, caplog):
+    app = threaded_app(client(open_broker()), consume_thread_count=2)
+
+    @app.handler(topic="jobs", consumer_group="wide", max_concurrency=50)
+    async def work(message):
+        return None
+
+    with caplog.at_level("WARNING", logger="framework.consumer"), app:
+        pass
+    assert "max_concurrency=50 but group wide has 2 consume threads" in caplog.text
