@@ -20,8 +20,9 @@ While a handler call and its outcome run, log lines carry the messages' fields
 (``framework.log_format.message_log_context``).
 
 A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again. An async
-handler's coroutine cancelled by shutdown (``CoroutineCancelledError`` while stopping) leaves
-its messages uncommitted and not sent back: they are consumed again after restart.
+handler's coroutine cancelled by shutdown (``CoroutineCancelledError``, or ``EventLoopError``
+for one started as the loop closed, while stopping) leaves its messages uncommitted and not sent
+back: they are consumed again after restart.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from storage_engine import Clock, LatencyTally, MessageView, SendBackResult
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
-from .event_loop import CoroutineCancelledError, EventLoopThread
+from .event_loop import CoroutineCancelledError, EventLoopError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .log_format import message_log_context
 from .middleware import ConsumeContext, Middleware, after_batch, before_batch, invoke
@@ -192,7 +193,8 @@ class ConsumeService:
     def _abandoned(self, outcome: ConsumeOutcome) -> bool:
         """Whether shutdown cancelled the handler's coroutine: leave its messages uncommitted
         (consumed again after restart) instead of sending them back."""
-        return self.stopping and isinstance(outcome.error, CoroutineCancelledError)
+        return self.stopping and isinstance(outcome.error,
+                                            CoroutineCancelledError | EventLoopError)
 
     def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:
         """Send failed messages back (retry or DLQ); False when that failed (retry locally)."""
