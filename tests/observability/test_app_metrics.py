@@ -56,6 +56,7 @@ def test_scrape_counts_puts_outcomes_lag_and_latency(tmp_path: Path) -> None:
                    .in_flight_count() == 0, what="the flaky message's retry")
         wait_until(lambda: sum(q.lag for q in app.client.consumer_progress("billing")
                                if q.topic == "orders") == 0, what="offsets committed")
+        assert app.broker.store.wait_dispatched()  # puts are counted as dispatch applies them
         result = scrape(server.url)
         store = app.broker.store
 

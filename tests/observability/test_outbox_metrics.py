@@ -82,6 +82,7 @@ def test_stubs_by_status_and_publish_counts(tmp_path: Path, migrated_database_ur
             with box.session.begin() as session:
                 send(session, "orders", f"order-{number}".encode())
         wait_until(lambda: box.relay.stats.published == 5, what="the relay's publishes")
+        assert app.broker.store.wait_dispatched()  # the store counts puts as it dispatches them
         with box.engine.begin() as connection:  # two stubs settled by hand
             ids = [row[0] for row in connection.execute(
                 message_stub.select().with_only_columns(message_stub.c.message_id)
