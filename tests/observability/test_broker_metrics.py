@@ -41,6 +41,10 @@ def test_broker_endpoint_counts_remote_puts_and_gets(tmp_path: Path) -> None:
     assert result.value("postbox_broker_messages_total", direction="put") == 7
     assert result.value("postbox_broker_messages_total", direction="get") >= 7
     assert result.value("postbox_broker_connections") >= 1
+    sends = result.total("postbox_broker_requests_total", code="SEND_MESSAGE_V2") + result.total(
+        "postbox_broker_requests_total", code="SEND_MESSAGE")
+    assert sends == 7
+    assert result.total("postbox_broker_requests_total", code="PULL_MESSAGE") >= 1
     assert result.total("postbox_store_put_bytes_total") == result.value(
         "postbox_store_commit_log_max_position_bytes")
     assert result.value("postbox_store_dispatch_lag_bytes") == 0
