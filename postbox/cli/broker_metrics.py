@@ -1,9 +1,10 @@
 """``postbox broker start --metrics HOST:PORT``: the broker's Prometheus endpoint.
 
 Serves the store's families (``framework.metrics.store_families``: puts per topic, flush
-latency, disk use, log end, dispatch lag) and the remoting server's: open connections and the
-messages its SEND and PULL handlers counted (the runtime statistics ``mqadmin brokerStatus``
-reads, ``network.remoting.admin.RuntimeStats``). Everything is read at scrape time; the
+latency, disk use, log end, dispatch lag) and the remoting server's: open connections, the
+requests it received by code (counted by its IO thread), and the messages its SEND and PULL
+handlers counted (the runtime statistics ``mqadmin brokerStatus`` reads,
+``network.remoting.admin.RuntimeStats``). Everything is read at scrape time; the
 registry is this process's own. The bound address is printed as ``metrics listening on
 HOST:PORT`` (port 0: any free port), after the other ``listening`` lines.
 """
@@ -25,6 +26,7 @@ from framework.metrics import (
     gauge,
     store_families,
 )
+from network.remoting.codes import RequestCode
 from storage_engine import Broker
 
 from .common import CliError
@@ -47,6 +49,10 @@ class BrokerMetrics:
         server = self._node.broker_server
         families.append(gauge("postbox_broker_connections", "Open remoting connections to the "
                               "broker.", [], [((), len(server.server.sessions()))]))
+        counts = sorted(dict(server.server.request_counts).items())
+        families.append(counter("postbox_broker_requests", "Remoting requests received, by "
+                                "request code (its name where known).", ["code"],
+                                [((_code_name(code),), count) for code, count in counts]))
         if server.stats is not None:
             table = server.stats.table()
             families.append(counter(
@@ -55,6 +61,13 @@ class BrokerMetrics:
                 [(("put",), int(table["msgPutTotalTodayNow"])),
                  (("get",), int(table["msgGetTotalTodayNow"]))]))
         return families
+
+
+def _code_name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return str(code)
 
 
 def start_metrics(listen: str, broker: Broker, node: Any) -> MetricsServer:

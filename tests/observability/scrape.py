@@ -3,12 +3,16 @@ prometheus-client's own text parser."""
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 SCRAPE_TIMEOUT_S = 10.0
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "postbox-dashboard.json"
 
 
 class Scrape:
@@ -48,3 +52,14 @@ def scrape(url: str) -> Scrape:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain")
         return Scrape(response.read().decode())
+
+
+def dashboard_metric_names() -> set[str]:
+    """Every metric name the Grafana dashboard's expressions (and its variable query) use."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"]
+                   for target in panel.get("targets", [])]
+    expressions += [variable["query"]["query"] for variable in dashboard["templating"]["list"]
+                    if isinstance(variable.get("query"), dict)]
+    return {name for expression in expressions
+            for name in re.findall(r"\bpostbox_[a-z_]+\b", expression)}

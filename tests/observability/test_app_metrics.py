@@ -23,11 +23,13 @@ from tests.support.polling import wait_until
 
 from .scrape import scrape
 
-FAST_DELAYS = {"messageDelayLevel": " ".join(["50ms"] * 18)}
+SMALL_FAST = {"messageDelayLevel": " ".join(["50ms"] * 18),
+              "mappedFileSizeCommitLog": str(1 << 20)}
+"""Retries within a test; 1 MiB log segments (the default 1 GiB is preallocated)."""
 
 
 def _app(path: Path) -> App:
-    return App(store_url=path, broker_conf=FAST_DELAYS)
+    return App(store_url=path, broker_conf=SMALL_FAST)
 
 
 def test_scrape_counts_puts_outcomes_lag_and_latency(tmp_path: Path) -> None:
@@ -56,6 +58,7 @@ def test_scrape_counts_puts_outcomes_lag_and_latency(tmp_path: Path) -> None:
                    .in_flight_count() == 0, what="the flaky message's retry")
         wait_until(lambda: sum(q.lag for q in app.client.consumer_progress("billing")
                                if q.topic == "orders") == 0, what="offsets committed")
+        assert app.broker.store.wait_dispatched()  # puts are counted as dispatch applies them
         result = scrape(server.url)
         store = app.broker.store
 

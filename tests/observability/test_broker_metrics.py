@@ -1,6 +1,7 @@
 """``postbox broker start --metrics 127.0.0.1:0`` in a subprocess: its endpoint (the port it
 prints) serves the store's and the remoting server's families, with the values of what a
-remote producer and consumer did; a port in use ends the command with a clear error."""
+remote producer and consumer did (and every broker name the Grafana dashboard uses); a port in
+use ends the command with a clear error."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from framework import App
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 
-from .scrape import scrape
+from .scrape import dashboard_metric_names, scrape
 
 
 def test_broker_endpoint_counts_remote_puts_and_gets(tmp_path: Path) -> None:
@@ -40,9 +41,15 @@ def test_broker_endpoint_counts_remote_puts_and_gets(tmp_path: Path) -> None:
     assert result.value("postbox_broker_messages_total", direction="put") == 7
     assert result.value("postbox_broker_messages_total", direction="get") >= 7
     assert result.value("postbox_broker_connections") >= 1
+    sends = result.total("postbox_broker_requests_total", code="SEND_MESSAGE_V2") + result.total(
+        "postbox_broker_requests_total", code="SEND_MESSAGE")
+    assert sends == 7
+    assert result.total("postbox_broker_requests_total", code="PULL_MESSAGE") >= 1
     assert result.total("postbox_store_put_bytes_total") == result.value(
         "postbox_store_commit_log_max_position_bytes")
     assert result.value("postbox_store_dispatch_lag_bytes") == 0
+    broker_names = {n for n in dashboard_metric_names() if n.startswith("postbox_broker_")}
+    assert broker_names and sorted(broker_names - result.names()) == []  # the dashboard's
 
 
 def test_broker_metrics_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

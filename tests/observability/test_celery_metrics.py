@@ -34,9 +34,11 @@ def test_worker_serves_the_outbox_tasks_counts(deployment: Deployment,  # noqa: 
     def settled() -> Scrape | None:
         result = scrape(f"http://{address}/metrics")
         confirmed = result.total("postbox_outbox_stubs", status="confirmed")
-        return result if confirmed == 4 else None
+        handled = result.total("postbox_consumer_handled_total", group="billing")
+        return result if confirmed == handled == 4 else None  # handled: counted on return
 
-    result = deployment.wait_for(settled, "4 stubs confirmed, seen through the worker's endpoint")
+    result = deployment.wait_for(settled, "4 stubs confirmed and handled, seen through the "
+                                          "worker's endpoint")
     assert result.value("postbox_outbox_stubs_query_error") == 0
     assert result.value("postbox_outbox_published_total") == 4
     assert result.value("postbox_idempotency_processed_total") == 4

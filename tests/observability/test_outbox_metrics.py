@@ -28,6 +28,7 @@ from tests.support.polling import wait_until
 from .scrape import scrape
 
 DEADLINE_S = 1.0
+SMALL_LOG = {"mappedFileSizeCommitLog": str(1 << 20)}  # not the preallocated 1 GiB
 
 
 class SilentServer:
@@ -74,7 +75,8 @@ def _free_port() -> int:
 
 
 def test_stubs_by_status_and_publish_counts(tmp_path: Path, migrated_database_url: str) -> None:
-    app = App(store_url=tmp_path / "store", database_url=migrated_database_url)
+    app = App(store_url=tmp_path / "store", database_url=migrated_database_url,
+              broker_conf=SMALL_LOG)
     box = Outbox(app)
     with app:
         url = app.metrics_server(0).url
@@ -82,7 +84,7 @@ def test_stubs_by_status_and_publish_counts(tmp_path: Path, migrated_database_ur
             with box.session.begin() as session:
                 send(session, "orders", f"order-{number}".encode())
         wait_until(lambda: box.relay.stats.published == 5, what="the relay's publishes")
-        assert app.broker.store.wait_dispatched()  # puts are tallied as dispatch reads them
+        assert app.broker.store.wait_dispatched()  # the store counts puts as it dispatches them
         with box.engine.begin() as connection:  # two stubs settled by hand
             ids = [row[0] for row in connection.execute(
                 message_stub.select().with_only_columns(message_stub.c.message_id)
@@ -104,7 +106,7 @@ def test_stubs_by_status_and_publish_counts(tmp_path: Path, migrated_database_ur
 
 def test_a_database_refusing_connections_reports_the_error_gauge(tmp_path: Path) -> None:
     dead = create_database_engine(f"postgresql+psycopg://postgres@127.0.0.1:{_free_port()}/x")
-    app = App(store_url=tmp_path / "store")
+    app = App(store_url=tmp_path / "store", broker_conf=SMALL_LOG)
     Outbox(app, engine=dead)
     with app:
         result = scrape(app.metrics_server(0).url)
@@ -117,7 +119,7 @@ def test_a_hanging_database_does_not_hang_the_scrape(tmp_path: Path,
                                                      silent_server: SilentServer) -> None:
     hanging = create_database_engine(
         f"postgresql+psycopg://postgres@127.0.0.1:{silent_server.port}/x")
-    app = App(store_url=tmp_path / "store")
+    app = App(store_url=tmp_path / "store", broker_conf=SMALL_LOG)
     metrics = app.metrics.source("postbox.outbox", lambda: OutboxMetrics(DEADLINE_S))
     assert outbox_metrics(app) is metrics
     metrics.add_relay(Relay(lambda: app.producer, hanging))  # never started: only the scrape
