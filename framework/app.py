@@ -21,7 +21,9 @@ Layers above the framework plug in without the framework importing them: ``on_st
 ``on_stop`` run their services with the app, ``resource`` shares one object per app (a database
 engine), and middleware declare the ``@app.handler`` options they add; ``start()`` builds a
 middleware registered in the ``postbox.middleware`` entry-point group when a handler sets one
-of its options and no added middleware declares it (``framework.plugins``).
+of its options and no added middleware declares it (``framework.plugins``). With
+OpenTelemetry installed the app traces (``tracing=``, ``framework.tracing``): its producer makes
+PRODUCER spans and ``start()`` adds ``TracingMiddleware`` as the outermost middleware.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
 from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
+from .metrics import AppMetrics, MetricsServer
 from .middleware import Middleware
 from .plugins import MiddlewarePlugins
 from .producer import Producer
+from .tracing import TracingSetting, add_tracing_middleware, resolve_tracing
 from .transport import BrokerClient, check_store_url, open_client
 
 log = logging.getLogger(__name__)
@@ -71,6 +75,9 @@ class App:
             offsets are kept per instance).
         access_key, secret_key: credentials for a ``rocketmq://`` broker with access control
             (ACL 1.0 signatures).
+        tracing: ``True`` (default): OpenTelemetry spans when ``opentelemetry`` is installed,
+            with the global tracer provider; ``False``: none; a ``framework.tracing.Tracing``
+            with a provider (or propagator) of its own.
     """
 
     def __init__(self, store_url: str | os.PathLike[str] | None = None, *,
@@ -79,7 +86,7 @@ class App:
                  broker: BrokerClient | None = None, clock: Clock | None = None,
                  consumer_options: ConsumerOptions | None = None,
                  instance_name: str | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, tracing: TracingSetting = True) -> None:
         if (store_url is None) == (broker is None):
             raise ConfigurationError("App needs exactly one of store_url= or broker=")
         self.store_url = store_url
@@ -90,6 +97,7 @@ class App:
         self.consumer_options = consumer_options or ConsumerOptions()
         self.instance_name = instance_name
         self._credentials = (access_key, secret_key)
+        self.tracing = resolve_tracing(tracing)
         self.middleware: list[Middleware] = []
         self.plugins = MiddlewarePlugins()
         """Middleware registered by entry point, built by ``start()`` when handlers need them."""
@@ -104,6 +112,7 @@ class App:
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
         self._exit_hook_armed = False
+        self._metrics: AppMetrics | None = None
         if store_url is not None:  # validate the URL and options now, open later
             check_store_url(store_url, broker_conf, access_key=access_key,
                             secret_key=secret_key)
@@ -181,6 +190,21 @@ class App:
             value: T = self._resources[name][0]
             return value
 
+    # ---- metrics -----------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> AppMetrics:
+        """This app's Prometheus registry and its sources (``framework.metrics``)."""
+        with self._lock:
+            if self._metrics is None:
+                self._metrics = AppMetrics(self)
+            return self._metrics
+
+    def metrics_server(self, port: int = 0, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve this app's metrics over HTTP (port 0: any free one, see ``.port``); the
+        server stops at ``stop()``. Raises ``MetricsServerError`` if the port is taken."""
+        return self.metrics.serve(port, host)
+
     # ---- lifecycle ---------------------------------------------------------------------------
 
     @property
@@ -208,7 +232,8 @@ class App:
         """The app's producer (opens the store on first use)."""
         with self._lock:
             if self._producer is None:
-                self._producer = Producer(self.client, clock=self.clock)
+                self._producer = Producer(self.client, clock=self.clock,
+                                          tracing=self.tracing)
             return self._producer
 
     def start(self, *, threads: bool = True) -> App:
@@ -223,6 +248,7 @@ class App:
             self._arm_exit_hook()
             for plugin in self.plugins.needed(self.handlers, self.middleware):
                 self.middleware.append(plugin.from_app(self))  # innermost
+            add_tracing_middleware(self.middleware, self.tracing)  # outermost
             for plan in plan_groups(self.handlers):
                 consumer = Consumer(client, plan, clock=self.clock,
                                     options=self.consumer_options,

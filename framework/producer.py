@@ -10,7 +10,8 @@ or by ``sharding_key`` so that all messages of one key land in one queue in orde
 consumers then see them in order). ``send`` returns the broker's own result, re-exported as
 ``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
 coroutines: the blocking send runs in the running loop's default executor (with the caller's
-contextvars), never on the loop. Thread-safe.
+contextvars), never on the loop. With a ``Tracing`` (``App(tracing=...)``) each send is a
+PRODUCER span whose context the message carries (``framework.tracing``). Thread-safe.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import asyncio
 import functools
 from collections.abc import Iterable, Mapping
 
-from storage_engine import Clock, Message, PutStatus, SendResult, SystemClock
+from storage_engine import Broker, Clock, Message, PutStatus, SendResult, SystemClock
 from storage_engine.formats import PROPERTY_DELAY, delay_level_problem, empty_body_problem
 
 from .message_id import UniqueKeyGenerator
+from .tracing import Tracing
 from .transport import BrokerClient
 from .validation import InvalidMessageError, check_properties, check_unique_key
 
@@ -35,8 +37,10 @@ class Producer:
     """Send messages; create through ``App.producer``."""
 
     def __init__(self, client: BrokerClient, *, clock: Clock | None = None,
-                 id_generator: UniqueKeyGenerator | None = None) -> None:
+                 id_generator: UniqueKeyGenerator | None = None,
+                 tracing: Tracing | None = None) -> None:
         self._client = client
+        self._tracing = tracing
         clock = clock or SystemClock()
         self._ids = id_generator or UniqueKeyGenerator(clock.now_ms)
 
@@ -77,9 +81,16 @@ class Producer:
                 raise InvalidMessageError(problem, topic=topic)
             merged[PROPERTY_DELAY] = str(delay_level)
         msg_id = unique_key or self._ids.next()
-        message = Message(topic, body, tags=tags, keys=keys, properties=merged,
-                          unique_key=msg_id)
-        return self._client.send(message, queue_id=queue_id, sharding_key=sharding_key)
+
+        def deliver(sent_properties: dict[str, str]) -> SendResult:
+            message = Message(topic, body, tags=tags, keys=keys, properties=sent_properties,
+                              unique_key=msg_id)
+            return self._client.send(message, queue_id=queue_id, sharding_key=sharding_key)
+
+        if self._tracing is None:
+            return deliver(merged)
+        return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
+                                     remote=not isinstance(self._client, Broker))
 
     async def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
                          keys: Iterable[str] | str | None = None,

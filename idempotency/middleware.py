@@ -79,11 +79,14 @@ from framework import (
     OutcomeKind,
     RetryLater,
 )
+from framework.metrics import Metric
 from outbox.clock import NowFunction, utc_now
 from outbox.database import database_engine, dialect_name
 
-from . import async_handler, ledger
+from . import ledger
 from .app_factory import check_tables, redis_client
+from .async_handler import STEP3_STATE, LoopEngines, Step3, run_step3
+from .metrics import idempotency_families
 from .redis_guard import GuardState, Mark, RedisGuard, Settlement
 
 log = logging.getLogger(__name__)
@@ -183,9 +186,8 @@ class IdempotencyMiddleware(Middleware):
                  async_database_url: str | URL | None = None,
                  async_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
-        self.async_engines = (
-            async_handler.LoopEngines(engine=async_engine) if async_engine is not None
-            else async_handler.LoopEngines(async_database_url or engine.url))
+        self.async_engines = LoopEngines(engine=async_engine) if async_engine is not None \
+            else LoopEngines(async_database_url or engine.url)
         """The ``AsyncEngine`` of async handlers' transactions (one per event loop)."""
         self._dialect = dialect_name(engine)
         self.guard = guard
@@ -303,7 +305,7 @@ class IdempotencyMiddleware(Middleware):
         """Step 3 of an async idempotent handler, on the loop (``async_handler.run_step3``)."""
         if not _is_idempotent(context.handler):
             return await call_next()
-        return await async_handler.run_step3(context, call_next, await self.async_engines.get(),
+        return await run_step3(context, call_next, await self.async_engines.get(),
                                self._dialect, self._now(), self.retry_delay_level)
 
     def _run_async_handler(self, context: ConsumeContext,
@@ -313,15 +315,15 @@ class IdempotencyMiddleware(Middleware):
         group, message_id, token = entry.mark
         guard = self.guard if entry.state is GuardState.ACQUIRED else None  # owns the mark
         outcome = call_next()
-        step3 = context.state.pop(async_handler.STEP3_STATE, None)
-        if step3 is async_handler.Step3.DUPLICATE:
+        step3 = context.state.pop(STEP3_STATE, None)
+        if step3 is Step3.DUPLICATE:
             self.stats.duplicates_by_database += 1
             context.skipped = True
             return SUCCESS
-        if step3 is not async_handler.Step3.PROCESSED:  # failed, database error, cancelled
-            if step3 is async_handler.Step3.FAILED:
+        if step3 is not Step3.PROCESSED:  # failed, database error, or never ran (cancelled)
+            if step3 is Step3.FAILED:
                 self.stats.failures += 1
-            elif step3 is async_handler.Step3.DATABASE_ERROR:
+            elif step3 is Step3.DATABASE_ERROR:
                 self.stats.database_errors += 1
                 log.warning("database error while processing message %s; it will be "
                             "retried: %s", message_id, outcome.reason)
@@ -381,6 +383,10 @@ class IdempotencyMiddleware(Middleware):
                     message_id, error.__class__.__name__ + ": " + str(error).splitlines()[0])
         return ConsumeOutcome.from_error(RetryLater(
             self.retry_delay_level, reason=f"database unavailable while {doing} the message"))
+
+    def metric_families(self) -> list[Metric]:
+        """This middleware's counters as Prometheus families (``idempotency.metrics``)."""
+        return idempotency_families(self)
 
     def close(self) -> None:
         """Send the settlements still queued and release Redis connections."""

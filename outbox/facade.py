@@ -28,6 +28,7 @@ from framework import App, ConfigurationError
 
 from .commit_hook import CommitHook
 from .database import database_engine
+from .metrics import outbox_metrics
 from .options import RelayOptions
 from .relay import Relay
 
@@ -52,8 +53,6 @@ class Outbox:
         self.session = sessionmaker(self.engine)
         self.relay = Relay(lambda: app.producer, self.engine, options=options)
         self.relay.attach()
-        app.on_start(self.relay.start)
-        app.on_stop(self.relay.stop)
         self.async_engine = async_engine
         self._async_sessions: async_sessionmaker[AsyncSession] | None = None
         self.async_hook: CommitHook | None = None
@@ -62,6 +61,9 @@ class Outbox:
             self._async_sessions = async_sessionmaker(async_engine, expire_on_commit=False)
             self.async_hook = CommitHook(async_engine.sync_engine, self.relay.notify)
             self.async_hook.attach()
+        outbox_metrics(app).add_relay(self.relay)
+        app.on_start(self.relay.start)
+        app.on_stop(self.relay.stop)
 
     @property
     def async_session(self) -> async_sessionmaker[AsyncSession]:

@@ -4,7 +4,10 @@ The stub commits or rolls back with the business rows next to it, so a message e
 when the business change does. Nothing is published here: when a ``Relay`` watches the engine,
 the id is handed to it once the transaction has committed (``outbox.commit_hook``); otherwise,
 and whenever the hand-off is missed, the relay's polling finds the stub. Everything is validated
-before the insert, so a bad message raises with nothing written.
+before the insert, so a bad message raises with nothing written. With OpenTelemetry installed
+the caller's current trace context (``traceparent``/``tracestate``) is stored among the stub's
+properties, so the relay's publish span continues the business transaction's trace
+(``framework.tracing``); a ``traceparent`` the caller passed is kept.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from framework import UniqueKeyGenerator, check_message, check_unique_key
+from framework.tracing import inject_current_context
 from framework.validation import PROPERTY_ARGUMENTS
 
 from .async_send import check_async_transaction, run_sync_in_transaction
@@ -102,6 +106,7 @@ def stub_values(topic: str, body: Any, *, tags: str | None,
     content = encode_body(body)
     key_list = check_message(topic, content, tags=tags, keys=keys, properties=properties,
                              delay_level=delay_level, arguments=SEND_ARGUMENTS)
+    properties = inject_current_context(properties)
     if message_id is None:
         message_id = _id_generator(os.getpid()).next()
     else:

@@ -7,6 +7,8 @@ inside a Celery worker.
 - ``create_celery``: UTC schedules (daylight-saving bugs are the classic beat failure), JSON
   only, no result backend, one task prefetched at a time, and a broker visibility timeout far
   longer than any Postbox task, so the Redis transport never redelivers a task still running.
+- ``POSTBOX_LOG_FORMAT=json``: the worker and beat log JSON lines (``framework.log_format``)
+  instead of Celery's text format.
 - ``host_app``: the worker process runs the Postbox ``App`` (its embedded store, its consumers)
   from ``worker_ready`` to ``worker_shutdown``. An embedded store belongs to one process, so the
   worker must use the ``solo`` or ``threads`` pool (``solo`` is the default set here); a
@@ -34,11 +36,13 @@ from celery import Celery, signals
 
 from ..app import App
 from ..errors import ConfigurationError
+from ..log_format import LogFormat, configure_logging, parse_log_format
 
 log = logging.getLogger(__name__)
 
 REDIS_URL_ENV_VAR = "POSTBOX_REDIS_URL"
 STATE_DIR_ENV_VAR = "POSTBOX_STATE_DIR"
+LOG_FORMAT_ENV_VAR = "POSTBOX_LOG_FORMAT"
 DEFAULT_STATE_DIR = Path(".postbox")
 EMBEDDED_POOLS = ("solo", "thread")  # matches "threads" and celery.concurrency.thread
 VISIBILITY_TIMEOUT_S = 6 * 3600
@@ -106,7 +110,16 @@ def create_celery(name: str, *, broker_url: str | None = None,
         beat_schedule_filename=str(directory / "celerybeat-schedule"),
     )
     app.conf.update(settings)
+    if parse_log_format(os.environ.get(LOG_FORMAT_ENV_VAR) or "text") is LogFormat.JSON:
+        signals.setup_logging.connect(_json_logging, weak=False,
+                                      dispatch_uid="postbox-json-logging")
     return app
+
+
+def _json_logging(loglevel: int | str | None = None, **_: Any) -> None:
+    """Celery's ``setup_logging``: JSON lines on stderr instead of Celery's own handlers."""
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, str) else loglevel
+    configure_logging(LogFormat.JSON, level=level if isinstance(level, int) else logging.INFO)
 
 
 def host_app(celery: Celery, factory: Callable[[], App]) -> Callable[[], App]:

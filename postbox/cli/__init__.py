@@ -13,9 +13,11 @@ from typing import Annotated
 
 import typer
 
+from framework import LogFormat
+
 from .bench_commands import bench_app
 from .broker_command import broker_app
-from .common import err_console, logging_to
+from .common import err_console, logging_to, structured_logging
 from .consumer_commands import consumer_app
 from .db_commands import db_app
 from .demo import demo_command
@@ -49,9 +51,17 @@ app.command("reconcile")(reconcile_command)
 
 @app.callback()
 def root(ctx: typer.Context, verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="Log what the store does (to stderr).")] = False) -> None:
+        "--verbose", "-v", help="Log what the store does (to stderr).")] = False,
+        log_format: Annotated[LogFormat, typer.Option(
+            "--log-format", envvar="POSTBOX_LOG_FORMAT", case_sensitive=False,
+            help="text: readable lines (with -v); json: one JSON object per line on stderr "
+                 "(warnings, and with -v all info), with topic/group/queue/offset/msg_id of "
+                 "the message being handled.")] = LogFormat.TEXT) -> None:
     """Postbox: reliable messaging with an embedded RocketMQ-compatible message store."""
-    if verbose:  # for this command only: undone when it ends
+    level = logging.INFO if verbose else logging.WARNING
+    if log_format is LogFormat.JSON:  # for this command only: undone when it ends
+        ctx.with_resource(structured_logging(log_format, level))
+    elif verbose:
         ctx.with_resource(logging_to(err_console(), logging.INFO, "%(name)s %(message)s"))
 
 

@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -34,6 +35,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from framework.log_format import LogFormat, log_handler
 from storage_engine import (
     Broker,
     MessageStore,
@@ -166,11 +168,27 @@ def logging_to(console: Console, level: int, log_format: str,
     level restored: a command run in-process (a test runner, an embedding program) leaves the
     logging of the process it ran in as it found it.
     """
-    root = logging.getLogger()
     handler = RichHandler(console=console, show_path=False)
     handler.setFormatter(logging.Formatter(log_format))
     for log_filter in filters:
         handler.addFilter(log_filter)
+    with _root_handler(handler, level):
+        yield
+
+
+@contextlib.contextmanager
+def structured_logging(log_format: LogFormat, level: int) -> Iterator[None]:
+    """Write log records of ``level`` and above to stderr in ``log_format`` (JSON lines with
+    the consumed message's fields, ``framework.log_format``) for the length of the block, as
+    ``logging_to`` does."""
+    with _root_handler(log_handler(log_format, sys.stderr), level):
+        yield
+
+
+@contextlib.contextmanager
+def _root_handler(handler: logging.Handler, level: int) -> Iterator[None]:
+    """``handler`` on the root logger at ``level`` for the block; then as it was found."""
+    root = logging.getLogger()
     previous_level = root.level
     root.addHandler(handler)
     root.setLevel(level)

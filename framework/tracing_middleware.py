@@ -1,0 +1,100 @@
+"""``TracingMiddleware``: a CONSUMER span around every handler call, with its outcome.
+
+``App.start()`` adds it as the outermost middleware when the app traces (``App(tracing=...)``,
+``framework.tracing``), so the span covers the other middleware (the idempotency checks) too.
+The span (``SpanMaker.process``) is current in the consume thread while the handler runs: spans
+the handler starts, and messages it sends, are its children. Its outcome:
+
+* success — status unset; ``postbox.skipped = true`` when a middleware skipped the handler
+  (an idempotent duplicate);
+* failure — status ERROR with the reason, ``error.type``, the exception recorded (not for the
+  ``RetryLater`` / ``DeadLetter`` signals), and per message the event of what happens next,
+  by the rule the consumer and broker apply: ``"retry"`` (delay level and reason; orderly
+  groups retry in place), ``"dead_letter"`` (``DeadLetter``, or the retries are exhausted:
+  the reconsume count reached ``reconsume_count_max``), or ``"dropped"`` (broadcast groups).
+
+Imports OpenTelemetry (through ``framework.tracing_otel``): built only by
+``framework.tracing.Tracing.middleware``. Thread-safe: it keeps no state per message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from opentelemetry.trace import Span, Status, StatusCode
+
+from .middleware import ConsumeContext, Middleware, NextCall
+from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
+from .tracing_otel import MESSAGE_ID
+
+if TYPE_CHECKING:
+    from .consumed_message import ConsumedMessage
+    from .tracing import Tracing
+
+RETRY_BASE_DELAY_LEVEL = 3
+"""The broker's rule for a retry without a level of its own: level 3 + reconsume count."""
+SKIPPED = "postbox.skipped"
+ERROR_TYPE = "error.type"
+REASON = "postbox.reason"
+RETRY_DELAY_LEVEL = "postbox.retry.delay_level"
+RETRY_IN_PLACE = "postbox.retry.in_place"
+
+
+class TracingMiddleware(Middleware):
+    """Makes the ``"<topic> process"`` span of each handler call (see the module docstring)."""
+
+    def __init__(self, tracing: Tracing) -> None:
+        self.tracing = tracing
+
+    def around_consume(self, context: ConsumeContext, call_next: NextCall) -> ConsumeOutcome:
+        """Run the rest of the chain inside the call's span and record how it ended."""
+        with self.tracing.spans.process(context) as span:
+            try:
+                outcome = call_next()
+            except SkipMessage:
+                span.set_attribute(SKIPPED, True)
+                raise
+            except Exception as error:  # a middleware failed: the message is retried
+                record_failure(span, context, ConsumeOutcome(
+                    OutcomeKind.RETRY, error, reason=f"middleware: {error}"))
+                raise
+            if outcome.succeeded:
+                if context.skipped:
+                    span.set_attribute(SKIPPED, True)
+            else:
+                record_failure(span, context, outcome)
+        return outcome
+
+
+def record_failure(span: Span, context: ConsumeContext, outcome: ConsumeOutcome) -> None:
+    """Status, exception and next-step events of a failed handler call."""
+    error = outcome.error
+    if error is not None and not isinstance(error, RetryLater | DeadLetter):
+        span.record_exception(error)
+    span.set_attribute(ERROR_TYPE, type(error).__qualname__ if error else outcome.kind.value)
+    span.set_status(Status(StatusCode.ERROR, outcome.reason or outcome.kind.value))
+    for message in context.messages:
+        name, attributes = next_step(context, message, outcome)
+        span.add_event(name, {MESSAGE_ID: message.msg_id, **attributes})
+
+
+def next_step(context: ConsumeContext, message: ConsumedMessage,
+              outcome: ConsumeOutcome) -> tuple[str, dict[str, str | int | bool]]:
+    """The event name and attributes of what the consumer does with a failed message."""
+    spec = context.handler
+    reason = outcome.reason or outcome.kind.value
+    if spec.broadcast:
+        return "dropped", {REASON: reason}
+    if outcome.kind is OutcomeKind.DEAD_LETTER:
+        return "dead_letter", {REASON: reason}
+    limit = spec.reconsume_count_max
+    if limit is not None and message.reconsume_count >= limit:
+        return "dead_letter", {
+            REASON: f"retries exhausted after {message.reconsume_count + 1} attempts: {reason}"}
+    if spec.orderly:
+        return "retry", {REASON: reason, RETRY_IN_PLACE: True}
+    level = outcome.delay_level or RETRY_BASE_DELAY_LEVEL + message.reconsume_count
+    return "retry", {REASON: reason, RETRY_DELAY_LEVEL: level}
+
+
+__all__ = ["TracingMiddleware", "next_step", "record_failure"]

@@ -1,0 +1,246 @@
+"""The OpenTelemetry side of ``framework.tracing``: spans and message-property propagation.
+
+Imported only when ``opentelemetry`` is installed (``framework.tracing`` checks first). Span
+names and attributes follow OpenTelemetry's messaging semantic conventions for RocketMQ
+(``messaging.system = "rocketmq"``, ``messaging.destination.name``, ``messaging.message.id``,
+``messaging.destination.partition.id`` = queue id, ``messaging.consumer.group.name``, ...);
+what the conventions have no name for is under ``postbox.*`` (queue offset, attempt, log
+position). The trace context travels as message user properties written and read by a
+propagator (the global one unless given): only entries that are legal user properties (no
+system name, no U+0001/U+0002) are written, so a message stays storable whatever the propagator
+emits. Thread-safe: the tracer and propagators are; nothing here keeps state per message.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind
+
+from storage_engine import SendResult
+from storage_engine.formats import decode_offset_msg_id, user_properties_problem
+
+from .tracing import TRACEPARENT, TRACESTATE
+
+if TYPE_CHECKING:
+    from .middleware import ConsumeContext
+
+log = logging.getLogger(__name__)
+
+SYSTEM = "rocketmq"
+INSTRUMENTATION_NAME = "postbox"
+
+# attribute names (semantic conventions; Postbox's own under postbox.*)
+MESSAGING_SYSTEM = "messaging.system"
+OPERATION_NAME = "messaging.operation.name"
+OPERATION_TYPE = "messaging.operation.type"
+DESTINATION = "messaging.destination.name"
+PARTITION = "messaging.destination.partition.id"
+MESSAGE_ID = "messaging.message.id"
+BODY_SIZE = "messaging.message.body.size"
+BATCH_COUNT = "messaging.batch.message_count"
+CONSUMER_GROUP = "messaging.consumer.group.name"
+CLIENT_GROUP = "messaging.rocketmq.client_group"
+CONSUMPTION_MODEL = "messaging.rocketmq.consumption_model"
+TAG = "messaging.rocketmq.message.tag"
+DELAY_LEVEL = "messaging.rocketmq.message.delay_time_level"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+QUEUE_OFFSET = "postbox.queue_offset"
+LOG_POSITION = "postbox.log_position"
+STORED_TOPIC = "postbox.stored_topic"
+ATTEMPT = "postbox.attempt"
+MESSAGE_IDS = "postbox.message_ids"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version(INSTRUMENTATION_NAME)
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return "0"
+
+
+class SpanMaker:
+    """Makes Postbox's PRODUCER and CONSUMER spans with one tracer and one propagator."""
+
+    def __init__(self, tracer_provider: Any = None, propagator: Any = None) -> None:
+        # with no provider this is the global one (a proxy until the application sets it)
+        self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, _version(),
+                                       tracer_provider=tracer_provider)
+        self._global_provider = tracer_provider is None
+        self._propagator = propagator
+
+    def untraced(self) -> bool:
+        """Whether a span now would be pointless: the global provider is still the API's
+        placeholder (no SDK configured) and no span is current, so there is nothing to
+        record or carry (a send then costs no more than without tracing)."""
+        return (self._global_provider
+                and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+                and not trace.get_current_span().get_span_context().is_valid)
+
+    # ---- propagation -------------------------------------------------------------------------
+
+    def inject(self, properties: dict[str, str]) -> None:
+        """Write the current context into ``properties`` (replacing a trace context there)."""
+        carrier: dict[str, str] = {}
+        if self._propagator is None:
+            propagate.inject(carrier)
+        else:
+            self._propagator.inject(carrier)
+        if TRACEPARENT in carrier:
+            properties.pop(TRACESTATE, None)  # the old one belonged to the old traceparent
+        merge_carrier(properties, carrier)
+
+    def extract(self, properties: Mapping[str, str]) -> Context:
+        """The context carried by a message's properties (empty when none)."""
+        if self._propagator is None:
+            return propagate.extract(properties)
+        context: Context = self._propagator.extract(properties)
+        return context
+
+    # ---- PRODUCER ----------------------------------------------------------------------------
+
+    def publish(self, topic: str, properties: dict[str, str],
+                deliver: Callable[[dict[str, str]], SendResult], *, message_id: str,
+                tags: str | None, remote: bool) -> SendResult:
+        """Send inside a ``"<topic> publish"`` PRODUCER span and return the result.
+
+        The span's parent is the context in ``properties`` when they carry a valid
+        ``traceparent`` (the outbox relay: the business transaction's span), else the current
+        one; the span's own context is written into the properties ``deliver`` sends. A
+        ``traceparent`` that does not parse is left as the caller set it.
+        """
+        if TRACEPARENT not in properties and self.untraced():
+            return deliver(properties)
+        parent: Context | None = None
+        keep_caller = False
+        if TRACEPARENT in properties:
+            carried = self.extract(properties)
+            if trace.get_current_span(carried).get_span_context().is_valid:
+                parent = carried
+            else:
+                keep_caller = True
+        attributes = {MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: "publish",
+                      OPERATION_TYPE: "send", DESTINATION: topic, MESSAGE_ID: message_id}
+        if tags:
+            attributes[TAG] = tags
+        span = self.tracer.start_span(f"{topic} publish", context=parent,
+                                      kind=SpanKind.PRODUCER, attributes=attributes)
+        if not (span.is_recording() or span.get_span_context().is_valid):
+            return deliver(properties)  # no SDK and no trace to go on: nothing to record or carry
+        with trace.use_span(span, end_on_exit=True):
+            sent = dict(properties)
+            if not keep_caller:
+                self.inject(sent)
+            result = deliver(sent)
+            if span.is_recording():
+                span.set_attributes(sent_attributes(result, remote=remote))
+        return result
+
+    # ---- CONSUMER ----------------------------------------------------------------------------
+
+    @contextmanager
+    def process(self, context: ConsumeContext) -> Iterator[Span]:
+        """A current ``"<topic> process"`` CONSUMER span for one handler call: child of the
+        message's publish span; for a batch, a root (or child of the current span) linked
+        to each message's context."""
+        messages = context.messages
+        parent: Context | None = None
+        links: list[Link] = []
+        if len(messages) == 1:
+            carried = self.extract(messages[0].properties)
+            if trace.get_current_span(carried).get_span_context().is_valid:
+                parent = carried
+        else:
+            for message in messages:
+                span_context = trace.get_current_span(
+                    self.extract(message.properties)).get_span_context()
+                if span_context.is_valid:
+                    links.append(Link(span_context, {MESSAGE_ID: message.msg_id}))
+        span = self.tracer.start_span(f"{context.message.topic} process", context=parent,
+                                      kind=SpanKind.CONSUMER, links=links,
+                                      attributes=process_attributes(context))
+        if not (span.is_recording() or span.get_span_context().is_valid):
+            yield span  # no SDK and no trace to go on: a span that records nothing
+            return
+        with trace.use_span(span, end_on_exit=True, record_exception=False,
+                            set_status_on_exception=False):
+            yield span
+
+
+def sent_attributes(result: SendResult, *, remote: bool) -> dict[str, Any]:
+    """What the broker said about a sent message, as span attributes."""
+    attributes: dict[str, Any] = {MESSAGE_ID: result.msg_id, PARTITION: str(result.queue_id),
+                                  LOG_POSITION: result.log_position}
+    if result.delay_level > 0:
+        attributes[DELAY_LEVEL] = result.delay_level
+        attributes[STORED_TOPIC] = result.stored_topic
+    else:
+        attributes[QUEUE_OFFSET] = result.queue_offset
+    if remote:
+        try:
+            host, _ = decode_offset_msg_id(result.offset_msg_id)
+        except ValueError:  # a broker's odd id costs the address, not the send
+            pass
+        else:
+            attributes[SERVER_ADDRESS] = host.ip
+            attributes[SERVER_PORT] = host.port
+    return attributes
+
+
+def process_attributes(context: ConsumeContext) -> dict[str, Any]:
+    """The CONSUMER span's attributes for a handler call."""
+    first = context.message
+    model = "broadcasting" if context.handler.broadcast else "clustering"
+    attributes: dict[str, Any] = {
+        MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: "process", OPERATION_TYPE: "process",
+        DESTINATION: first.topic, CONSUMER_GROUP: context.consumer_group,
+        CLIENT_GROUP: context.consumer_group, CONSUMPTION_MODEL: model,
+        PARTITION: str(first.queue_id), QUEUE_OFFSET: first.queue_offset,
+        ATTEMPT: first.reconsume_count + 1}
+    if first.stored_topic != first.topic:
+        attributes[STORED_TOPIC] = first.stored_topic
+    if len(context.messages) == 1:
+        attributes[MESSAGE_ID] = first.msg_id
+        attributes[BODY_SIZE] = len(first.body)
+        if first.tags:
+            attributes[TAG] = first.tags
+    else:
+        attributes[BATCH_COUNT] = len(context.messages)
+        attributes[MESSAGE_IDS] = [message.msg_id for message in context.messages]
+    return attributes
+
+
+def merge_carrier(properties: dict[str, str], carrier: Mapping[str, str]) -> None:
+    """Copy the propagator's entries into ``properties``: the trace context replaces what was
+    there, other entries (baggage) only fill gaps; an entry that is no legal user property is
+    dropped (and logged), so the message stays storable."""
+    for name, value in carrier.items():
+        if user_properties_problem({name: value}) is not None:
+            log.debug("[tracing] propagator entry %r is no legal message property; not sent",
+                      name)
+            continue
+        if name in (TRACEPARENT, TRACESTATE) or name not in properties:
+            properties[name] = value
+
+
+def inject_current(properties: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """``properties`` plus the current context (global propagator); the same object when the
+    propagator writes nothing (no span is current)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    if not carrier:
+        return properties
+    merged = dict(properties or {})
+    merge_carrier(merged, carrier)
+    return merged
+
+
+__all__ = ["SpanMaker", "inject_current", "merge_carrier", "process_attributes",
+           "sent_attributes"]

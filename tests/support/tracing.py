@@ -1,0 +1,67 @@
+"""Recording OpenTelemetry spans in tests: the SDK's in-memory exporter on a provider of its own.
+
+``SpanRecorder`` holds a ``TracerProvider`` whose ``SimpleSpanProcessor`` exports every span to
+an ``InMemorySpanExporter`` as it ends. Tests hand ``recorder.tracing`` (a
+``framework.tracing.Tracing`` on that provider) to their apps, so nothing depends on the
+process's global provider (which can be set only once per process). Fixture ``spans`` makes
+one per test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+
+from framework.tracing import Tracing
+from tests.support.polling import wait_until
+
+
+class SpanRecorder:
+    """A provider that keeps every finished span."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracing = Tracing(self.provider)
+        self.tracer: Tracer = self.provider.get_tracer("tests")
+
+    def finished(self) -> list[ReadableSpan]:
+        """The spans that ended, in the order they ended."""
+        return list(self.exporter.get_finished_spans())
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        """The finished spans called ``name``."""
+        return [span for span in self.finished() if span.name == name]
+
+    def wait_for(self, name: str, count: int = 1) -> list[ReadableSpan]:
+        """Wait until ``count`` spans called ``name`` ended; return them."""
+        wait_until(lambda: len(self.named(name)) >= count, what=f"{count} {name!r} spans",
+                   detail=lambda: [span.name for span in self.finished()])
+        return self.named(name)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+@pytest.fixture
+def spans() -> Iterator[SpanRecorder]:
+    recorder = SpanRecorder()
+    yield recorder
+    recorder.shutdown()
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    """The span id of ``span``'s parent, or None for a root."""
+    return span.parent.span_id if span.parent is not None else None
+
+
+def traceparent_of(span: ReadableSpan) -> str:
+    """The W3C ``traceparent`` value naming ``span``."""
+    context = span.get_span_context()
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
