@@ -18,6 +18,7 @@ from framework.testing import InlineRunner
 from idempotency import IdempotencyMiddleware
 from idempotency.async_handler import LoopEngines
 from tests.idempotency.conftest import count_rows, ledger
+from tests.idempotency.test_middleware import _middleware, _publish, _send_stub, _stub
 from tests.support.polling import wait_until
 
 effects = Table("async_effects", MetaData(),
@@ -26,24 +27,8 @@ effects = Table("async_effects", MetaData(),
 """An effect with no key of its own: a second run of a handler would add a second row."""
 
 
-def _send_stub(app: App) -> str:
-    with outbox.database_engine(app).begin() as connection:
-        return outbox.send(connection, "orders", b"order", tags="paid")
-
-
-def _publish(app: App, message_id: str, copies: int = 1) -> None:
-    for _ in range(copies):
-        app.producer.send("orders", b"order", tags="paid", unique_key=message_id)
-
-
-def _middleware(app: App) -> IdempotencyMiddleware:
-    return next(layer for layer in app.middleware if isinstance(layer, IdempotencyMiddleware))
-
-
 def _stub_status(app: App, message_id: str) -> str:
-    with outbox.database_engine(app).connect() as connection:
-        return connection.execute(select(outbox.message_stub.c.status).where(
-            outbox.message_stub.c.message_id == message_id)).scalar_one()
+    return _stub(app, message_id)["status"]
 
 
 def _register(app: App, calls: list[str], *, fail_first: int = 0,

@@ -9,6 +9,7 @@ coroutine with ``asyncio.run``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 import outbox
 from framework import App, ConfigurationError
+from framework.tracing import TRACEPARENT
 from outbox import (
     InvalidMessageError,
     NoTransactionError,
@@ -32,6 +34,7 @@ from outbox import (
 from storage_engine import Broker
 from tests.outbox.conftest import add_order, order_count, stored_records, stub_count, stub_row
 from tests.support.polling import wait_until
+from tests.support.tracing import spans, traceparent_of  # noqa: F401  (fixture)
 
 NOW = datetime(2024, 5, 6, 7, 8, 9, 123456)
 STUB_COLUMNS = ("topic", "tags", "keys", "content", "properties", "delay_level", "status",
@@ -96,6 +99,17 @@ def test_rolled_back_async_transaction_leaves_nothing(engine: Engine, url: str):
 
     run(work, url)
     assert stub_count(engine) == 0 and order_count(engine) == 0
+
+
+def test_an_async_send_carries_the_current_trace_context(engine: Engine, url: str,
+                                                         spans):  # noqa: F811
+    async def work(async_engine: AsyncEngine) -> tuple[str, str]:
+        with spans.tracer.start_as_current_span("POST /orders") as request:
+            async with async_sessionmaker(async_engine).begin() as session:
+                return await outbox.send(session, "orders", b"x"), traceparent_of(request)
+
+    message_id, expected = run(work, url)
+    assert json.loads(stub_row(engine, message_id)["properties"]) == {TRACEPARENT: expected}
 
 
 # ---- bad input ------------------------------------------------------------------------------
