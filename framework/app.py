@@ -23,7 +23,7 @@ engine), and middleware declare the ``@app.handler`` options they add; ``start()
 middleware registered in the ``postbox.middleware`` entry-point group when a handler sets one
 of its options and no added middleware declares it (``framework.plugins``). With
 OpenTelemetry installed the app traces (``tracing=``, ``framework.tracing``): its producer makes
-PRODUCER spans and ``start()`` adds ``TracingMiddleware`` as the outermost middleware.
+PRODUCER spans and its consumers run ``TracingMiddleware`` outside the app's middleware.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from .metrics import AppMetrics, MetricsServer
 from .middleware import Middleware
 from .plugins import MiddlewarePlugins
 from .producer import Producer
-from .tracing import TracingSetting, add_tracing_middleware, resolve_tracing
+from .tracing import TracingSetting, resolve_tracing, traced_chain
 from .transport import BrokerClient, check_store_url, open_client
 
 log = logging.getLogger(__name__)
@@ -248,11 +248,11 @@ class App:
             self._arm_exit_hook()
             for plugin in self.plugins.needed(self.handlers, self.middleware):
                 self.middleware.append(plugin.from_app(self))  # innermost
-            add_tracing_middleware(self.middleware, self.tracing)  # outermost
+            chain = traced_chain(self.middleware, self.tracing)  # tracing outermost
             for plan in plan_groups(self.handlers):
                 consumer = Consumer(client, plan, clock=self.clock,
                                     options=self.consumer_options,
-                                    middleware=self.middleware,
+                                    middleware=chain,
                                     instance_name=self.instance_name)
                 self.consumers.append(consumer)
             self._started = True

@@ -94,15 +94,17 @@ def resolve_tracing(setting: TracingSetting) -> Tracing | None:
                              f"{setting!r}")
 
 
-def add_tracing_middleware(middleware: list[Middleware], tracing: Tracing | None) -> None:
-    """Put ``tracing``'s middleware first in ``middleware`` unless one is there already (an
-    app started again, or one the application added itself)."""
+def traced_chain(middleware: list[Middleware], tracing: Tracing | None) -> list[Middleware]:
+    """The middleware a consumer runs: ``tracing``'s middleware first (outermost, so its span
+    covers the others), then ``middleware`` — unless the app has no tracing or the application
+    added a ``TracingMiddleware`` itself. ``middleware`` is not changed."""
     if tracing is None:
-        return
+        return list(middleware)
     from .tracing_middleware import TracingMiddleware
 
-    if not any(isinstance(layer, TracingMiddleware) for layer in middleware):
-        middleware.insert(0, tracing.middleware())
+    if any(isinstance(layer, TracingMiddleware) for layer in middleware):
+        return list(middleware)
+    return [tracing.middleware(), *middleware]
 
 
 def inject_current_context(properties: Mapping[str, str] | None) -> Mapping[str, str] | None:
@@ -118,5 +120,5 @@ def inject_current_context(properties: Mapping[str, str] | None) -> Mapping[str,
     return inject_current(properties)
 
 
-__all__ = ["TRACEPARENT", "TRACESTATE", "Tracing", "TracingSetting", "add_tracing_middleware",
-           "inject_current_context", "opentelemetry_installed", "resolve_tracing"]
+__all__ = ["TRACEPARENT", "TRACESTATE", "Tracing", "TracingSetting", "inject_current_context",
+           "opentelemetry_installed", "resolve_tracing", "traced_chain"]

@@ -1,7 +1,8 @@
 """``TracingMiddleware``: a CONSUMER span around every handler call, with its outcome.
 
-``App.start()`` adds it as the outermost middleware when the app traces (``App(tracing=...)``,
-``framework.tracing``), so the span covers the other middleware (the idempotency checks) too.
+When the app traces (``App(tracing=...)``, ``framework.tracing``), ``App.start()`` gives its
+consumers this middleware first, outside the app's own (``app.middleware`` stays as the
+application made it), so the span covers the other middleware (the idempotency checks) too.
 The span (``SpanMaker.process``) is current in the consume thread while the handler runs: spans
 the handler starts, and messages it sends, are its children. Its outcome:
 

@@ -86,6 +86,11 @@ class SpanMaker:
 
     # ---- propagation -------------------------------------------------------------------------
 
+    def carries_context(self, properties: Mapping[str, str]) -> bool:
+        """Whether ``properties`` hold any field the propagator reads (``traceparent``, ...)."""
+        propagator = self._propagator or propagate.get_global_textmap()
+        return not properties.keys().isdisjoint(propagator.fields)
+
     def inject(self, properties: dict[str, str]) -> None:
         """Write the current context into ``properties`` (replacing a trace context there)."""
         carrier: dict[str, str] = {}
@@ -116,7 +121,7 @@ class SpanMaker:
         one; the span's own context is written into the properties ``deliver`` sends. A
         ``traceparent`` that does not parse is left as the caller set it.
         """
-        if TRACEPARENT not in properties and self.untraced():
+        if self.untraced() and not self.carries_context(properties):
             return deliver(properties)
         parent: Context | None = None
         keep_caller = False
@@ -151,6 +156,9 @@ class SpanMaker:
         message's publish span; for a batch, a root (or child of the current span) linked
         to each message's context."""
         messages = context.messages
+        if self.untraced() and not any(self.carries_context(m.properties) for m in messages):
+            yield trace.INVALID_SPAN  # nothing to record or carry: a span that does nothing
+            return
         parent: Context | None = None
         links: list[Link] = []
         if len(messages) == 1:

@@ -8,7 +8,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from framework import App, ConsumerOptions, DeadLetter, RetryLater
+from framework import App, ConsumerOptions, DeadLetter, Middleware, RetryLater
 from framework.tracing import TRACEPARENT
 from framework.tracing_middleware import TracingMiddleware
 from storage_engine import Broker
@@ -185,21 +185,31 @@ def test_tracing_off_adds_no_span_and_no_property(open_broker, client, spans):  
         app.producer.send("orders", b"a")
     app.start()
     assert received.wait(30)
+    chain = app.consumer("billing")._middleware
     app.stop()
-    assert not any(isinstance(layer, TracingMiddleware) for layer in app.middleware)
+    assert chain == []  # no tracing middleware
     assert [span.name for span in spans.finished()] == ["checkout"]
     assert TRACEPARENT not in read_back(app, "orders", "a")["a"]
 
 
-def test_restarted_app_keeps_one_tracing_middleware(open_broker, client, spans):  # noqa: F811
+def test_tracing_runs_outside_the_apps_own_middleware(open_broker, client,
+                                                      spans):  # noqa: F811
     app = App(broker=client(open_broker()), tracing=spans.tracing)
+    own = Middleware()
+    app.add_middleware(own)
     app.handler(topic="orders", consumer_group="billing")(lambda message: None)
     app.start(threads=False)
+    chain = app.consumers[0]._middleware
     app.stop()
-    app.start(threads=False)
-    app.stop()
-    assert isinstance(app.middleware[0], TracingMiddleware)
-    assert sum(isinstance(layer, TracingMiddleware) for layer in app.middleware) == 1
+    assert app.middleware == [own]  # the application's list is left as it made it
+    assert isinstance(chain[0], TracingMiddleware) and chain[1:] == [own]
+    added = App(broker=client(open_broker("second")), tracing=spans.tracing)
+    mine = TracingMiddleware(spans.tracing)
+    added.add_middleware(mine)
+    added.handler(topic="orders", consumer_group="billing")(lambda message: None)
+    added.start(threads=False)
+    assert added.consumers[0]._middleware == [mine]  # not a second one
+    added.stop()
 
 
 def test_tracing_setting_is_checked(tmp_path):

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 import outbox
 from framework import App, ConsumerOptions
+from framework.tracing import TracingSetting
 from storage_engine import FakeClock
 from tests.storage_engine.conftest import START_MS
 from tests.support.consumer_process import BROKER_CONF
@@ -28,17 +29,19 @@ def count_rows(engine, table) -> int:
 @pytest.fixture
 def make_app(store: StoreUnderTest, migrated_database_url: str,
              redis_url: str) -> Iterator[Callable[..., App]]:
-    """Factory: ``make_app(redis=..., clock=..., consumer_options=...)`` → an app on the test's
-    store (``store``: a small embedded one under tmp_path, or the run's remote broker); stopped
-    at teardown. The ledger table is created in the app's database."""
+    """Factory: ``make_app(redis=..., clock=..., consumer_options=..., tracing=...)`` → an app
+    on the test's store (``store``: a small embedded one under tmp_path, or the run's remote
+    broker); stopped at teardown. The ledger table is created in the app's database."""
     apps: list[App] = []
 
     def factory(*, redis: str | None = redis_url, clock: FakeClock | None = None,
                 name: str = "store", database: str = migrated_database_url,
-                consumer_options: ConsumerOptions | None = None) -> App:
+                consumer_options: ConsumerOptions | None = None,
+                tracing: TracingSetting = True) -> App:
         app = App(**store.app_options(name, broker_conf={
             **BROKER_CONF, "messageDelayLevel": MS_DELAY_LEVELS}), database_url=database,
-                  redis_url=redis, clock=clock, consumer_options=consumer_options)
+                  redis_url=redis, clock=clock, consumer_options=consumer_options,
+                  tracing=tracing)
         business.create_all(outbox.database_engine(app))
         apps.append(app)
         return app
