@@ -54,9 +54,11 @@ N rows. The pipeline's consumer admission rounds (``IdempotencyMiddleware.admiss
 receipt transaction and one ``SET NX`` round trip each, shared by the messages of concurrent
 consume tasks) are reported per message.
 
-``--repeat R`` repeats everything and reports medians. ``--diagnose`` adds one more pipeline run
-(not in the figures) that counts database commits and statements per message by thread role
-(producer, relay, consumer) and profiles every thread with cProfile (``bench.thread_profile``).
+``--async`` adds the asyncio pipeline to each repetition, reported beside the sync one with
+their ratios (``bench/outbox_async.py``). ``--repeat R`` repeats everything and reports
+medians. ``--diagnose`` adds one more pipeline run (not in the figures) that counts database
+commits and statements per message by thread role (producer, relay, consumer) and profiles
+every thread with cProfile (``bench.thread_profile``).
 A default run takes well under two minutes.
 """
 
@@ -141,6 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
     p.add_argument("--processes", type=int, default=2,
                    help="consumer processes of the rocketmq:// pipeline on PostgreSQL (0: off)")
+    p.add_argument("--async", dest="asynchronous", action="store_true",
+                   help="also the asyncio pipeline (AsyncSession sends, async def handler)")
     p.add_argument("--json", action="store_true", help="print one JSON document, no table")
     args = p.parse_args(argv)
     if min(args.messages, args.producer_threads, args.repeat) < 1 or args.warmup < 0:
@@ -494,6 +498,10 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
                  f"rep {rep_no + 1}/{args.repeat}")
         rep = {"bare": base, "floor": floor,
                "pipeline": pipeline(args, target, redis_url, root)}
+        if args.asynchronous:
+            from bench.outbox_async import async_pipeline
+            progress(args, f"{target.name}: async pipeline ({count:,} messages)")
+            rep["async_pipeline"] = async_pipeline(args, target, redis_url, root)
         if args.processes and target.name == "postgresql":
             progress(args, f"{target.name}: pipeline with {args.processes} consumer processes "
                      f"over rocketmq:// ({count:,} messages), rep {rep_no + 1}/{args.repeat}")
@@ -527,6 +535,9 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
         "acquire_p50_ms": statistics.median(d["acquire_p50_ms"] for d in dup),
         "acquire_p99_ms": statistics.median(d["acquire_p99_ms"] for d in dup),
     }
+    if args.asynchronous:
+        from bench.outbox_async import async_figures
+        figures.update(async_figures(reps, count))
     if all("processes" in rep for rep in reps):
         processes_s = med(lambda r: r["processes"]["seconds"])
         figures["processes_per_s"] = count / processes_s
@@ -545,7 +556,8 @@ def run(args: argparse.Namespace) -> dict:
     report: dict = {"settings": {"messages": args.messages, "warmup": args.warmup,
                                  "producer_threads": args.producer_threads,
                                  "consumer_threads": ConsumerOptions().consume_thread_count,
-                                 "repeat": args.repeat, "cpu_count": os.cpu_count()},
+                                 "repeat": args.repeat, "cpu_count": os.cpu_count(),
+                                 "async": args.asynchronous},
                     "target_ratio": TARGET_RATIO, "databases": {}, "notes": []}
     try:
         with redis_server(args, root) as (redis_url, redis_label):

@@ -3,6 +3,8 @@ figures of each database, and the ``--diagnose`` counters and profile."""
 
 from __future__ import annotations
 
+from bench.outbox_async import render_async
+
 
 def render(report: dict) -> None:
     s = report["settings"]
@@ -34,6 +36,7 @@ def render(report: dict) -> None:
               f"(target >= {report['target_ratio']:.2f}: {met})")
         print(f"  {'ratio database floor / bare combined':<40} {f['floor_ratio']:>9.2f}   "
               "(the most the pipeline could reach; the rest of its CPU is messaging)")
+        render_async(f, result["reps"][-1].get("async_pipeline", {}))
         if "processes_per_s" in f:
             processes = result["reps"][-1]["processes"]["processes"]
             print(f"  {'pipeline, ' + str(processes) + ' consumer processes (rocketmq://)':<40} "

@@ -25,6 +25,7 @@ from .app import App
 from .consumed_message import ConsumedMessage
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError, FrameworkError, HandlerRegistrationError
+from .event_loop import CoroutineCancelledError, EventLoopError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .log_format import LogFormat, configure_logging
 from .message_id import UniqueKeyGenerator
@@ -42,9 +43,10 @@ from .validation import (
 __all__ = [
     "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
     "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
-    "ConsumerOptions", "DeadLetter", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
-    "HandlerSpec", "InvalidMessageError", "LogFormat", "MessageQueue", "Middleware", "OutcomeKind",
-    "Producer", "RetryLater",
+    "ConsumerOptions", "CoroutineCancelledError", "DeadLetter", "EventLoopError",
+    "EventLoopThread", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
+    "HandlerSpec", "InvalidMessageError", "LogFormat", "MessageQueue", "Middleware",
+    "OutcomeKind", "Producer", "RetryLater",
     "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",
     "check_unique_key", "configure_logging", "strategy_by_name",
 ]

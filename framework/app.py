@@ -43,6 +43,7 @@ from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
 from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
+from .metrics import AppMetrics, MetricsServer
 from .middleware import Middleware
 from .plugins import MiddlewarePlugins
 from .producer import Producer
@@ -111,6 +112,7 @@ class App:
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
         self._exit_hook_armed = False
+        self._metrics: AppMetrics | None = None
         if store_url is not None:  # validate the URL and options now, open later
             check_store_url(store_url, broker_conf, access_key=access_key,
                             secret_key=secret_key)
@@ -187,6 +189,21 @@ class App:
                 self._resources[name] = (factory(), close)
             value: T = self._resources[name][0]
             return value
+
+    # ---- metrics -----------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> AppMetrics:
+        """This app's Prometheus registry and its sources (``framework.metrics``)."""
+        with self._lock:
+            if self._metrics is None:
+                self._metrics = AppMetrics(self)
+            return self._metrics
+
+    def metrics_server(self, port: int = 0, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve this app's metrics over HTTP (port 0: any free one, see ``.port``); the
+        server stops at ``stop()``. Raises ``MetricsServerError`` if the port is taken."""
+        return self.metrics.serve(port, host)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

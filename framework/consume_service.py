@@ -20,22 +20,24 @@ While a handler call and its outcome run, log lines carry the messages' fields
 (``framework.log_format.message_log_context``).
 
 A dropped ``ProcessQueue`` (the queue moved to another consumer) never commits again. An async
-handler's coroutine cancelled by shutdown (``CoroutineCancelledError`` while stopping) leaves
-its messages uncommitted and not sent back: they are consumed again after restart.
+handler's coroutine cancelled by shutdown (``CoroutineCancelledError``, or ``EventLoopError``
+for one started as the loop closed, while stopping) leaves its messages uncommitted and not sent
+back: they are consumed again after restart.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage_engine import Clock, MessageView, SendBackResult
+from storage_engine import Clock, LatencyTally, MessageView, SendBackResult
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
-from .event_loop import CoroutineCancelledError, EventLoopThread
+from .event_loop import CoroutineCancelledError, EventLoopError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .log_format import message_log_context
 from .middleware import ConsumeContext, Middleware, after_batch, before_batch, invoke
@@ -76,6 +78,10 @@ class ConsumeStats:
     dead_lettered: int = 0
     dropped: int = 0
     send_back_failures: int = 0
+    handled: int = 0
+    """Messages whose handler call succeeded (middleware included: a skipped duplicate too)."""
+    failed: int = 0
+    """Messages whose handler call did not succeed (then retried, dead-lettered or dropped)."""
 
 
 class ConsumeService:
@@ -101,6 +107,8 @@ class ConsumeService:
         self._orderly_suspend_ms = orderly_suspend_ms
         self._local_retry_delay_ms = local_retry_delay_ms
         self.stats = ConsumeStats()
+        self.handler_latency: dict[str, LatencyTally] = {}
+        """Topic → durations of its handler calls (middleware included), for metrics."""
         self._stats_lock = threading.Lock()
         self.stopping = False
 
@@ -176,12 +184,17 @@ class ConsumeService:
                       "dead-lettering it", self._group, messages[0].topic, messages[0].msg_id)
             return ConsumeOutcome(OutcomeKind.DEAD_LETTER,
                                   reason=f"no handler for topic {messages[0].topic}")
-        return invoke(context, self._middleware)
+        started_s = time.monotonic()
+        outcome = invoke(context, self._middleware)
+        self._observe(context.handler.topic, time.monotonic() - started_s,
+                      outcome.succeeded, len(messages))
+        return outcome
 
     def _abandoned(self, outcome: ConsumeOutcome) -> bool:
         """Whether shutdown cancelled the handler's coroutine: leave its messages uncommitted
         (consumed again after restart) instead of sending them back."""
-        return self.stopping and isinstance(outcome.error, CoroutineCancelledError)
+        return self.stopping and isinstance(outcome.error,
+                                            CoroutineCancelledError | EventLoopError)
 
     def _handle_failure(self, messages: list[ConsumedMessage], outcome: ConsumeOutcome) -> bool:
         """Send failed messages back (retry or DLQ); False when that failed (retry locally)."""
@@ -305,6 +318,14 @@ class ConsumeService:
             self._offsets.update(state.queue, offset)
 
     # ---- bookkeeping -------------------------------------------------------------------------
+
+    def _observe(self, topic: str, seconds: float, succeeded: bool, count: int) -> None:
+        tally = self.handler_latency.get(topic)
+        if tally is None:
+            with self._stats_lock:
+                tally = self.handler_latency.setdefault(topic, LatencyTally())
+        tally.observe(seconds)
+        self._count(**{"handled" if succeeded else "failed": count})
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:

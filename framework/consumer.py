@@ -20,8 +20,8 @@ Shutdown (``stop``): stop pulling, let the consume threads finish what was alrea
 Async handlers: a consumer owns one ``EventLoopThread`` (``framework.event_loop``), started with
 the consumer when a handler of its group is ``async def`` (else on a middleware's first
 ``run_coroutine``); consume threads run each coroutine on it and wait. ``stop`` cancels the
-coroutines still running after the drain (their messages stay uncommitted) and closes the loop
-after the consume threads ended.
+coroutines still running after the drain (their messages stay uncommitted), closes the loop
+(which releases any consume thread still waiting on it), then ends the consume threads.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from storage_engine import (
 from .allocation import MessageQueue, strategy_by_name
 from .consume_service import ConsumeService, QueueState
 from .errors import ConfigurationError
-from .event_loop import EventLoopThread
+from .event_loop import STOP_TIMEOUT_MS_DEFAULT, EventLoopThread
 from .handlers import ConsumerGroupPlan
 from .middleware import Middleware
 from .offset_store import BrokerOffsetStore, LocalFileOffsetStore, OffsetStore
@@ -145,7 +145,11 @@ class Consumer:
             self.offsets = BrokerOffsetStore(client, self.group)
         self._pool: WorkerPool | None = None
         self.consume: ConsumeService | None = None
-        self.event_loop = EventLoopThread(self.group)
+        self.event_loop = self._new_event_loop()
+
+    def _new_event_loop(self) -> EventLoopThread:
+        return EventLoopThread(self.group, stop_timeout_ms=min(STOP_TIMEOUT_MS_DEFAULT,
+                                                               self.options.drain_timeout_ms))
 
     def _instance_dir(self, instance_name: str | None) -> str:
         return instance_name or self.client_id.split("#")[0].replace("@", "_")
@@ -165,7 +169,7 @@ class Consumer:
         if self._started:
             return
         self._threads = threads
-        self.event_loop = EventLoopThread(self.group)  # a stopped loop never restarts
+        self.event_loop = self._new_event_loop()  # a stopped loop never restarts
         self._pool = WorkerPool(self.options.consume_thread_count, f"consume-{self.group}",
                                 inline=not threads)
         o = self.options
@@ -176,6 +180,7 @@ class Consumer:
             local_retry_delay_ms=o.local_retry_delay_ms, event_loop=self.event_loop)
         if self.plan.has_async:
             self.event_loop.start()
+            self._warn_unreachable_concurrency()
         self._ensure_topics()
         self.client.add_membership_listener(self._on_membership_change)
         self.heartbeat()
@@ -192,6 +197,15 @@ class Consumer:
         log.info("[consumer] %s joined group %s (%s, topics %s)", self.client_id, self.group,
                  "broadcast" if self.plan.broadcast else (
                      "orderly" if self.plan.orderly else "concurrent"), self.topics)
+
+    def _warn_unreachable_concurrency(self) -> None:
+        threads = self.options.consume_thread_count
+        for spec in self.plan.handlers.values():
+            if spec.max_concurrency is not None and spec.max_concurrency > threads:
+                log.warning("[consumer] %s: max_concurrency=%d but group %s has %d consume "
+                            "threads, each waiting for one coroutine: at most %d run at once "
+                            "(raise consume_thread_count)", spec.name, spec.max_concurrency,
+                            self.group, threads, threads)
 
     def _ensure_topics(self) -> None:
         """Subscribed topics exist before the first rebalance (auto-created with defaults);
@@ -217,8 +231,8 @@ class Consumer:
         self.consume.stopping = True
         self.event_loop.cancel_in_flight()  # past the drain: their messages stay uncommitted
         self.scheduler.stop()
+        self.event_loop.stop()  # bounded; releases consume threads still waiting on it
         self._pool.shutdown()
-        self.event_loop.stop()
         with self._states_lock:
             queues = list(self._states)
         self.offsets.persist(queues)

@@ -19,8 +19,12 @@ own); ``semaphore(key, size)`` gives a per-handler bound below that (``max_concu
 Shutdown (``cancel_in_flight`` then ``stop``): the consumer first lets the consume threads drain
 (``drain_timeout_ms``); coroutines still running then are cancelled and their ``run`` raises
 ``CoroutineCancelledError``, which the consume service treats as "not consumed": the message is
-neither committed nor sent back, so it is delivered again after restart. ``stop`` then closes
-the loop. Thread safety: ``run``, ``cancel_in_flight`` and ``stop`` may be called from any
+neither committed nor sent back, so it is delivered again after restart. ``stop`` then gives
+cancelled coroutines ``stop_timeout_ms`` to unwind, closes the loop and releases every caller
+still waiting (a coroutine that ignores cancellation, or blocks the loop, cannot hang the
+shutdown; a blocked loop thread is left behind as a daemon). A crash loses only the loop's
+in-memory tasks: their messages were never committed, so they are delivered again. Thread
+safety: ``run``, ``cancel_in_flight`` and ``stop`` may be called from any
 thread but the loop's own (``run`` there raises ``EventLoopError`` instead of deadlocking).
 """
 
@@ -40,8 +44,7 @@ from .errors import FrameworkError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_STOP_TIMEOUT_S = 5.0
-"""How long ``stop`` waits for cancelled coroutines to unwind and the loop thread to end."""
+STOP_TIMEOUT_MS_DEFAULT = 5_000
 
 
 class EventLoopError(FrameworkError):
@@ -56,9 +59,11 @@ class CoroutineCancelledError(FrameworkError):
 class EventLoopThread:
     """An asyncio loop running in its own daemon thread, started lazily."""
 
-    def __init__(self, name: str, *, debug: bool = False) -> None:
+    def __init__(self, name: str, *, stop_timeout_ms: int = STOP_TIMEOUT_MS_DEFAULT) -> None:
         self.name = name
-        self._debug = debug
+        self.stop_timeout_ms = stop_timeout_ms
+        """How long ``stop`` waits for cancelled coroutines to unwind (and as long again for
+        the loop thread to end)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task[Any]] = set()  # touched on the loop thread only
@@ -88,7 +93,6 @@ class EventLoopThread:
                 raise EventLoopError(f"event loop {self.name!r} is stopped")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                loop.set_debug(self._debug)
                 ready = threading.Event()
                 thread = threading.Thread(target=self._serve, args=(loop, ready),
                                           name=f"postbox-loop-{self.name}", daemon=True)
@@ -156,12 +160,15 @@ class EventLoopThread:
 
         def finished(task: asyncio.Task[T]) -> None:
             self._tasks.discard(task)
-            if task.cancelled():
-                done.cancel()
-            elif (error := task.exception()) is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(task.result())
+            try:
+                if task.cancelled():
+                    done.cancel()
+                elif (error := task.exception()) is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(task.result())
+            except concurrent.futures.InvalidStateError:  # released by stop() already
+                pass
 
         task.add_done_callback(finished)
 
@@ -203,13 +210,14 @@ class EventLoopThread:
         if self.in_loop_thread():
             raise EventLoopError(f"EventLoopThread.stop called from the loop thread of "
                                  f"{self.name!r}")
-        future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+        timeout_s = self.stop_timeout_ms / 1000
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(timeout_s), loop)
         try:
-            future.result(_STOP_TIMEOUT_S)
+            future.result(timeout_s * 2)
         except Exception:  # a coroutine refused to end: the daemon thread is left behind
             log.exception("[event-loop] %s did not shut down cleanly", self.name)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(_STOP_TIMEOUT_S)
+        thread.join(timeout_s)
         with self._lock:
             stranded = list(self._waiting)
         for done in stranded:  # scheduled as the loop stopped: never started
@@ -220,12 +228,12 @@ class EventLoopThread:
             return
         loop.close()
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, timeout_s: float) -> None:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=_STOP_TIMEOUT_S / 2)
+            await asyncio.wait(tasks, timeout=timeout_s)
         loop = asyncio.get_running_loop()
         await loop.shutdown_asyncgens()
         await loop.shutdown_default_executor()

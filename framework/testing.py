@@ -7,6 +7,9 @@ round does nothing. With ``advance_clock=True`` and a ``FakeClock``, an idle rou
 clock to the next pending delayed delivery (or suspended orderly queue), so a message retried 16
 times through the real delay levels (10 s … 2 h) reaches the DLQ in milliseconds, in order.
 
+Async handlers run on their consumer's event loop thread even here: each inline handler call
+waits for its coroutine, so the order of events stays fixed.
+
 The delay service driven is the app's embedded broker's; an app talking to a remote broker
 that is served from this process (tests of the gRPC transport) passes that broker as
 ``broker=``.

@@ -37,6 +37,12 @@ that turns "done" a little later changes nothing: a duplicate that finds any mar
 the database. If a task's round fails, each of its messages tries again on its own and
 reports the error.
 
+**Async handlers** (``async def``): the same flow; steps 1, 2 and the Redis settlements stay
+in the consume thread (they block), step 3 runs on the consumer's event loop with an
+``AsyncSession`` as the handler's second argument (``idempotency.async_handler``), on an async
+engine derived from the sync engine's URL (asyncpg, aiosqlite, aiomysql) unless
+``async_database_url=`` or ``async_engine=`` says otherwise.
+
 One deliberate difference from DESIGN §5: a mark "held by someone else" on an unconfirmed
 message is not taken as "another worker has it, success". A consumer killed in the middle of
 its handler leaves its mark behind until the TTL runs out, and its own redelivery would then be
@@ -49,12 +55,15 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from framework import (
@@ -70,11 +79,14 @@ from framework import (
     OutcomeKind,
     RetryLater,
 )
+from framework.metrics import Metric
 from outbox.clock import NowFunction, utc_now
 from outbox.database import database_engine, dialect_name
 
 from . import ledger
 from .app_factory import check_tables, redis_client
+from .async_handler import STEP3_STATE, LoopEngines, Step3, run_step3
+from .metrics import idempotency_families
 from .redis_guard import GuardState, Mark, RedisGuard, Settlement
 
 log = logging.getLogger(__name__)
@@ -140,6 +152,9 @@ class IdempotencyMiddleware(Middleware):
         retry_delay_level: delay level asked for after a database error (None: the broker's
             "3 + reconsume count" rule).
         now: database time source (naive UTC).
+        async_database_url: the database of ``async def`` handlers' sessions (default: the
+            async form of ``engine``'s URL, one engine per event loop).
+        async_engine: or this engine, on every loop (the caller disposes it).
     """
 
     handler_options = MappingProxyType({"idempotent": False})
@@ -167,8 +182,13 @@ class IdempotencyMiddleware(Middleware):
         return middleware
 
     def __init__(self, engine: Engine, guard: RedisGuard | None = None, *,
-                 retry_delay_level: int | None = None, now: NowFunction = utc_now) -> None:
+                 retry_delay_level: int | None = None, now: NowFunction = utc_now,
+                 async_database_url: str | URL | None = None,
+                 async_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self.async_engines = LoopEngines(engine=async_engine) if async_engine is not None \
+            else LoopEngines(async_database_url or engine.url)
+        """The ``AsyncEngine`` of async handlers' transactions (one per event loop)."""
         self._dialect = dialect_name(engine)
         self.guard = guard
         self.retry_delay_level = retry_delay_level
@@ -276,7 +296,42 @@ class IdempotencyMiddleware(Middleware):
                 context.skipped = True
                 return SUCCESS
             self.stats.taken_over += 1
+        if context.is_async:
+            return self._run_async_handler(context, call_next, entry, batched)
         return self._run_handler(context, call_next, entry, batched)
+
+    async def around_consume_async(self, context: ConsumeContext,
+                                   call_next: Callable[[], Awaitable[Any]]) -> Any:
+        """Step 3 of an async idempotent handler, on the loop (``async_handler.run_step3``)."""
+        if not _is_idempotent(context.handler):
+            return await call_next()
+        return await run_step3(context, call_next, await self.async_engines.get(),
+                               self._dialect, self._now(), self.retry_delay_level)
+
+    def _run_async_handler(self, context: ConsumeContext,
+                           call_next: Callable[[], ConsumeOutcome], entry: _Admitted,
+                           batched: bool) -> ConsumeOutcome:
+        """Steps 1-2 are done: run the chain (step 3 on the loop), then settle the mark."""
+        group, message_id, token = entry.mark
+        guard = self.guard if entry.state is GuardState.ACQUIRED else None  # owns the mark
+        outcome = call_next()
+        step3 = context.state.pop(STEP3_STATE, None)
+        if step3 is Step3.DUPLICATE:
+            self.stats.duplicates_by_database += 1
+            context.skipped = True
+            return SUCCESS
+        if step3 is not Step3.PROCESSED:  # failed, database error, or never ran (cancelled)
+            if step3 is Step3.FAILED:
+                self.stats.failures += 1
+            elif step3 is Step3.DATABASE_ERROR:
+                self.stats.database_errors += 1
+                log.warning("database error while processing message %s; it will be "
+                            "retried: %s", message_id, outcome.reason)
+            if guard is not None:
+                guard.release(group, message_id, token)
+            return outcome
+        self._processed(guard, entry, batched)
+        return outcome
 
     def _run_handler(self, context: ConsumeContext, call_next: Callable[[], ConsumeOutcome],
                      entry: _Admitted,
@@ -309,13 +364,17 @@ class IdempotencyMiddleware(Middleware):
             self.stats.duplicates_by_database += 1
             context.skipped = True
             return SUCCESS
+        self._processed(guard, entry, batched)
+        return SUCCESS
+
+    def _processed(self, guard: RedisGuard | None, entry: _Admitted, batched: bool) -> None:
+        """The effect committed under ``entry``'s mark: count it, have the mark say "done"."""
         self.stats.processed += 1
         if guard is not None:
             if batched:
                 entry.committed = True  # after_batch settles it with the others
             else:
-                guard.mark_done(group, message_id, token)
-        return SUCCESS
+                guard.mark_done(*entry.mark)
 
     def _database_error(self, doing: str, message_id: str,
                         error: SQLAlchemyError) -> ConsumeOutcome:
@@ -324,6 +383,10 @@ class IdempotencyMiddleware(Middleware):
                     message_id, error.__class__.__name__ + ": " + str(error).splitlines()[0])
         return ConsumeOutcome.from_error(RetryLater(
             self.retry_delay_level, reason=f"database unavailable while {doing} the message"))
+
+    def metric_families(self) -> list[Metric]:
+        """This middleware's counters as Prometheus families (``idempotency.metrics``)."""
+        return idempotency_families(self)
 
     def close(self) -> None:
         """Send the settlements still queued and release Redis connections."""

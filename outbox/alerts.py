@@ -33,6 +33,7 @@ Configuration comes from ``AlertSettings`` (``from_env`` reads ``POSTBOX_ALERT_*
 from __future__ import annotations
 
 import base64
+import collections
 import enum
 import json
 import logging
@@ -339,6 +340,8 @@ class Alerter:
         logs = [sink for sink in sinks if isinstance(sink, LogSink)]
         others = [sink for sink in sinks if not isinstance(sink, LogSink)]
         self.sinks: list[AlertSink] = (logs or [LogSink()]) + others
+        self.fired: collections.Counter[str] = collections.Counter()
+        """Alerts fired, by kind (metrics)."""
         names = [sink.name for sink in self.sinks]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -351,6 +354,7 @@ class Alerter:
         alerts = tuple(alerts)
         if not alerts:
             return report
+        self.fired.update(alert.kind.value for alert in alerts)
         for sink in self.sinks:
             try:
                 sink.send(alerts)

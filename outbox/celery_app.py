@@ -16,25 +16,34 @@ ETA/countdown: the Redis transport redelivers long-delayed tasks (prior art: kom
 
 The worker process builds the ``OutboxWorker`` — and with it the Postbox ``App`` and its
 embedded store — once, at ``worker_ready``, through ``framework.contrib.celery.host_app``.
+With ``metrics_listen="HOST:PORT"`` (default: the ``POSTBOX_METRICS_LISTEN`` environment
+variable) that process then serves the app's Prometheus metrics there (``app.metrics_server``;
+the outbox's relay, resend and alert counters, stubs by status, the store); the worker runs a
+``solo`` or ``threads`` pool, so the tasks count in that same process. Beat serves nothing.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
+from framework import App
 from framework.contrib.celery import create_celery, host_app, scheduler_identity
 
 from .worker import TASK_NAMES, OutboxWorker, TaskSchedule
 
 TASK_PREFIX = "postbox.outbox."
+METRICS_LISTEN_ENV_VAR = "POSTBOX_METRICS_LISTEN"
+log = logging.getLogger(__name__)
 
 
 def make_celery(name: str, build_worker: Callable[[], OutboxWorker], *,
                 schedule: TaskSchedule | None = None, broker_url: str | None = None,
-                **settings: Any) -> Celery:
+                metrics_listen: str | None = None, **settings: Any) -> Celery:
     """A Celery app with the three outbox tasks and their beat schedule.
 
     Args:
@@ -42,6 +51,8 @@ def make_celery(name: str, build_worker: Callable[[], OutboxWorker], *,
         build_worker: makes the ``OutboxWorker`` (and its ``App``) in the worker process.
         schedule: task periods for the beat (default ``TaskSchedule()``).
         broker_url: the Celery broker (default ``POSTBOX_REDIS_URL`` or embedded Redis).
+        metrics_listen: ``HOST:PORT`` of the worker's metrics endpoint (default
+            ``POSTBOX_METRICS_LISTEN``; unset: none).
         settings: other Celery settings.
     """
     schedule = schedule or TaskSchedule()
@@ -54,6 +65,8 @@ def make_celery(name: str, build_worker: Callable[[], OutboxWorker], *,
         return worker.app
 
     current_app = host_app(celery, build_app)
+    _serve_metrics(celery, current_app,
+                   metrics_listen or os.environ.get(METRICS_LISTEN_ENV_VAR) or None)
 
     def current_worker() -> OutboxWorker:
         current_app()
@@ -68,6 +81,22 @@ def make_celery(name: str, build_worker: Callable[[], OutboxWorker], *,
         for task_name in TASK_NAMES}
     celery.current_outbox_worker = current_worker
     return celery
+
+
+def _serve_metrics(celery: Celery, current_app: Callable[[], App], listen: str | None) -> None:
+    """At ``worker_ready`` (after the app started), serve its metrics on ``listen``."""
+    if listen is None:
+        return
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{METRICS_LISTEN_ENV_VAR} / metrics_listen {listen!r} is not HOST:PORT")
+
+    @signals.worker_ready.connect(weak=False)
+    def serve(sender: Any = None, **_: Any) -> None:
+        if sender is None or sender.app is not celery:
+            return
+        server = current_app().metrics_server(int(port), host)
+        log.info("metrics listening on %s:%d", host, server.port)
 
 
 def _register(celery: Celery, task_name: str,

@@ -167,12 +167,20 @@ def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, An
     if in_memory:
         options.pop("pool_size", None)  # one shared connection: nothing to size
     engine = create_engine(url, **options)
+    configure_sqlite(engine, busy_timeout_s, wal=not in_memory)
+    return engine
+
+
+def configure_sqlite(engine: Engine, busy_timeout_s: float, *, wal: bool) -> None:
+    """WAL journal (when ``wal``), the busy timeout and ``BEGIN IMMEDIATE`` on every connection
+    of ``engine`` (a sync engine, or an async engine's ``sync_engine``: the events are the
+    same)."""
 
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy issues BEGIN itself (below)
         cursor = dbapi_connection.cursor()
-        if not in_memory:
+        if wal:
             cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
@@ -181,11 +189,10 @@ def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, An
     def on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
-    return engine
-
 
 __all__ = [
     "DEFAULT_DRIVERS", "ENGINE_RESOURCE", "POOL_HEADROOM", "POOL_SIZE", "TRANSACTION_ATTEMPTS",
-    "URL_FORMS", "create_database_engine", "database_engine", "dialect_name", "is_deadlock",
+    "URL_FORMS", "configure_sqlite", "create_database_engine", "database_engine", "dialect_name",
+    "is_deadlock",
     "normalize_database_url", "run_transaction", "sqlite_file", "supports_skip_locked",
 ]

@@ -10,16 +10,25 @@ that runs while the app runs.
 
 Constructing an ``Outbox`` attaches its relay to the engine at once (sends made before
 ``app.start()`` are remembered) and registers the relay thread to start and stop with the app.
+
+asyncio: ``Outbox(app, async_engine=engine)`` (an ``AsyncEngine`` on the same database, e.g.
+``create_async_database_engine(app.database_url)``) has the relay watch that engine too —
+``await outbox.send(async_session, ...)`` is handed over after the commit — and gives
+``box.async_session`` (an ``async_sessionmaker``). The relay itself publishes through its sync
+engine. The async engine stays the application's: it disposes it on its own loop.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import sessionmaker
 
-from framework import App
+from framework import App, ConfigurationError
 
+from .commit_hook import CommitHook
 from .database import database_engine
+from .metrics import outbox_metrics
 from .options import RelayOptions
 from .relay import Relay
 
@@ -31,18 +40,39 @@ class Outbox:
         app: the application; its producer publishes and its ``database_url`` names the
             database unless ``engine`` is given.
         engine: use this engine (e.g. the application's own) instead of the app's.
+        async_engine: an ``AsyncEngine`` on the same database the application sends through
+            too (see the module docstring).
         options: relay tuning.
     """
 
     def __init__(self, app: App, *, engine: Engine | None = None,
+                 async_engine: AsyncEngine | None = None,
                  options: RelayOptions | None = None) -> None:
         self.app = app
         self.engine = engine if engine is not None else database_engine(app)
         self.session = sessionmaker(self.engine)
         self.relay = Relay(lambda: app.producer, self.engine, options=options)
         self.relay.attach()
+        self.async_engine = async_engine
+        self._async_sessions: async_sessionmaker[AsyncSession] | None = None
+        self.async_hook: CommitHook | None = None
+        """The relay's hook on ``async_engine.sync_engine`` (attached, like the relay's own)."""
+        if async_engine is not None:
+            self._async_sessions = async_sessionmaker(async_engine, expire_on_commit=False)
+            self.async_hook = CommitHook(async_engine.sync_engine, self.relay.notify)
+            self.async_hook.attach()
+        outbox_metrics(app).add_relay(self.relay)
         app.on_start(self.relay.start)
         app.on_stop(self.relay.stop)
+
+    @property
+    def async_session(self) -> async_sessionmaker[AsyncSession]:
+        """An ``async_sessionmaker`` on ``async_engine`` (``async with box.async_session.begin()
+        as session:``); ``ConfigurationError`` when the outbox has none."""
+        if self._async_sessions is None:
+            raise ConfigurationError("this Outbox has no async engine: Outbox(app, "
+                                     "async_engine=create_async_database_engine(url))")
+        return self._async_sessions
 
 
 __all__ = ["Outbox"]

@@ -32,14 +32,16 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Self
 
 from sqlalchemy import Connection, Engine, bindparam, select, update
 
 from framework import Producer, Service
+from framework.metrics import LatencyTally
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
 from .clock import NowFunction, utc_now
@@ -70,6 +72,8 @@ class RelayStats:
     failed: int = 0
     voided: int = 0
     errors: int = 0
+    publish_latency: LatencyTally = field(default_factory=LatencyTally)
+    """Durations of the successful ``producer.send`` calls (metrics)."""
 
     @property
     def published(self) -> int:
@@ -185,6 +189,7 @@ class Relay(Service):
         failed: list[tuple[ClaimedStub, str]] = []
         for item in claimed:
             delay_level = item.delay_level if keep_delay else None
+            started_s = time.monotonic()
             try:
                 result = producer.send(item.topic, item.content, tags=item.tags, keys=item.keys,
                                        delay_level=delay_level, properties=item.properties,
@@ -192,6 +197,7 @@ class Relay(Service):
             except Exception as error:  # the broker refused or failed: record, retry later
                 failed.append((item, f"{type(error).__name__}: {error}"))
                 continue
+            self.stats.publish_latency.observe(time.monotonic() - started_s)
             # a delayed message's offset is in the delay topic until the delay service moves
             # it: only the real queue is recorded, the offset stays unknown (NULL)
             offset = None if result.delay_level > 0 else result.queue_offset

@@ -86,6 +86,15 @@ class ResendReport:
     alerts: list[AlertReport] = field(default_factory=list)
 
 
+@dataclass
+class ResendStats:
+    """Totals of every pass since the resender was made (metrics)."""
+
+    resent: int = 0
+    exhausted: int = 0
+    dead_lettered: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     message_id: str
@@ -133,6 +142,7 @@ class Resender:
         self.owner = owner
         self._now = now
         self._evidence: dict[tuple[str, str], bool | float] = {}
+        self.stats = ResendStats()
 
     # ---- the resend rule ---------------------------------------------------------------------
 
@@ -159,12 +169,14 @@ class Resender:
                 limit=len(plan.resend), message_ids=plan.resend)
             report.resent = self.relay.publish_claimed(claimed, check_after=self.rules.backoff,
                                                        keep_delay=False)
+            self.stats.resent += report.resent
             if claimed:
                 log.info("resent %d stubs a consumer group moved past (of %d due)",
                          report.resent, len(claimed))
         if plan.exhaust:
             alerts = self._exhaust(plan.exhaust, now)
             report.exhausted = len(alerts)
+            self.stats.exhausted += report.exhausted
             report.alerts.append(self.alerter.fire(alerts))
         return report
 
@@ -385,6 +397,7 @@ class Resender:
                 offset = letters[-1].queue_offset + 1
             cursors[group] = offset
         report.dead_lettered = len(alerts)
+        self.stats.dead_lettered += report.dead_lettered
         if alerts:
             report.alerts.append(self.alerter.fire(alerts))
         return report

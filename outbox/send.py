@@ -15,17 +15,19 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack, overload
 
 from sqlalchemy import Connection, insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from framework import UniqueKeyGenerator, check_message, check_unique_key
 from framework.tracing import inject_current_context
 from framework.validation import PROPERTY_ARGUMENTS
 
+from .async_send import check_async_transaction, run_sync_in_transaction
 from .clock import utc_now
 from .errors import BodyNotSerializableError, NoTransactionError
 from .tables import MESSAGE_ID_LENGTH, StubStatus, message_stub
@@ -41,16 +43,40 @@ _INSERT_STUB = insert(message_stub)
 CPU than the insert)."""
 
 
-def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
+class SendOptions(TypedDict, total=False):
+    """The keyword arguments of ``send`` (for its typing overloads)."""
+
+    tags: str | None
+    keys: Iterable[str] | str | None
+    delay_level: int | None
+    properties: Mapping[str, str] | None
+    message_id: str | None
+    now: datetime | None
+
+
+@overload
+def send(session_or_connection: Session | Connection, topic: str, body: Any,
+         **options: Unpack[SendOptions]) -> str: ...
+@overload
+def send(session_or_connection: AsyncSession | AsyncConnection, topic: str, body: Any,
+         **options: Unpack[SendOptions]) -> Coroutine[Any, Any, str]: ...
+def send(session_or_connection: Session | Connection | AsyncSession | AsyncConnection,
+         topic: str, body: Any, *,
          tags: str | None = None, keys: Iterable[str] | str | None = None,
          delay_level: int | None = None, properties: Mapping[str, str] | None = None,
-         message_id: str | None = None, now: datetime | None = None) -> str:
+         message_id: str | None = None, now: datetime | None = None
+         ) -> str | Coroutine[Any, Any, str]:
     """Insert a stub for a message in the caller's open transaction; return its message id.
 
+    With an ``AsyncSession`` or ``AsyncConnection`` this returns an awaitable instead
+    (``message_id = await outbox.send(session, ...)``): everything is checked before it is
+    returned, the insert runs when it is awaited (``outbox.async_send``).
+
     Args:
-        session_or_connection: a SQLAlchemy ``Session`` or ``Connection`` with a transaction
-            in progress (``with Session.begin()``, ``with engine.begin()``, or after the
-            session's first statement). Without one this raises ``NoTransactionError``.
+        session_or_connection: a SQLAlchemy ``Session`` or ``Connection`` (or their asyncio
+            forms) with a transaction in progress (``with Session.begin()``, ``with
+            engine.begin()``, ``async with AsyncSession.begin()``, or after the session's
+            first statement). Without one this raises ``NoTransactionError``.
         body: ``bytes``; ``str`` (sent as UTF-8); anything else is sent as compact JSON. An
             empty body is refused (RocketMQ refuses them), as in ``Producer.send``.
         properties: user properties; system names (``UNIQ_KEY``, ``KEYS``, ``TAGS``,
@@ -59,7 +85,24 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
         message_id: the ``UNIQ_KEY`` to use (default: a new one, as RocketMQ's clients make).
         now: creation time (naive UTC); tests pass a fixed one.
     """
+    if isinstance(session_or_connection, AsyncSession | AsyncConnection):
+        check_async_transaction(session_or_connection)
+        row = stub_values(topic, body, tags=tags, keys=keys, delay_level=delay_level,
+                          properties=properties, message_id=message_id, now=now)
+        return run_sync_in_transaction(session_or_connection, functools.partial(insert_stub,
+                                                                                row=row))
     connection = _transaction_connection(session_or_connection)
+    row = stub_values(topic, body, tags=tags, keys=keys, delay_level=delay_level,
+                      properties=properties, message_id=message_id, now=now)
+    return insert_stub(connection, row)
+
+
+def stub_values(topic: str, body: Any, *, tags: str | None,
+                keys: Iterable[str] | str | None, delay_level: int | None,
+                properties: Mapping[str, str] | None, message_id: str | None,
+                now: datetime | None) -> dict[str, Any]:
+    """The checked column values of a new stub (see ``send``); raises before anything is
+    written."""
     content = encode_body(body)
     key_list = check_message(topic, content, tags=tags, keys=keys, properties=properties,
                              delay_level=delay_level, arguments=SEND_ARGUMENTS)
@@ -69,13 +112,22 @@ def send(session_or_connection: Session | Connection, topic: str, body: Any, *,
     else:
         check_unique_key(message_id, "message_id", MESSAGE_ID_LENGTH)
     created = now or utc_now()
-    connection.execute(_INSERT_STUB, {
+    return {
         "message_id": message_id, "topic": topic, "tags": tags,
         "keys": " ".join(key_list) or None, "content": content,
         "properties": json.dumps(dict(properties), sort_keys=True) if properties else None,
         "delay_level": delay_level or None, "status": StubStatus.UNCONFIRMED.value,
         "send_count": 0, "next_resend_at": created, "created_at": created,
-        "updated_at": created})
+        "updated_at": created}
+
+
+def insert_stub(connection: Connection, row: dict[str, Any]) -> str:
+    """Insert the stub ``row``, report its id to a watching relay's commit hook and return it.
+    ``connection`` is sync: for an async one its ``sync_connection`` (``run_sync``), whose
+    events and execution options are those of the async engine's ``sync_engine``."""
+    check_not_autocommit(connection)
+    connection.execute(_INSERT_STUB, row)
+    message_id: str = row["message_id"]
     hook = connection.get_execution_options().get(RELAY_EXECUTION_OPTION)
     if hook is not None:
         hook.written(connection, message_id)
@@ -114,12 +166,16 @@ def _transaction_connection(target: Session | Connection) -> Connection:
                                      "`with engine.begin() as connection:`")
         connection = target
     else:
-        raise TypeError(f"outbox.send needs a SQLAlchemy Session or Connection, got "
-                        f"{type(target).__name__}")
+        raise TypeError(f"outbox.send needs a SQLAlchemy Session or Connection (or an "
+                        f"AsyncSession / AsyncConnection), got {type(target).__name__}")
+    return connection
+
+
+def check_not_autocommit(connection: Connection) -> None:
+    """Refuse a connection in AUTOCOMMIT mode: the stub would commit on its own."""
     if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
         raise NoTransactionError("outbox.send needs a real transaction; this connection is in "
                                  "AUTOCOMMIT mode, so the stub would commit on its own")
-    return connection
 
 
 @functools.cache
@@ -128,4 +184,5 @@ def _id_generator(pid: int) -> UniqueKeyGenerator:
     return UniqueKeyGenerator()
 
 
-__all__ = ["RELAY_EXECUTION_OPTION", "encode_body", "send"]
+__all__ = ["RELAY_EXECUTION_OPTION", "SendOptions", "encode_body", "insert_stub", "send",
+           "stub_values"]

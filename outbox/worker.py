@@ -36,6 +36,7 @@ from .alerts import Alerter, AlertSettings
 from .cleanup import CleanupPolicy, run_cleanup
 from .clock import NowFunction, utc_now
 from .database import database_engine
+from .metrics import outbox_metrics
 from .options import RelayOptions, ResendRules
 from .relay import Relay
 from .resend import Resender, retention_horizon
@@ -110,6 +111,9 @@ class OutboxWorker:
                                  alerter=self.alerter, log_engine=log_engine, owner=self.owner,
                                  now=now)
         self.relay.on_void = self.resender.relay_voided
+        metrics = outbox_metrics(app)
+        metrics.add_relay(self.relay)
+        metrics.add_resender(self.resender)
         self.leases = TaskLease(self.engine, owner=self.owner, now=now)
         self._now = now
 

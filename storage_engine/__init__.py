@@ -59,6 +59,8 @@ from .formats import MessageView
 from .store import (
     GetResult,
     GetStatus,
+    LatencySnapshot,
+    LatencyTally,
     Message,
     MessageStore,
     PutResult,
@@ -80,8 +82,8 @@ __all__ = [
     # the broker (DESIGN §3.4) and the values of its API
     "Broker", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult", "SendResult",
     "SubscriptionGroupConfig", "TopicConfig",
-    # tools, clocks, topic names
-    "infer_config", "repair_store", "require_store",
+    # tools, clocks, topic names, the latency tally monitoring reads
+    "LatencySnapshot", "LatencyTally", "infer_config", "repair_store", "require_store",
     "Clock", "FakeClock", "SystemClock",
     "dead_letter_topic", "retry_topic", "validate_topic",
     # errors a caller handles differently

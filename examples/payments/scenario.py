@@ -90,8 +90,11 @@ class ScenarioReport:
 
 
 def run_scenario(config: PaymentsConfig, options: ScenarioOptions = ScenarioOptions(),
-                 progress: Progress | None = None) -> ScenarioReport:
-    """Play the scenario against ``config``'s (fresh) store and database."""
+                 progress: Progress | None = None,
+                 observe: Callable[[App, ScenarioReport], None] | None = None
+                 ) -> ScenarioReport:
+    """Play the scenario against ``config``'s (fresh) store and database; ``observe(app,
+    report)`` runs once the report is counted, while the app still runs (a metrics scrape)."""
     report_progress = progress or (lambda phase, done, total: None)
     started = time.monotonic()
     prepare_database(config)
@@ -116,6 +119,8 @@ def run_scenario(config: PaymentsConfig, options: ScenarioOptions = ScenarioOpti
         report.lost_on_purpose = faults.dropped
         _count(app, box, report)
         report.checks = _checks(box, report, options)
+        if observe is not None:
+            observe(app, report)
     finally:
         app.stop()
     report.elapsed_s = time.monotonic() - started

@@ -31,6 +31,7 @@ import typer
 
 from storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
 
+from .broker_metrics import MetricsOption, start_metrics
 from .broker_remoting import (
     DEFAULT_NAMESRV_LISTEN,
     AdvertiseOption,
@@ -126,7 +127,8 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   namesrv_listen: NamesrvListenOption = DEFAULT_NAMESRV_LISTEN,
                   namesrv: NamesrvOption = None, advertise: AdvertiseOption = None,
                   broker_name: BrokerNameOption = None,
-                  cluster_name: ClusterNameOption = None) -> None:
+                  cluster_name: ClusterNameOption = None,
+                  metrics: MetricsOption = None) -> None:
     """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
     5 gRPC until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
@@ -170,7 +172,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
             except ServerError as error:
                 raise CliError(str(error)) from error
             try:
-                _serve(broker, server, node, stop, note=(
+                _serve(broker, server, node, stop, metrics, note=(
                     f"store {config.root_dir}; role {config.broker_role.value}; "
                     f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
             finally:
@@ -182,8 +184,10 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
             signal.signal(number, handler)
 
 
-def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, note: str) -> None:
-    """Start the remoting node, print the addresses, wait for SIGTERM."""
+def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, metrics: str | None,
+           note: str) -> None:
+    """Start the remoting node (and the metrics endpoint), print the addresses, wait for
+    SIGTERM."""
     try:
         node.start()
     except OSError as error:
@@ -196,13 +200,18 @@ def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, note: 
     typer.echo(f"remoting listening on {node.broker_server.server.address_text}")
     if node.namesrv_address is not None:
         typer.echo(f"namesrv listening on {node.namesrv_address}")
+    metrics_server = None if metrics is None else start_metrics(metrics, broker, node)
     identity = node.identity
     print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
                f"{identity.address}" + "".join(
                    f"; registering with {host}:{port} every 30 s"
                    for host, port in node.options.namesrv_addresses))
     print_note(note)
-    stop.wait()
+    try:
+        stop.wait()
+    finally:
+        if metrics_server is not None:
+            metrics_server.stop()
 
 
 __all__ = ["ReplicationOptions", "broker_app", "store_config"]

@@ -9,9 +9,11 @@ from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .message_store import MessageStore
 from .repair import RepairReport, repair_store
 from .store_layout import infer_config, is_store, require_store
+from .store_tally import LatencySnapshot, LatencyTally
 from .verify import verify_store
 
 __all__ = [
-    "GetResult", "GetStatus", "Message", "MessageStore", "PutResult", "PutStatus",
+    "GetResult", "GetStatus", "LatencySnapshot", "LatencyTally", "Message", "MessageStore",
+    "PutResult", "PutStatus",
     "RepairReport", "infer_config", "is_store", "repair_store", "require_store", "verify_store",
 ]

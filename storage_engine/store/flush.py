@@ -40,6 +40,7 @@ from ..service import Service
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet
+from .store_tally import LatencyTally
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class CommitLogFlushService(Service):
         self._durable = PositionWaiters(commit_log.segments.flushed_position)
         self.flushed_timestamp_ms = 0
         self.flush_count = 0
+        self.flush_latency = LatencyTally()
+        """Durations of the flushes that made bytes durable."""
 
     @property
     def flushed_position(self) -> int:
@@ -69,10 +72,12 @@ class CommitLogFlushService(Service):
         # a 3 s margin for appends in flight at the capture) lie below the end.
         timestamp_ms = self._commit_log.last_store_timestamp_ms
         end = self._commit_log.max_position
+        started_s = time.monotonic()
         flushed = self._commit_log.segments.flush(least_pages)
         moved = flushed - self.flushed_position
         if moved <= 0:
             return 0
+        self.flush_latency.observe(time.monotonic() - started_s)
         self.flush_count += 1
         if flushed >= end:
             self.flushed_timestamp_ms = timestamp_ms

@@ -68,6 +68,7 @@ from .reader import MessageReader, TagFilter
 from .recovery import RecoveryReport, recover
 from .retention import ConsumptionFloor, RetentionService, local_hour
 from .store_layout import write_open_markers
+from .store_tally import PutTally
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,11 @@ class MessageStore:
         self.key_index = KeyIndex(root / "index", config.key_index, clock)
         self.checkpoint = Checkpoint(root)
         self._listeners: list[ArrivalListener] = []
+        self.put_tally = PutTally()
+        """Messages and bytes stored per topic since open (``store_tally``)."""
         dispatchers: list[Dispatcher] = [
-            ConsumeQueueDispatcher(self.queues, config.delay.levels_ms, self._listeners)]
+            ConsumeQueueDispatcher(self.queues, config.delay.levels_ms, self._listeners),
+            self.put_tally]
         if config.key_index.enabled:
             dispatchers.append(KeyIndexDispatcher(self.key_index))
         self.role = config.broker_role
@@ -193,6 +197,7 @@ class MessageStore:
             self._load_and_recover(clean)
             self.guard.check()
             self._write_abort_marker(at_open=True)
+            self.put_tally.start_position = self.commit_log.max_position
             for service in self._services:
                 service.start()
         except BaseException:

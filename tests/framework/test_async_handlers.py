@@ -14,6 +14,7 @@ from framework import App, ConfigurationError, ConsumerOptions, DeadLetter, Midd
 from framework.event_loop import EventLoopError, EventLoopThread, is_coroutine_callable
 from framework.testing import InlineRunner
 from tests.framework.conftest import DEFAULT_LEVELS
+from tests.support.polling import wait_until
 
 WAIT_S = 20
 FAST = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=200)
@@ -91,8 +92,10 @@ def test_max_concurrency_bounds_coroutines_in_flight(open_broker, client):
         nonlocal inside
         inside += 1
         loop_thread = app.consumer("workers").event_loop
-        while loop_thread.in_flight() < 4 and len(handled) < 2:  # the other two are queued
-            await asyncio.sleep(0.001)
+        while (loop_thread.in_flight() < 4 or inside < 2) and len(handled) < 2:
+            await asyncio.sleep(0.001)  # until all four are tasks on the loop
+        for _ in range(3):  # every task on the loop takes a step: unbounded, all enter
+            await asyncio.sleep(0)
         most_inside.append(inside)
         await asyncio.sleep(0)
         inside -= 1
@@ -105,7 +108,7 @@ def test_max_concurrency_bounds_coroutines_in_flight(open_broker, client):
     with app:
         assert finished.wait(WAIT_S)
     assert max(most_inside) == 2
-    assert most_inside[:2] == [2, 2]  # the first two waited until all four were on the loop
+    assert most_inside[0] == 2  # two inside while all four were tasks on the loop
 
 
 def test_failure_retries_then_succeeds_with_reconsume_counts(open_broker, client):
@@ -183,6 +186,37 @@ def test_orderly_async_handler_keeps_order_through_a_retry(open_broker, client):
         assert done.wait(WAIT_S)
     assert seen == [f"e-{index}" for index in range(6)]
     assert failed_once
+
+
+def test_broadcast_async_handler_reaches_every_consumer_and_drops_failures(open_broker, client,
+                                                                           tmp_path):
+    broker = open_broker()
+    seen: dict[str, list[str]] = {"node0": [], "node1": []}
+    done = threading.Event()
+    apps = []
+    for name in seen:
+        app = App(broker=client(broker), instance_name=name, consumer_options=ConsumerOptions(
+            long_polling_ms=100, offset_dir=tmp_path / "offsets"))
+
+        async def record(message, name=name):
+            seen[name].append(message.text)
+            if all(len(texts) == 3 for texts in seen.values()):
+                done.set()
+            if message.text == "bad":
+                raise RuntimeError("broadcast failures are logged and dropped")
+
+        app.handler(topic="events", consumer_group="cache", broadcast=True,
+                    consume_from="first")(record)
+        apps.append(app.start())
+    for text in ("a", "bad", "c"):
+        apps[0].producer.send("events", text, queue_id=0)
+    assert done.wait(WAIT_S)
+    consumers = [app.consumer("cache") for app in apps]
+    for app in apps:
+        app.stop()
+    assert {name: sorted(texts) for name, texts in seen.items()} == {
+        "node0": ["a", "bad", "c"], "node1": ["a", "bad", "c"]}
+    assert [consumer.consume.stats.dropped for consumer in consumers] == [1, 1]
 
 
 def test_batch_async_handler_gets_lists(open_broker, client):
@@ -324,3 +358,67 @@ def test_run_from_the_loop_thread_is_refused():
         loop_thread.stop()
     with pytest.raises(EventLoopError, match="stopped"):
         loop_thread.run(inner)
+
+
+class LoaderMiddleware(Middleware):
+    """A sync hook doing one-off async work with ``context.run_coroutine``; its async hook
+    tries the same from the loop, which must be refused."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+
+    def before_consume(self, context):
+        async def load():
+            await asyncio.sleep(0)
+            return f"{context.message.text} loaded in {REQUEST_ID.get()}"
+
+        token = REQUEST_ID.set("the consume thread's context")
+        try:
+            self.loaded.append(context.run_coroutine(load))
+        finally:
+            REQUEST_ID.reset(token)
+
+    async def around_consume_async(self, context, call_next):
+        context.run_coroutine(asyncio.sleep)  # refused: it would wait for itself
+        return await call_next()
+
+
+def test_run_coroutine_from_sync_hooks_and_refused_on_the_loop(open_broker, client, store):
+    broker = open_broker()
+    app = threaded_app(client(broker))
+    middleware = LoaderMiddleware()
+    app.add_middleware(middleware)
+    seen: list[str] = []
+
+    @app.handler(topic="sync-topic", consumer_group="tools", consume_from="first")
+    def sync_handler(message):
+        seen.append(message.text)
+
+    @app.handler(topic="async-topic", consumer_group="tools", consume_from="first",
+                 reconsume_count_max=0)
+    async def async_handler(message):
+        seen.append(message.text)
+
+    app.producer.send("sync-topic", "s")
+    app.producer.send("async-topic", "a")
+    with app:
+        dead = wait_until(lambda: broker.dead_letters("tools"), what="the DLQ")
+        wait_until(lambda: len(middleware.loaded) == 2, what="both messages")
+    assert seen == ["s"]  # the async handler's chain failed before it
+    assert sorted(middleware.loaded) == ["a loaded in the consume thread's context",
+                                         "s loaded in the consume thread's context"]
+    assert [view.body for view in dead] == [b"a"]
+    if store.transport != "rocketmq":  # Apache's send-back carries no reason
+        assert "from the event loop thread" in dead[0].properties["DLQ_REASON"]
+
+
+def test_max_concurrency_above_the_consume_threads_is_reported(open_broker, client, caplog):
+    app = threaded_app(client(open_broker()), consume_thread_count=2)
+
+    @app.handler(topic="jobs", consumer_group="wide", max_concurrency=50)
+    async def work(message):
+        return None
+
+    with caplog.at_level("WARNING", logger="framework.consumer"), app:
+        pass
+    assert "max_concurrency=50 but group wide has 2 consume threads" in caplog.text

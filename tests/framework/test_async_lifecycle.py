@@ -129,6 +129,27 @@ def test_async_with_app_and_send_async(open_broker, client):
     assert not app.running or app.consumers == []
 
 
+class ThreadRecordingClient:
+    """The app's real broker client, recording which thread makes each blocking call."""
+
+    RECORDED = ("send", "send_back", "pull", "commit_offset", "wait_for_arrival")
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.threads: dict[str, set[str]] = {name: set() for name in self.RECORDED}
+
+    def __getattr__(self, name):
+        attribute = getattr(self._client, name)
+        if name not in self.RECORDED:
+            return attribute
+
+        def recorded(*args, **kwargs):
+            self.threads[name].add(threading.current_thread().name)
+            return attribute(*args, **kwargs)
+
+        return recorded
+
+
 class BlockingAfterConsume(Middleware):
     """A sync hook that blocks its consume thread until a coroutine on the consumer's loop
     releases it: were sync hooks run on the loop, the release could never happen."""
@@ -147,8 +168,9 @@ def test_blocking_framework_work_never_runs_on_the_loop(open_broker, client):
     broker = open_broker()
     release = threading.Event()
     middleware = BlockingAfterConsume(release)
-    app = App(broker=client(broker), consumer_options=options(consume_thread_count=2,
-                                                              messages_per_task=1))
+    recording = ThreadRecordingClient(client(broker))
+    app = App(broker=recording, consumer_options=options(consume_thread_count=2,
+                                                         messages_per_task=1))
     app.add_middleware(middleware)
     ticks: list[int] = []
     done = threading.Event()
@@ -164,6 +186,7 @@ def test_blocking_framework_work_never_runs_on_the_loop(open_broker, client):
                 ticks.append(1)
                 await asyncio.sleep(0)
             release.set()
+            await app.producer.send_async("side-effects", "from the ticker")  # off the loop
         if message.text == "fail":
             done.set()
 
@@ -173,3 +196,32 @@ def test_blocking_framework_work_never_runs_on_the_loop(open_broker, client):
         assert done.wait(WAIT_S)  # the failure was sent back and retried
     assert len(ticks) == 5
     assert all(name.startswith("postbox-consume-g") for name in middleware.threads)
+    assert recording.threads["send_back"] and recording.threads["pull"]
+    assert len(recording.threads["send"]) == 2  # the test's thread and an executor thread
+    loop_calls = {call: names for call, names in recording.threads.items()
+                  if any(name.startswith("postbox-loop") for name in names)}
+    assert loop_calls == {}  # no blocking broker call ever ran on the loop
+
+
+def test_coroutine_ignoring_cancellation_cannot_hang_stop(open_broker, client):
+    broker = open_broker()
+    app = App(broker=client(broker), consumer_options=options(drain_timeout_ms=100))
+    started = threading.Event()
+    refusals: list[int] = []
+
+    @app.handler(topic="events", consumer_group="g", consume_from="first")
+    async def stubborn(message):
+        started.set()
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                refusals.append(1)  # swallowed: keeps running
+
+    app.producer.send("events", "a", queue_id=0)
+    app.start()
+    assert started.wait(WAIT_S)
+    app.stop()  # returns: the loop's stop releases the waiting consume thread
+    assert refusals  # it was cancelled and refused
+    assert broker.query_offset("g", "events", 0) == 0  # not committed, consumed again later
+    assert broker.dead_letters("g") == []

@@ -115,7 +115,7 @@ def registered_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_a_registered_middleware_is_built_when_a_handler_sets_its_option(
         open_broker, registered_plugin):
-    app = App(broker=open_broker())
+    app = App(broker=open_broker(), tracing=False)  # only plugins
     app.handler(topic="t", consumer_group="g", counted=True)(lambda message: None)
     app.start(threads=False)
     app.stop()
@@ -128,7 +128,7 @@ def test_a_registered_middleware_is_built_when_a_handler_sets_its_option(
 
 def test_a_registered_middleware_is_not_built_when_no_handler_needs_it(
         open_broker, registered_plugin):
-    app = App(broker=open_broker())
+    app = App(broker=open_broker(), tracing=False)  # only plugins
     app.handler(topic="t", consumer_group="g", counted=False)(lambda message: None)
     app.handler(topic="u", consumer_group="g")(lambda message: None)
     app.start(threads=False)
@@ -142,7 +142,7 @@ def test_a_registered_middleware_is_not_built_when_no_handler_needs_it(
 def test_an_added_middleware_declaring_the_option_serves_it(open_broker, registered_plugin):
     import plugin_mw
 
-    app = App(broker=open_broker())
+    app = App(broker=open_broker(), tracing=False)  # only plugins
     own = plugin_mw.Counting()
     app.add_middleware(own)
     app.handler(topic="t", consumer_group="g", counted=True)(lambda message: None)

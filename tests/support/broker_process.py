@@ -5,7 +5,9 @@
 returns once clients can connect (and, for a master started with ``--ha-listen``, reads the ``ha
 listening on HOST:PORT`` line into ``ha_address``, then the ``remoting listening on HOST:PORT``
 line of the remoting broker, started on a free port, into ``remoting_address``, then the
-``namesrv listening on HOST:PORT`` line of its name server into ``namesrv_address``). ``stop``
+``namesrv listening on HOST:PORT`` line of its name server into ``namesrv_address``, and with
+``--metrics`` in ``extra`` the ``metrics listening on HOST:PORT`` line into
+``metrics_address``). ``stop``
 sends SIGTERM and returns the exit code; ``kill`` is the fallback for a server that does not
 stop. stderr goes to a file next to the store, shown when a start fails."""
 
@@ -63,6 +65,7 @@ class BrokerProcess:
         self.ha_address = ""
         self.remoting_address = ""
         self.namesrv_address = ""  # rocketmq://<namesrv_address>
+        self.metrics_address = ""  # with --metrics: the Prometheus endpoint's HOST:PORT
         self._lines: queue.Queue[str] = queue.Queue()
 
     def start(self) -> BrokerProcess:
@@ -91,6 +94,10 @@ class BrokerProcess:
         line = self._lines.get(timeout=START_TIMEOUT_S)
         assert line.startswith("namesrv listening on "), line
         self.namesrv_address = line.split()[-1]
+        if "--metrics" in self.args:
+            line = self._lines.get(timeout=START_TIMEOUT_S)
+            assert line.startswith("metrics listening on "), line
+            self.metrics_address = line.split()[-1]
         return self
 
     def _read_stdout(self) -> None:

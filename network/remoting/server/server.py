@@ -34,7 +34,7 @@ import selectors
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -72,6 +72,8 @@ class RemotingServer:
                  handlers: HandlerTable | None = None, access: AccessControl | None = None,
                  limits: ServerLimits | None = None, name: str = "remoting") -> None:
         self.handlers = handlers if handlers is not None else HandlerTable()
+        self.request_counts: Counter[int] = Counter()
+        """Requests received, by code (the IO thread counts; readers copy it)."""
         self.access: AccessControl = access if access is not None else AllowAll()
         self.limits = limits or ServerLimits()
         self._bind = (host, port)
@@ -243,6 +245,7 @@ class RemotingServer:
                           self._name, command.opaque, session.peer_address)
             return
         session.language, session.version = command.language, command.version
+        self.request_counts[command.code] += 1
         entry = self.handlers.lookup(command.code)
         if entry is None or entry[1]:
             response = dispatch(entry and entry[0], command, session, self.access)
