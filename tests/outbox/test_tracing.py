@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
 from opentelemetry.trace import SpanKind
 from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncSession
 
 import outbox
 from framework import App, ConsumerOptions
 from framework.tracing import TRACEPARENT
-from outbox import Outbox, RelayOptions
+from outbox import Outbox, RelayOptions, create_async_database_engine
 from tests.outbox.conftest import add_order, stub_row
 from tests.support.tracing import parent_id, spans, traceparent_of  # noqa: F401  (fixture)
 
@@ -70,3 +72,21 @@ def test_a_callers_traceparent_survives_an_active_span(engine: Engine, spans):  
                                                                   "source": "shop"})
     assert json.loads(stub_row(engine, own)["properties"]) == {TRACEPARENT: upstream,
                                                                "source": "shop"}
+
+
+def test_an_async_send_stores_the_context_of_the_coroutines_span(engine: Engine,
+                                                                 migrated_database_url: str,
+                                                                 spans):  # noqa: F811
+    async def main() -> str:
+        database = create_async_database_engine(migrated_database_url)
+        try:
+            with spans.tracer.start_as_current_span("POST /orders"):
+                async with AsyncSession(database) as session, session.begin():
+                    return await outbox.send(session, "orders", b"a")
+        finally:
+            await database.dispose()
+
+    message_id = asyncio.run(main())
+    [request] = spans.named("POST /orders")
+    assert json.loads(stub_row(engine, message_id)["properties"]) == {
+        TRACEPARENT: traceparent_of(request)}
