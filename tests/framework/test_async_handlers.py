@@ -233,6 +233,8 @@ def test_batch_async_handler_gets_lists(open_broker, client):
 
     for index in range(6):
         app.producer.send("rows", f"r-{index}", queue_id=0)
+    wait_until(lambda: len(broker.pull("probe", "rows", 0, 0, 32).messages) == 6,
+               what="all six rows consumable, so the first pull can fill a batch of 3")
     with app:
         assert done.wait(WAIT_S)
     assert sorted(text for batch in batches for text in batch) == [f"r-{i}" for i in range(6)]

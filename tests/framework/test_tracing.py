@@ -143,6 +143,7 @@ def test_batch_span_links_each_message(open_broker, client, spans):  # noqa: F81
     for index in range(3):  # each under its own request span, all in one queue
         with spans.tracer.start_as_current_span(f"request-{index}"):
             app.producer.send("events", f"e{index}", sharding_key="one-queue")
+    read_back(app, "events", "e0", "e1", "e2")  # all three consumable: the first pull has them
     app.start()
     [process] = spans.wait_for("events process")
     app.stop()
