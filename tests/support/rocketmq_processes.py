@@ -23,6 +23,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from network.remoting import fastjson
+from network.remoting.codes import RequestCode
+from tests.support.polling import wait_until
+from tests.support.remoting_raw import RawRemotingClient
 from tests.support.rocketmq_install import LabInstall, LabSetupError, tail
 
 START_TIMEOUT_S = 180
@@ -229,7 +233,7 @@ def start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Pa
                  extra: dict[str, str] | None = None, wait: bool = True,
                  ports: tuple[int, int] | None = None) -> BrokerServer:
     """A master broker on ``store_dir`` (created or reused) registered with ``namesrv``
-    (``wait=False``: launched only; ``broker.server.await_ready()`` waits). ``ports``:
+    and listed by it (``wait=False``: launched only). ``ports``:
     (listenPort, haListenPort) chosen beforehand with ``free_broker_ports`` (a store written
     elsewhere names its broker's address in every record and message id)."""
     home = run_dir / name
@@ -243,9 +247,40 @@ def start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Pa
         install, home, "broker", ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m"],
         "org.apache.rocketmq.broker.BrokerStartup", "-c", str(conf)),
         ready_marker="boot success")
-    server.start() if wait else server.launch()
-    return BrokerServer(name=name, address=f"127.0.0.1:{listen}", store_dir=store_dir,
-                        conf_path=conf, server=server)
+    broker = BrokerServer(name=name, address=f"127.0.0.1:{listen}", store_dir=store_dir,
+                          conf_path=conf, server=server)
+    if wait:
+        server.start()
+        await_registration(settings, f"127.0.0.1:{listen}", server)
+    else:
+        server.launch()
+    return broker
+
+
+def await_registration(settings: dict[str, str], address: str, server: JavaServer,
+                       timeout_s: float = START_TIMEOUT_S) -> None:
+    """Wait until the broker's name server (``namesrvAddr`` of ``settings``; the first one)
+    lists ``address`` under its ``brokerName``. A broker logs "boot success" before its first
+    registration (a task it schedules at boot) has reached the name server: a proxy started,
+    or a cluster read, in between finds no such cluster."""
+    namesrv = settings.get("namesrvAddr", "").split(";")[0]
+    if not namesrv:
+        return
+    name = settings["brokerName"]
+    with RawRemotingClient(namesrv) as client:
+        def registered() -> bool:
+            if not server.running:
+                raise LabSetupError(f"{server.role} exited before registering\n"
+                                    f"{server.diagnostics()}")
+            reply = client.call(RequestCode.GET_BROKER_CLUSTER_INFO)
+            brokers = fastjson.loads(reply.body).get("brokerAddrTable", {})
+            return address in brokers.get(name, {}).get("brokerAddrs", {}).values()
+
+        try:
+            wait_until(registered, timeout_s, f"{name} at {address} registered with {namesrv}",
+                       interval_s=0.1)
+        except AssertionError as late:
+            raise LabSetupError(f"{late}\n{server.diagnostics()}") from None
 
 
 def start_proxy(install: LabInstall, run_dir: Path, namesrv: str, cluster: str = CLUSTER,
