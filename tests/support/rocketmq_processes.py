@@ -251,7 +251,11 @@ def start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Pa
                           conf_path=conf, server=server)
     if wait:
         server.start()
-        await_registration(settings, f"127.0.0.1:{listen}", server)
+        try:
+            await_registration(settings, f"127.0.0.1:{listen}", server)
+        except LabSetupError:
+            server.stop()  # as await_ready does: nothing is left running behind the error
+            raise
     else:
         server.launch()
     return broker
