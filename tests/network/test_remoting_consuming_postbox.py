@@ -18,6 +18,7 @@ import pytest
 from network.remoting.client.errors import RemotingResponseError
 from network.remoting.client.membership import HeartbeatService
 from network.remoting.client.remote_broker import RemotingBroker
+from network.remoting.codes import RequestCode
 from storage_engine import (
     Broker,
     ConsumeFrom,
@@ -30,7 +31,8 @@ from storage_engine import (
 from storage_engine.formats import encode_record_parts, unpack_record
 from tests.storage_engine.conftest import small_config
 from tests.support.consuming_clients import ConsumingClients
-from tests.support.postbox_remoting import serve_remoting
+from tests.support.polling import wait_until
+from tests.support.postbox_remoting import PostboxRemoting, serve_remoting
 
 QUEUES = 4
 
@@ -43,11 +45,22 @@ def broker(tmp_path) -> Iterator[Broker]:
 
 
 @pytest.fixture
-def clients(broker) -> Iterator[ConsumingClients]:
-    with serve_remoting(broker) as served:
-        made = ConsumingClients(served.namesrv)
-        yield made
-        made.close()
+def served(broker) -> Iterator[PostboxRemoting]:
+    with serve_remoting(broker) as serving:
+        yield serving
+
+
+@pytest.fixture
+def clients(served) -> Iterator[ConsumingClients]:
+    made = ConsumingClients(served.namesrv)
+    yield made
+    made.close()
+
+
+def broker_parked(served: PostboxRemoting) -> int:
+    """Pulls the broker holds now."""
+    assert served.node is not None
+    return served.node.broker_server.pulls.hold.parked_count
 
 
 def send(broker: Broker, count: int, *, queue_id: int = 0, prefix: str = "m") -> None:
@@ -85,9 +98,29 @@ def test_a_full_batch_reads_ahead_and_the_next_pull_takes_it(broker, clients):
     assert len(first.messages) == 8 and consuming.puller.flight_count() == 1
     second = consuming.pull("billing", "orders", 0, 8, 8)
     same(second, broker.pull("billing", "orders", 0, 8, 8))
-    third = consuming.pull("billing", "orders", 0, 16, 8)  # not full: no read-ahead after it
+    third = consuming.pull("billing", "orders", 0, 16, 8)  # not full: caught up
     same(third, broker.pull("billing", "orders", 0, 16, 8))
-    assert consuming.puller.flight_count() == 0
+    assert consuming.puller.flight_count() == 1  # the long poll at 20, sent at once
+
+
+def test_a_pull_a_held_long_poll_answers_sends_nothing(broker, served, clients):
+    consuming = clients.new()
+    send(broker, 3)
+    found = consuming.pull("billing", "orders", 0, 0, 8)  # caught up: the long poll goes out
+    assert len(found.messages) == 3
+    wait_until(lambda: broker_parked(served) == 1, what="the long poll parked at the broker")
+    pulls = served.requests_served(RequestCode.PULL_MESSAGE)
+    for _ in range(3):
+        same(consuming.pull("billing", "orders", 0, 3, 8), broker.pull("billing", "orders", 0,
+                                                                        3, 8))
+    assert served.requests_served(RequestCode.PULL_MESSAGE) == pulls  # answered here
+    assert consuming.wait_for_arrival({("orders", 0): 3}, 300) is False  # the same poll waits
+    assert served.requests_served(RequestCode.PULL_MESSAGE) == pulls
+    send(broker, 1, prefix="late")
+    assert consuming.wait_for_arrival({("orders", 0): 3}, 10_000) is True
+    late = consuming.pull("billing", "orders", 0, 3, 8)  # the poll's own answer
+    assert [view.body for view in late.messages] == [b"late0"]
+    assert served.requests_served(RequestCode.PULL_MESSAGE) == pulls
 
 
 def test_a_parked_queue_wakes_on_arrival_and_its_answer_is_kept(broker, clients):
@@ -115,7 +148,7 @@ def test_a_parked_queue_wakes_on_arrival_and_its_answer_is_kept(broker, clients)
     same(found, broker.pull("billing", "orders", 2, 0, 32))
     assert [view.body for view in found.messages] == [b"late0"]
     assert consuming.pull("billing", "orders", 2, 1, 32).status is GetStatus.OFFSET_OVERFLOW_ONE
-    assert consuming.puller.flight_count() == QUEUES - 1  # the others stay parked
+    assert consuming.puller.flight_count() == QUEUES  # the others stay parked; 2's is new
 
 
 def test_wake_cancel_and_timeout_end_a_wait(broker, clients):

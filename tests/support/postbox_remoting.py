@@ -25,11 +25,17 @@ class PostboxRemoting:
     namesrv: str
     broker_address: str
     broker: Broker
+    node: RemotingNode | None = None
 
     @property
     def store_url(self) -> str:
         """The ``rocketmq://`` URL of its name server."""
         return f"rocketmq://{self.namesrv}"
+
+    def requests_served(self, code: int) -> int:
+        """How many requests of ``code`` the broker's remoting server has served."""
+        assert self.node is not None
+        return self.node.broker_server.server.request_counts[code]
 
 
 @contextlib.contextmanager
@@ -43,6 +49,6 @@ def serve_remoting(broker: Broker, access: AccessControl | None = None
     node.start()
     try:
         assert node.namesrv_address is not None
-        yield PostboxRemoting(node.namesrv_address, node.broker_address, broker)
+        yield PostboxRemoting(node.namesrv_address, node.broker_address, broker, node)
     finally:
         node.stop()

@@ -24,7 +24,15 @@ checked every ``CANCEL_CHECK_INTERVAL_MS``); flights stay in the air for the nex
 
 **Read-ahead.** After a pull that filled its batch the puller sends the next pull of that queue
 at once (a flight without suspend), so the broker works while the framework consumes; the
-caller's next pull at that offset takes its answer. At most one flight per queue.
+caller's next pull at that offset takes its answer. After a pull that caught up with the queue
+it sends the long poll at once instead. At most one flight per queue.
+
+**A held long poll answers for the broker.** While the broker holds a long poll of a queue at
+the offset a pull asks for, it has nothing new there (it answers the poll the moment it has):
+that pull returns the poll's "nothing new" without a call, and the next wait reuses the poll.
+An answer already on its way has landed by the time the wait looks, which then returns at once.
+So a consumer whose queues are idle sends nothing but its long polls: a message on one queue
+costs that queue's poll and the next one, not a pull of every queue, twice, per pull round.
 
 Thread-safety: every method may be called from any thread (one condition guards the flights
 and idle records; answers land on connection reader threads, which only store them).
@@ -86,6 +94,7 @@ class _Flight:
     answer: RemotingCommand | None = None
     error: BaseException | None = None
     landed_s: float = 0.0
+    held: GetResult | None = None  # a long poll: the "nothing new" the broker holds it on
 
     def matches(self, offset: int, tags: str | None, max_count: int) -> bool:
         return (self.offset, self.tags, self.max_count) == (offset, tags, max_count)
@@ -117,7 +126,7 @@ class Puller:
         self._unwrap = namespace.unwrap if namespace.name else None
         self._cond = threading.Condition()
         self._flights: dict[FlightKey, _Flight] = {}
-        self._idle: dict[QueueKey, dict[str, tuple[int, str | None, int]]] = {}
+        self._idle: dict[QueueKey, dict[str, tuple[int, str | None, int, GetResult]]] = {}
         self._wake_generation = 0
         self._closed = False
 
@@ -128,6 +137,11 @@ class Puller:
         """One pull (the answer of a matching flight when one landed); see ``BrokerClient``."""
         key = (group, topic, queue_id)
         flight = self._take_flight(key, offset, tags, max_count)
+        if isinstance(flight, GetResult):
+            if suspend_timeout_ms <= 0:
+                self._after_pull(key, offset, tags, max_count, flight)
+                return flight
+            flight = None
         answer = self._flight_answer(flight) if flight is not None else None
         if answer is None or flight is None:
             try:
@@ -161,8 +175,10 @@ class Puller:
         return self._context.broker_call(address, request, timeout_ms)
 
     def _take_flight(self, key: FlightKey, offset: int, tags: str | None,
-                     max_count: int) -> _Flight | None:
-        """The flight whose answer this pull may take (removed from the table), or None."""
+                     max_count: int) -> _Flight | GetResult | None:
+        """The flight whose answer this pull may take (removed from the table); the "nothing
+        new" of a matching long poll the broker still holds (left for the next wait); or
+        None."""
         with self._cond:
             flight = self._flights.get(key)
             if flight is None:
@@ -171,7 +187,7 @@ class Puller:
                 self._drop(flight)
                 return None
             if flight.long_poll and not flight.done:
-                return None  # still held by the broker: left for the next wait
+                return flight.held
             del self._flights[key]
             return flight
 
@@ -202,22 +218,29 @@ class Puller:
                     if len(self._idle) >= IDLE_RECORDS_MAX:
                         self._idle.clear()  # a bound, not a loss: waits then probe offsets
                     records = self._idle[(topic, queue_id)] = {}
-                records[group] = (offset, tags, max_count)
+                records[group] = (offset, tags, max_count, result)
                 return
             if records is not None:
                 records.pop(group, None)
             stale = self._flights.get(key)
             if stale is not None and stale.offset == offset:
                 self._drop(stale)  # the broker's answer to it would repeat this one
-        if (self._read_ahead and result.status is GetStatus.FOUND
-                and result.next_offset - offset >= max_count):
+        if not self._read_ahead or result.status is not GetStatus.FOUND:
+            return
+        if result.next_offset - offset >= max_count:
             self._send_flight(key, result.next_offset, tags, max_count, long_poll=False)
+        elif result.next_offset >= result.max_offset:  # caught up: wait at the broker
+            self._send_flight(key, result.next_offset, tags, max_count, long_poll=True,
+                              held=GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [],
+                                             result.next_offset, result.min_offset,
+                                             result.next_offset))
 
     # ---- flights ---------------------------------------------------------------------------
 
     def _send_flight(self, key: FlightKey, offset: int, tags: str | None, max_count: int, *,
-                     long_poll: bool) -> _Flight | None:
-        """Send a pull ahead of its caller; None when it could not be sent."""
+                     long_poll: bool, held: GetResult | None = None) -> _Flight | None:
+        """Send a pull ahead of its caller (a long poll: ``held`` is the "nothing new" it
+        waits beyond); None when it could not be sent."""
         group, topic, queue_id = key
         suspend_ms = self._suspend_ms if long_poll else 0
         try:
@@ -231,7 +254,7 @@ class Puller:
         timeout_ms = suspend_ms + LONG_POLL_MARGIN_MS if long_poll else self._pull_timeout_ms
         now_s = time.monotonic()
         flight = _Flight(key, offset, tags, max_count, long_poll, address, connection, future,
-                         now_s, now_s + timeout_ms / 1000)
+                         now_s, now_s + timeout_ms / 1000, held=held)
         with self._cond:
             old = self._flights.get(key)
             if self._closed:
@@ -309,7 +332,7 @@ class Puller:
     def _park(self, positions: Mapping[QueueKey, int]
               ) -> tuple[list[_Flight], dict[QueueKey, int]]:
         """Long polls for the parked queues an idle pull explains; the others to probe."""
-        wanted: list[tuple[FlightKey, int, str | None, int]] = []
+        wanted: list[tuple[FlightKey, int, str | None, int, GetResult]] = []
         unwatched: dict[QueueKey, int] = {}
         flights: list[_Flight] = []
         with self._cond:
@@ -318,16 +341,16 @@ class Puller:
                           if record[0] == offset]
                 if not groups:
                     unwatched[queue] = offset
-                for group, (_, tags, max_count) in groups:
+                for group, (_, tags, max_count, idle) in groups:
                     key = (group, *queue)
                     flight = self._flights.get(key)
                     if (flight is not None and flight.matches(offset, tags, max_count)
                             and flight.long_poll and (not flight.done or flight.arrived())):
                         flights.append(flight)
                     else:
-                        wanted.append((key, offset, tags, max_count))
-        for key, offset, tags, max_count in wanted:
-            flight = self._send_flight(key, offset, tags, max_count, long_poll=True)
+                        wanted.append((key, offset, tags, max_count, idle))
+        for key, offset, tags, max_count, idle in wanted:
+            flight = self._send_flight(key, offset, tags, max_count, long_poll=True, held=idle)
             if flight is None:
                 unwatched[(key[1], key[2])] = offset
             else:
@@ -346,7 +369,7 @@ class Puller:
                 unwatched[(flight.key[1], flight.key[2])] = flight.offset  # no hold: probe
                 continue
             again = self._send_flight(flight.key, flight.offset, flight.tags, flight.max_count,
-                                      long_poll=True)
+                                      long_poll=True, held=flight.held)
             if again is None:
                 unwatched[(flight.key[1], flight.key[2])] = flight.offset
             else:
