@@ -191,6 +191,31 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def machine_cpu_s() -> float | None:
+    """Busy CPU seconds of the whole machine so far, every process included (the database
+    server, the broker and consumer processes too): ``/proc/stat``'s time in every state but
+    idle and iowait. None where there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is in user already
+
+
+def cpu_window() -> Callable[[], tuple[float, float | None]]:
+    """Start measuring; the returned function gives (this process's CPU seconds, the machine's
+    busy CPU seconds or None) since the start."""
+    process, machine = cpu_s(), machine_cpu_s()
+
+    def since() -> tuple[float, float | None]:
+        now = machine_cpu_s()
+        return cpu_s() - process, None if now is None or machine is None else now - machine
+
+    return since
+
+
 # ---------------------------------------------------------------- bare baseline
 
 

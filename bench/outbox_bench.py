@@ -99,7 +99,7 @@ from bench.outbox_baselines import (
     bare,
     body_of,
     count_rows,
-    cpu_s,
+    cpu_window,
     db_floor,
     ledger_rows,
     order_row,
@@ -353,11 +353,11 @@ def pipeline(args: argparse.Namespace, target: Target, redis_url: str, root: Pat
             counting = StatementCounter(context["engine"])
             counting.attach()
             counting.active = True
-        cpu = cpu_s()
+        window = cpu_window()
         start, produced = send_orders(box, warm, count, args.producer_threads, ids)
         done = wait_for(confirmed_at_least(context, warm + count), args.timeout, "pipeline",
                         lambda: stub_summary(context))
-        cpu = cpu_s() - cpu
+        cpu, machine_cpu = window()
         if counting is not None:
             counting.active = False
         ledger_count = count_rows(context["poll"], ledger_rows)
@@ -365,6 +365,7 @@ def pipeline(args: argparse.Namespace, target: Target, redis_url: str, root: Pat
             raise BenchError(f"{target.name}: ledger holds {ledger_count} rows after "
                              f"{warm + count} messages (exactly-once broken)")
         figure = {"seconds": done - start, "producer_s": produced - start, "cpu_s": cpu,
+                  "machine_cpu_s": machine_cpu,
                   "published_by_hook": stats.published_by_hook - hook_before,
                   "published_by_poll": stats.published_by_poll - poll_before,
                   "admission_rounds": admission.rounds - rounds_before}
@@ -543,10 +544,32 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
         figures["processes_per_s"] = count / processes_s
         figures["processes_vs_one_process"] = pipeline_s / processes_s
         figures["processes_vs_bare"] = (count / processes_s) / (count / combined_s)
+        figures.update(machine_figures(reps, count))
     result = {"url": make_url(target.url).render_as_string(), "figures": figures, "reps": reps}
     if args.diagnose:
         result["diagnose"] = diagnose(args, target, redis_url, root)
     return result
+
+
+def machine_figures(reps: list[dict], count: int) -> dict[str, float]:
+    """What the one-process and the split pipelines asked of the whole machine (every process:
+    database, broker, consumers): busy cores while the clock ran, machine CPU per message, and
+    the ceiling of a split at the one-process pipeline's CPU per message — the cores there are
+    over the cores the one-process pipeline already kept busy. Empty without ``/proc/stat``."""
+    runs = [(rep["pipeline"], rep["processes"]) for rep in reps]
+    if any(run["machine_cpu_s"] is None for pair in runs for run in pair):
+        return {}
+    cores = os.cpu_count() or 1
+
+    def med(get: Callable[[dict], float], which: int) -> float:
+        return statistics.median(get(pair[which]) for pair in runs)
+
+    one_cores = med(lambda r: r["machine_cpu_s"] / r["seconds"], 0)
+    return {"pipeline_machine_cores": one_cores,
+            "pipeline_machine_cpu_ms": med(lambda r: r["machine_cpu_s"], 0) / count * 1e3,
+            "processes_machine_cores": med(lambda r: r["machine_cpu_s"] / r["seconds"], 1),
+            "processes_machine_cpu_ms": med(lambda r: r["machine_cpu_s"], 1) / count * 1e3,
+            "split_ceiling": cores / one_cores}
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -109,7 +109,7 @@ def _read_line(process: subprocess.Popen, timeout_s: float) -> str:
 def processes_pipeline(args: argparse.Namespace, target: Any, redis_url: str,
                        root: Path) -> dict:
     """One measurement of the pipeline with ``args.processes`` consumer processes."""
-    from bench.outbox_baselines import cpu_s
+    from bench.outbox_baselines import cpu_window
     from bench.outbox_bench import confirmed_at_least, send_orders, stub_summary, wait_for
     from framework import App
     from outbox import Outbox, database_engine
@@ -134,11 +134,11 @@ def processes_pipeline(args: argparse.Namespace, target: Any, redis_url: str,
                     send_orders(box, 0, warm, args.producer_threads, ids)
                     wait_for(confirmed_at_least(context, warm), args.timeout, "warm-up",
                              lambda: stub_summary(context))
-                cpu = cpu_s()
+                window = cpu_window()
                 start, produced = send_orders(box, warm, count, args.producer_threads, ids)
                 done = wait_for(confirmed_at_least(context, warm + count), args.timeout,
                                 "pipeline over rocketmq://", lambda: stub_summary(context))
-                cpu = cpu_s() - cpu
+                cpu, machine_cpu = window()
                 ledger = count_rows(poll, ledger_rows)
                 if ledger != warm + count:
                     raise BenchError(f"{target.name}: ledger holds {ledger} rows after "
@@ -147,7 +147,7 @@ def processes_pipeline(args: argparse.Namespace, target: Any, redis_url: str,
                 app.stop()
                 poll.dispose()
     return {"seconds": done - start, "producer_s": produced - start, "cpu_s": cpu,
-            "processes": args.processes}
+            "machine_cpu_s": machine_cpu, "processes": args.processes}
 
 
 def consume_main(store_url: str, database_url: str, redis_url: str, group: str) -> int:

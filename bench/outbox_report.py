@@ -47,6 +47,15 @@ def render(report: dict) -> None:
             print(f"  {'ratio those processes / bare combined':<40} "
                   f"{f['processes_vs_bare']:>9.2f}   (target >= 0.50: "
                   f"{'met' if f['processes_vs_bare'] >= 0.5 else 'NOT met'})")
+            if "split_ceiling" in f:
+                print(f"  machine (every process): one-process pipeline "
+                      f"{f['pipeline_machine_cores']:.2f} cores busy, "
+                      f"{f['pipeline_machine_cpu_ms']:.2f} ms CPU/msg; with the consumer "
+                      f"processes {f['processes_machine_cores']:.2f} cores, "
+                      f"{f['processes_machine_cpu_ms']:.2f} ms/msg")
+                print(f"  {'most a split reaches on these cores':<40} "
+                      f"{f['split_ceiling']:>9.2f}   (cores / one-process busy cores, "
+                      "at equal CPU per message)")
         last = result["reps"][-1]["pipeline"]
         print(f"  relay published by hook / by poll        "
               f"{last['published_by_hook']:,} / {last['published_by_poll']:,}")
