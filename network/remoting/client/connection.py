@@ -27,7 +27,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import replace
 
@@ -57,12 +57,78 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-class PendingCall(Future[RemotingCommand]):
-    """A call waiting for its answer; ``opaque`` is its key on the connection."""
+class PendingCall:
+    """A call waiting for its answer; ``opaque`` is its key on the connection.
+
+    The part of ``concurrent.futures.Future`` a call needs, lighter (two plain locks, no
+    condition, no waiter lock per wait: every send and pull makes one): completed once (the
+    first outcome wins), ``result(timeout)`` waits, and a callback runs on the thread that
+    completes the call (the connection's reader) or at once when the call is already done.
+    """
+
+    __slots__ = ("_answer", "_callbacks", "_done", "_error", "_finished", "_guard", "opaque")
 
     def __init__(self, opaque: int) -> None:
-        super().__init__()
         self.opaque = opaque
+        self._answer: RemotingCommand | None = None
+        self._error: BaseException | None = None
+        self._finished = False
+        self._callbacks: list[Callable[[PendingCall], object]] = []
+        self._guard = threading.Lock()  # the outcome and the callbacks
+        self._done = threading.Lock()  # held until the outcome is set
+        self._done.acquire()
+
+    def set_result(self, answer: RemotingCommand) -> None:
+        """Complete with the peer's answer (ignored when already complete)."""
+        self._complete(answer, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        """Complete with a failure (ignored when already complete)."""
+        self._complete(None, error)
+
+    def _complete(self, answer: RemotingCommand | None, error: BaseException | None) -> None:
+        with self._guard:
+            if self._finished:
+                return
+            self._answer, self._error, self._finished = answer, error, True
+            callbacks, self._callbacks = self._callbacks, []
+        self._done.release()
+        for callback in callbacks:
+            self._run(callback)
+
+    def _run(self, callback: Callable[[PendingCall], object]) -> None:
+        try:
+            callback(self)
+        except Exception:  # as Future does: one failing callback does not stop the others
+            log.exception("remoting call %d: a completion callback failed", self.opaque)
+
+    def add_done_callback(self, callback: Callable[[PendingCall], object]) -> None:
+        """Call ``callback(self)`` once complete (now, when it already is)."""
+        with self._guard:
+            if not self._finished:
+                self._callbacks.append(callback)
+                return
+        self._run(callback)
+
+    def done(self) -> bool:
+        """Whether the call is complete."""
+        return self._finished
+
+    def result(self, timeout: float | None = None) -> RemotingCommand:
+        """The answer, waiting up to ``timeout`` seconds (None: no limit).
+
+        Raises:
+            TimeoutError: not complete in time (``concurrent.futures.TimeoutError``).
+            Exception: the failure the call completed with.
+        """
+        if not self._finished:
+            if not self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+                raise FutureTimeoutError(f"remoting call {self.opaque} is not answered yet")
+            self._done.release()  # open for every other waiter
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
 
 
 class Connection:

@@ -41,7 +41,6 @@ import random
 import socket
 import struct
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from storage_engine.broker.model import SendResult
@@ -71,6 +70,7 @@ from storage_engine.store.topics import RETRY_TOPIC_PREFIX, validate_topic
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand
 from .broker_errors import response_error
+from .connection import PendingCall
 from .context import ClientContext
 from .errors import ConnectFailedError, RemotingResponseError, RouteNotFoundError
 from .routes import QueueRef, TopicRoute
@@ -280,7 +280,7 @@ class Sender:
         pending.add_done_callback(
             lambda future: self._deliver(batch, future, address, index, route))
 
-    def _deliver(self, batch: list[Slot], future: Future[RemotingCommand], address: str,
+    def _deliver(self, batch: list[Slot], future: PendingCall, address: str,
                  index: int, route: TopicRoute) -> None:
         """The answer to a written batch, on the connection's reader thread: finish each slot."""
         items = [slot.outgoing for slot in batch]
