@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, StoreConfig
@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..formats import PROPERTY_RETRY_TOPIC, MessageView, empty_body_problem
 from ..service import Service
-from ..store.message import GetResult, GetStatus, Message
+from ..store.message import GetResult, GetStatus, Message, PutResult
 from ..store.message_store import MessageStore
 from ..store.topics import (
     DELAY_TOPIC,
@@ -295,8 +295,46 @@ class Broker:
         """
         self._check_open()
         self._check_master()
+        config = self._send_config(message)
+        return self._put(message, self._topics.select_queue(config, queue_id, sharding_key))
+
+    def send_batch(self, messages: Sequence[Message], *, queue_id: int | None = None,
+                   sharding_key: str | None = None) -> list[SendResult]:
+        """Store messages of one topic in one queue at consecutive offsets, in one append
+        (RocketMQ's batch send): the queue is picked once, as ``send`` picks it, and the
+        batch is stored whole or not at all.
+
+        Raises:
+            InvalidMessageError: no message, more than one topic, an empty body, or a
+                ``DELAY`` level (a batch is never delayed); nothing was stored.
+            NotMasterError: the store is a SLAVE.
+        """
+        self._check_open()
+        self._check_master()
+        if not messages:
+            raise InvalidMessageError("a batch needs at least one message")
+        first = messages[0]
+        for message in messages:
+            if message.topic != first.topic:
+                raise InvalidMessageError(
+                    f"a batch goes to one topic: {first.topic!r} and {message.topic!r}",
+                    topic=first.topic)
+            if schedule_delayed(message, 0, self._levels_ms) is not None:
+                raise InvalidMessageError("a batch cannot carry delayed messages: send them "
+                                          "one by one", topic=first.topic)
+        for message in messages[1:]:
+            if problem := empty_body_problem(message.body, message.properties):
+                raise InvalidMessageError(problem, topic=message.topic)
+        config = self._send_config(first)
+        chosen = self._topics.select_queue(config, queue_id, sharding_key)
+        return [_send_result(message, chosen, result, 0) for message, result in
+                zip(messages, self._store.put_messages(messages, chosen), strict=True)]
+
+    def _send_config(self, message: Message) -> TopicConfig:
+        """The config of the topic ``message`` goes to, created on first send when allowed;
+        refuses an empty body before a topic is created (a refused send writes nothing)."""
         problem = empty_body_problem(message.body, message.properties)
-        if problem:  # before a topic is created: a refused send writes nothing
+        if problem:
             raise InvalidMessageError(problem, topic=message.topic)
         topic = message.topic
         config = self._topics.get(topic) if type(topic) is str else None
@@ -304,22 +342,16 @@ class Broker:
             topic = validate_topic(topic)
             if is_system_group_topic(topic) and self._topics.get(topic) is None:
                 self._system_group_topic(topic)
-            config = self._topics.for_send(topic)
-        else:
-            check_writable(config)
-        return self._put(message, self._topics.select_queue(config, queue_id, sharding_key))
+            return self._topics.for_send(topic)
+        check_writable(config)
+        return config
 
     def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendResult:
         """Store ``message`` for ``queue_id``, through the delay topic when it asks for it."""
         scheduled = schedule_delayed(message, queue_id, self._levels_ms) if delay else None
         stored, stored_queue_id, level = scheduled or (message, queue_id, 0)
-        result = self._store.put_message(stored, stored_queue_id)
-        return SendResult(
-            topic=message.topic, queue_id=queue_id, stored_topic=result.topic,
-            stored_queue_id=result.queue_id, queue_offset=result.queue_offset,
-            log_position=result.log_position, offset_msg_id=result.msg_id,
-            unique_key=message.unique_key, store_timestamp_ms=result.store_timestamp_ms,
-            delay_level=level, status=result.status)
+        return _send_result(message, queue_id, self._store.put_message(stored, stored_queue_id),
+                            level)
 
     def find_by_unique_key(self, topic: str, unique_key: str) -> list[MessageView]:
         """Messages stored in ``topic`` with this ``UNIQ_KEY`` (through the key index), e.g. a
@@ -568,3 +600,13 @@ def _check_batch(topic: str, offset: object, max_count: object) -> None:
     if type(max_count) is not int or not 1 <= max_count <= PULL_BATCH_MAX:
         raise InvalidMessageError(f"max_count must be an integer in 1..{PULL_BATCH_MAX}, "
                                   f"got {max_count!r}", topic=topic)
+
+
+def _send_result(message: Message, queue_id: int, result: PutResult, level: int) -> SendResult:
+    """What a send of ``message`` to ``queue_id`` returns, from the store's ``result``."""
+    return SendResult(
+        topic=message.topic, queue_id=queue_id, stored_topic=result.topic,
+        stored_queue_id=result.queue_id, queue_offset=result.queue_offset,
+        log_position=result.log_position, offset_msg_id=result.msg_id,
+        unique_key=message.unique_key, store_timestamp_ms=result.store_timestamp_ms,
+        delay_level=level, status=result.status)

@@ -175,6 +175,42 @@ def test_explicit_queue_id_must_be_below_write_queue_nums(broker: Broker):
             broker.send(Message(TOPIC, b"x"), queue_id=bad)
 
 
+def test_a_batch_lands_whole_in_one_queue_at_consecutive_offsets(broker: Broker):
+    broker.create_topic(TOPIC, 4)
+    broker.send(Message(TOPIC, b"before"), queue_id=2)
+    batch = [Message(TOPIC, f"b{i}".encode(), keys=[f"k{i}"], unique_key=f"U{i}")
+             for i in range(5)]
+    results = broker.send_batch(batch, queue_id=2)
+    assert [(r.queue_id, r.queue_offset) for r in results] == [(2, n) for n in range(1, 6)]
+    assert [r.unique_key for r in results] == [f"U{i}" for i in range(5)]
+    assert broker.store.wait_dispatched()
+    pulled = broker.pull(GROUP, TOPIC, 2, 1, 32)
+    assert [view.body for view in pulled.messages] == [f"b{i}".encode() for i in range(5)]
+    assert [view.msg_id for view in pulled.messages] == [r.offset_msg_id for r in results]
+    keyed = broker.send_batch([Message(TOPIC, b"s")] * 2, sharding_key="order-9")
+    assert {r.queue_id for r in keyed} == {sharding_queue("order-9", 4)}
+    picked = broker.send_batch([Message(TOPIC, b"r")] * 3)  # round-robin picks once
+    assert len({r.queue_id for r in picked}) == 1
+    assert [r.queue_offset for r in picked] == list(range(picked[0].queue_offset,
+                                                          picked[0].queue_offset + 3))
+
+
+@pytest.mark.parametrize(("batch", "problem"), [
+    ([], "at least one message"),
+    ([Message(TOPIC, b"a"), Message("other", b"b")], "one topic"),
+    ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties={PROPERTY_DELAY: "2"})],
+     "delayed"),
+    ([Message(TOPIC, b"a"), Message(TOPIC, b"")], "empty"),
+])
+def test_a_refused_batch_stores_nothing(broker: Broker, batch, problem):
+    broker.create_topic(TOPIC, 1)
+    with pytest.raises(InvalidMessageError, match=problem):
+        broker.send_batch(batch)
+    assert broker.store.wait_dispatched()
+    assert broker.store.max_offset(TOPIC, 0) == 0
+    assert broker.topic_config("other") is None
+
+
 # ---- delayed sends -------------------------------------------------------------------------
 
 def test_delayed_send_is_diverted_without_touching_the_callers_message(broker: Broker):

@@ -138,6 +138,11 @@ class SendHandlers:
         return _send_response(request, results)
 
     def _send_all(self, messages: list[Message], queue_id: int | None) -> list[SendResult]:
+        """A batch in one append at consecutive offsets (the client numbers its results from
+        the first); one carrying a ``DELAY`` level, which RocketMQ's clients never batch, is
+        sent message by message to the first one's queue."""
+        if not any(PROPERTY_DELAY in (message.properties or {}) for message in messages):
+            return self._broker.send_batch(messages, queue_id=queue_id)
         first = self._broker.send(messages[0], queue_id=queue_id)
         return [first] + [self._broker.send(message, queue_id=first.queue_id)
                           for message in messages[1:]]
