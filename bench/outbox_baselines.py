@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import resource
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -214,6 +215,27 @@ def cpu_window() -> Callable[[], tuple[float, float | None]]:
         return cpu_s() - process, None if now is None or machine is None else now - machine
 
     return since
+
+
+def machine_figures(reps: list[dict], count: int) -> dict[str, float]:
+    """What the one-process and the split pipelines asked of the whole machine (every process:
+    database, broker, consumers): busy cores while the clock ran, machine CPU per message, and
+    the ceiling of a split at the one-process pipeline's CPU per message — the cores there are
+    over the cores the one-process pipeline already kept busy. Empty without ``/proc/stat``."""
+    runs = [(rep["pipeline"], rep["processes"]) for rep in reps]
+    if any(run["machine_cpu_s"] is None for pair in runs for run in pair):
+        return {}
+    cores = os.cpu_count() or 1
+
+    def med(get: Callable[[dict], float], which: int) -> float:
+        return statistics.median(get(pair[which]) for pair in runs)
+
+    one_cores = med(lambda r: r["machine_cpu_s"] / r["seconds"], 0)
+    return {"pipeline_machine_cores": one_cores,
+            "pipeline_machine_cpu_ms": med(lambda r: r["machine_cpu_s"], 0) / count * 1e3,
+            "processes_machine_cores": med(lambda r: r["machine_cpu_s"] / r["seconds"], 1),
+            "processes_machine_cpu_ms": med(lambda r: r["machine_cpu_s"], 1) / count * 1e3,
+            "split_ceiling": cores / one_cores}
 
 
 # ---------------------------------------------------------------- bare baseline

@@ -55,6 +55,10 @@ from .common import (
 )
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
+SIGNAL_CHECK_S = 0.5
+"""How often the waiting main thread wakes: a SIGTERM the kernel delivers to another thread
+only sets a flag, and its Python handler runs once the main thread runs bytecode again (a wait
+without a timeout may never return; CI once saw a broker ignore SIGTERM for 30 s)."""
 
 broker_app = typer.Typer(name="broker", help="Run the network broker (RocketMQ remoting and "
                                              "RocketMQ 5 gRPC).", no_args_is_help=True)
@@ -208,7 +212,8 @@ def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, metric
                    for host, port in node.options.namesrv_addresses))
     print_note(note)
     try:
-        stop.wait()
+        while not stop.wait(SIGNAL_CHECK_S):
+            pass  # a Python signal handler runs only when the main thread runs bytecode
     finally:
         if metrics_server is not None:
             metrics_server.stop()

@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..formats import PROPERTY_RETRY_TOPIC, MessageView, empty_body_problem
 from ..service import Service
-from ..store.message import GetResult, GetStatus, Message, PutResult
+from ..store.message import GetResult, GetStatus, Message
 from ..store.message_store import MessageStore
 from ..store.topics import (
     DELAY_TOPIC,
@@ -84,6 +84,7 @@ from .persist import BrokerPersistService
 from .progress import ProgressReader, physical_memory_bytes
 from .queue_locks import QueueLockTable, validate_queue_key
 from .send_back import resend_copy, send_back_copy
+from .send_rules import batch_problem, send_result
 from .topic_manager import TopicManager, check_writable
 
 log = logging.getLogger(__name__)
@@ -311,23 +312,14 @@ class Broker:
         """
         self._check_open()
         self._check_master()
-        if not messages:
-            raise InvalidMessageError("a batch needs at least one message")
-        first = messages[0]
-        for message in messages:
-            if message.topic != first.topic:
-                raise InvalidMessageError(
-                    f"a batch goes to one topic: {first.topic!r} and {message.topic!r}",
-                    topic=first.topic)
-            if schedule_delayed(message, 0, self._levels_ms) is not None:
-                raise InvalidMessageError("a batch cannot carry delayed messages: send them "
-                                          "one by one", topic=first.topic)
+        if problem := batch_problem(messages, self._levels_ms):
+            raise InvalidMessageError(problem, topic=messages[0].topic if messages else None)
         for message in messages[1:]:
             if problem := empty_body_problem(message.body, message.properties):
                 raise InvalidMessageError(problem, topic=message.topic)
-        config = self._send_config(first)
+        config = self._send_config(messages[0])
         chosen = self._topics.select_queue(config, queue_id, sharding_key)
-        return [_send_result(message, chosen, result, 0) for message, result in
+        return [send_result(message, chosen, result, 0) for message, result in
                 zip(messages, self._store.put_messages(messages, chosen), strict=True)]
 
     def _send_config(self, message: Message) -> TopicConfig:
@@ -350,8 +342,8 @@ class Broker:
         """Store ``message`` for ``queue_id``, through the delay topic when it asks for it."""
         scheduled = schedule_delayed(message, queue_id, self._levels_ms) if delay else None
         stored, stored_queue_id, level = scheduled or (message, queue_id, 0)
-        return _send_result(message, queue_id, self._store.put_message(stored, stored_queue_id),
-                            level)
+        return send_result(message, queue_id, self._store.put_message(stored, stored_queue_id),
+                           level)
 
     def find_by_unique_key(self, topic: str, unique_key: str) -> list[MessageView]:
         """Messages stored in ``topic`` with this ``UNIQ_KEY`` (through the key index), e.g. a
@@ -601,12 +593,3 @@ def _check_batch(topic: str, offset: object, max_count: object) -> None:
         raise InvalidMessageError(f"max_count must be an integer in 1..{PULL_BATCH_MAX}, "
                                   f"got {max_count!r}", topic=topic)
 
-
-def _send_result(message: Message, queue_id: int, result: PutResult, level: int) -> SendResult:
-    """What a send of ``message`` to ``queue_id`` returns, from the store's ``result``."""
-    return SendResult(
-        topic=message.topic, queue_id=queue_id, stored_topic=result.topic,
-        stored_queue_id=result.queue_id, queue_offset=result.queue_offset,
-        log_position=result.log_position, offset_msg_id=result.msg_id,
-        unique_key=message.unique_key, store_timestamp_ms=result.store_timestamp_ms,
-        delay_level=level, status=result.status)
