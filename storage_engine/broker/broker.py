@@ -592,4 +592,3 @@ def _check_batch(topic: str, offset: object, max_count: object) -> None:
     if type(max_count) is not int or not 1 <= max_count <= PULL_BATCH_MAX:
         raise InvalidMessageError(f"max_count must be an integer in 1..{PULL_BATCH_MAX}, "
                                   f"got {max_count!r}", topic=topic)
-

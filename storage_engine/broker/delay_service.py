@@ -110,31 +110,39 @@ _DELIVERABLE_TRANSACTION_TYPES = (SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_C
 # Pure helpers: divert on send, rebuild on delivery
 # --------------------------------------------------------------------------------------------
 
+def delay_level(message: Message, levels_ms: tuple[int, ...]) -> int:
+    """The level (clamped to ``levels_ms``) a send of ``message`` is delayed by, 0 when it is
+    not delayed: no ``DELAY`` property, a value that is not an integer >= 1, or a
+    prepared/rollback transaction message."""
+    if not levels_ms:
+        raise ConfigError("delay.levels_ms is empty: no level to schedule a DELAY message on")
+    raw_level = (message.properties or {}).get(PROPERTY_DELAY)
+    if raw_level is None:
+        return 0
+    try:
+        level = int(raw_level)
+    except (TypeError, ValueError):
+        return 0
+    if level < 1:
+        return 0
+    if message.sys_flag & SYSFLAG_TRANSACTION_MASK not in _DELIVERABLE_TRANSACTION_TYPES:
+        return 0
+    return min(level, len(levels_ms))
+
+
 def schedule_delayed(message: Message, queue_id: int, levels_ms: tuple[int, ...]
                      ) -> tuple[Message, int, int] | None:
     """Divert a delayed message to ``SCHEDULE_TOPIC_XXXX``.
 
     Returns ``(schedule message, schedule queue id = level - 1, clamped level)``, or None when
-    the message is not delayed: no ``DELAY`` property, a value that is not an integer >= 1, or
-    a prepared/rollback transaction message. The input is never modified; the copy carries all
-    fields (tags, keys and unique key stay attributes) and properties extended by
+    the message is not delayed (``delay_level`` 0). The input is never modified; the copy
+    carries all fields (tags, keys and unique key stay attributes) and properties extended by
     ``REAL_TOPIC``, ``REAL_QID`` and the clamped ``DELAY``.
     """
-    if not levels_ms:
-        raise ConfigError("delay.levels_ms is empty: no level to schedule a DELAY message on")
+    level = delay_level(message, levels_ms)
+    if not level:
+        return None
     properties = dict(message.properties or {})
-    raw_level = properties.get(PROPERTY_DELAY)
-    if raw_level is None:
-        return None
-    try:
-        level = int(raw_level)
-    except (TypeError, ValueError):
-        return None
-    if level < 1:
-        return None
-    if message.sys_flag & SYSFLAG_TRANSACTION_MASK not in _DELIVERABLE_TRANSACTION_TYPES:
-        return None
-    level = min(level, len(levels_ms))
     properties[PROPERTY_REAL_TOPIC] = message.topic
     properties[PROPERTY_REAL_QID] = str(queue_id)
     properties[PROPERTY_DELAY] = str(level)
@@ -417,4 +425,4 @@ class DelayService(Service):
             return list(self._lateness_ms)
 
 
-__all__ = ["DelayService", "delivery_for", "schedule_delayed"]
+__all__ = ["DelayService", "delay_level", "delivery_for", "schedule_delayed"]

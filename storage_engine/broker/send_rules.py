@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..store.message import Message, PutResult
-from .delay_service import schedule_delayed
+from .delay_service import delay_level
 from .model import SendResult
 
 
@@ -34,6 +34,6 @@ def batch_problem(messages: Sequence[Message], levels_ms: tuple[int, ...]) -> st
     for message in messages:
         if message.topic != topic:
             return f"a batch goes to one topic: {topic!r} and {message.topic!r}"
-        if schedule_delayed(message, 0, levels_ms) is not None:
+        if delay_level(message, levels_ms):
             return "a batch cannot carry delayed messages: send them one by one"
     return None
