@@ -2,5 +2,5 @@
 
 pytest_plugins = ["tests.support.services", "tests.support.ci_policy",
                   "tests.support.rocketmq_lab", "tests.support.threads", "tests.support.spark",
-                  "tests.support.transports",
+                  "tests.support.transports", "tests.support.filesystems",
                   "pytester"]

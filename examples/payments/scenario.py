@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
-from framework import App
+from framework import App, AppStateError
 from outbox.tables import StubStatus, message_stub
 
 from .app import build_app, build_outbox, build_worker, prepare_database
@@ -118,7 +118,7 @@ def run_scenario(config: PaymentsConfig, options: ScenarioOptions = ScenarioOpti
         worker.run("cleanup", scheduled=False)
         report.lost_on_purpose = faults.dropped
         _count(app, box, report)
-        report.checks = _checks(box, report, options)
+        report.checks = [*_store_check(app), *_checks(box, report, options)]
         if observe is not None:
             observe(app, report)
     finally:
@@ -224,6 +224,19 @@ def _dead_letter_ids(app: App) -> set[str]:
             return ids
         ids.update(letter.unique_key for letter in letters if letter.unique_key is not None)
         offset = letters[-1].queue_offset + 1
+
+
+def _store_check(app: App) -> list[Check]:
+    """The embedded store took every write: a store that refused them (its disk above
+    ``diskSpaceWarningLevelRatio``, say) voids every stub, and this check names the cause.
+    Nothing for a remote broker, which reports its own refusals to the sender."""
+    try:
+        guard = app.broker.store.guard
+    except AppStateError:
+        return []
+    detail = (f"{guard.refused_count} refused, the latest: {guard.last_refusal}"
+              if guard.refused_count else "no write refused")
+    return [Check("the store accepted every write", not guard.refused_count, detail)]
 
 
 def _checks(box, report: ScenarioReport, options: ScenarioOptions) -> list[Check]:

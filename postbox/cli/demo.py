@@ -107,7 +107,7 @@ def demo_command(
             if reconcile and report.settled:
                 reconciliation = reconcile_demo(root, config, report, console)
         render(console, report, root)
-        console.print(expected.summary(), highlight=False)
+        console.print(expected.summary(as_expected=report.passed), highlight=False)
         if reconciliation is not None:
             render_result(console, reconciliation)
     if not report.passed:
@@ -143,11 +143,13 @@ class ExpectedOutcomes(logging.Filter):
                      (dead, exhausted) == (report.void_dead_lettered, report.void_exhausted),
                      f"{dead + exhausted} alerts for {void} void stubs")
 
-    def summary(self) -> str:
-        """The line that reports them as what the demo set out to show."""
+    def summary(self, as_expected: bool) -> str:
+        """The line that reports them: as what the demo set out to show when ``as_expected``
+        (every check passed), plainly otherwise (the failed checks say what went wrong)."""
         dead, exhausted = (self.alerts[AlertKind.DEAD_LETTERED],
                            self.alerts[AlertKind.EXHAUSTED])
-        return (f"as expected: {dead + exhausted} alert(s) raised ({dead} dead-lettered, "
+        lead = "as expected" if as_expected else "alerts"
+        return (f"{lead}: {dead + exhausted} alert(s) raised ({dead} dead-lettered, "
                 f"{exhausted} void after max sends) for the {self.dead_lettered} message(s) the "
                 "billing handler refused on purpose; in production alerts go to the log, a "
                 "webhook or email (POSTBOX_ALERT_*)")

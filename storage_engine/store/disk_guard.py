@@ -87,6 +87,7 @@ class DiskGuard:
         self.full = False
         self.read_only_reason: str | None = None
         self.refused_count = 0
+        self.last_refusal: str | None = None  # why the latest refused write was refused
 
     def check(self, now_ms: int | None = None) -> float:
         """Measure the disk now; update and return the used fraction."""
@@ -119,6 +120,7 @@ class DiskGuard:
         """
         if self.read_only_reason is not None:
             self.refused_count += 1
+            self.last_refusal = self.read_only_reason
             raise DiskFullError(self.read_only_reason, path=str(self._root_dir),
                                 used_ratio=self.used_ratio)
         now_ms = self._clock.now_ms()
@@ -133,7 +135,8 @@ class DiskGuard:
         if self.full or projected > self._level:
             self._admitted_bytes -= size_bytes
             self.refused_count += 1
-            raise DiskFullError(self._refusal(projected), path=str(self._root_dir),
+            self.last_refusal = self._refusal(projected)
+            raise DiskFullError(self.last_refusal, path=str(self._root_dir),
                                 used_ratio=self.used_ratio)
 
     def _projected_ratio(self, new_segment_bytes: int) -> float:

@@ -511,6 +511,7 @@ class MessageStore:
                           "disk_full": self.retention.disk_full,
                           "read_only_reason": self.guard.read_only_reason,
                           "writes_refused": self.guard.refused_count,
+                          "last_refusal": self.guard.last_refusal,
                           "kept_unconsumed": self.retention.kept_unconsumed,
                           "deleted_segment_count": self.retention.deleted_segment_count},
             "recovery": self.recovery.as_dict() if self.recovery else None,

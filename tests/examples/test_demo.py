@@ -34,7 +34,7 @@ def test_demo_settles_every_message_consistently(tmp_path: Path) -> None:
     assert report["lost_on_purpose"] > 0
     assert report["resent"] >= report["lost_on_purpose"]
     assert report["retried"] > 0
-    assert [check["passed"] for check in report["checks"]] == [True] * 7
+    assert [check["passed"] for check in report["checks"]] == [True] * 8
     assert report["expected_alerts"] == {"dead_lettered": report["void_dead_lettered"],
                                          "exhausted": 0}
     assert (directory / "store" / "commitlog").is_dir()
@@ -69,6 +69,21 @@ def test_demo_human_output_and_rerun(tmp_path: Path) -> None:
             assert label in result.stdout
     # its warnings went to its console for the run only: the process's logging is as it was
     assert (root.handlers, root.level) == (handlers, level)
+
+
+def test_demo_on_a_full_disk_fails_and_names_the_disk(tmpfs) -> None:
+    """A store whose disk is above ``diskSpaceWarningLevelRatio`` refuses every write, so every
+    stub ends void: the demo fails with a check that names the disk as the cause, and does
+    not call the alerts expected."""
+    directory = tmpfs("64m") / "demo"  # a 1 GiB commit-log segment cannot fit in 90 % of it
+    result = run("demo", "--dir", str(directory), "--orders", "20", "--no-reconcile",
+                 "--timeout", "60")
+    assert result.exit_code == 1, f"{result.stdout}\n{result.stderr}"
+    check = next(line for line in result.stdout.splitlines()
+                 if "the store accepted every write" in line)
+    assert check.split()[0] == "FAIL" and "refused" in check
+    assert "diskSpaceWarningLevelRatio" in result.stdout
+    assert "as expected" not in result.stdout and "alerts: " in result.stdout
 
 
 def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from network.remoting.server import AccessDeniedError
 from network.remoting.server.broker import BrokerRemotingServer
 from storage_engine import Broker
 from storage_engine.formats import decode_offset_msg_id
-from tests.storage_engine.conftest import small_config, tmpfs  # noqa: F401  (fixture)
+from tests.storage_engine.conftest import small_config
 from tests.support.remoting_raw import RawRemotingClient, decode_records, send_fields
 
 UNIQ = "7F0000010F3A1B2C3D4E00A1B2C3"
@@ -116,7 +116,7 @@ def test_transactions_are_refused_clearly(connect):
     assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 0}).code == 0
 
 
-def test_full_disk_answers_system_busy_and_loses_nothing(tmpfs):  # noqa: F811
+def test_full_disk_answers_system_busy_and_loses_nothing(tmpfs):
     mount = tmpfs("16m")
     config = small_config(mount / "store", segment_size_bytes=256 * 1024,
                           units_per_file=300_000, slot_count_max=50_000,

@@ -5,6 +5,8 @@ name they use exists there (the broker's own names: ``test_broker_metrics``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from examples.payments.billing import GROUP
@@ -12,6 +14,7 @@ from examples.payments.config import PaymentsConfig
 from examples.payments.orders import TOPIC
 from examples.payments.scenario import ScenarioOptions, ScenarioReport, run_scenario
 from framework import App
+from tests.support.filesystems import scratch_dir
 
 from .scrape import Scrape, dashboard_metric_names, scrape
 
@@ -19,18 +22,19 @@ OPTIONS = ScenarioOptions(orders=150, lose=3, flaky=4, poison=2, duplicates=6, t
 
 
 @pytest.fixture(scope="module")
-def payments(tmp_path_factory: pytest.TempPathFactory) -> tuple[ScenarioReport, Scrape]:
-    directory = tmp_path_factory.mktemp("payments")
+def payments(tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[tuple[ScenarioReport, Scrape]]:
     scraped: list[Scrape] = []
 
     def observe(app: App, report: ScenarioReport) -> None:
         scraped.append(scrape(app.metrics_server(0).url))
 
-    report = run_scenario(PaymentsConfig(store_dir=directory / "store",
-                                         database_url=f"sqlite:///{directory / 'db.sqlite'}"),
-                          OPTIONS, observe=observe)
-    assert report.passed, report
-    return report, scraped[0]
+    with scratch_dir(tmp_path_factory, "payments") as directory:
+        report = run_scenario(PaymentsConfig(
+            store_dir=directory / "store", database_url=f"sqlite:///{directory / 'db.sqlite'}"),
+            OPTIONS, observe=observe)
+        assert report.passed, report
+        yield report, scraped[0]
 
 
 def test_scrape_matches_the_scenarios_own_counts(

@@ -6,30 +6,32 @@ import csv
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from spark_reconcile.job import ReconcileOptions, run_reconciliation
 from tests.spark_reconcile.framework_scenario import ScenarioCounts, build_scenario
+from tests.support.filesystems import scratch_dir
 from tests.support.services import DATABASE_URL_ENV, reset_database
 
 COUNTS = ScenarioCounts()
 
 
 @pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory, redis_server_url: str) -> dict:
+def scenario(tmp_path_factory: pytest.TempPathFactory, redis_server_url: str) -> Iterator[dict]:
     """The scenario on SQLite, or on the database CI names (exported through SQLAlchemy)."""
-    base = tmp_path_factory.mktemp("scenario")
-    database_url = os.environ.get(DATABASE_URL_ENV)
-    if database_url:
-        reset_database(database_url)
-    else:
-        database_url = f"sqlite:///{base / 'app.db'}"
-    live_copy = base / "live-copy"
-    ids = build_scenario(base / "store", database_url, redis_server_url, COUNTS,
-                         during=lambda app: shutil.copytree(base / "store", live_copy))
-    return {"base": base, "database_url": database_url, "ids": ids, "live_copy": live_copy}
+    with scratch_dir(tmp_path_factory, "scenario") as base:
+        database_url = os.environ.get(DATABASE_URL_ENV)
+        if database_url:
+            reset_database(database_url)
+        else:
+            database_url = f"sqlite:///{base / 'app.db'}"
+        live_copy = base / "live-copy"
+        ids = build_scenario(base / "store", database_url, redis_server_url, COUNTS,
+                             during=lambda app: shutil.copytree(base / "store", live_copy))
+        yield {"base": base, "database_url": database_url, "ids": ids, "live_copy": live_copy}
 
 
 def reconcile(spark, scenario: dict, store: Path, out: Path, **options):

@@ -8,8 +8,6 @@ so every test also proves that it left a consistent store behind.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -92,28 +90,6 @@ class DiskProbe:
 
     def __call__(self, path: Path) -> float:
         return self.ratio
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """Factory: ``tmpfs("40m")`` mounts a real tmpfs of that size under ``tmp_path`` (a real
-    file system that fills up; needs permission to mount) and returns its mount point;
-    everything mounted is unmounted at teardown."""
-    mounted: list[Path] = []
-
-    def mount(size: str) -> Path:
-        mount_point = tmp_path / f"tmpfs-{uuid.uuid4().hex[:8]}"
-        mount_point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                               str(mount_point)], capture_output=True, check=False)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-        mounted.append(mount_point)
-        return mount_point
-
-    yield mount
-    for mount_point in reversed(mounted):
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 @pytest.fixture

@@ -172,7 +172,9 @@ def test_puts_measure_the_disk_every_interval_and_every_n_bytes(retained, clock)
     with pytest.raises(DiskFullError):  # no time passed, but 4 KiB were accepted since
         for _ in range(10):
             store.put_message(Message(TOPIC, bytes(1000)), 0)
-    assert store.stats()["retention"]["writes_refused"] == 2
+    retention = store.stats()["retention"]
+    assert retention["writes_refused"] == 2
+    assert "disk 91% used" in retention["last_refusal"]
 
 
 def test_above_the_warning_ratio_writes_are_refused_until_space_is_freed(retained, clock):
