@@ -174,11 +174,11 @@ def test_sends_queued_during_a_write_share_one_batch_with_their_own_unique_keys(
     writing, release = threading.Event(), threading.Event()
     write = sender._write_batch
 
-    def slow_first_write(batch: list[Slot]) -> None:
+    def slow_first_write(batch: list[Slot], done: Callable[[], None]) -> None:
         if not writing.is_set():
             writing.set()
             release.wait(10)
-        write(batch)
+        write(batch, done)
 
     lane = Lane(slow_first_write)
     sender._lanes[("ns%orders", None)] = lane
@@ -210,9 +210,10 @@ def test_a_broker_without_batches_gets_single_sends(cluster) -> None:
     sender = client._sender
     slots = [Slot(sender.prepare(Message("orders", f"m{i}".encode()), None, None))
              for i in range(3)]
-    sender._write_batch(slots)  # a call of three, as queued senders make it
+    over = threading.Event()
+    sender._write_batch(slots, over.set)  # a call of three, as queued senders make it
     assert all(slot.wait(10_000) for slot in slots)
-    assert all(isinstance(slot.outcome, SendAlone) for slot in slots)
+    assert all(isinstance(slot.outcome, SendAlone) for slot in slots) and over.wait(10)
     assert [request.code for request in broker.requests] == [320]
     assert client.send(Message("orders", b"after")).status is PutStatus.PUT_OK
     assert broker.requests[-1].code == RequestCode.SEND_MESSAGE_V2
@@ -230,5 +231,64 @@ def test_an_unanswered_send_times_out_and_leaves_no_pending_call(cluster) -> Non
         assert time.monotonic() - started < 5
         connection = quick.context.connections.get(silent.server.address)
         assert connection._pending == {}
+    finally:
+        quick.close()
+
+
+def test_sends_past_the_calls_in_flight_queue_and_go_as_one_batch_when_a_call_ends(
+        cluster) -> None:
+    """Two calls of a lane in flight (``MAX_CALLS_IN_FLIGHT``): later senders queue, and the
+    first answer writes all of them as one SEND_BATCH_MESSAGE."""
+    held: list[RemotingCommand] = []
+
+    def hold_singles(request: RemotingCommand) -> RemotingCommand | None:
+        if b"held" in request.body:
+            held.append(request)
+            return None
+        return stored(request, offset=100, count=request.body.count(b"UNIQ_KEY") or 1)
+
+    broker = ScriptedBroker(hold_singles)
+    client = cluster(**{"broker-a": broker})
+    lane = Lane(client._sender._write_batch)
+    client._sender._lanes[("ns%orders", None)] = lane
+    with ThreadPoolExecutor(5) as pool:
+        first = [pool.submit(client.send, Message("orders", f"held{i}".encode()))
+                 for i in range(2)]
+        wait_until(lambda: len(held) == 2, timeout_s=10)
+        rest = [pool.submit(client.send, Message("orders", f"m{i}".encode())) for i in range(3)]
+        wait_until(lambda: len(lane._queue) == 3, timeout_s=10)
+        assert len(broker.requests) == 2  # at the cap: nothing more written
+        broker.server.peers[0].send(stored(held[0], offset=1))
+        assert sorted(future.result(10).queue_offset for future in rest) == [100, 101, 102]
+        broker.server.peers[0].send(stored(held[1], offset=2))
+        assert sorted(future.result(10).queue_offset for future in first) == [1, 2]
+    assert [request.code for request in broker.requests] == [310, 310, 320]
+    assert lane.calls == 3 and lane._in_flight == 0
+
+
+def test_a_send_queued_past_its_timeout_is_taken_out_and_the_lane_goes_on(cluster) -> None:
+    """At the cap, a queued send that times out was never written: its error says nothing
+    was sent, and the broker never sees it; the call in flight still ends and the lane goes
+    on. (One lane shared by a patient client and a quick one: the quick one's send queues
+    behind the patient one's call and gives up first.)"""
+    broker = ScriptedBroker(lambda request: None)
+    client = cluster(**{"broker-a": broker})
+    quick = RemotingBroker(client.namesrv_addresses, namespace="ns", timeout_ms=300)
+    try:
+        lane = Lane(client._sender._write_batch, max_in_flight=1)
+        client._sender._lanes[("ns%orders", None)] = quick._sender._lanes[
+            ("ns%orders", None)] = lane
+        with ThreadPoolExecutor(1) as pool:
+            written = pool.submit(client.send, Message("orders", b"written"))
+            wait_until(lambda: len(broker.requests) == 1, timeout_s=10)
+            with pytest.raises(BrokerUnavailableError, match="nothing was sent"):
+                quick.send(Message("orders", b"queued"))
+            assert not lane._queue and lane._in_flight == 1
+            broker.reply = lambda request: stored(request, offset=5)
+            broker.server.peers[0].send(stored(broker.requests[0], offset=4))
+            assert written.result(10).queue_offset == 4
+        assert client.send(Message("orders", b"after")).queue_offset == 5
+        assert [request.body for request in broker.requests] == [b"written", b"after"]
+        assert lane._in_flight == 0
     finally:
         quick.close()

@@ -23,8 +23,9 @@ One send (reference §2.1, §9.6–§9.8):
 ``Lane``: the sender that finds nobody writing writes everything queued as one request — a
 SEND_BATCH_MESSAGE (320) to one queue (round robin per call) when several messages queued, a
 SEND_MESSAGE_V2 for one — and does not wait for the answer before the next sender writes, so
-several calls are in flight on one connection; the connection's reader hands each answer
-straight to the senders of that call. A message with its own queue or sharding key shares
+up to ``MAX_CALLS_IN_FLIGHT`` calls are in flight on one connection; past that, senders queue
+and the answer that ends a call writes what queued as the next call. The connection's reader
+hands each answer straight to the senders of that call. A message with its own queue or sharding key shares
 calls only with sends for that same queue or key. Delayed messages and retry topics go alone
 (brokers refuse them in batches), as do sends that need failover. A broker that answers 320
 with REQUEST_CODE_NOT_SUPPORTED gets single sends from then on.
@@ -34,13 +35,13 @@ Thread safety: ``send`` may be called from any thread.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import random
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from storage_engine.broker.model import SendResult
@@ -251,38 +252,54 @@ class Sender:
         assert isinstance(result, SendResult)
         return result
 
-    def _write_batch(self, batch: list[Slot]) -> None:
+    def _write_batch(self, batch: list[Slot], done: Callable[[], None]) -> None:
         """Write one SEND(_BATCH) for ``batch`` and return at once; the connection's reader
-        finishes every slot when the answer comes (``_deliver``). Never raises: a slot whose
-        send cannot be written here is finished with ``SEND_ALONE`` (its sender then sends it
-        alone, with the failover of ``_attempts``) or with the error."""
+        finishes every slot when the answer comes (``_deliver``), and ``done`` runs once the
+        call is over (a forgotten call is over too). Never raises: a slot whose send cannot
+        be written here is finished with ``SEND_ALONE`` (its sender then sends it alone, with
+        the failover of ``_attempts``) or with the error."""
         items = [slot.outgoing for slot in batch]
         try:
             route, via_default = self._route(items[0], refresh=False)
             if via_default:  # a topic being created: alone, so the route is refetched
                 Slot.finish_all(batch, FAIL_OVER)
+                done()
                 return
             index = self._choose(route, items[0], set())
             ref = route.queues[index]
             address = route.master(ref.broker_name)
             assert address is not None  # writable queues have a master
-            pending = self._context.connections.get(address).call_async(
-                self._request(ref, items))
+            connection = self._context.connections.get(address)
+            pending = connection.call_async(self._request(ref, items))
         except BrokerUnavailableError:  # name server or broker unreachable: fail over alone
             Slot.finish_all(batch, FAIL_OVER)
+            done()
             return
         except Exception as error:
             Slot.finish_all(batch, error)
+            done()
             return
-        forget = functools.partial(self._context.connections.get(address).forget, pending)
+
+        def forget() -> None:
+            connection.forget(pending)
+            done()
+
         for slot in batch:
             slot.forget = forget
         pending.add_done_callback(
-            lambda future: self._deliver(batch, future, address, index, route))
+            lambda future: self._deliver(batch, future, address, index, route, done))
 
     def _deliver(self, batch: list[Slot], future: PendingCall, address: str,
-                 index: int, route: TopicRoute) -> None:
-        """The answer to a written batch, on the connection's reader thread: finish each slot."""
+                 index: int, route: TopicRoute, done: Callable[[], None]) -> None:
+        """The answer to a written batch, on the connection's reader thread: finish each slot,
+        then end the call (which may write the sends queued behind it, on this thread)."""
+        try:
+            self._finish(batch, future, address, index, route)
+        finally:
+            done()
+
+    def _finish(self, batch: list[Slot], future: PendingCall, address: str,
+                index: int, route: TopicRoute) -> None:
         items = [slot.outgoing for slot in batch]
         outcomes: list[object]
         try:
