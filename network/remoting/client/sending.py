@@ -25,10 +25,10 @@ SEND_BATCH_MESSAGE (320) to one queue (round robin per call) when several messag
 SEND_MESSAGE_V2 for one — and does not wait for the answer before the next sender writes, so
 up to ``MAX_CALLS_IN_FLIGHT`` calls are in flight on one connection; past that, senders queue
 and the answer that ends a call writes what queued as the next call. The connection's reader
-hands each answer straight to the senders of that call. A message with its own queue or sharding key shares
-calls only with sends for that same queue or key. Delayed messages and retry topics go alone
-(brokers refuse them in batches), as do sends that need failover. A broker that answers 320
-with REQUEST_CODE_NOT_SUPPORTED gets single sends from then on.
+hands each answer straight to the senders of that call. A message with its own queue or
+sharding key shares calls only with sends for that same queue or key. Delayed messages and
+retry topics go alone (brokers refuse them in batches), as do sends that need failover. A
+broker that answers 320 with REQUEST_CODE_NOT_SUPPORTED gets single sends from then on.
 
 Thread safety: ``send`` may be called from any thread.
 """
