@@ -119,10 +119,7 @@ class DiskGuard:
                 or the store is read-only because its disk was full at open.
         """
         if self.read_only_reason is not None:
-            self.refused_count += 1
-            self.last_refusal = self.read_only_reason
-            raise DiskFullError(self.read_only_reason, path=str(self._root_dir),
-                                used_ratio=self.used_ratio)
+            raise self._refuse(self.read_only_reason)
         now_ms = self._clock.now_ms()
         self._admitted_bytes += size_bytes
         if (new_segment_bytes or self._checked_ms is None
@@ -134,10 +131,13 @@ class DiskGuard:
         projected = self._projected_ratio(new_segment_bytes)
         if self.full or projected > self._level:
             self._admitted_bytes -= size_bytes
-            self.refused_count += 1
-            self.last_refusal = self._refusal(projected)
-            raise DiskFullError(self.last_refusal, path=str(self._root_dir),
-                                used_ratio=self.used_ratio)
+            raise self._refuse(self._refusal(projected))
+
+    def _refuse(self, reason: str) -> DiskFullError:
+        """Count a refused write and remember why; the error to raise."""
+        self.refused_count += 1
+        self.last_refusal = reason
+        return DiskFullError(reason, path=str(self._root_dir), used_ratio=self.used_ratio)
 
     def _projected_ratio(self, new_segment_bytes: int) -> float:
         usage = self._usage
