@@ -31,7 +31,7 @@ from .log_format import LogFormat, configure_logging
 from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
-from .producer import Producer, SendStatus
+from .producer import BatchMessage, Producer, SendStatus
 from .transport import BrokerClient
 from .validation import (
     MAX_MESSAGE_SIZE_BYTES,
@@ -41,7 +41,8 @@ from .validation import (
 )
 
 __all__ = [
-    "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BrokerClient", "ConfigurationError",
+    "MAX_MESSAGE_SIZE_BYTES", "App", "AppStateError", "BatchMessage", "BrokerClient",
+    "ConfigurationError",
     "ConsumeContext", "ConsumeOutcome", "ConsumedMessage", "Consumer", "ConsumerGroupPlan",
     "ConsumerOptions", "CoroutineCancelledError", "DeadLetter", "EventLoopError",
     "EventLoopThread", "FrameworkError", "GroupCommit", "HandlerRegistrationError",

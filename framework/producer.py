@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from storage_engine import Broker, Clock, Message, PutStatus, SendResult, SystemClock
 from storage_engine.formats import PROPERTY_DELAY, delay_level_problem, empty_body_problem
@@ -31,6 +32,31 @@ from .validation import InvalidMessageError, check_properties, check_unique_key
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
 whose ``PUT_OK`` is also spelled ``SEND_OK``."""
+
+
+@dataclass(frozen=True)
+class BatchMessage:
+    """One message of ``Producer.send_batch`` (the topic and queue are the batch's)."""
+
+    body: bytes | str
+    tags: str | None = None
+    keys: Iterable[str] | str | None = None
+    properties: Mapping[str, str] | None = None
+    unique_key: str | None = None
+    """The message id (``UNIQ_KEY``); generated when None, as ``send`` does."""
+
+
+def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGenerator
+                 ) -> tuple[BatchMessage, bytes, str]:
+    """``item`` checked as ``send`` checks a message, with its body as bytes and its id."""
+    entry = item if isinstance(item, BatchMessage) else BatchMessage(item)
+    body = entry.body.encode("utf-8") if isinstance(entry.body, str) else entry.body
+    if isinstance(body, bytes | bytearray | memoryview) and (problem := empty_body_problem(body)):
+        raise InvalidMessageError(problem, topic=topic)
+    check_properties(entry.properties)
+    if entry.unique_key is not None:
+        check_unique_key(entry.unique_key)
+    return entry, bytes(body), entry.unique_key or ids.next()
 
 
 class Producer:
@@ -91,6 +117,35 @@ class Producer:
             return deliver(merged)
         return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
                                      remote=not isinstance(self._client, Broker))
+
+    def send_batch(self, topic: str, messages: Sequence[BatchMessage | bytes | str], *,
+                   queue_id: int | None = None, sharding_key: str | None = None
+                   ) -> list[SendResult]:
+        """Store messages of one topic in one queue, at consecutive offsets, with one call
+        (RocketMQ's batch send; one append at the broker). Each message is checked as ``send``
+        checks it and gets its own id, result and PRODUCER span; the queue is picked once, as
+        ``send`` picks it. The batch is stored whole or not at all. A batch cannot be delayed.
+
+        Raises:
+            InvalidMessageError: no message, an empty body, a reserved property or a bad
+                ``unique_key``, or a batch over the size of one send; nothing was sent.
+        """
+        if not messages:
+            raise InvalidMessageError("a batch needs at least one message", topic=topic)
+        entries = [_batch_entry(topic, item, self._ids) for item in messages]
+
+        def deliver(sent: list[dict[str, str]]) -> list[SendResult]:
+            batch = [Message(topic, body, tags=entry.tags, keys=entry.keys,
+                             properties=properties, unique_key=msg_id)
+                     for (entry, body, msg_id), properties in zip(entries, sent, strict=True)]
+            return self._client.send_batch(batch, queue_id=queue_id, sharding_key=sharding_key)
+
+        if self._tracing is None:
+            return deliver([dict(entry.properties or {}) for entry, _, _ in entries])
+        published = [(dict(entry.properties or {}), msg_id, entry.tags)
+                     for entry, _, msg_id in entries]
+        return self._tracing.publish_batch(topic, published, deliver,
+                                           remote=not isinstance(self._client, Broker))
 
     async def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
                          keys: Iterable[str] | str | None = None,

@@ -74,6 +74,14 @@ class Tracing:
         return self.spans.publish(topic, properties, deliver, message_id=message_id, tags=tags,
                                   remote=remote)
 
+    def publish_batch(self, topic: str, messages: list[tuple[dict[str, str], str, str | None]],
+                      deliver: Callable[[list[dict[str, str]]], list[SendResult]], *,
+                      remote: bool) -> list[SendResult]:
+        """Run ``deliver`` (one call for the batch) with a PRODUCER span per message, each
+        message's properties carrying its span's context (see ``SpanMaker.publish_batch``);
+        ``messages`` are (properties, message id, tags)."""
+        return self.spans.publish_batch(topic, messages, deliver, remote=remote)
+
     def middleware(self) -> Middleware:
         """A ``TracingMiddleware`` making this tracing's CONSUMER spans."""
         from .tracing_middleware import TracingMiddleware

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PublishedMessage = tuple[dict[str, str], str, "str | None"]
+"""One message of a batch publish: its properties, message id and tags."""
+
 SYSTEM = "rocketmq"
 INSTRUMENTATION_NAME = "postbox"
 
@@ -91,13 +94,14 @@ class SpanMaker:
         propagator = self._propagator or propagate.get_global_textmap()
         return not properties.keys().isdisjoint(propagator.fields)
 
-    def inject(self, properties: dict[str, str]) -> None:
-        """Write the current context into ``properties`` (replacing a trace context there)."""
+    def inject(self, properties: dict[str, str], context: Context | None = None) -> None:
+        """Write ``context`` (default: the current one) into ``properties`` (replacing a
+        trace context there)."""
         carrier: dict[str, str] = {}
         if self._propagator is None:
-            propagate.inject(carrier)
+            propagate.inject(carrier, context=context)
         else:
-            self._propagator.inject(carrier)
+            self._propagator.inject(carrier, context=context)
         if TRACEPARENT in carrier:
             properties.pop(TRACESTATE, None)  # the old one belonged to the old traceparent
         merge_carrier(properties, carrier)
@@ -123,20 +127,8 @@ class SpanMaker:
         """
         if self.untraced() and not self.carries_context(properties):
             return deliver(properties)
-        parent: Context | None = None
-        keep_caller = False
-        if TRACEPARENT in properties:
-            carried = self.extract(properties)
-            if trace.get_current_span(carried).get_span_context().is_valid:
-                parent = carried
-            else:
-                keep_caller = True
-        attributes = {MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: "publish",
-                      OPERATION_TYPE: "send", DESTINATION: topic, MESSAGE_ID: message_id}
-        if tags:
-            attributes[TAG] = tags
-        span = self.tracer.start_span(f"{topic} publish", context=parent,
-                                      kind=SpanKind.PRODUCER, attributes=attributes)
+        parent, keep_caller = self._parent(properties)
+        span = self._start_publish(topic, parent, message_id, tags)
         if not (span.is_recording() or span.get_span_context().is_valid):
             return deliver(properties)  # no SDK and no trace to go on: nothing to record or carry
         with trace.use_span(span, end_on_exit=True):
@@ -147,6 +139,59 @@ class SpanMaker:
             if span.is_recording():
                 span.set_attributes(sent_attributes(result, remote=remote))
         return result
+
+    def publish_batch(self, topic: str, messages: list[PublishedMessage],
+                      deliver: Callable[[list[dict[str, str]]], list[SendResult]], *,
+                      remote: bool) -> list[SendResult]:
+        """``publish`` for the messages of one batch call: one PRODUCER span per message (each
+        the parent of its handlers' spans, as for a single send), none of them made current,
+        all ended when ``deliver`` returns or raises (the error recorded on each)."""
+        if self.untraced() and not any(self.carries_context(properties)
+                                       for properties, _, _ in messages):
+            return deliver([properties for properties, _, _ in messages])
+        spans: list[Span] = []
+        sent_properties: list[dict[str, str]] = []
+        for properties, message_id, tags in messages:
+            parent, keep_caller = self._parent(properties)
+            span = self._start_publish(topic, parent, message_id, tags)
+            sent = dict(properties)
+            if not keep_caller and span.get_span_context().is_valid:
+                self.inject(sent, trace.set_span_in_context(span))
+            spans.append(span)
+            sent_properties.append(sent)
+        try:
+            results = deliver(sent_properties)
+        except BaseException as error:
+            for span in spans:
+                span.record_exception(error)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
+                span.end()
+            raise
+        for span, result in zip(spans, results, strict=True):
+            if span.is_recording():
+                span.set_attributes(sent_attributes(result, remote=remote))
+            span.end()
+        return results
+
+    def _parent(self, properties: Mapping[str, str]) -> tuple[Context | None, bool]:
+        """A publish span's parent: the context ``properties`` carry when it is valid (else
+        None: the current one), and whether to keep the caller's ``traceparent`` as it is
+        (it is there but does not parse)."""
+        if TRACEPARENT not in properties:
+            return None, False
+        carried = self.extract(properties)
+        if trace.get_current_span(carried).get_span_context().is_valid:
+            return carried, False
+        return None, True
+
+    def _start_publish(self, topic: str, parent: Context | None, message_id: str,
+                       tags: str | None) -> Span:
+        attributes = {MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: "publish",
+                      OPERATION_TYPE: "send", DESTINATION: topic, MESSAGE_ID: message_id}
+        if tags:
+            attributes[TAG] = tags
+        return self.tracer.start_span(f"{topic} publish", context=parent,
+                                      kind=SpanKind.PRODUCER, attributes=attributes)
 
     # ---- CONSUMER ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ named Postbox's former private gRPC service, which is gone: they fail with a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
@@ -48,6 +48,9 @@ class BrokerClient(Protocol):
 
     def send(self, message: Message, *, queue_id: int | None = None,
              sharding_key: str | None = None) -> SendResult: ...
+
+    def send_batch(self, messages: Sequence[Message], *, queue_id: int | None = None,
+                   sharding_key: str | None = None) -> list[SendResult]: ...
 
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, *,
              tags: str | None = None, suspend_timeout_ms: int = 0) -> GetResult: ...

@@ -99,6 +99,15 @@ class RelayOptions:
     they are left to the polling pass)."""
     rules: ResendRules = field(default_factory=ResendRules)
     """The rules whose ``max_send_count`` the relay applies (a failed publish counts)."""
+    send_batch_max: int = 32
+    """Most stubs of one topic published by one batch send (``Producer.send_batch``: one
+    call and one append at the broker, one queue for the batch); 1 publishes each stub alone.
+    Delayed stubs always go alone."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "send_batch_max"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"RelayOptions.{name} must be at least 1")
 
     @property
     def max_send_count(self) -> int:

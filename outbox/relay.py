@@ -17,7 +17,9 @@ or broker down) is logged, and the thread backs off and goes on.
 
 Either way a stub is first *claimed* (``claims.claim_stubs``: ``send_count + 1`` and a lease,
 ``SKIP LOCKED`` where the database has it), so several relays never publish one stub at the
-same time; then published with its own message id as ``UNIQ_KEY``; then its queue id, queue
+same time; then published with its own message id as ``UNIQ_KEY`` — the claimed stubs of one
+topic together, with batch sends (``Producer.send_batch``: one call and one queue per batch of
+at most ``RelayOptions.send_batch_max``; delayed stubs alone); then its queue id, queue
 offset, log position and offsetMsgId are recorded under the claim token. A crash after the
 publish and before the record leaves the lease to expire and the stub to be published again:
 the relay is at-least-once, and consumers deduplicate by message id (``idempotency``). A failed
@@ -40,7 +42,7 @@ from typing import Any, Self
 
 from sqlalchemy import Connection, Engine, bindparam, select, update
 
-from framework import Producer, Service
+from framework import BatchMessage, InvalidMessageError, Producer, SendResult, Service
 from framework.metrics import LatencyTally
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
@@ -52,6 +54,9 @@ from .tables import StubStatus, message_stub
 
 log = logging.getLogger(__name__)
 stub = message_stub.c
+
+BATCH_CONTENT_MAX = 1 << 20
+"""Content bytes of one batch send at most (a send's limit is 4 MiB, properties included)."""
 
 
 _RECORD_PUBLISHED = update(message_stub).where(
@@ -73,7 +78,7 @@ class RelayStats:
     voided: int = 0
     errors: int = 0
     publish_latency: LatencyTally = field(default_factory=LatencyTally)
-    """Durations of the successful ``producer.send`` calls (metrics)."""
+    """Durations of the successful publish calls, a batch send being one (metrics)."""
 
     @property
     def published(self) -> int:
@@ -187,28 +192,51 @@ class Relay(Service):
         now = self._now()
         done: list[dict[str, Any]] = []
         failed: list[tuple[ClaimedStub, str]] = []
-        for item in claimed:
-            delay_level = item.delay_level if keep_delay else None
-            started_s = time.monotonic()
-            try:
-                result = producer.send(item.topic, item.content, tags=item.tags, keys=item.keys,
-                                       delay_level=delay_level, properties=item.properties,
-                                       unique_key=item.message_id)
-            except Exception as error:  # the broker refused or failed: record, retry later
-                failed.append((item, f"{type(error).__name__}: {error}"))
-                continue
-            self.stats.publish_latency.observe(time.monotonic() - started_s)
-            # a delayed message's offset is in the delay topic until the delay service moves
-            # it: only the real queue is recorded, the offset stays unknown (NULL)
-            offset = None if result.delay_level > 0 else result.queue_offset
-            wait = check_after(item.send_count) if check_after else timedelta(
-                milliseconds=self.options.resend_check_ms)
-            done.append({"b_id": item.message_id, "b_token": item.token,
-                         "b_queue_id": result.queue_id, "b_queue_offset": offset,
-                         "b_position": result.log_position,
-                         "b_offset_msg_id": result.offset_msg_id, "b_next": now + wait})
+        for group in publish_groups(claimed, keep_delay, self.options.send_batch_max):
+            for item, outcome in zip(group, self._send(producer, group, keep_delay),
+                                     strict=True):
+                if isinstance(outcome, str):
+                    failed.append((item, outcome))
+                    continue
+                # a delayed message's offset is in the delay topic until the delay service
+                # moves it: only the real queue is recorded, the offset stays unknown (NULL)
+                offset = None if outcome.delay_level > 0 else outcome.queue_offset
+                wait = check_after(item.send_count) if check_after else timedelta(
+                    milliseconds=self.options.resend_check_ms)
+                done.append({"b_id": item.message_id, "b_token": item.token,
+                             "b_queue_id": outcome.queue_id, "b_queue_offset": offset,
+                             "b_position": outcome.log_position,
+                             "b_offset_msg_id": outcome.offset_msg_id, "b_next": now + wait})
         self._record(done, failed)
         return len(done)
+
+    def _send(self, producer: Producer, group: list[ClaimedStub], keep_delay: bool
+              ) -> list[SendResult | str]:
+        """Publish ``group`` (one stub, or a batch of one topic): each stub's result, or the
+        text of its error. A batch refused as invalid (nothing sent) is retried stub by stub,
+        so that only the stub at fault fails."""
+        started_s = time.monotonic()
+        try:
+            if len(group) == 1:
+                item = group[0]
+                results = [producer.send(
+                    item.topic, item.content, tags=item.tags, keys=item.keys,
+                    delay_level=item.delay_level if keep_delay else None,
+                    properties=item.properties, unique_key=item.message_id)]
+            else:
+                results = producer.send_batch(group[0].topic, [
+                    BatchMessage(item.content, tags=item.tags, keys=item.keys,
+                                 properties=item.properties, unique_key=item.message_id)
+                    for item in group])
+        except InvalidMessageError as error:
+            if len(group) == 1:
+                return [_error_text(error)]
+            return [outcome for item in group
+                    for outcome in self._send(producer, [item], keep_delay)]
+        except Exception as error:  # the broker refused or failed: record, retry later
+            return [_error_text(error)] * len(group)
+        self.stats.publish_latency.observe(time.monotonic() - started_s)
+        return list(results)
 
     def _record(self, done: list[dict[str, Any]], failed: list[tuple[ClaimedStub, str]]) -> None:
         now = self._now()
@@ -307,6 +335,31 @@ class Relay(Service):
         published = self.publish_claimed(claimed)
         self.stats.published_by_hook += published
         return published
+
+
+def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int
+                   ) -> list[list[ClaimedStub]]:
+    """``claimed`` in publish calls: the stubs of one topic together, in claim order, up to
+    ``batch_max`` stubs and ``BATCH_CONTENT_MAX`` content bytes per call; a stub published
+    with its delay goes alone (a batch is never delayed)."""
+    groups: list[list[ClaimedStub]] = []
+    open_groups: dict[str, tuple[list[ClaimedStub], int]] = {}
+    for item in claimed:
+        if keep_delay and item.delay_level:
+            groups.append([item])
+            continue
+        group, size = open_groups.get(item.topic, ([], 0))
+        if group and (len(group) >= batch_max or size + len(item.content) > BATCH_CONTENT_MAX):
+            group, size = [], 0
+        if not group:
+            groups.append(group)
+        group.append(item)
+        open_groups[item.topic] = (group, size + len(item.content))
+    return groups
+
+
+def _error_text(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 _EPOCH = datetime(1970, 1, 1)  # naive UTC, as ``now`` returns

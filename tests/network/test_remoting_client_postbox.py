@@ -63,6 +63,34 @@ def test_unknown_topics_are_created_on_first_send_like_embedded(postbox, client)
     assert client.queue_ids("fresh") == list(range(8))
 
 
+def test_a_batch_lands_in_one_queue_as_the_embedded_batch_does(postbox, client) -> None:
+    client.create_topic("orders", 4)
+    messages = [Message("orders", f"m{index}".encode(), tags="TagA", keys=[f"k{index}"])
+                for index in range(5)]
+    results = client.send_batch(messages, queue_id=2)
+    postbox.broker.store.wait_dispatched()
+    assert [result.queue_offset for result in results] == [0, 1, 2, 3, 4]
+    for result in results:
+        [embedded] = postbox.broker.find_by_unique_key("team1%orders", result.unique_key)
+        assert (embedded.queue_id, embedded.queue_offset, embedded.msg_id) == (
+            2, result.queue_offset, result.offset_msg_id)
+    assert postbox.broker.store.commit_log.max_position > 0
+
+    before = postbox.broker.store.commit_log.max_position
+    refusals = [
+        ([Message("orders", b"a"), Message("refunds", b"b")], "one topic"),
+        ([Message("orders", b"a"), Message("orders", b"b", properties={"DELAY": "2"})],
+         "delayed"),
+        ([Message("orders", b"x" * (3 << 20)), Message("orders", b"y" * (2 << 20))],
+         "over the 4,194,304-byte limit"),
+        ([], "at least one message"),
+    ]
+    for batch, error in refusals:
+        with pytest.raises(InvalidMessageError, match=error):
+            client.send_batch(batch)
+    assert postbox.broker.store.commit_log.max_position == before  # nothing was sent
+
+
 def test_concurrent_sends_through_one_app_all_arrive_once(postbox) -> None:
     app = App(store_url=f"rocketmq://{postbox.namesrv}?namespace=load")
     try:

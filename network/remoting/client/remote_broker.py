@@ -102,6 +102,12 @@ class RemotingBroker:
         self._check_open()
         return self._sender.send(message, queue_id, sharding_key)
 
+    def send_batch(self, messages: Sequence[Message], *, queue_id: int | None = None,
+                   sharding_key: str | None = None) -> list[SendResult]:
+        """Store messages of one topic in one queue with one call (see ``Broker.send_batch``)."""
+        self._check_open()
+        return self._sender.send_batch(messages, queue_id, sharding_key)
+
     # -- admin -----------------------------------------------------------------------------
 
     def create_topic(self, topic: str, queue_count: int | None = None, *, perm: int = 6,

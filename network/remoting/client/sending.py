@@ -41,7 +41,7 @@ import random
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from storage_engine.broker.model import SendResult
@@ -178,6 +178,22 @@ class Sender:
             raise outcome
         assert isinstance(outcome, SendResult)
         return outcome
+
+    def send_batch(self, messages: Sequence[Message], queue_id: int | None,
+                   sharding_key: str | None) -> list[SendResult]:
+        """Store ``messages`` (one topic, none delayed) in one queue at consecutive offsets
+        with one SEND_BATCH_MESSAGE, failing over as a single send does; see
+        ``Broker.send_batch``. Nothing is sent when one of them is refused here."""
+        if not messages:
+            raise InvalidMessageError("a batch needs at least one message")
+        batch = [self.prepare(message, queue_id, sharding_key) for message in messages]
+        if problem := _batch_problem(batch):
+            raise InvalidMessageError(problem, topic=batch[0].message.topic)
+        results = self._attempts(batch, set())
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [result for result in results if isinstance(result, SendResult)]
 
     def prepare(self, message: Message, queue_id: int | None, sharding_key: str | None
                 ) -> Outgoing:
@@ -393,6 +409,24 @@ class Sender:
                 ref.broker_name, ref.queue_id)
         except (RouteNotFoundError, KeyError, BrokerUnavailableError):
             return ref.queue_id  # the route is not registered yet: the broker's own number
+
+
+def _batch_problem(batch: list[Outgoing]) -> str | None:
+    """Why these checked messages cannot be one SEND_BATCH_MESSAGE, or None."""
+    topic = batch[0].message.topic
+    size = 0
+    for outgoing in batch:
+        if outgoing.message.topic != topic:
+            return f"a batch goes to one topic: {topic!r} and {outgoing.message.topic!r}"
+        if outgoing.delay_level:
+            return "a batch cannot carry delayed messages: send them one by one"
+        if not outgoing.batchable:
+            return f"messages to {topic!r} cannot be sent in a batch: send them one by one"
+        size += _BATCH_ENTRY_HEAD.size + len(outgoing.body) + 2 + len(outgoing.properties)
+    if size > MAX_MESSAGE_SIZE_BYTES:
+        return (f"a batch of {len(batch)} messages is {size:,} bytes, over the "
+                f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit of one send: split it")
+    return None
 
 
 def _properties_text(message: Message, unique_key: str) -> str:
