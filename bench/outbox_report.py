@@ -53,9 +53,9 @@ def render(report: dict) -> None:
                       f"{f['pipeline_machine_cpu_ms']:.2f} ms CPU/msg; with the consumer "
                       f"processes {f['processes_machine_cores']:.2f} cores, "
                       f"{f['processes_machine_cpu_ms']:.2f} ms/msg")
-                print(f"  {'most a split reaches on these cores':<40} "
-                      f"{f['split_ceiling']:>9.2f}   (cores / one-process busy cores, "
-                      "at equal CPU per message)")
+                print(f"  {'split ceiling at one-process CPU/msg':<40} "
+                      f"{f['split_ceiling']:>9.2f}   (cores / one-process busy cores; a split "
+                      "cheaper per message goes beyond it)")
         last = result["reps"][-1]["pipeline"]
         print(f"  relay published by hook / by poll        "
               f"{last['published_by_hook']:,} / {last['published_by_poll']:,}")

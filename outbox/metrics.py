@@ -129,8 +129,8 @@ def _relay_families(relays: list[Any]) -> list[Metric]:
         counter("postbox_outbox_publish_failures", "Publish attempts that failed (retried "
                 "later, or voided after the last attempt).", [],
                 [((), sum(relay.stats.failed for relay in relays))]),
-        histogram("postbox_outbox_publish_seconds", "Duration of successful publish calls "
-                  "to the broker, one per stub or per batch send (first publishes and "
+        histogram("postbox_outbox_publish_seconds", "Duration of the publish call of each "
+                  "stub published (a batch send's for each of its stubs; first publishes and "
                   "resends).", [],
                   [] if latency is None else [((), latency)]),
     ]

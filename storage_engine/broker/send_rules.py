@@ -3,13 +3,15 @@
 ``send_result`` builds the ``SendResult`` of one stored message from the store's ``PutResult``
 (the topic and queue the caller asked for beside where the store put it: the delay topic for a
 delayed message). ``batch_problem`` says why a batch cannot be stored as one append (RocketMQ's
-batch rules: at least one message, one topic, no delay level), or None.
+batch rules: at least one message, one topic, no delay level, bodies of at most
+``MAX_MESSAGE_SIZE_BYTES`` in all, the size of one send), or None.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..formats import MAX_MESSAGE_SIZE_BYTES
 from ..store.message import Message, PutResult
 from .delay_service import delay_level
 from .model import SendResult
@@ -36,4 +38,8 @@ def batch_problem(messages: Sequence[Message], levels_ms: tuple[int, ...]) -> st
             return f"a batch goes to one topic: {topic!r} and {message.topic!r}"
         if delay_level(message, levels_ms):
             return "a batch cannot carry delayed messages: send them one by one"
+    size = sum(len(message.body) for message in messages)
+    if size > MAX_MESSAGE_SIZE_BYTES:
+        return (f"a batch of {len(messages)} messages is {size:,} bytes, over the "
+                f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit of one send: split it")
     return None

@@ -59,3 +59,12 @@ def test_an_empty_batch_is_refused(open_broker):
     with pytest.raises(InvalidMessageError, match="at least one message"):
         App(broker=broker).producer.send_batch("orders", [])
     assert written(broker) == (0, {})
+
+
+def test_a_batch_over_the_size_of_one_send_is_refused(open_broker):
+    """Each body fits a message; together they are over the 4 MiB one send carries (a remote
+    client counts the encoded batch, properties included, as RocketMQ brokers do)."""
+    broker = open_broker()
+    with pytest.raises(InvalidMessageError, match="over the 4,194,304-byte limit of one send"):
+        App(broker=broker).producer.send_batch("orders", [b"x" * (3 << 20), b"y" * (2 << 20)])
+    assert written(broker) == (0, {})

@@ -412,7 +412,8 @@ class Sender:
 
 
 def _batch_problem(batch: list[Outgoing]) -> str | None:
-    """Why these checked messages cannot be one SEND_BATCH_MESSAGE, or None."""
+    """Why these checked messages cannot be one SEND_BATCH_MESSAGE, or None (the size is the
+    encoded batch's, properties included, as RocketMQ brokers count it against 4 MiB)."""
     topic = batch[0].message.topic
     size = 0
     for outgoing in batch:
