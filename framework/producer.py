@@ -161,3 +161,13 @@ class Producer:
                                  sharding_key=sharding_key, queue_id=queue_id,
                                  unique_key=unique_key)
         return await asyncio.to_thread(send)
+
+    async def send_batch_async(self, topic: str,
+                               messages: Sequence[BatchMessage | bytes | str], *,
+                               queue_id: int | None = None, sharding_key: str | None = None
+                               ) -> list[SendResult]:
+        """``send_batch`` for coroutines (same arguments, checks, results and errors), run as
+        ``send_async`` runs ``send``: in a worker thread, with the caller's contextvars."""
+        send = functools.partial(self.send_batch, topic, list(messages), queue_id=queue_id,
+                                 sharding_key=sharding_key)
+        return await asyncio.to_thread(send)

@@ -3,6 +3,8 @@ each with its own id and properties; checked as ``send`` checks a message, whole
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from framework import App, BatchMessage, ConsumedMessage, InvalidMessageError
@@ -68,3 +70,31 @@ def test_a_batch_over_the_size_of_one_send_is_refused(open_broker):
     with pytest.raises(InvalidMessageError, match="over the 4,194,304-byte limit of one send"):
         App(broker=broker).producer.send_batch("orders", [b"x" * (3 << 20), b"y" * (2 << 20)])
     assert written(broker) == (0, {})
+
+
+def test_send_batch_async_sends_off_the_callers_loop(open_broker, client):
+    broker = open_broker()
+    app = App(broker=client(broker))
+
+    async def produce() -> tuple[list, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticking = asyncio.create_task(ticker())
+        results = await app.producer.send_batch_async("orders", [b"a", "b", b"c"])
+        with pytest.raises(InvalidMessageError, match="unique_key="):
+            await app.producer.send_batch_async("orders", [BatchMessage(
+                b"x", properties={"UNIQ_KEY": "k"})])
+        ticking.cancel()
+        return results, ticks
+
+    results, ticks = asyncio.run(produce())
+    assert len({result.queue_id for result in results}) == 1
+    first = results[0].queue_offset
+    assert [result.queue_offset for result in results] == [first, first + 1, first + 2]
+    assert ticks > 0  # the loop ran while the batch was sent
