@@ -25,7 +25,7 @@ from outbox import (
 )
 from outbox.claims import unpublished_due
 from outbox.clock import utc_now
-from outbox.database import run_transaction
+from outbox.database import TRANSACTION_ATTEMPTS, run_transaction
 from storage_engine import Broker
 from storage_engine.store.topics import DELAY_TOPIC
 from tests.outbox.conftest import (
@@ -419,6 +419,9 @@ def test_a_transaction_rolled_back_to_break_a_deadlock_is_run_again(
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert errors == []
-    assert sorted(attempts.values()) == [1, 2]  # exactly one victim, run once more
-    assert [row["send_count"] for row in stub_rows(engine)] == [2, 2]
+    assert errors == []  # without the rerun the victim would have raised here
+    # at least one victim, run again; under load the rerun can meet the other transaction's
+    # waiting lock once more and a second round picks a victim again ([2, 2])
+    assert sum(attempts.values()) >= 3
+    assert max(attempts.values()) <= TRANSACTION_ATTEMPTS
+    assert [row["send_count"] for row in stub_rows(engine)] == [2, 2]  # each took effect once
