@@ -127,7 +127,7 @@ class Outgoing:
     def entry(self) -> bytes:
         """Its entry in a batch body (reference §2.6)."""
         properties = self.properties.encode("utf-8")
-        size = _BATCH_ENTRY_HEAD.size + len(self.body) + 2 + len(properties)
+        size = _entry_size(len(self.body), len(properties))
         return b"".join((_BATCH_ENTRY_HEAD.pack(size, 0, 0, self.message.flag, len(self.body)),
                          self.body, _PROPERTIES_LENGTH.pack(len(properties)), properties))
 
@@ -411,6 +411,11 @@ class Sender:
             return ref.queue_id  # the route is not registered yet: the broker's own number
 
 
+def _entry_size(body_bytes: int, properties_bytes: int) -> int:
+    """The size of one entry of a batch body (``Outgoing.entry``)."""
+    return _BATCH_ENTRY_HEAD.size + body_bytes + _PROPERTIES_LENGTH.size + properties_bytes
+
+
 def _batch_problem(batch: list[Outgoing]) -> str | None:
     """Why these checked messages cannot be one SEND_BATCH_MESSAGE, or None (the size is the
     encoded batch's, properties included, as RocketMQ brokers count it against 4 MiB)."""
@@ -423,7 +428,7 @@ def _batch_problem(batch: list[Outgoing]) -> str | None:
             return "a batch cannot carry delayed messages: send them one by one"
         if not outgoing.batchable:
             return f"messages to {topic!r} cannot be sent in a batch: send them one by one"
-        size += _BATCH_ENTRY_HEAD.size + len(outgoing.body) + 2 + len(outgoing.properties)
+        size += _entry_size(len(outgoing.body), len(outgoing.properties.encode("utf-8")))
     if size > MAX_MESSAGE_SIZE_BYTES:
         return (f"a batch of {len(batch)} messages is {size:,} bytes, over the "
                 f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit of one send: split it")
