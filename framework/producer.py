@@ -46,17 +46,27 @@ class BatchMessage:
     """The message id (``UNIQ_KEY``); generated when None, as ``send`` does."""
 
 
+def _checked_body(topic: str, body: bytes | str, properties: Mapping[str, str] | None,
+                  unique_key: str | None) -> bytes:
+    """A message's checks before any send: its body (text as UTF-8; a body that is not bytes
+    at all is left to the broker client, which names it), properties and ``unique_key``."""
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    if isinstance(body, bytes | bytearray | memoryview) and (
+            problem := empty_body_problem(body)):
+        raise InvalidMessageError(problem, topic=topic)
+    check_properties(properties)
+    if unique_key is not None:
+        check_unique_key(unique_key)
+    return body
+
+
 def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGenerator
                  ) -> tuple[BatchMessage, bytes, str]:
-    """``item`` checked as ``send`` checks a message, with its body as bytes and its id."""
+    """``item`` checked as ``send`` checks a message, with its body and its id."""
     entry = item if isinstance(item, BatchMessage) else BatchMessage(item)
-    body = entry.body.encode("utf-8") if isinstance(entry.body, str) else entry.body
-    if isinstance(body, bytes | bytearray | memoryview) and (problem := empty_body_problem(body)):
-        raise InvalidMessageError(problem, topic=topic)
-    check_properties(entry.properties)
-    if entry.unique_key is not None:
-        check_unique_key(entry.unique_key)
-    return entry, bytes(body), entry.unique_key or ids.next()
+    body = _checked_body(topic, entry.body, entry.properties, entry.unique_key)
+    return entry, body, entry.unique_key or ids.next()
 
 
 class Producer:
@@ -93,14 +103,7 @@ class Producer:
             InvalidMessageError: an empty body, a reserved property or a bad ``unique_key``;
                 nothing was sent.
         """
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        if isinstance(body, bytes | bytearray | memoryview) and (
-                problem := empty_body_problem(body)):
-            raise InvalidMessageError(problem, topic=topic)
-        check_properties(properties)
-        if unique_key is not None:
-            check_unique_key(unique_key)
+        body = _checked_body(topic, body, properties, unique_key)
         merged = dict(properties or {})
         if delay_level is not None and delay_level != 0:
             if problem := delay_level_problem(delay_level):

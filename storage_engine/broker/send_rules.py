@@ -4,14 +4,16 @@
 (the topic and queue the caller asked for beside where the store put it: the delay topic for a
 delayed message). ``batch_problem`` says why a batch cannot be stored as one append (RocketMQ's
 batch rules: at least one message, one topic, no delay level, bodies of at most
-``MAX_MESSAGE_SIZE_BYTES`` in all, the size of one send), or None.
+``MAX_MESSAGE_SIZE_BYTES`` in all, the size of one send), or None; ``batch_shape_problem`` is
+those rules on (topic, delayed, size) alone, which the remoting client applies to the batch it
+encodes (its size: the encoded entries).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from ..formats import MAX_MESSAGE_SIZE_BYTES
+from ..formats import MAX_MESSAGE_SIZE_BYTES, body_problem
 from ..store.message import Message, PutResult
 from .delay_service import delay_level
 from .model import SendResult
@@ -29,17 +31,32 @@ def send_result(message: Message, queue_id: int, result: PutResult, level: int) 
 
 
 def batch_problem(messages: Sequence[Message], levels_ms: tuple[int, ...]) -> str | None:
-    """Why ``messages`` cannot be one batch, or None (bodies are checked by the sender)."""
-    if not messages:
-        return "a batch needs at least one message"
-    topic = messages[0].topic
+    """Why ``messages`` cannot be one batch, or None (a body that is not bytes is named here;
+    empty bodies are checked by the sender)."""
     for message in messages:
-        if message.topic != topic:
-            return f"a batch goes to one topic: {topic!r} and {message.topic!r}"
-        if delay_level(message, levels_ms):
+        if problem := body_problem(message.body):
+            return problem
+    return batch_shape_problem((message.topic, bool(delay_level(message, levels_ms)),
+                                len(message.body)) for message in messages)
+
+
+def batch_shape_problem(entries: Iterable[tuple[str, bool, int]]) -> str | None:
+    """Why messages given as (topic, delayed, size in bytes) cannot be one batch, or None:
+    at least one, one topic, none delayed, ``MAX_MESSAGE_SIZE_BYTES`` in all."""
+    topic: str | None = None
+    count = size = 0
+    for entry_topic, delayed, entry_size in entries:
+        if topic is None:
+            topic = entry_topic
+        elif entry_topic != topic:
+            return f"a batch goes to one topic: {topic!r} and {entry_topic!r}"
+        if delayed:
             return "a batch cannot carry delayed messages: send them one by one"
-    size = sum(len(message.body) for message in messages)
+        count += 1
+        size += entry_size
+    if topic is None:
+        return "a batch needs at least one message"
     if size > MAX_MESSAGE_SIZE_BYTES:
-        return (f"a batch of {len(messages)} messages is {size:,} bytes, over the "
+        return (f"a batch of {count} messages is {size:,} bytes, over the "
                 f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit of one send: split it")
     return None

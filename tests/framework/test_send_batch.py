@@ -56,6 +56,17 @@ def test_one_bad_message_refuses_the_batch_and_nothing_is_sent(open_broker, bad,
     assert written(broker) == (0, {})
 
 
+@pytest.mark.parametrize("body", [5, [104, 105], None])
+def test_a_body_that_is_not_bytes_refuses_the_batch(open_broker, client, body):
+    """As ``send`` refuses it: never turned into bytes (``bytes(5)`` is five NULs)."""
+    broker = open_broker()
+    app = App(broker=client(broker))
+    with pytest.raises(InvalidMessageError,
+                       match=f"body must be bytes, got {type(body).__name__}"):
+        app.producer.send_batch("orders", [b"fine", BatchMessage(body)])
+    assert written(broker) == (0, {})
+
+
 def test_an_empty_batch_is_refused(open_broker):
     broker = open_broker()
     with pytest.raises(InvalidMessageError, match="at least one message"):

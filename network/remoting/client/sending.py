@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from storage_engine.broker.model import SendResult
+from storage_engine.broker.send_rules import batch_shape_problem
 from storage_engine.broker.topic_manager import sharding_queue
 from storage_engine.errors import (
     BrokerUnavailableError,
@@ -417,21 +418,17 @@ def _entry_size(body_bytes: int, properties_bytes: int) -> int:
 
 
 def _batch_problem(batch: list[Outgoing]) -> str | None:
-    """Why these checked messages cannot be one SEND_BATCH_MESSAGE, or None (the size is the
-    encoded batch's, properties included, as RocketMQ brokers count it against 4 MiB)."""
-    topic = batch[0].message.topic
-    size = 0
-    for outgoing in batch:
-        if outgoing.message.topic != topic:
-            return f"a batch goes to one topic: {topic!r} and {outgoing.message.topic!r}"
-        if outgoing.delay_level:
-            return "a batch cannot carry delayed messages: send them one by one"
-        if not outgoing.batchable:
-            return f"messages to {topic!r} cannot be sent in a batch: send them one by one"
-        size += _entry_size(len(outgoing.body), len(outgoing.properties.encode("utf-8")))
-    if size > MAX_MESSAGE_SIZE_BYTES:
-        return (f"a batch of {len(batch)} messages is {size:,} bytes, over the "
-                f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit of one send: split it")
+    """Why these checked messages cannot be one SEND_BATCH_MESSAGE, or None: the broker's
+    batch rules (``batch_shape_problem``) on the encoded batch, properties included, as
+    RocketMQ brokers count it against 4 MiB; then no retry topic (all share the first's)."""
+    if problem := batch_shape_problem(
+            (outgoing.message.topic, bool(outgoing.delay_level),
+             _entry_size(len(outgoing.body), len(outgoing.properties.encode("utf-8"))))
+            for outgoing in batch):
+        return problem
+    if not batch[0].batchable:
+        return (f"messages to {batch[0].message.topic!r} cannot be sent in a batch: send them "
+                "one by one")
     return None
 
 
