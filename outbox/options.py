@@ -19,7 +19,7 @@ from framework import ConfigurationError
 
 @dataclass(frozen=True)
 class ResendRules:
-    """When a published, unconfirmed stub is sent again (defaults documented in the README).
+    """When a published, unconfirmed stub is sent again (defaults documented in docs/outbox.md).
 
     The wait after the n-th send is ``backoff_schedule_ms[n-1]`` (the last entry repeating)
     when a schedule is given, else ``backoff_ms * backoff_multiplier ** (n-1)`` capped at

@@ -1,5 +1,5 @@
-"""``postbox demo``: the payments example end to end on embedded defaults (the README's main
-job).
+"""``postbox demo``: the payments example end to end on embedded defaults (what ``make demo``
+runs).
 
 A fresh directory (``./.postbox/demo`` by default; deleted first, but only if an earlier demo
 made it) gets an embedded store, a SQLite database and an embedded Redis. The order service

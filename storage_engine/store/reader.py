@@ -138,7 +138,7 @@ class MessageReader:
 
     def _skip_damaged(self, position: int, topic: str, queue_id: int, offset: int,
                       reason: str) -> None:
-        """Log the alert for a unit whose record cannot be delivered (skip policy, README)."""
+        """Log an alert: a unit whose record cannot be delivered (skip policy, docs/store.md)."""
         self.skipped_damaged += 1
         where = f"topic={topic} queue={queue_id} offset={offset} position={position}"
         root = self._log.segments.directory.parent

@@ -1,4 +1,4 @@
-"""The README's outbox quick start is code that runs: the README shows the files of
+"""The outbox quick start (docs/outbox.md) is code that runs: the manual shows the files of
 ``examples/quickstart`` exactly as they are, and here they run. A process without the store
 sends through the outbox with a plain session (it never touches the store); the worker's relay
 publishes and the idempotent handler bills the order once."""
@@ -19,16 +19,16 @@ import outbox
 from framework.testing import InlineRunner
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-README = REPOSITORY / "README.md"
+OUTBOX_DOC = REPOSITORY / "docs" / "outbox.md"
 QUOTED = re.compile(r"<!-- file: (?P<path>[\w/.]+) -->\n```python\n(?P<code>.*?)```", re.DOTALL)
 
 
-def test_the_readme_shows_the_example_files_as_they_are():
-    quoted = {match["path"]: match["code"] for match in QUOTED.finditer(README.read_text())}
+def test_the_outbox_manual_shows_the_example_files_as_they_are():
+    quoted = {match["path"]: match["code"] for match in QUOTED.finditer(OUTBOX_DOC.read_text())}
     assert set(quoted) >= {"examples/quickstart/shop.py", "examples/quickstart/web.py",
                            "examples/quickstart/celery_app.py"}
     for path, code in quoted.items():
-        assert code == (REPOSITORY / path).read_text(), f"README's copy of {path} differs"
+        assert code == (REPOSITORY / path).read_text(), f"docs/outbox.md's copy of {path} differs"
 
 
 @pytest.fixture
