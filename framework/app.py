@@ -248,7 +248,7 @@ class App:
             self._arm_exit_hook()
             for plugin in self.plugins.needed(self.handlers, self.middleware):
                 self.middleware.append(plugin.from_app(self))  # innermost
-            chain = traced_chain(self.middleware, self.tracing)  # tracing outermost
+            chain = traced_chain(self.middleware, self.tracing, client)  # tracing outermost
             for plan in plan_groups(self.handlers):
                 consumer = Consumer(client, plan, clock=self.clock,
                                     options=self.consumer_options,

@@ -76,7 +76,7 @@ class Producer:
                  id_generator: UniqueKeyGenerator | None = None,
                  tracing: Tracing | None = None) -> None:
         self._client = client
-        self._tracing = tracing
+        self._tracing = None if tracing is None else tracing.for_client(client)
         clock = clock or SystemClock()
         self._ids = id_generator or UniqueKeyGenerator(clock.now_ms)
 

@@ -1,15 +1,17 @@
 """OpenTelemetry traces through messages, when ``opentelemetry-api`` is installed.
 
-One trace shows a business transaction → the publish of its message → each handler attempt:
+One trace shows a business transaction → the send of its message → each handler attempt:
 ``Producer.send`` (and so the outbox relay) wraps the broker hop in a PRODUCER span
-``"<topic> publish"`` and writes that span's W3C trace context into the message's user
+``"send <topic>"`` and writes that span's W3C trace context into the message's user
 properties (``traceparent``, ``tracestate``, through the global propagator); the consumer's
-``TracingMiddleware`` starts a CONSUMER span ``"<topic> process"`` whose parent is the context
+``TracingMiddleware`` starts a CONSUMER span ``"process <topic>"`` whose parent is the context
 read back from those properties, and makes it current while the handler runs. ``outbox.send``
-stores the caller's current context in the stub's properties, so the relay's publish span,
+stores the caller's current context in the stub's properties, so the relay's send span,
 made later in another thread or process, is a child of the business transaction's span. A
-retried message keeps its properties, so every attempt is a child of the same publish span.
-Span names, attributes and events: ``docs/observability.md``.
+retried message keeps its properties, so every attempt is a child of the same send span. The
+same ``Tracing`` measures sends (``messaging.client.operation.duration``) and handler calls
+(``messaging.process.duration``) through OpenTelemetry's metrics API. Span names, attributes,
+events and metrics: ``docs/observability.md``.
 
 This module imports nothing of OpenTelemetry: ``framework.tracing_otel`` (which does) is
 imported only when a ``Tracing`` is made or a context is injected, and only when the package is
@@ -19,6 +21,7 @@ property is added. ``Tracing`` is immutable and thread-safe (the tracer and prop
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 from collections.abc import Callable, Mapping
@@ -51,20 +54,33 @@ def opentelemetry_installed() -> bool:
 
 
 class Tracing:
-    """The spans one app makes: a tracer from ``tracer_provider`` (default: the global one,
-    read when each span starts) and the propagator that writes and reads message properties
-    (default: the global one, W3C trace context and baggage unless configured otherwise).
+    """The spans and messaging metrics one app makes: a tracer from ``tracer_provider``
+    (default: the global one, read when each span starts), the propagator that writes and reads
+    message properties (default: the global one, W3C trace context and baggage unless
+    configured otherwise) and the histograms from ``meter_provider`` (default: the global one).
 
     Raises:
         ConfigurationError: ``opentelemetry`` is not installed.
     """
 
-    def __init__(self, tracer_provider: Any = None, *, propagator: Any = None) -> None:
+    def __init__(self, tracer_provider: Any = None, *, propagator: Any = None,
+                 meter_provider: Any = None) -> None:
         if not opentelemetry_installed():
             raise ConfigurationError(f"tracing needs OpenTelemetry: {INSTALL_HINT}")
         from .tracing_otel import SpanMaker
 
-        self.spans = SpanMaker(tracer_provider, propagator)
+        self.spans = SpanMaker(tracer_provider, propagator, meter_provider)
+
+    def for_client(self, client: object) -> Tracing:
+        """This tracing for the spans of ``client``'s sends and consumers: they carry its
+        RocketMQ namespace (``messaging.rocketmq.namespace``) when it has one (a
+        ``rocketmq://…?namespace=NS`` client); the same object otherwise."""
+        namespace = getattr(client, "namespace", "")
+        if not isinstance(namespace, str) or namespace == self.spans.namespace:
+            return self
+        bound = copy.copy(self)
+        bound.spans = self.spans.in_namespace(namespace)
+        return bound
 
     def publish(self, topic: str, properties: dict[str, str],
                 deliver: Callable[[dict[str, str]], SendResult], *, message_id: str,
@@ -106,17 +122,18 @@ def resolve_tracing(setting: TracingSetting) -> Tracing | None:
                              f"{setting!r}")
 
 
-def traced_chain(middleware: list[Middleware], tracing: Tracing | None) -> list[Middleware]:
-    """The middleware a consumer runs: ``tracing``'s middleware first (outermost, so its span
-    covers the others), then ``middleware`` — unless the app has no tracing or the application
-    added a ``TracingMiddleware`` itself. ``middleware`` is not changed."""
+def traced_chain(middleware: list[Middleware], tracing: Tracing | None,
+                 client: object = None) -> list[Middleware]:
+    """The middleware a consumer of ``client`` runs: ``tracing``'s middleware first (outermost,
+    so its span covers the others), then ``middleware`` — unless the app has no tracing or the
+    application added a ``TracingMiddleware`` itself. ``middleware`` is not changed."""
     if tracing is None:
         return list(middleware)
     from .tracing_middleware import TracingMiddleware
 
     if any(isinstance(layer, TracingMiddleware) for layer in middleware):
         return list(middleware)
-    return [tracing.middleware(), *middleware]
+    return [tracing.for_client(client).middleware(), *middleware]
 
 
 def inject_current_context(properties: Mapping[str, str] | None) -> Mapping[str, str] | None:

@@ -1,4 +1,5 @@
-"""``TracingMiddleware``: a CONSUMER span around every handler call, with its outcome.
+"""``TracingMiddleware``: a CONSUMER span around every handler call, with its outcome, and the
+call's duration in the ``messaging.process.duration`` histogram (``error.type`` when it failed).
 
 When the app traces (``App(tracing=...)``, ``framework.tracing``), ``App.start()`` gives its
 consumers this middleware first, outside the app's own (``app.middleware`` stays as the
@@ -20,12 +21,14 @@ Imports OpenTelemetry (through ``framework.tracing_otel``): built only by
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span, Status, StatusCode
 
 from .middleware import ConsumeContext, Middleware, NextCall
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
+from .tracing_metrics import ERROR_TYPE, error_type
 from .tracing_otel import MESSAGE_ID
 
 if TYPE_CHECKING:
@@ -35,35 +38,42 @@ if TYPE_CHECKING:
 RETRY_BASE_DELAY_LEVEL = 3
 """The broker's rule for a retry without a level of its own: level 3 + reconsume count."""
 SKIPPED = "postbox.skipped"
-ERROR_TYPE = "error.type"
 REASON = "postbox.reason"
 RETRY_DELAY_LEVEL = "postbox.retry.delay_level"
 RETRY_IN_PLACE = "postbox.retry.in_place"
 
 
 class TracingMiddleware(Middleware):
-    """Makes the ``"<topic> process"`` span of each handler call (see the module docstring)."""
+    """Makes the ``"process <topic>"`` span of each handler call (see the module docstring)."""
 
     def __init__(self, tracing: Tracing) -> None:
         self.tracing = tracing
 
     def around_consume(self, context: ConsumeContext, call_next: NextCall) -> ConsumeOutcome:
-        """Run the rest of the chain inside the call's span and record how it ended."""
-        with self.tracing.spans.process(context) as span:
+        """Run the rest of the chain inside the call's span, record how it ended and how long
+        it took."""
+        spans = self.tracing.spans
+        started_s = time.perf_counter()
+        with spans.process(context) as span:
             try:
                 outcome = call_next()
             except SkipMessage:
                 span.set_attribute(SKIPPED, True)
+                spans.metrics.processed(context, time.perf_counter() - started_s)
                 raise
             except Exception as error:  # a middleware failed: the message is retried
                 record_failure(span, context, ConsumeOutcome(
                     OutcomeKind.RETRY, error, reason=f"middleware: {error}"))
+                spans.metrics.processed(context, time.perf_counter() - started_s,
+                                        failure=error_type(error))
                 raise
             if outcome.succeeded:
                 if context.skipped:
                     span.set_attribute(SKIPPED, True)
             else:
                 record_failure(span, context, outcome)
+        spans.metrics.processed(context, time.perf_counter() - started_s,
+                                failure=None if outcome.succeeded else failure_type(outcome))
         return outcome
 
 
@@ -72,11 +82,16 @@ def record_failure(span: Span, context: ConsumeContext, outcome: ConsumeOutcome)
     error = outcome.error
     if error is not None and not isinstance(error, RetryLater | DeadLetter):
         span.record_exception(error)
-    span.set_attribute(ERROR_TYPE, type(error).__qualname__ if error else outcome.kind.value)
+    span.set_attribute(ERROR_TYPE, failure_type(outcome))
     span.set_status(Status(StatusCode.ERROR, outcome.reason or outcome.kind.value))
     for message in context.messages:
         name, attributes = next_step(context, message, outcome)
         span.add_event(name, {MESSAGE_ID: message.msg_id, **attributes})
+
+
+def failure_type(outcome: ConsumeOutcome) -> str:
+    """The ``error.type`` of a failed call: the exception's class, else the outcome's kind."""
+    return error_type(outcome.error) if outcome.error is not None else outcome.kind.value
 
 
 def next_step(context: ConsumeContext, message: ConsumedMessage,
@@ -98,4 +113,4 @@ def next_step(context: ConsumeContext, message: ConsumedMessage,
     return "retry", {REASON: reason, RETRY_DELAY_LEVEL: level}
 
 
-__all__ = ["TracingMiddleware", "next_step", "record_failure"]
+__all__ = ["TracingMiddleware", "failure_type", "next_step", "record_failure"]

@@ -1,20 +1,25 @@
 """The OpenTelemetry side of ``framework.tracing``: spans and message-property propagation.
 
 Imported only when ``opentelemetry`` is installed (``framework.tracing`` checks first). Span
-names and attributes follow OpenTelemetry's messaging semantic conventions for RocketMQ
-(``messaging.system = "rocketmq"``, ``messaging.destination.name``, ``messaging.message.id``,
-``messaging.destination.partition.id`` = queue id, ``messaging.consumer.group.name``, ...);
+names and attributes follow OpenTelemetry's messaging semantic conventions for RocketMQ: spans
+``"send <topic>"`` (PRODUCER) and ``"process <topic>"`` (CONSUMER), ``messaging.system =
+"rocketmq"``, ``messaging.operation.name`` / ``.type``, ``messaging.destination.name``,
+``messaging.message.id``, ``messaging.destination.partition.id`` = queue id,
+``messaging.consumer.group.name``, ``messaging.rocketmq.namespace`` when the client has one, ...;
 what the conventions have no name for is under ``postbox.*`` (queue offset, attempt, log
-position). The trace context travels as message user properties written and read by a
-propagator (the global one unless given): only entries that are legal user properties (no
-system name, no U+0001/U+0002) are written, so a message stays storable whatever the propagator
-emits. Thread-safe: the tracer and propagators are; nothing here keeps state per message.
+position). Each send and handler call is also measured (``framework.tracing_metrics``). The
+trace context travels as message user properties written and read by a propagator (the global
+one unless given): only entries that are legal user properties (no system name, no
+U+0001/U+0002) are written, so a message stays storable whatever the propagator emits.
+Thread-safe: the tracer, propagators and instruments are; nothing here keeps state per message.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,9 +29,22 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
 from storage_engine import SendResult
-from storage_engine.formats import decode_offset_msg_id, user_properties_problem
+from storage_engine.formats import user_properties_problem
 
 from .tracing import TRACEPARENT, TRACESTATE
+from .tracing_metrics import (
+    CONSUMER_GROUP,
+    DESTINATION,
+    ERROR_TYPE,
+    MESSAGING_SYSTEM,
+    OPERATION_NAME,
+    OPERATION_TYPE,
+    PARTITION,
+    SYSTEM,
+    MessagingMetrics,
+    error_type,
+    server_of,
+)
 
 if TYPE_CHECKING:
     from .middleware import ConsumeContext
@@ -36,25 +54,22 @@ log = logging.getLogger(__name__)
 PublishedMessage = tuple[dict[str, str], str, "str | None"]
 """One message of a batch publish: its properties, message id and tags."""
 
-SYSTEM = "rocketmq"
 INSTRUMENTATION_NAME = "postbox"
+SEND = "send"
+PROCESS = "process"
+"""The operation names (``messaging.operation.name``, also the first word of span names) and
+types (``messaging.operation.type``): the same words for RocketMQ."""
 
-# attribute names (semantic conventions; Postbox's own under postbox.*)
-MESSAGING_SYSTEM = "messaging.system"
-OPERATION_NAME = "messaging.operation.name"
-OPERATION_TYPE = "messaging.operation.type"
-DESTINATION = "messaging.destination.name"
-PARTITION = "messaging.destination.partition.id"
+# attribute names (semantic conventions; Postbox's own under postbox.*); the ones the metrics
+# share are in framework.tracing_metrics
 MESSAGE_ID = "messaging.message.id"
 BODY_SIZE = "messaging.message.body.size"
 BATCH_COUNT = "messaging.batch.message_count"
-CONSUMER_GROUP = "messaging.consumer.group.name"
-CLIENT_GROUP = "messaging.rocketmq.client_group"
+NAMESPACE = "messaging.rocketmq.namespace"
 CONSUMPTION_MODEL = "messaging.rocketmq.consumption_model"
+MESSAGE_TYPE = "messaging.rocketmq.message.type"
 TAG = "messaging.rocketmq.message.tag"
 DELAY_LEVEL = "messaging.rocketmq.message.delay_time_level"
-SERVER_ADDRESS = "server.address"
-SERVER_PORT = "server.port"
 QUEUE_OFFSET = "postbox.queue_offset"
 LOG_POSITION = "postbox.log_position"
 STORED_TOPIC = "postbox.stored_topic"
@@ -70,14 +85,28 @@ def _version() -> str:
 
 
 class SpanMaker:
-    """Makes Postbox's PRODUCER and CONSUMER spans with one tracer and one propagator."""
+    """Makes Postbox's PRODUCER and CONSUMER spans with one tracer and one propagator, and
+    measures sends and handler calls with one meter (``MessagingMetrics``)."""
 
-    def __init__(self, tracer_provider: Any = None, propagator: Any = None) -> None:
+    def __init__(self, tracer_provider: Any = None, propagator: Any = None,
+                 meter_provider: Any = None) -> None:
         # with no provider this is the global one (a proxy until the application sets it)
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, _version(),
                                        tracer_provider=tracer_provider)
+        self.metrics = MessagingMetrics(meter_provider, INSTRUMENTATION_NAME, _version())
         self._global_provider = tracer_provider is None
         self._propagator = propagator
+        self.namespace = ""
+        """The RocketMQ namespace of the client the spans describe ("": none)."""
+
+    def in_namespace(self, namespace: str) -> SpanMaker:
+        """This span maker for a client whose names live in ``namespace`` (the same tracer,
+        propagator and instruments); itself when the namespace is the same."""
+        if namespace == self.namespace:
+            return self
+        bound = copy.copy(self)
+        bound.namespace = namespace
+        return bound
 
     def untraced(self) -> bool:
         """Whether a span now would be pointless: the global provider is still the API's
@@ -118,7 +147,22 @@ class SpanMaker:
     def publish(self, topic: str, properties: dict[str, str],
                 deliver: Callable[[dict[str, str]], SendResult], *, message_id: str,
                 tags: str | None, remote: bool) -> SendResult:
-        """Send inside a ``"<topic> publish"`` PRODUCER span and return the result.
+        """Send inside a ``"send <topic>"`` PRODUCER span (``_publish``) and return the
+        result; the call's duration goes to ``messaging.client.operation.duration``."""
+        started_s = time.perf_counter()
+        try:
+            result = self._publish(topic, properties, deliver, message_id=message_id,
+                                   tags=tags, remote=remote)
+        except Exception as error:
+            self.metrics.sent(topic, time.perf_counter() - started_s, error=error)
+            raise
+        self.metrics.sent(topic, time.perf_counter() - started_s, result=result, remote=remote)
+        return result
+
+    def _publish(self, topic: str, properties: dict[str, str],
+                 deliver: Callable[[dict[str, str]], SendResult], *, message_id: str,
+                 tags: str | None, remote: bool) -> SendResult:
+        """Send inside a ``"send <topic>"`` PRODUCER span and return the result.
 
         The span's parent is the context in ``properties`` when they carry a valid
         ``traceparent`` (the outbox relay: the business transaction's span), else the current
@@ -135,7 +179,11 @@ class SpanMaker:
             sent = dict(properties)
             if not keep_caller:
                 self.inject(sent)
-            result = deliver(sent)
+            try:
+                result = deliver(sent)
+            except Exception as error:  # use_span records it and sets the status
+                span.set_attribute(ERROR_TYPE, error_type(error))
+                raise
             if span.is_recording():
                 span.set_attributes(sent_attributes(result, remote=remote))
         return result
@@ -143,7 +191,21 @@ class SpanMaker:
     def publish_batch(self, topic: str, messages: list[PublishedMessage],
                       deliver: Callable[[list[dict[str, str]]], list[SendResult]], *,
                       remote: bool) -> list[SendResult]:
-        """``publish`` for the messages of one batch call: one PRODUCER span per message (each
+        """``_publish_batch``, its duration measured as one send operation."""
+        started_s = time.perf_counter()
+        try:
+            results = self._publish_batch(topic, messages, deliver, remote=remote)
+        except Exception as error:
+            self.metrics.sent(topic, time.perf_counter() - started_s, error=error)
+            raise
+        self.metrics.sent(topic, time.perf_counter() - started_s,
+                          result=results[0] if results else None, remote=remote)
+        return results
+
+    def _publish_batch(self, topic: str, messages: list[PublishedMessage],
+                       deliver: Callable[[list[dict[str, str]]], list[SendResult]], *,
+                       remote: bool) -> list[SendResult]:
+        """``_publish`` for the messages of one batch call: one PRODUCER span per message (each
         the parent of its handlers' spans, as for a single send), none of them made current,
         all ended when ``deliver`` returns or raises (the error recorded on each)."""
         if self.untraced() and not any(self.carries_context(properties)
@@ -164,6 +226,7 @@ class SpanMaker:
         except BaseException as error:
             for span in spans:
                 span.record_exception(error)
+                span.set_attribute(ERROR_TYPE, error_type(error))
                 span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
                 span.end()
             raise
@@ -174,7 +237,7 @@ class SpanMaker:
         return results
 
     def _parent(self, properties: Mapping[str, str]) -> tuple[Context | None, bool]:
-        """A publish span's parent: the context ``properties`` carry when it is valid (else
+        """A send span's parent: the context ``properties`` carry when it is valid (else
         None: the current one), and whether to keep the caller's ``traceparent`` as it is
         (it is there but does not parse)."""
         if TRACEPARENT not in properties:
@@ -186,19 +249,21 @@ class SpanMaker:
 
     def _start_publish(self, topic: str, parent: Context | None, message_id: str,
                        tags: str | None) -> Span:
-        attributes = {MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: "publish",
-                      OPERATION_TYPE: "send", DESTINATION: topic, MESSAGE_ID: message_id}
+        attributes = {MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: SEND, OPERATION_TYPE: SEND,
+                      DESTINATION: topic, MESSAGE_ID: message_id}
+        if self.namespace:
+            attributes[NAMESPACE] = self.namespace
         if tags:
             attributes[TAG] = tags
-        return self.tracer.start_span(f"{topic} publish", context=parent,
+        return self.tracer.start_span(f"{SEND} {topic}", context=parent,
                                       kind=SpanKind.PRODUCER, attributes=attributes)
 
     # ---- CONSUMER ----------------------------------------------------------------------------
 
     @contextmanager
     def process(self, context: ConsumeContext) -> Iterator[Span]:
-        """A current ``"<topic> process"`` CONSUMER span for one handler call: child of the
-        message's publish span; for a batch, a root (or child of the current span) linked
+        """A current ``"process <topic>"`` CONSUMER span for one handler call: child of the
+        message's send span; for a batch, a root (or child of the current span) linked
         to each message's context."""
         messages = context.messages
         if self.untraced() and not any(self.carries_context(m.properties) for m in messages):
@@ -216,9 +281,9 @@ class SpanMaker:
                     self.extract(message.properties)).get_span_context()
                 if span_context.is_valid:
                     links.append(Link(span_context, {MESSAGE_ID: message.msg_id}))
-        span = self.tracer.start_span(f"{context.message.topic} process", context=parent,
+        span = self.tracer.start_span(f"{PROCESS} {context.message.topic}", context=parent,
                                       kind=SpanKind.CONSUMER, links=links,
-                                      attributes=process_attributes(context))
+                                      attributes=process_attributes(context, self.namespace))
         if not (span.is_recording() or span.get_span_context().is_valid):
             yield span  # no SDK and no trace to go on: a span that records nothing
             return
@@ -232,31 +297,28 @@ def sent_attributes(result: SendResult, *, remote: bool) -> dict[str, Any]:
     attributes: dict[str, Any] = {MESSAGE_ID: result.msg_id, PARTITION: str(result.queue_id),
                                   LOG_POSITION: result.log_position}
     if result.delay_level > 0:
+        attributes[MESSAGE_TYPE] = "delay"
         attributes[DELAY_LEVEL] = result.delay_level
         attributes[STORED_TOPIC] = result.stored_topic
     else:
+        attributes[MESSAGE_TYPE] = "normal"
         attributes[QUEUE_OFFSET] = result.queue_offset
     if remote:
-        try:
-            host, _ = decode_offset_msg_id(result.offset_msg_id)
-        except ValueError:  # a broker's odd id costs the address, not the send
-            pass
-        else:
-            attributes[SERVER_ADDRESS] = host.ip
-            attributes[SERVER_PORT] = host.port
+        attributes.update(server_of(result))
     return attributes
 
 
-def process_attributes(context: ConsumeContext) -> dict[str, Any]:
-    """The CONSUMER span's attributes for a handler call."""
+def process_attributes(context: ConsumeContext, namespace: str = "") -> dict[str, Any]:
+    """The CONSUMER span's attributes for a handler call (``namespace``: the client's)."""
     first = context.message
     model = "broadcasting" if context.handler.broadcast else "clustering"
     attributes: dict[str, Any] = {
-        MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: "process", OPERATION_TYPE: "process",
+        MESSAGING_SYSTEM: SYSTEM, OPERATION_NAME: PROCESS, OPERATION_TYPE: PROCESS,
         DESTINATION: first.topic, CONSUMER_GROUP: context.consumer_group,
-        CLIENT_GROUP: context.consumer_group, CONSUMPTION_MODEL: model,
-        PARTITION: str(first.queue_id), QUEUE_OFFSET: first.queue_offset,
-        ATTEMPT: first.reconsume_count + 1}
+        CONSUMPTION_MODEL: model, PARTITION: str(first.queue_id),
+        QUEUE_OFFSET: first.queue_offset, ATTEMPT: first.reconsume_count + 1}
+    if namespace:
+        attributes[NAMESPACE] = namespace
     if first.stored_topic != first.topic:
         attributes[STORED_TOPIC] = first.stored_topic
     if len(context.messages) == 1:

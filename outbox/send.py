@@ -6,7 +6,7 @@ the id is handed to it once the transaction has committed (``outbox.commit_hook`
 and whenever the hand-off is missed, the relay's polling finds the stub. Everything is validated
 before the insert, so a bad message raises with nothing written. With OpenTelemetry installed
 the caller's current trace context (``traceparent``/``tracestate``) is stored among the stub's
-properties, so the relay's publish span continues the business transaction's trace
+properties, so the relay's send span continues the business transaction's trace
 (``framework.tracing``); a ``traceparent`` the caller passed is kept.
 """
 

@@ -82,7 +82,7 @@ def test_handler_and_consumer_lines_carry_the_message(open_broker, client, json_
         "logger": "tests.billing", "topic": "orders", "group": "billing",
         "queue": paid.queue_id, "offset": paid.queue_offset, "msg_id": paid.msg_id,
         "amount_cents": 1250}
-    [process] = [span for span in spans.named("orders process")
+    [process] = [span for span in spans.named("process orders")
                  if span.attributes["messaging.message.id"] == paid.msg_id]
     assert charged["trace_id"] == f"{process.context.trace_id:032x}"
     assert charged["span_id"] == f"{process.context.span_id:016x}"

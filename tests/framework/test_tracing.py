@@ -38,8 +38,8 @@ def test_send_and_handle_make_one_trace(open_broker, client, spans):  # noqa: F8
     assert handled.wait(30)
     app.stop()
 
-    [publish] = spans.named("orders publish")
-    [process] = spans.named("orders process")
+    [publish] = spans.named("send orders")
+    [process] = spans.named("process orders")
     [charge] = spans.named("charge")
     assert publish.kind is SpanKind.PRODUCER and process.kind is SpanKind.CONSUMER
     trace_id = checkout.get_span_context().trace_id
@@ -51,12 +51,16 @@ def test_send_and_handle_make_one_trace(open_broker, client, spans):  # noqa: F8
     assert seen["current"] == process.context  # current while the handler ran
     attributes = dict(publish.attributes)
     address, port = attributes.pop("server.address", None), attributes.pop("server.port", None)
+    namespace = getattr(app.client, "namespace", "")  # a remote run's clients have their own
+    in_namespace = {"messaging.rocketmq.namespace": namespace} if namespace else {}
     assert attributes == {
-        "messaging.system": "rocketmq", "messaging.operation.name": "publish",
+        "messaging.system": "rocketmq", "messaging.operation.name": "send",
         "messaging.operation.type": "send", "messaging.destination.name": "orders",
         "messaging.message.id": sent.msg_id, "messaging.rocketmq.message.tag": "paid",
+        "messaging.rocketmq.message.type": "normal",
         "messaging.destination.partition.id": str(sent.queue_id),
-        "postbox.queue_offset": sent.queue_offset, "postbox.log_position": sent.log_position}
+        "postbox.queue_offset": sent.queue_offset, "postbox.log_position": sent.log_position,
+        **in_namespace}
     if isinstance(app.client, Broker):
         assert address is None and port is None  # an embedded store has no server
     else:  # the broker that stored it (from its offsetMsgId)
@@ -65,12 +69,11 @@ def test_send_and_handle_make_one_trace(open_broker, client, spans):  # noqa: F8
         "messaging.system": "rocketmq", "messaging.operation.name": "process",
         "messaging.operation.type": "process", "messaging.destination.name": "orders",
         "messaging.consumer.group.name": "billing",
-        "messaging.rocketmq.client_group": "billing",
         "messaging.rocketmq.consumption_model": "clustering",
         "messaging.destination.partition.id": str(sent.queue_id),
         "postbox.queue_offset": sent.queue_offset, "postbox.attempt": 1,
         "messaging.message.id": sent.msg_id, "messaging.message.body.size": 7,
-        "messaging.rocketmq.message.tag": "paid"}
+        "messaging.rocketmq.message.tag": "paid", **in_namespace}
     assert process.status.status_code is StatusCode.UNSET and not process.events
 
 
@@ -89,10 +92,10 @@ def test_every_attempt_is_a_child_of_the_one_publish_span(open_broker, client,
 
     app.start()
     sent = app.producer.send("jobs", b"job-1")
-    first, second = spans.wait_for("jobs process", 2)
+    first, second = spans.wait_for("process jobs", 2)
     app.stop()
 
-    [publish] = spans.named("jobs publish")
+    [publish] = spans.named("send jobs")
     assert attempts == [traceparent_of(publish)] * 2  # the retry copy kept the property
     assert parent_id(first) == parent_id(second) == publish.context.span_id
     assert [first.attributes["postbox.attempt"], second.attributes["postbox.attempt"]] == [1, 2]
@@ -122,7 +125,7 @@ def test_dead_letter_request_is_an_event_without_exception(open_broker, client,
 
     app.start()
     app.producer.send("jobs", b"{")
-    [process] = spans.wait_for("jobs process")
+    [process] = spans.wait_for("process jobs")
     app.stop()
 
     assert [event.name for event in process.events] == ["dead_letter"]
@@ -145,11 +148,11 @@ def test_batch_span_links_each_message(open_broker, client, spans):  # noqa: F81
             app.producer.send("events", f"e{index}", sharding_key="one-queue")
     read_back(app, "events", "e0", "e1", "e2")  # all three consumable: the first pull has them
     app.start()
-    [process] = spans.wait_for("events process")
+    [process] = spans.wait_for("process events")
     app.stop()
 
     assert batches == [3]
-    publishes = spans.named("events publish")
+    publishes = spans.named("send events")
     assert process.parent is None  # a batch has three parents: it links them instead
     assert [link.context.span_id for link in process.links] == [
         span.context.span_id for span in publishes]
@@ -164,7 +167,7 @@ def test_caller_traceparent_is_the_parent_and_a_bad_one_is_left_alone(open_broke
     app.producer.send("orders", b"a", properties={TRACEPARENT: upstream})
     app.producer.send("orders", b"b", properties={TRACEPARENT: "not-a-traceparent"})
 
-    child, unrelated = spans.named("orders publish")
+    child, unrelated = spans.named("send orders")
     assert f"{child.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
     assert parent_id(child) == 0xb7ad6b7169203331
     assert unrelated.parent is None
@@ -250,8 +253,8 @@ def test_async_handler_runs_inside_the_process_span(open_broker, client, spans):
     assert handled.wait(30)
     app.stop()
 
-    [process] = spans.named("orders process")
-    [receipt] = spans.named("receipts publish")
+    [process] = spans.named("process orders")
+    [receipt] = spans.named("send receipts")
     assert current == [process.context]  # the worker thread's span, inside the coroutine
     assert parent_id(receipt) == process.context.span_id
 
@@ -295,13 +298,13 @@ def test_orderly_retries_in_place_and_broadcast_drops(open_broker, client, spans
     app.start()
     app.producer.send("ledger", b"entry", sharding_key="account-1")
     app.producer.send("notices", b"notice")
-    first, second = spans.wait_for("ledger process", 2)
-    [notice] = spans.wait_for("notices process")
+    first, second = spans.wait_for("process ledger", 2)
+    [notice] = spans.wait_for("process notices")
     app.stop()
 
     assert [event.name for event in first.events] == ["exception", "retry"]
     assert first.events[1].attributes["postbox.retry.in_place"] is True
     assert second.attributes["postbox.attempt"] == 2 and not second.events
-    assert parent_id(first) == parent_id(second) == spans.named("ledger publish")[0].context.span_id
+    assert parent_id(first) == parent_id(second) == spans.named("send ledger")[0].context.span_id
     assert notice.attributes["messaging.rocketmq.consumption_model"] == "broadcasting"
     assert [event.name for event in notice.events] == ["exception", "dropped"]

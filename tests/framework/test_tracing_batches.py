@@ -35,11 +35,11 @@ def test_each_message_of_a_batch_has_its_own_publish_span(open_broker, client,
             BatchMessage(b"c", properties={TRACEPARENT: UPSTREAM})])
     app.start()
     assert done.wait(30)
-    processes = spans.wait_for("orders process", 3)
+    processes = spans.wait_for("process orders", 3)
     app.stop()
 
     publishes = {span.attributes["messaging.message.id"]: span
-                 for span in spans.named("orders publish")}
+                 for span in spans.named("send orders")}
     assert list(publishes) == [result.msg_id for result in results]
     first, second, third = (publishes[result.msg_id] for result in results)
     assert {span.kind for span in publishes.values()} == {SpanKind.PRODUCER}
@@ -66,7 +66,7 @@ def test_a_failed_batch_ends_every_span_with_its_error(open_broker, client,
     with spans.tracer.start_as_current_span("checkout"), pytest.raises(StoreClosedError):
         app.producer.send_batch("orders", [b"a", b"b"])
 
-    failed = spans.named("orders publish")
+    failed = spans.named("send orders")
     assert len(failed) == 2
     for span in failed:
         assert span.status.status_code is StatusCode.ERROR

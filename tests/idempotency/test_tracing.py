@@ -29,10 +29,10 @@ def test_duplicates_are_skipped_spans_of_the_same_trace(make_app, fake_clock,
             app.producer.send("orders", b"order", tags="paid", unique_key=message_id)
     InlineRunner(app).run_until_idle(advance_clock=True)
 
-    processes = spans.named("orders process")
+    processes = spans.named("process orders")
     assert calls == [message_id] and len(processes) == 3
     assert [bool(span.attributes.get("postbox.skipped")) for span in processes] == [
         False, True, True]
     assert {span.context.trace_id for span in processes} == {checkout.context.trace_id}
-    publishes = {span.context.span_id for span in spans.named("orders publish")}
+    publishes = {span.context.span_id for span in spans.named("send orders")}
     assert {parent_id(span) for span in processes} == publishes

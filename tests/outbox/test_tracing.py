@@ -43,8 +43,8 @@ def test_business_span_is_the_parent_of_the_relays_publish_and_the_handler(
     finally:
         app.stop()
 
-    [publish] = spans.named("orders publish")
-    [process] = spans.named("orders process")
+    [publish] = spans.named("send orders")
+    [process] = spans.named("process orders")
     assert publish.kind is SpanKind.PRODUCER
     assert publish.context.trace_id == process.context.trace_id == request.context.trace_id
     assert parent_id(publish) == request.context.span_id  # made later, in the relay thread

@@ -1,9 +1,10 @@
 """Recording OpenTelemetry spans in tests: the SDK's in-memory exporter on a provider of its own.
 
 ``SpanRecorder`` holds a ``TracerProvider`` whose ``SimpleSpanProcessor`` exports every span to
-an ``InMemorySpanExporter`` as it ends. Tests hand ``recorder.tracing`` (a
-``framework.tracing.Tracing`` on that provider) to their apps, so nothing depends on the
-process's global provider (which can be set only once per process). Fixture ``spans`` makes
+an ``InMemorySpanExporter`` as it ends, and a ``MeterProvider`` read by an
+``InMemoryMetricReader`` (``histogram``). Tests hand ``recorder.tracing`` (a
+``framework.tracing.Tracing`` on those providers) to their apps, so nothing depends on the
+process's global providers (which can be set only once per process). Fixture ``spans`` makes
 one per test.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,7 +31,9 @@ class SpanRecorder:
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider()
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracing = Tracing(self.provider)
+        self.metric_reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.metric_reader])
+        self.tracing = Tracing(self.provider, meter_provider=self.meter_provider)
         self.tracer: Tracer = self.provider.get_tracer("tests")
 
     def finished(self) -> list[ReadableSpan]:
@@ -45,8 +50,22 @@ class SpanRecorder:
                    detail=lambda: [span.name for span in self.finished()])
         return self.named(name)
 
+    def histogram(self, name: str) -> list[HistogramDataPoint]:
+        """The data points (one per attribute set) of the histogram ``name`` so far, with its
+        unit checked to be seconds."""
+        points: list[HistogramDataPoint] = []
+        data = self.metric_reader.get_metrics_data()
+        for resource in data.resource_metrics if data is not None else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        assert metric.unit == "s", f"{name} is in {metric.unit!r}, not seconds"
+                        points.extend(metric.data.data_points)  # type: ignore[arg-type]
+        return points
+
     def shutdown(self) -> None:
         self.provider.shutdown()
+        self.meter_provider.shutdown()
 
 
 @pytest.fixture

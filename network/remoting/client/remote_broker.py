@@ -86,6 +86,11 @@ class RemotingBroker:
                 + (f", namespace={namespace!r})" if namespace else ")"))
 
     @property
+    def namespace(self) -> str:
+        """The namespace this client's topics and groups live in ("" for none)."""
+        return self._context.namespace.name
+
+    @property
     def context(self) -> ClientContext:
         """The shared state of this client (connections, routes, namespace)."""
         return self._context
