@@ -56,7 +56,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -95,8 +95,9 @@ SUCCESS = ConsumeOutcome(OutcomeKind.SUCCESS)
 
 
 @dataclass
-class IdempotencyStats:
-    """How messages were decided since the middleware was made."""
+class DecisionCounts:
+    """How messages were decided: the counters of ``IdempotencyStats``, for all groups or
+    one."""
 
     processed: int = 0
     duplicates_by_redis: int = 0
@@ -107,6 +108,24 @@ class IdempotencyStats:
     database_errors: int = 0
     taken_over: int = 0
     """Messages whose Redis mark was held by an attempt that had not finished them."""
+    redis_unavailable: int = 0
+    """Messages admitted while the Redis guard could not answer (the database decides alone);
+    0 without a guard."""
+
+
+@dataclass
+class IdempotencyStats(DecisionCounts):
+    """How messages were decided since the middleware was made: the totals, and the same
+    counters per consumer group (``by_group``; groups are the app's, so bounded)."""
+
+    by_group: dict[str, DecisionCounts] = field(default_factory=dict)
+
+    def add(self, group: str, counter: str, count: int = 1) -> None:
+        """Count ``count`` messages of ``group`` under ``counter`` (a field name) in the totals
+        and in the group's counts."""
+        setattr(self, counter, getattr(self, counter) + count)
+        counts = self.by_group.get(group) or self.by_group.setdefault(group, DecisionCounts())
+        setattr(counts, counter, getattr(counts, counter) + count)
 
 
 _PREPARED = "postbox.idempotency.prepared"
@@ -178,6 +197,9 @@ class IdempotencyMiddleware(Middleware):
         engine = database_engine(app)
         check_tables(engine)
         middleware = cls(engine, RedisGuard(lambda: redis_client(app)))
+        for spec in app.handlers:  # every group's counters scraped from 0, before its first
+            if _is_idempotent(spec):
+                middleware.stats.by_group.setdefault(spec.consumer_group, DecisionCounts())
         app.on_stop(middleware.close)
         return middleware
 
@@ -210,6 +232,9 @@ class IdempotencyMiddleware(Middleware):
         with self._lock:
             settling, self._settling = self._settling, []
         states = self.guard.acquire_many(marks, settling=settling)
+        for mark, state in zip(marks, states, strict=True):
+            if state is GuardState.UNAVAILABLE:
+                self.stats.add(mark.consumer_group, "redis_unavailable")
         return [_Admitted(mark, state) for mark, state in zip(marks, states, strict=True)]
 
     def before_batch(self, contexts: list[ConsumeContext]) -> None:
@@ -280,7 +305,8 @@ class IdempotencyMiddleware(Middleware):
             try:
                 entry = self.admission.run([(group, message)])[0]
             except SQLAlchemyError as error:
-                return self._database_error("recording the receipt of", message_id, error)
+                return self._database_error("recording the receipt of", group, message_id,
+                                            error)
         entry.ran = True
         if entry.state is GuardState.HELD:
             try:
@@ -290,12 +316,12 @@ class IdempotencyMiddleware(Middleware):
                         ledger.forget_receipt(connection, group, message_id)
                         connection.commit()
             except SQLAlchemyError as error:
-                return self._database_error("checking", message_id, error)
+                return self._database_error("checking", group, message_id, error)
             if done:
-                self.stats.duplicates_by_redis += 1
+                self.stats.add(group, "duplicates_by_redis")
                 context.skipped = True
                 return SUCCESS
-            self.stats.taken_over += 1
+            self.stats.add(group, "taken_over")
         if context.is_async:
             return self._run_async_handler(context, call_next, entry, batched)
         return self._run_handler(context, call_next, entry, batched)
@@ -317,14 +343,14 @@ class IdempotencyMiddleware(Middleware):
         outcome = call_next()
         step3 = context.state.pop(STEP3_STATE, None)
         if step3 is Step3.DUPLICATE:
-            self.stats.duplicates_by_database += 1
+            self.stats.add(group, "duplicates_by_database")
             context.skipped = True
             return SUCCESS
         if step3 is not Step3.PROCESSED:  # failed, database error, or never ran (cancelled)
             if step3 is Step3.FAILED:
-                self.stats.failures += 1
+                self.stats.add(group, "failures")
             elif step3 is Step3.DATABASE_ERROR:
-                self.stats.database_errors += 1
+                self.stats.add(group, "database_errors")
                 log.warning("database error while processing message %s; it will be "
                             "retried: %s", message_id, outcome.reason)
             if guard is not None:
@@ -352,16 +378,16 @@ class IdempotencyMiddleware(Middleware):
                     if not outcome.succeeded:
                         raise _Rollback(outcome)
         except _Rollback as rollback:
-            self.stats.failures += 1
+            self.stats.add(group, "failures")
             if guard is not None:
                 guard.release(group, message_id, token)
             return rollback.outcome
         except SQLAlchemyError as error:
             if guard is not None:
                 guard.release(group, message_id, token)
-            return self._database_error("processing", message_id, error)
+            return self._database_error("processing", group, message_id, error)
         if duplicate:
-            self.stats.duplicates_by_database += 1
+            self.stats.add(group, "duplicates_by_database")
             context.skipped = True
             return SUCCESS
         self._processed(guard, entry, batched)
@@ -369,16 +395,16 @@ class IdempotencyMiddleware(Middleware):
 
     def _processed(self, guard: RedisGuard | None, entry: _Admitted, batched: bool) -> None:
         """The effect committed under ``entry``'s mark: count it, have the mark say "done"."""
-        self.stats.processed += 1
+        self.stats.add(entry.mark.consumer_group, "processed")
         if guard is not None:
             if batched:
                 entry.committed = True  # after_batch settles it with the others
             else:
                 guard.mark_done(*entry.mark)
 
-    def _database_error(self, doing: str, message_id: str,
+    def _database_error(self, doing: str, group: str, message_id: str,
                         error: SQLAlchemyError) -> ConsumeOutcome:
-        self.stats.database_errors += 1
+        self.stats.add(group, "database_errors")
         log.warning("database error while %s message %s; it will be retried: %s", doing,
                     message_id, error.__class__.__name__ + ": " + str(error).splitlines()[0])
         return ConsumeOutcome.from_error(RetryLater(
@@ -407,4 +433,4 @@ def _is_idempotent(spec: HandlerSpec) -> bool:
     return spec.options.get("idempotent", False) is True
 
 
-__all__ = ["IdempotencyMiddleware", "IdempotencyStats"]
+__all__ = ["DecisionCounts", "IdempotencyMiddleware", "IdempotencyStats"]

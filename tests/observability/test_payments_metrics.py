@@ -54,10 +54,10 @@ def test_scrape_matches_the_scenarios_own_counts(
     assert result.value("postbox_outbox_alerts_total", kind="dead_lettered") == (
         report.void_dead_lettered)
     assert result.value("postbox_consumer_retried_total", group=GROUP) == report.retried > 0
-    assert result.total("postbox_idempotency_duplicates_total") == (
+    assert result.total("postbox_idempotency_duplicates_total", group=GROUP) == (
         report.duplicates_rejected) == report.duplicates_injected
-    assert result.value("postbox_idempotency_processed_total") == report.confirmed == (
-        report.ledger_rows)
+    assert result.value("postbox_idempotency_processed_total", group=GROUP) == (
+        report.confirmed) == report.ledger_rows
     assert result.value("postbox_outbox_resends_total") == report.resent >= (
         report.lost_on_purpose) > 0
     assert result.value("postbox_outbox_published_total") == report.sent
