@@ -1,15 +1,17 @@
 """``postbox broker start --metrics 127.0.0.1:0`` in a subprocess: its endpoint (the port it
 prints) serves the store's and the remoting server's families, with the values of what a
-remote producer and consumer did (and every broker name the Grafana dashboard uses); a port in
-use ends the command with a clear error."""
+remote producer and consumer did (and every broker name the Grafana dashboard uses), and each
+consumer group's lag per queue from the broker's offsets, bounded in series; a port in use ends
+the command with a clear error."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
-from framework import App
+from framework import App, ConsumerOptions
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 
@@ -65,3 +67,61 @@ def test_broker_metrics_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2, done
     assert f"--metrics: cannot serve metrics on 127.0.0.1:{port}" in done.stderr
     assert "in use" in done.stderr
+
+
+FAST = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=100, persist_interval_ms=100)
+
+
+def test_broker_exports_each_groups_lag_per_queue(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "store", broker_conf=write_broker_conf(tmp_path),
+                           extra=("--metrics", "127.0.0.1:0")).start()
+    billed: list[bytes] = []
+    audit_holds = threading.Event()
+    try:
+        url = f"http://{broker.metrics_address}/metrics"
+        app = App(store_url=f"rocketmq://{broker.namesrv_address}", consumer_options=FAST)
+
+        @app.handler(topic="orders", consumer_group="billing", consume_from="first")
+        def bill(message) -> None:
+            billed.append(message.body)
+
+        @app.handler(topic="orders", consumer_group="audit", consume_from="first")
+        def audit(message) -> None:  # holds every message: the group commits nothing
+            audit_holds.wait(30)
+
+        with app:
+            sent = [app.producer.send("orders", f"order-{n}".encode()) for n in range(7)]
+            wait_until(lambda: len(billed) == 7, what="the billing consumer")
+            wait_until(lambda: scrape(url).total("postbox_broker_consumer_lag_messages",
+                                                 group="billing", topic="orders") == 0,
+                       what="billing's committed offsets at the broker")
+            result = scrape(url)
+            audit_holds.set()
+    finally:
+        audit_holds.set()
+        assert broker.stop() == 0
+    assert result.total("postbox_broker_consumer_lag_messages", group="audit",
+                        topic="orders") == 7
+    for queue_id in {receipt.queue_id for receipt in sent}:  # one series per queue
+        assert result.value("postbox_broker_consumer_lag_messages", group="audit",
+                            topic="orders", queue=str(queue_id)) >= 1
+    assert result.value("postbox_broker_consumer_lag_series_dropped") == 0
+
+
+def test_broker_lag_series_are_bounded(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("POSTBOX_METRICS_LAG_SERIES_MAX", "3")
+    broker = BrokerProcess(tmp_path / "store", broker_conf=write_broker_conf(tmp_path),
+                           extra=("--metrics", "127.0.0.1:0")).start()
+    try:
+        url = f"http://{broker.metrics_address}/metrics"
+        with App(store_url=f"rocketmq://{broker.namesrv_address}") as app:
+            app.producer.send("orders", b"order")
+            for group in ("a", "b"):  # two groups with a committed offset on every queue
+                for queue_id in app.client.queue_ids("orders"):
+                    app.client.commit_offset(group, "orders", queue_id, 0)
+            queues = len(app.client.queue_ids("orders"))
+            result = scrape(url)
+    finally:
+        assert broker.stop() == 0
+    assert len(result.samples["postbox_broker_consumer_lag_messages"]) == 3
+    assert result.value("postbox_broker_consumer_lag_series_dropped") == 2 * queues - 3
