@@ -10,7 +10,7 @@
 #
 #   scripts/services.sh            # all three
 #   scripts/services.sh redis      # only the ones named (postgres, mariadb, redis)
-#   scripts/services.sh test-tools # Chromium, the SQLite JDBC driver, JDK 17 and Maven (no
+#   scripts/services.sh test-tools # Chromium, the SQLite JDBC driver, JDK 17, Maven, promtool (no
 #                                  # service; CI's suites and the RocketMQ lab)
 set -euo pipefail
 
@@ -113,9 +113,10 @@ SQL
 install_test_tools() {  # not services: what some suites need on the machine
     # the reconciliation's report test renders in headless Chromium; its JDBC test reads SQLite
     # through Debian's JDBC driver; the RocketMQ compatibility lab (docs/compat-lab.md) needs a
-    # JDK and Maven (it fetches RocketMQ from Maven Central itself)
-    apt_install chromium libxerial-sqlite-jdbc-java openjdk-17-jdk-headless maven
-    log "chromium, the SQLite JDBC driver, a JDK and Maven are installed"
+    # JDK and Maven (it fetches RocketMQ from Maven Central itself); the alert rules' test runs
+    # promtool, from Debian's prometheus package (its server is never started here)
+    apt_install chromium libxerial-sqlite-jdbc-java openjdk-17-jdk-headless maven prometheus
+    log "chromium, the SQLite JDBC driver, a JDK, Maven and promtool are installed"
 }
 
 start_redis() {

@@ -1,7 +1,8 @@
 """The store's metric families: puts per topic, flush latency, disk use, log end, dispatch lag.
 
 Read at scrape time from what the store keeps anyway (``MessageStore.put_tally``, the commit-log
-flusher's ``flush_latency``, positions) plus two file-system reads: the blocks the store
+flusher's ``flush_latency``, positions, the disk guard's last measurement of its file system's
+used fraction against the write watermark) plus two file-system reads: the blocks the store
 directory occupies (a walk over its files: sparse queue files count what they really use) and
 the space free on its file system (``statvfs``). Nothing here runs on the put path. Reading is
 thread-safe; a store closed under a scrape yields no families rather than an error.
@@ -41,6 +42,15 @@ def store_families(store: Any) -> list[Metric]:
               [], [((), used_bytes)]),
         gauge("postbox_store_disk_free_bytes", "Bytes free (for unprivileged writers) on the "
               "store's file system.", [], [((), free_bytes)]),
+        gauge("postbox_store_disk_used_ratio", "Used fraction of the store's file system at the "
+              "store's last measurement (df's Use%; puts and the 10 s retention run measure "
+              "it).", [], [((), store.retention.disk_used_ratio)]),
+        gauge("postbox_store_disk_warning_level_ratio", "The used fraction at which the store "
+              "refuses writes (retention.disk_space_warning_level_ratio).", [],
+              [((), store.config.retention.disk_space_warning_level_ratio / 100)]),
+        gauge("postbox_store_disk_full", "1 while writes are refused because the disk reached "
+              "the warning level (or was full at open), else 0.", [],
+              [((), int(store.retention.disk_full or store.guard.read_only_reason is not None))]),
         gauge("postbox_store_commit_log_max_position_bytes", "End of the commit log: one past "
               "its last written byte.", [], [((), log_end)]),
         gauge("postbox_store_dispatch_lag_bytes", "Commit-log bytes written and not yet "

@@ -8,11 +8,14 @@ import re
 import urllib.request
 from pathlib import Path
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 SCRAPE_TIMEOUT_S = 10.0
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "postbox-dashboard.json"
+ALERT_RULES = DASHBOARD.with_name("postbox-alert-rules.yml")
+METRIC_NAME = re.compile(r"\bpostbox_[a-z_]+\b")
 
 
 class Scrape:
@@ -61,5 +64,15 @@ def dashboard_metric_names() -> set[str]:
                    for target in panel.get("targets", [])]
     expressions += [variable["query"]["query"] for variable in dashboard["templating"]["list"]
                     if isinstance(variable.get("query"), dict)]
-    return {name for expression in expressions
-            for name in re.findall(r"\bpostbox_[a-z_]+\b", expression)}
+    return {name for expression in expressions for name in METRIC_NAME.findall(expression)}
+
+
+def alert_rules() -> list[dict]:
+    """Every rule of the Prometheus alert rules beside the dashboard (loaded as YAML)."""
+    document = yaml.safe_load(ALERT_RULES.read_text())
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+def alert_rule_metric_names() -> set[str]:
+    """Every metric name the alert rules' expressions use."""
+    return {name for rule in alert_rules() for name in METRIC_NAME.findall(rule["expr"])}

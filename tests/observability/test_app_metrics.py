@@ -19,6 +19,7 @@ import pytest
 
 from framework import App, DeadLetter, RetryLater
 from framework.metrics import MetricsServerError
+from storage_engine import Broker, DiskFullError, MessageStore, RetentionConfig, StoreConfig
 from tests.support.polling import wait_until
 
 from .scrape import scrape
@@ -123,3 +124,37 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         with _app(tmp_path / "store") as app, pytest.raises(
                 MetricsServerError, match=f"127.0.0.1:{port}.*in use"):
             app.metrics_server(port)
+
+
+def test_disk_gauges_follow_the_stores_measurement_and_watermark(tmp_path: Path) -> None:
+    # a full disk cannot be made for real here: the store's disk probe reports the usage
+    used = [0.5]
+    store = MessageStore.open(
+        StoreConfig(root_dir=tmp_path / "store",
+                    retention=RetentionConfig(disk_space_warning_level_ratio=80)),
+        disk_usage=lambda _path: used[0])
+    broker = Broker(store, owns_store=True)
+    app = App(broker=broker)
+
+    def refused() -> bool:
+        try:
+            app.producer.send("orders", b"order")
+        except DiskFullError:
+            return True
+        return False
+
+    try:
+        with app:
+            url = app.metrics_server(0).url
+            assert not refused()  # a put measures the disk
+            roomy = scrape(url)
+            used[0] = 0.95
+            wait_until(refused, what="a put refused at the watermark")
+            full = scrape(url)
+    finally:
+        broker.close()
+    assert roomy.value("postbox_store_disk_used_ratio") == 0.5
+    assert roomy.value("postbox_store_disk_warning_level_ratio") == 0.8
+    assert roomy.value("postbox_store_disk_full") == 0
+    assert full.value("postbox_store_disk_used_ratio") == 0.95
+    assert full.value("postbox_store_disk_full") == 1

@@ -15,7 +15,7 @@ from framework import App, ConsumerOptions
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 
-from .scrape import dashboard_metric_names, scrape
+from .scrape import alert_rule_metric_names, dashboard_metric_names, scrape
 
 
 def test_broker_endpoint_counts_remote_puts_and_gets(tmp_path: Path) -> None:
@@ -50,8 +50,11 @@ def test_broker_endpoint_counts_remote_puts_and_gets(tmp_path: Path) -> None:
     assert result.total("postbox_store_put_bytes_total") == result.value(
         "postbox_store_commit_log_max_position_bytes")
     assert result.value("postbox_store_dispatch_lag_bytes") == 0
-    broker_names = {n for n in dashboard_metric_names() if n.startswith("postbox_broker_")}
-    assert broker_names and sorted(broker_names - result.names()) == []  # the dashboard's
+    broker_names = {n for n in dashboard_metric_names() | alert_rule_metric_names()
+                    if n.startswith("postbox_broker_")}
+    assert broker_names and sorted(broker_names - result.names()) == []  # dashboard's, rules'
+    store_rules = {n for n in alert_rule_metric_names() if n.startswith("postbox_store_")}
+    assert store_rules and sorted(store_rules - result.names()) == []  # the broker's store
 
 
 def test_broker_metrics_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

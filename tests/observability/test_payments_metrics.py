@@ -16,7 +16,7 @@ from examples.payments.scenario import ScenarioOptions, ScenarioReport, run_scen
 from framework import App
 from tests.support.filesystems import scratch_dir
 
-from .scrape import Scrape, dashboard_metric_names, scrape
+from .scrape import Scrape, alert_rule_metric_names, dashboard_metric_names, scrape
 
 OPTIONS = ScenarioOptions(orders=150, lose=3, flaky=4, poison=2, duplicates=6, timeout_s=45)
 
@@ -67,11 +67,13 @@ def test_scrape_matches_the_scenarios_own_counts(
     assert result.value("postbox_outbox_publish_seconds_count") == report.sent + report.resent
 
 
-def test_every_dashboard_metric_exists_in_a_real_scrape(
+def test_every_dashboard_and_alert_rule_metric_exists_in_a_real_scrape(
         payments: tuple[ScenarioReport, Scrape]) -> None:
     used = dashboard_metric_names()
     assert len(used) >= 25
+    rules = alert_rule_metric_names()
+    assert len(rules) >= 8
     # the broker's own families are checked against the broker's endpoint in
     # test_broker_metrics; every other name is served by the payments app
-    app_names = {name for name in used if not name.startswith("postbox_broker_")}
+    app_names = {name for name in used | rules if not name.startswith("postbox_broker_")}
     assert sorted(app_names - payments[1].names()) == []
