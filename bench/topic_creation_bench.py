@@ -1,4 +1,4 @@
-"""Topic and subscription-group creation cost as the tables grow (issue 19, item 4).
+"""Topic and subscription-group creation cost as the tables grow.
 
 Creates topics (then groups) on a fresh broker and prints the mean milliseconds per creation in
 windows of 100 around given table sizes, plus how many files each table wrote. Each creation

@@ -1,4 +1,4 @@
-"""Postbox's producer/consumer SDK (DESIGN §4).
+"""Postbox's producer/consumer SDK.
 
     from framework import App, RetryLater, DeadLetter
 

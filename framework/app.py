@@ -2,8 +2,8 @@
 
 Construction and ``@app.handler`` only record configuration — nothing opens, connects or starts
 a thread until ``start()`` (or the first use of ``app.producer``, which opens the store). The
-store URL is ``file:///path`` (embedded broker in this process) or, once issue 21's transport
-lands, ``rocketmq://host:9876`` (a RocketMQ cluster's name servers, ``docs/remote-transport.md``;
+store URL is ``file:///path`` (embedded broker in this process) or
+``rocketmq://host:9876`` (a RocketMQ cluster's name servers, ``docs/remote-transport.md``;
 ``access_key``/``secret_key`` when it enforces access control); ``database_url`` and
 ``redis_url`` are kept for the layers above (the outbox, middleware). ``start()`` opens the
 broker, plans one consumer per consumer group and starts them; ``stop()`` drains them, persists

@@ -1,6 +1,6 @@
 """``BrokerClient``: the one interface the framework talks to, and how a store URL opens one.
 
-Implementations share it (DESIGN §3.4): embedded — ``storage_engine.Broker`` in this process,
+Implementations share it: embedded — ``storage_engine.Broker`` in this process,
 which already has exactly these methods — and remote: ``network.remoting.client.RemotingBroker``,
 the same methods over RocketMQ's classic remoting protocol to a Postbox broker or an Apache
 RocketMQ cluster (``docs/remote-transport.md``). ``open_client`` turns a store URL into one:

@@ -1,4 +1,4 @@
-"""Exactly-once handler middleware: Redis SET NX hint plus database authority (DESIGN §5).
+"""Exactly-once handler middleware: Redis SET NX hint plus database authority.
 
 ``@app.handler(..., idempotent=True)`` is all an application writes: ``IdempotencyMiddleware``
 declares the ``idempotent`` handler option and is registered in the ``postbox.middleware``

@@ -1,7 +1,7 @@
 """``IdempotencyMiddleware``: a handler registered with ``idempotent=True`` takes effect exactly
 once per (consumer group, message id), however often the message arrives.
 
-The decision flow (DESIGN §5), for each message:
+The decision flow, for each message:
 
 1. **Receipt.** Insert the ``message_log`` row in its own transaction. Database unreachable →
    retry later through the retry topic; nothing was done, nothing is lost.
@@ -43,7 +43,7 @@ in the consume thread (they block), step 3 runs on the consumer's event loop wit
 engine derived from the sync engine's URL (asyncpg, aiosqlite, aiomysql) unless
 ``async_database_url=`` or ``async_engine=`` says otherwise.
 
-One deliberate difference from DESIGN §5: a mark "held by someone else" on an unconfirmed
+One deliberate difference from the textbook flow: a mark "held by someone else" on an unconfirmed
 message is not taken as "another worker has it, success". A consumer killed in the middle of
 its handler leaves its mark behind until the TTL runs out, and its own redelivery would then be
 acknowledged without ever running — a lost message. Waiting on the database lock instead costs

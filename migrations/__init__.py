@@ -1,4 +1,4 @@
-"""Alembic migrations of the outbox tables (``outbox.tables``, DESIGN §5), shipped as a package.
+"""Alembic migrations of the outbox tables (``outbox.tables``), shipped as a package.
 
 ``upgrade(url)``, ``downgrade(url)``, ``current(url)`` and ``head()`` run them from Python (see
 ``migrations.api``); ``postbox db …`` runs them from the command line. ``env.py``,

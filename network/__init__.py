@@ -7,6 +7,6 @@
   for the official RocketMQ 5 clients.
 - ``network.acl_file``: the access-control file both servers read (accounts and their rights).
 
-The store (``storage_engine``) imports nothing of this package (DESIGN §2, checked by
+The store (``storage_engine``) imports nothing of this package (the layers, checked by
 import-linter); this package uses the store and broker through their Python API.
 """

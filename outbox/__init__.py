@@ -1,4 +1,4 @@
-"""Transactional outbox (DESIGN §5): the stub table written in the caller's transaction, the
+"""Transactional outbox: the stub table written in the caller's transaction, the
 relay that publishes stubs to the broker, the resend rule, alerts and cleanup run by
 ``OutboxWorker`` (as Celery tasks through ``outbox.celery_app``), and the schema they share.
 

@@ -16,7 +16,7 @@
   beats or workers fire it, when runs started and finished, and the task's own small state
   (the dead-letter scan's cursors).
 
-Columns beyond DESIGN §5's list: ``delay_level``/``properties`` (the relay needs them to
+Stub columns for the relay and resends: ``delay_level``/``properties`` (the relay needs them to
 publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went),
 ``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub) and
 ``overtaken_at`` (when the resend check first saw a consumer group past the stub's offset

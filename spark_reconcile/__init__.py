@@ -1,4 +1,4 @@
-"""PySpark reconciliation (DESIGN §6): every outbox stub classified against consumer logs,
+"""PySpark reconciliation: every outbox stub classified against consumer logs,
 committed offsets and dead letters, with a report.
 
     from spark_reconcile import ReconcileOptions, run_reconciliation

@@ -1,4 +1,4 @@
-"""The classes a reconciliation puts each message in (DESIGN §6)."""
+"""The classes a reconciliation puts each message in."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Postbox's embedded message store, byte-compatible with Apache RocketMQ's file store.
 
-Public surface (DESIGN §3.3, §3.4)::
+Public surface (the store and the broker)::
 
     from storage_engine import MessageStore, StoreConfig, Message, FlushMode, verify_store
     from storage_engine import Broker
@@ -73,13 +73,13 @@ from .store import (
 from .store.topics import dead_letter_topic, retry_topic, validate_topic
 
 __all__ = [
-    # the store (DESIGN §3.3)
+    # the store
     "FlushMode", "GetResult", "GetStatus", "Message", "MessageStore", "MessageView", "PutResult",
     "PutStatus", "StoreConfig", "verify_store",
     # the config groups of StoreConfig
     "BrokerConfig", "BrokerRole", "CommitLogConfig", "ConsumeQueueConfig", "DelayConfig",
     "FlushConfig", "HAConfig", "KeyIndexConfig", "RetentionConfig",
-    # the broker (DESIGN §3.4) and the values of its API
+    # the broker and the values of its API
     "Broker", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult", "SendResult",
     "SubscriptionGroupConfig", "TopicConfig",
     # tools, clocks, topic names, the latency tally monitoring reads

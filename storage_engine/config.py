@@ -136,7 +136,7 @@ class FlushConfig:
 class RetentionConfig:
     """Expired-file cleaning and disk watermarks (the retention service and the disk guard).
 
-    Disk pressure means back-pressure (DESIGN §9): at the warning level writes are refused, and
+    Disk pressure means back-pressure: at the warning level writes are refused, and
     pressure deletes only segments every subscribed group has consumed past, unless
     ``clean_file_forcibly_enable`` says otherwise.
     """

@@ -1,4 +1,4 @@
-"""Outbox tables: message_stub, message_log, message_processed (DESIGN §5).
+"""Outbox tables: message_stub, message_log, message_processed.
 
 Revision ID: 0001
 Revises:

@@ -70,7 +70,7 @@ class HeaderFieldError(WireError):
 
 @dataclass(frozen=True)
 class FrameLimits:
-    """Upper bounds a decoder enforces on every frame (DESIGN §9: every request is bounded).
+    """Upper bounds a decoder enforces on every frame (every request is bounded).
 
     ``max_frame_bytes`` is RocketMQ's own default frame limit (16 MiB); a header holds names and
     numbers, never bodies, so it gets far less.

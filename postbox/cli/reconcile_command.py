@@ -1,4 +1,4 @@
-"""``postbox reconcile``: classify every outbox stub against the store (DESIGN §6).
+"""``postbox reconcile``: classify every outbox stub against the store.
 
 Reads ``message_stub``/``message_log`` from ``--db`` (a chunked Parquet export by default, Spark
 JDBC with ``--jdbc-jar``) and the consumer offsets, consume queues and dead-letter/retry topics

@@ -1,4 +1,4 @@
-"""``Broker``: RocketMQ's broker semantics over an embedded ``MessageStore`` (DESIGN §3.4).
+"""``Broker``: RocketMQ's broker semantics over an embedded ``MessageStore``.
 
 Owns: topic config (auto-created on first send, ``topic_manager``; at most
 ``broker.topic_count_max``), subscription groups (at most ``broker.subscription_group_count_max``),

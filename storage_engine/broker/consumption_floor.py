@@ -1,7 +1,7 @@
 """``ConsumptionFloor``: the lowest log position some subscribed group still has to consume.
 
 The broker gives it to its store (``MessageStore.set_consumption_floor``) so that disk pressure
-deletes only segments every group has consumed past (DESIGN §9). For each non-empty queue the
+deletes only segments every group has consumed past. For each non-empty queue the
 position still needed is that of the unit at:
 
 * the smallest committed offset among the groups that committed on the queue's topic, when

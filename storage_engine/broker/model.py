@@ -34,7 +34,7 @@ class SendBackOutcome(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """Where a sent message was stored: what ``Broker.send`` and every ``BrokerClient`` return,
-    and what ``framework.Producer.send`` returns (DESIGN §4 ``SendResult``) — one type from the
+    and what ``framework.Producer.send`` returns (its ``SendResult``) — one type from the
     broker up; the store's own ``PutResult`` stays below it.
 
     ``topic``/``queue_id`` are the destination the sender asked for (after queue selection);

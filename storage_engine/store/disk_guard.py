@@ -1,4 +1,4 @@
-"""``DiskGuard``: back-pressure at the disk's high watermark (DESIGN §9).
+"""``DiskGuard``: back-pressure at the disk's high watermark.
 
 Writes are refused with ``DiskFullError`` (naming ``retention.disk_space_warning_level_ratio``)
 *before* the partition holding the store passes the warning level: every put asks ``admit``,

@@ -5,7 +5,7 @@ length ``size_bytes``. How much of that takes blocks on disk is its ``Allocation
 ``PREALLOCATED`` files (commit-log segments, as RocketMQ's) get every block at creation, so a full
 disk fails there, cleanly, before anything is written; ``SPARSE`` files (consume queues, key
 index) start as a hole and get blocks reserved just ahead of the writes (``reserve``, doubling
-up to ``RESERVE_STEP_MAX_BYTES``), so disk use follows data (DESIGN §9): a new topic's queue
+up to ``RESERVE_STEP_MAX_BYTES``), so disk use follows data: a new topic's queue
 takes a page, not 6 MB. Holes read as zeros, so a sparse file holds exactly the bytes of a
 preallocated one and RocketMQ reads it the same way. Writes into a sparse file must call
 ``reserve`` (or ``allocate``) first: a write through the mapping into a hole on a full disk is a

@@ -3,8 +3,8 @@
 - 17 UPDATE_AND_CREATE_TOPIC: ``Broker.create_topic`` (read = write queues: a Postbox topic
   has one queue count).
 - 215 DELETE_TOPIC_IN_BROKER: forgets the topic's config and its consumer offsets; the stored
-  messages stay in the commit log and the queue files until retention removes them (DESIGN §9:
-  nothing valid is deleted on request).
+  messages stay in the commit log and the queue files until retention removes them (nothing
+  valid is deleted on request).
 - 21 GET_ALL_TOPIC_CONFIG: ``TopicConfigSerializeWrapper`` of every topic.
 - 351 GET_TOPIC_CONFIG: one topic's ``TopicConfig`` (``mqadmin topicStatus`` reads it); 17 for
   an unknown topic.
