@@ -9,6 +9,10 @@ lands, ``rocketmq://host:9876`` (a RocketMQ cluster's name servers, ``docs/remot
 broker, plans one consumer per consumer group and starts them; ``stop()`` drains them, persists
 offsets and closes what the app opened. Thread-safe after ``start()``.
 
+After ``stop()`` the app opens nothing by itself: its producer (also one a caller kept) and
+``app.producer`` raise ``AppStateError`` instead of reopening the store behind the caller's
+back; ``start()`` makes it usable again.
+
 ``with app:`` is the normal form (start on entry, stop on exit, also when the block raises);
 ``async with app:`` is the same for asyncio servers (start and stop run in a worker thread).
 An app that is started (or whose producer opened the store) and never stopped is stopped at
@@ -108,6 +112,8 @@ class App:
         self._producer: Producer | None = None
         self._lock = threading.RLock()
         self._started = False
+        self._stopped = False
+        """``stop()`` ran and ``start()`` has not since: nothing may reopen the broker."""
         self._start_callbacks: list[Callable[[], object]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
@@ -212,6 +218,7 @@ class App:
         """The broker connection, opened on first use."""
         with self._lock:
             if self._client is None:
+                self._check_not_stopped("open the store")
                 assert self.store_url is not None
                 access_key, secret_key = self._credentials
                 self._client = open_client(self.store_url, self.broker_conf, clock=self.clock,
@@ -232,6 +239,7 @@ class App:
         """The app's producer (opens the store on first use)."""
         with self._lock:
             if self._producer is None:
+                self._check_not_stopped("send")
                 self._producer = Producer(self.client, clock=self.clock,
                                           tracing=self.tracing)
             return self._producer
@@ -244,6 +252,7 @@ class App:
         with self._lock:
             if self._started:
                 return self
+            self._stopped = False
             client = self.client
             self._arm_exit_hook()
             for plugin in self.plugins.needed(self.handlers, self.middleware):
@@ -280,10 +289,20 @@ class App:
             if close is not None:
                 self._run_closer(functools.partial(close, value))
         with self._lock:
+            self._stopped = True
+            if self._producer is not None:
+                self._producer.close("the app was stopped (app.stop()); start it again, or "
+                                     "send before stopping it")
+                self._producer = None
             if self._owns_client and self._client is not None:
                 self._client.close()
                 self._client = None
-                self._producer = None
+
+    def _check_not_stopped(self, action: str) -> None:
+        """Refuse to ``action`` after ``stop()`` (called with ``_lock`` held)."""
+        if self._stopped:
+            raise AppStateError(f"cannot {action}: the app was stopped (app.stop()); call "
+                                "app.start() to use it again")
 
     @property
     def running(self) -> bool:
