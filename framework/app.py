@@ -46,7 +46,13 @@ from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
-from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
+from .handlers import (
+    RECONSUME_COUNT_MAX_DEFAULT,
+    HandlerSpec,
+    check_handler_call,
+    parse_consume_from,
+    plan_groups,
+)
 from .metrics import AppMetrics, MetricsServer
 from .middleware import Middleware
 from .plugins import MiddlewarePlugins
@@ -146,8 +152,10 @@ class App:
         ``max_concurrency`` of its coroutines at once (None: up to the consume threads).
         Other keyword options are those the app's middleware declare (``idempotent=True``, for
         one, when the ``postbox`` package is installed); an unknown one is a
-        ``ConfigurationError`` naming the known ones. Add middleware before registering the
-        handlers that use its options.
+        ``ConfigurationError`` naming the known ones. The function must take exactly what it
+        will be passed: the message, then what the middleware pass (``(message, session)``
+        with ``idempotent=True``); otherwise this raises ``ConfigurationError``. Add middleware
+        before registering the handlers that use its options.
         """
 
         def register(function: F) -> F:
@@ -159,6 +167,7 @@ class App:
                 if self._started:
                     raise AppStateError("register handlers before app.start()")
                 self.plugins.check_options(spec, self.middleware)
+                check_handler_call(spec, self.plugins.handler_arguments(spec, self.middleware))
                 plan_groups([*self.handlers, spec])  # conflicts are reported at decoration
                 self.handlers.append(spec)
             return function
@@ -255,6 +264,8 @@ class App:
             self._stopped = False
             client = self.client
             self._arm_exit_hook()
+            for spec in self.handlers:  # again: middleware added after the handler
+                check_handler_call(spec, self.plugins.handler_arguments(spec, self.middleware))
             for plugin in self.plugins.needed(self.handlers, self.middleware):
                 self.middleware.append(plugin.from_app(self))  # innermost
             chain = traced_chain(self.middleware, self.tracing)  # tracing outermost
