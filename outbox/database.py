@@ -27,23 +27,34 @@ URLs: ``normalize_database_url`` maps the driverless forms people paste from els
 drivers Postbox installs: ``postgres://`` and ``postgresql://`` mean ``postgresql+psycopg://``
 (psycopg 3, the ``postgres`` extra; SQLAlchemy would otherwise look for psycopg2, or fail on
 ``postgres``), ``mysql://`` and ``mariadb://`` mean ``mysql+pymysql://`` / ``mariadb+pymysql://``.
-A URL that names its driver is kept as it is.
+A URL that names its driver is kept as it is. A URL whose dialect SQLAlchemy does not know, or
+whose driver is not installed, raises ``DatabaseDriverError`` naming the URL forms that work and
+the ``postbox`` extra that installs the driver (``DRIVER_EXTRAS``).
+
+Missing schema: ``explaining_missing_tables`` turns the database's "no such table/column"
+(SQLite's message, PostgreSQL's SQLSTATE 42P01/42703, MySQL's 1146/1054) into
+``MissingTablesError`` saying to run ``postbox db upgrade`` — raised by ``outbox.send`` and the
+outbox worker's tasks (``relay_pending``, ``resend_due``, ``cleanup``) instead of a driver error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
 from framework import App, ConfigurationError
+
+from .errors import DatabaseDriverError, MissingTablesError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 POOL_SIZE = 16
@@ -58,6 +69,7 @@ _DEADLOCK_CODES = frozenset({1213})  # MySQL/MariaDB ER_LOCK_DEADLOCK
 _DEADLOCK_SQLSTATES = frozenset({"40P01"})  # PostgreSQL deadlock_detected
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 DEFAULT_DRIVERS = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
                    "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql"}
@@ -66,6 +78,13 @@ URL_FORMS = ("sqlite:///path/app.db, postgresql+psycopg://user:pass@host/db (pos
              "postgresql:// mean this), mysql+pymysql://user:pass@host/db (mysql:// and "
              "mariadb:// mean this)")
 """The database URL forms that work with the drivers Postbox installs (for error messages)."""
+DRIVER_EXTRAS = {"psycopg": "postgres", "pymysql": "mysql", "asyncpg": "asyncio",
+                 "aiosqlite": "asyncio", "aiomysql": "asyncio"}
+"""Database drivers Postbox supports and the ``postbox`` extra that installs each."""
+UPGRADE_HINT = "run `postbox db upgrade --db URL` (or `migrations.upgrade(URL)`) first"
+_MISSING_SCHEMA_SQLSTATES = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
+_MISSING_SCHEMA_CODES = frozenset({1146, 1054})  # ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
+_MISSING_SCHEMA_TEXT = ("no such table", "no such column")  # SQLite's messages
 
 
 def normalize_database_url(url: str | URL) -> str | URL:
@@ -85,14 +104,68 @@ def create_database_engine(url: str | URL, *,
     """An engine for ``url`` with the settings described in the module docstring
     (``engine_options`` go to ``sqlalchemy.create_engine``; ``normalize_database_url`` first)."""
     parsed = make_url(normalize_database_url(url))
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return _sqlite_engine(parsed, sqlite_busy_timeout_s, engine_options)
-    options: dict[str, Any] = {"pool_size": POOL_SIZE}
-    if backend in ("mysql", "mariadb"):
-        options["isolation_level"] = "READ COMMITTED"
-    options.update(engine_options)
-    return create_engine(parsed, **options)
+    with explaining_driver_errors(parsed):
+        backend = parsed.get_backend_name()
+        if backend == "sqlite":
+            return _sqlite_engine(parsed, sqlite_busy_timeout_s, engine_options)
+        options: dict[str, Any] = {"pool_size": POOL_SIZE}
+        if backend in ("mysql", "mariadb"):
+            options["isolation_level"] = "READ COMMITTED"
+        options.update(engine_options)
+        return create_engine(parsed, **options)
+
+
+@contextlib.contextmanager
+def explaining_driver_errors(url: URL) -> Iterator[None]:
+    """Turn SQLAlchemy's "unknown dialect" and a driver's ``ImportError`` for ``url`` into a
+    ``DatabaseDriverError`` naming the extra to install and the URL forms that work."""
+    try:
+        yield
+    except (NoSuchModuleError, ImportError) as error:
+        shown = url.render_as_string(hide_password=True)
+        driver = url.drivername.partition("+")[2]  # get_driver_name() loads the dialect
+        extra = DRIVER_EXTRAS.get(driver)
+        install = (f"install its driver: pip install 'postbox[{extra}]'; " if extra
+                   else "")
+        raise DatabaseDriverError(f"cannot use database URL {shown!r} ({error}); {install}"
+                                  f"URL forms that work: {URL_FORMS}") from error
+
+
+def is_missing_schema(error: DBAPIError) -> bool:
+    """Whether ``error`` is the database saying a table or column does not exist."""
+    orig = error.orig
+    code = orig.args[0] if orig is not None and orig.args else None
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return (sqlstate in _MISSING_SCHEMA_SQLSTATES or code in _MISSING_SCHEMA_CODES
+            or any(text in str(orig) for text in _MISSING_SCHEMA_TEXT))
+
+
+@contextlib.contextmanager
+def explaining_missing_tables(action: str) -> Iterator[None]:
+    """Turn the database's "no such table/column" inside the block into
+    ``MissingTablesError`` saying to run ``postbox db upgrade`` (``action``: what failed)."""
+    try:
+        yield
+    except DBAPIError as error:
+        if not is_missing_schema(error):
+            raise
+        said = (str(error.orig).strip().splitlines() or [""])[0]  # PostgreSQL adds the SQL
+        raise MissingTablesError(f"{action}: the database lacks the outbox tables or columns "
+                                 f"({said}); {UPGRADE_HINT}") from error
+
+
+def explains_missing_tables(action: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """``explaining_missing_tables(action)`` around every call of the decorated function."""
+
+    def decorate(function: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(function)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            with explaining_missing_tables(action):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def database_engine(app: App) -> Engine:
@@ -191,8 +264,9 @@ def configure_sqlite(engine: Engine, busy_timeout_s: float, *, wal: bool) -> Non
 
 
 __all__ = [
-    "DEFAULT_DRIVERS", "ENGINE_RESOURCE", "POOL_HEADROOM", "POOL_SIZE", "TRANSACTION_ATTEMPTS",
-    "URL_FORMS", "configure_sqlite", "create_database_engine", "database_engine", "dialect_name",
-    "is_deadlock",
+    "DEFAULT_DRIVERS", "DRIVER_EXTRAS", "ENGINE_RESOURCE", "POOL_HEADROOM", "POOL_SIZE",
+    "TRANSACTION_ATTEMPTS", "UPGRADE_HINT", "URL_FORMS", "configure_sqlite",
+    "create_database_engine", "database_engine", "dialect_name", "explaining_driver_errors",
+    "explaining_missing_tables", "explains_missing_tables", "is_deadlock", "is_missing_schema",
     "normalize_database_url", "run_transaction", "sqlite_file", "supports_skip_locked",
 ]
