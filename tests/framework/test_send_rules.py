@@ -19,7 +19,7 @@ from framework import (
     check_message,
 )
 from framework.testing import InlineRunner
-from storage_engine import Broker, Message, PutStatus, StoreConfig
+from storage_engine import Broker, Message, PutStatus, infer_config
 from storage_engine import InvalidMessageError as StoreInvalidMessageError
 from storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
 from tests.support.polling import wait_until
@@ -223,7 +223,7 @@ def test_sending_after_stop_is_refused_and_opens_nothing(tmp_path):
     with pytest.raises(AppStateError, match="app was stopped"):
         app.producer.send("orders", b"after")
     assert not app.running
-    with Broker.open(StoreConfig(root_dir=tmp_path / "store")) as broker:  # not locked
+    with Broker.open(infer_config(tmp_path / "store")) as broker:  # not locked
         assert broker.store.commit_log.max_position > 0
     with app:  # start() makes it usable again
         assert app.producer.send("orders", b"restarted").status is SendStatus.SEND_OK
