@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
+from . import environment
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
 from .handlers import (
@@ -130,6 +131,29 @@ class App:
                             secret_key=secret_key)
         elif access_key is not None or secret_key is not None:
             raise ConfigurationError("access_key=/secret_key= go with a remote store_url")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> App:
+        """An app configured by the ``POSTBOX_*`` variables the command line and the Celery
+        worker read (``framework.environment``, ``docs/configuration.md``): the store from
+        ``POSTBOX_STORE`` (default ``.postbox/store``), ``database_url`` from
+        ``POSTBOX_DATABASE_URL`` (default ``sqlite:///.postbox/app.db``), ``redis_url`` from
+        ``POSTBOX_REDIS_URL`` (unset: an embedded Redis where one is needed).
+
+        ``env`` defaults to ``os.environ``; ``options`` are other ``App`` arguments, and
+        ``store_url=``, ``database_url=`` or ``redis_url=`` among them win over the variables.
+        Call it in the application's entry point: the framework reads the environment nowhere
+        else, so an ``App(...)`` built with arguments never depends on it.
+        """
+        settings: dict[str, Any] = {
+            "store_url": environment.env_value(environment.STORE, env),
+            "database_url": environment.env_value(environment.DATABASE_URL, env),
+            "redis_url": environment.env_value(environment.REDIS_URL, env),
+        }
+        if "broker" in options:  # an already-open broker replaces the store
+            del settings["store_url"]
+        settings.update(options)
+        return cls(**settings)
 
     # ---- registration ------------------------------------------------------------------------
 
