@@ -3,8 +3,9 @@
 - SQLite: WAL journal (readers never block the writer), a busy timeout instead of instant
   "database is locked" errors, and ``BEGIN IMMEDIATE`` for every transaction: SQLite has no row
   locks, so a transaction that reads a stub and then writes it must hold the write lock from its
-  first statement, or two of them can both read "unconfirmed". An in-memory URL shares one
-  connection between threads.
+  first statement, or two of them can both read "unconfirmed". A wait for that lock longer
+  than ``SQLITE_LOCK_WAIT_LOG_S`` (5 s) is logged with what holds it (``outbox.sqlite_lock``).
+  An in-memory URL shares one connection between threads.
 - MySQL/MariaDB: ``READ COMMITTED``, so a transaction that waited for a row lock reads the row
   as committed by its holder (InnoDB's default ``REPEATABLE READ`` would read its old snapshot).
 - A pool of ``POOL_SIZE`` connections (SQLAlchemy's default is 5): consume threads (8 by
@@ -55,6 +56,7 @@ from sqlalchemy.pool import StaticPool
 from framework import App, ConfigurationError
 
 from .errors import DatabaseDriverError, MissingTablesError
+from .sqlite_lock import HOLDERS, SQLITE_LOCK_WAIT_LOG_S, begin_immediate, database_key
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 POOL_SIZE = 16
@@ -100,6 +102,7 @@ def normalize_database_url(url: str | URL) -> str | URL:
 
 def create_database_engine(url: str | URL, *,
                            sqlite_busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S,
+                           sqlite_lock_wait_log_s: float = SQLITE_LOCK_WAIT_LOG_S,
                            **engine_options: Any) -> Engine:
     """An engine for ``url`` with the settings described in the module docstring
     (``engine_options`` go to ``sqlalchemy.create_engine``; ``normalize_database_url`` first)."""
@@ -107,7 +110,10 @@ def create_database_engine(url: str | URL, *,
     with explaining_driver_errors(parsed):
         backend = parsed.get_backend_name()
         if backend == "sqlite":
-            return _sqlite_engine(parsed, sqlite_busy_timeout_s, engine_options)
+            engine = _sqlite_engine(parsed, sqlite_busy_timeout_s, engine_options)
+            configure_sqlite(engine, sqlite_busy_timeout_s, wal=_sqlite_file_backed(parsed),
+                             lock_wait_log_s=sqlite_lock_wait_log_s)
+            return engine
         options: dict[str, Any] = {"pool_size": POOL_SIZE}
         if backend in ("mysql", "mariadb"):
             options["isolation_level"] = "READ COMMITTED"
@@ -239,33 +245,47 @@ def _sqlite_engine(url: URL, busy_timeout_s: float, engine_options: dict[str, An
     options.update(engine_options)
     if in_memory:
         options.pop("pool_size", None)  # one shared connection: nothing to size
-    engine = create_engine(url, **options)
-    configure_sqlite(engine, busy_timeout_s, wal=not in_memory)
-    return engine
+    return create_engine(url, **options)
 
 
-def configure_sqlite(engine: Engine, busy_timeout_s: float, *, wal: bool) -> None:
+def _sqlite_file_backed(url: URL) -> bool:
+    return url.database not in (None, "", ":memory:")
+
+
+def configure_sqlite(engine: Engine, busy_timeout_s: float, *, wal: bool,
+                     lock_wait_log_s: float = SQLITE_LOCK_WAIT_LOG_S) -> None:
     """WAL journal (when ``wal``), the busy timeout and ``BEGIN IMMEDIATE`` on every connection
     of ``engine`` (a sync engine, or an async engine's ``sync_engine``: the events are the
-    same)."""
+    same); a wait for the write lock longer than ``lock_wait_log_s`` is logged with its holder
+    (``outbox.sqlite_lock``)."""
+    database = database_key(engine.url)
+    step_ms = int(min(busy_timeout_s, lock_wait_log_s) * 1000)
 
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy issues BEGIN itself (below)
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         if wal:
             cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout={step_ms}")  # BEGIN IMMEDIATE waits in steps
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    def on_begin(connection: Connection) -> None:
+        begin_immediate(connection, database, busy_timeout_s=busy_timeout_s,
+                        lock_wait_log_s=lock_wait_log_s)
+
+    @event.listens_for(engine, "commit")
+    @event.listens_for(engine, "rollback")
+    def on_end(connection: Connection) -> None:
+        HOLDERS.released(database, connection)
 
 
 __all__ = [
     "DEFAULT_DRIVERS", "DRIVER_EXTRAS", "ENGINE_RESOURCE", "POOL_HEADROOM", "POOL_SIZE",
-    "TRANSACTION_ATTEMPTS", "UPGRADE_HINT", "URL_FORMS", "configure_sqlite",
+    "SQLITE_BUSY_TIMEOUT_S", "SQLITE_LOCK_WAIT_LOG_S", "TRANSACTION_ATTEMPTS", "UPGRADE_HINT",
+    "URL_FORMS", "configure_sqlite",
     "create_database_engine", "database_engine", "dialect_name", "explaining_driver_errors",
     "explaining_missing_tables", "explains_missing_tables", "is_deadlock", "is_missing_schema",
     "normalize_database_url", "run_transaction", "sqlite_file", "supports_skip_locked",
