@@ -67,6 +67,12 @@ METRICS_LISTEN = EnvVar(
     "POSTBOX_METRICS_LISTEN",
     "`HOST:PORT` where the Celery worker serves the app's Prometheus metrics",
     None, "unset: no metrics endpoint", "the Celery worker (`outbox.celery_app`)")
+METRICS_LAG_SERIES_MAX = EnvVar(
+    "POSTBOX_METRICS_LAG_SERIES_MAX",
+    "Most consumer-lag series a broker's metrics endpoint exports "
+    "(`postbox_broker_consumer_lag_messages`; the rest are counted in "
+    "`postbox_broker_consumer_lag_series_dropped`)",
+    "5000", "`5000`", "`postbox broker start --metrics`")
 ALERT_WEBHOOK_URL = EnvVar(
     "POSTBOX_ALERT_WEBHOOK_URL", "Outbox alerts are POSTed here as JSON", None,
     "unset: no webhook", "`OutboxWorker` (`outbox.AlertSettings.from_env`)")
@@ -83,7 +89,8 @@ ALERT_EMAIL_TO = EnvVar(
     "`OutboxWorker` (`outbox.AlertSettings.from_env`)")
 
 ENV_VARS = (STORE, DATABASE_URL, REDIS_URL, STATE_DIR, LOG_FORMAT, METRICS_LISTEN,
-            ALERT_WEBHOOK_URL, ALERT_SMTP_URL, ALERT_EMAIL_FROM, ALERT_EMAIL_TO)
+            METRICS_LAG_SERIES_MAX, ALERT_WEBHOOK_URL, ALERT_SMTP_URL, ALERT_EMAIL_FROM,
+            ALERT_EMAIL_TO)
 """Every ``POSTBOX_*`` variable a Postbox program reads, in the order the docs list them."""
 
 
@@ -106,5 +113,6 @@ def markdown_table() -> str:
 
 
 __all__ = ["ALERT_EMAIL_FROM", "ALERT_EMAIL_TO", "ALERT_SMTP_URL", "ALERT_WEBHOOK_URL",
-           "DATABASE_URL", "ENV_VARS", "LOG_FORMAT", "METRICS_LISTEN", "REDIS_URL", "STATE_DIR",
+           "DATABASE_URL", "ENV_VARS", "LOG_FORMAT", "METRICS_LAG_SERIES_MAX", "METRICS_LISTEN",
+           "REDIS_URL", "STATE_DIR",
            "STORE", "EnvVar", "env_value", "markdown_table"]

@@ -8,7 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 from sqlalchemy import inspect
 
 import outbox
@@ -95,18 +94,3 @@ def test_every_postbox_variable_a_program_reads_is_in_the_table():
     unlisted = {name: where for name, where in postbox_names_in_code().items()
                 if name not in table and name not in NOT_VARIABLES}
     assert unlisted == {}
-
-
-@pytest.mark.parametrize("variable", environment.ENV_VARS, ids=lambda v: v.name)
-def test_each_variable_is_read_somewhere(variable):
-    """The table lists no variable nothing reads: its constant is used outside the table."""
-    uses = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
-            if path.name != "environment.py" and (
-                variable.name in path.read_text()
-                or f"environment.{_constant_name(variable)}" in path.read_text())]
-    assert uses, variable.name
-
-
-def _constant_name(variable: environment.EnvVar) -> str:
-    return next(name for name in environment.__all__
-                if getattr(environment, name) is variable)
