@@ -9,6 +9,10 @@ store URL is ``file:///path`` (embedded broker in this process) or
 broker, plans one consumer per consumer group and starts them; ``stop()`` drains them, persists
 offsets and closes what the app opened. Thread-safe after ``start()``.
 
+After ``stop()`` the app opens nothing by itself: its producer (also one a caller kept) and
+``app.producer`` raise ``AppStateError`` instead of reopening the store behind the caller's
+back; ``start()`` makes it usable again.
+
 ``with app:`` is the normal form (start on entry, stop on exit, also when the block raises);
 ``async with app:`` is the same for asyncio servers (start and stop run in a worker thread).
 An app that is started (or whose producer opened the store) and never stopped is stopped at
@@ -40,9 +44,16 @@ from typing import Any, TypeVar
 
 from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
+from . import environment
 from .consumer import Consumer, ConsumerOptions
 from .errors import AppStateError, ConfigurationError
-from .handlers import RECONSUME_COUNT_MAX_DEFAULT, HandlerSpec, parse_consume_from, plan_groups
+from .handlers import (
+    RECONSUME_COUNT_MAX_DEFAULT,
+    HandlerSpec,
+    check_handler_call,
+    parse_consume_from,
+    plan_groups,
+)
 from .metrics import AppMetrics, MetricsServer
 from .middleware import Middleware
 from .plugins import MiddlewarePlugins
@@ -108,6 +119,8 @@ class App:
         self._producer: Producer | None = None
         self._lock = threading.RLock()
         self._started = False
+        self._stopped = False
+        """``stop()`` ran and ``start()`` has not since: nothing may reopen the broker."""
         self._start_callbacks: list[Callable[[], object]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._resources: dict[str, tuple[Any, Callable[[Any], None] | None]] = {}
@@ -118,6 +131,29 @@ class App:
                             secret_key=secret_key)
         elif access_key is not None or secret_key is not None:
             raise ConfigurationError("access_key=/secret_key= go with a remote store_url")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> App:
+        """An app configured by the ``POSTBOX_*`` variables the command line and the Celery
+        worker read (``framework.environment``, ``docs/configuration.md``): the store from
+        ``POSTBOX_STORE`` (default ``.postbox/store``), ``database_url`` from
+        ``POSTBOX_DATABASE_URL`` (default ``sqlite:///.postbox/app.db``), ``redis_url`` from
+        ``POSTBOX_REDIS_URL`` (unset: an embedded Redis where one is needed).
+
+        ``env`` defaults to ``os.environ``; ``options`` are other ``App`` arguments, and
+        ``store_url=``, ``database_url=`` or ``redis_url=`` among them win over the variables.
+        Call it in the application's entry point: the framework reads the environment nowhere
+        else, so an ``App(...)`` built with arguments never depends on it.
+        """
+        settings: dict[str, Any] = {
+            "store_url": environment.env_value(environment.STORE, env),
+            "database_url": environment.env_value(environment.DATABASE_URL, env),
+            "redis_url": environment.env_value(environment.REDIS_URL, env),
+        }
+        if "broker" in options:  # an already-open broker replaces the store
+            del settings["store_url"]
+        settings.update(options)
+        return cls(**settings)
 
     # ---- registration ------------------------------------------------------------------------
 
@@ -140,8 +176,10 @@ class App:
         ``max_concurrency`` of its coroutines at once (None: up to the consume threads).
         Other keyword options are those the app's middleware declare (``idempotent=True``, for
         one, when the ``postbox`` package is installed); an unknown one is a
-        ``ConfigurationError`` naming the known ones. Add middleware before registering the
-        handlers that use its options.
+        ``ConfigurationError`` naming the known ones. The function must take exactly what it
+        will be passed: the message, then what the middleware pass (``(message, session)``
+        with ``idempotent=True``); otherwise this raises ``ConfigurationError``. Add middleware
+        before registering the handlers that use its options.
         """
 
         def register(function: F) -> F:
@@ -153,6 +191,7 @@ class App:
                 if self._started:
                     raise AppStateError("register handlers before app.start()")
                 self.plugins.check_options(spec, self.middleware)
+                check_handler_call(spec, self.plugins.handler_arguments(spec, self.middleware))
                 plan_groups([*self.handlers, spec])  # conflicts are reported at decoration
                 self.handlers.append(spec)
             return function
@@ -212,6 +251,7 @@ class App:
         """The broker connection, opened on first use."""
         with self._lock:
             if self._client is None:
+                self._check_not_stopped("open the store")
                 assert self.store_url is not None
                 access_key, secret_key = self._credentials
                 self._client = open_client(self.store_url, self.broker_conf, clock=self.clock,
@@ -232,6 +272,7 @@ class App:
         """The app's producer (opens the store on first use)."""
         with self._lock:
             if self._producer is None:
+                self._check_not_stopped("send")
                 self._producer = Producer(self.client, clock=self.clock,
                                           tracing=self.tracing)
             return self._producer
@@ -244,8 +285,11 @@ class App:
         with self._lock:
             if self._started:
                 return self
+            self._stopped = False
             client = self.client
             self._arm_exit_hook()
+            for spec in self.handlers:  # again: middleware added after the handler
+                check_handler_call(spec, self.plugins.handler_arguments(spec, self.middleware))
             for plugin in self.plugins.needed(self.handlers, self.middleware):
                 self.middleware.append(plugin.from_app(self))  # innermost
             chain = traced_chain(self.middleware, self.tracing, client)  # tracing outermost
@@ -280,10 +324,20 @@ class App:
             if close is not None:
                 self._run_closer(functools.partial(close, value))
         with self._lock:
+            self._stopped = True
+            if self._producer is not None:
+                self._producer.close("the app was stopped (app.stop()); start it again, or "
+                                     "send before stopping it")
+                self._producer = None
             if self._owns_client and self._client is not None:
                 self._client.close()
                 self._client = None
-                self._producer = None
+
+    def _check_not_stopped(self, action: str) -> None:
+        """Refuse to ``action`` after ``stop()`` (called with ``_lock`` held)."""
+        if self._stopped:
+            raise AppStateError(f"cannot {action}: the app was stopped (app.stop()); call "
+                                "app.start() to use it again")
 
     @property
     def running(self) -> bool:

@@ -14,6 +14,11 @@ that leaves this consumer is dropped (its in-flight results are no longer commit
 offset is persisted, so the next owner starts where this one stopped. Broadcasting: every
 consumer takes every queue and keeps its offsets in a local file.
 
+Logs: a consumer's start is one INFO line (its group, mode, topics and queues, summarised per
+topic); each queue taken or released is DEBUG, a later change of assignment one INFO line. An
+unreachable broker is one WARNING for the whole outage and one INFO when it answers again
+(``framework.outage_log``), not a traceback per scheduled try.
+
 Shutdown (``stop``): stop pulling, let the consume threads finish what was already pulled (up to
 ``drain_timeout_ms``), persist offsets, release orderly locks, leave the group.
 
@@ -32,6 +37,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +58,7 @@ from .event_loop import STOP_TIMEOUT_MS_DEFAULT, EventLoopThread
 from .handlers import ConsumerGroupPlan
 from .middleware import Middleware
 from .offset_store import BrokerOffsetStore, LocalFileOffsetStore, OffsetStore
+from .outage_log import OutageLog
 from .process_queue import ProcessQueue
 from .scheduler import Scheduler
 from .transport import BrokerClient
@@ -105,6 +112,26 @@ class ConsumerOptions:
         strategy_by_name(self.allocation)
 
 
+def queue_summary(queues: Iterable[MessageQueue]) -> str:
+    """``orders[0-7], %RETRY%billing[0]``: queues by topic, consecutive ids as ranges."""
+    by_topic: dict[str, list[int]] = {}
+    for queue in queues:
+        by_topic.setdefault(queue.topic, []).append(queue.queue_id)
+    parts = []
+    for topic, ids in by_topic.items():
+        ids.sort()
+        runs: list[list[int]] = []
+        for queue_id in ids:
+            if runs and queue_id == runs[-1][-1] + 1:
+                runs[-1].append(queue_id)
+            else:
+                runs.append([queue_id])
+        spans = ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+        parts.append(f"{topic}[{spans}]")
+    count = sum(len(ids) for ids in by_topic.values())
+    return f"{count} queues: {', '.join(parts)}" if parts else "no queues"
+
+
 def new_client_id(instance_name: str | None = None) -> str:
     """``host@pid@instance`` plus a counter so consumers in one process differ."""
     name = instance_name or str(os.getpid())
@@ -133,9 +160,12 @@ class Consumer:
         self._started = False
         self._threads = False
         self._reassigned = False  # wakes the pull loop's long poll
+        self._announced = False  # start() logged the first assignment
         self._members_changed = False  # threads=False: the inline driver rebalances
         self._pull_thread: threading.Thread | None = None
         self.scheduler = Scheduler(clock, f"consumer-{self.group}")
+        self.outage = OutageLog(f"consumer {self.client_id} in {self.group}", clock)
+        """Logs an unreachable broker once (``framework.outage_log``)."""
         self.offsets: OffsetStore
         if plan.broadcast:
             offset_dir = self.options.offset_dir or Path.home() / ".postbox_offsets"
@@ -186,17 +216,22 @@ class Consumer:
         self.heartbeat()
         self._started = True
         self.rebalance()
-        self.scheduler.call_every(o.rebalance_interval_ms, self.rebalance)
-        self.scheduler.call_every(o.heartbeat_interval_ms, self.heartbeat)
-        self.scheduler.call_every(o.persist_interval_ms, self.persist_offsets)
+        self.scheduler.call_every(o.rebalance_interval_ms, self._guarded_rebalance)
+        self.scheduler.call_every(o.heartbeat_interval_ms, self.outage.guarded(
+            "heartbeat", self.heartbeat, o.heartbeat_interval_ms))
+        self.scheduler.call_every(o.persist_interval_ms, self.outage.guarded(
+            "offset persistence", self.persist_offsets, o.persist_interval_ms,
+            reports_success=False))
         if threads:
             self.scheduler.start()
             self._pull_thread = threading.Thread(target=self._pull_loop,
                                                  name=f"postbox-pull-{self.group}")
             self._pull_thread.start()
-        log.info("[consumer] %s joined group %s (%s, topics %s)", self.client_id, self.group,
-                 "broadcast" if self.plan.broadcast else (
-                     "orderly" if self.plan.orderly else "concurrent"), self.topics)
+        log.info("[consumer] %s joined group %s (%s, topics %s): %s", self.client_id,
+                 self.group, "broadcast" if self.plan.broadcast else (
+                     "orderly" if self.plan.orderly else "concurrent"), self.topics,
+                 queue_summary(self.assigned_queues()))
+        self._announced = True
 
     def _warn_unreachable_concurrency(self) -> None:
         threads = self.options.consume_thread_count
@@ -235,14 +270,23 @@ class Consumer:
         self._pool.shutdown()
         with self._states_lock:
             queues = list(self._states)
+        try:
+            self._leave(queues)
+        except BrokerUnavailableError as error:  # the broker drops us when heartbeats stop
+            log.warning("[consumer] %s left group %s without telling the unreachable broker "
+                        "(%s): messages after its last persisted offsets are delivered again",
+                        self.client_id, self.group, error)
+        self._started = False
+        log.info("[consumer] %s left group %s", self.client_id, self.group)
+
+    def _leave(self, queues: list[MessageQueue]) -> None:
+        """Persist the offsets of ``queues``, release orderly locks, leave the group."""
         self.offsets.persist(queues)
         if self.plan.orderly and not self.plan.broadcast:
             self.client.unlock_queues(self.group, self.client_id,
                                       [(q.topic, q.queue_id) for q in queues])
         if not self.plan.broadcast:
             self.client.unregister_consumer(self.group, self.client_id)
-        self._started = False
-        log.info("[consumer] %s left group %s", self.client_id, self.group)
 
     # ---- membership and rebalance ------------------------------------------------------------
 
@@ -254,7 +298,7 @@ class Consumer:
     def _on_membership_change(self, group: str) -> None:
         if group == self.group and self._started and not self._stopping:
             if self._threads:
-                self.scheduler.call_later(0, self.rebalance)
+                self.scheduler.call_later(0, self._guarded_rebalance)
             else:
                 self._members_changed = True
 
@@ -275,6 +319,10 @@ class Consumer:
         with self._states_lock:
             return sorted(self._states)
 
+    def _guarded_rebalance(self) -> None:
+        """A scheduled rebalance: during an outage one warning, not a traceback per try."""
+        self.outage.guarded("rebalance", self.rebalance, self.options.rebalance_interval_ms)()
+
     def rebalance(self) -> bool:
         """Recompute this consumer's queues; returns True when the assignment changed."""
         if self._stopping:
@@ -289,9 +337,10 @@ class Consumer:
             if self.plan.orderly and not self.plan.broadcast:
                 self._renew_locks()
             changed = wanted != current
+        if changed and self._announced:  # start() logs the first assignment in its one line
+            log.info("[rebalance] %s in %s now has %s", self.client_id, self.group,
+                     queue_summary(sorted(wanted)))
         if changed:
-            log.info("[rebalance] %s in %s now has %d queues", self.client_id, self.group,
-                     len(wanted))
             self._reassigned = True
             if self._threads:
                 self.client.wake_waiters()
@@ -319,7 +368,7 @@ class Consumer:
         tags = spec.tags if spec else "*"
         process_queue: ProcessQueue[MessageView] = ProcessQueue()
         self._states[queue] = QueueState(queue, process_queue, offset, tags)
-        log.info("[rebalance] %s takes %s from offset %d", self.client_id, queue, offset)
+        log.debug("[rebalance] %s takes %s from offset %d", self.client_id, queue, offset)
 
     def _release(self, queue: MessageQueue) -> None:
         state = self._states.pop(queue)
@@ -328,7 +377,7 @@ class Consumer:
         self.offsets.forget(queue)
         if self.plan.orderly and not self.plan.broadcast:
             self._unlock_when_idle(state)
-        log.info("[rebalance] %s releases %s", self.client_id, queue)
+        log.debug("[rebalance] %s releases %s", self.client_id, queue)
 
     def _unlock_when_idle(self, state: QueueState) -> None:
         """Hand an orderly queue over only once its running handler call finished; otherwise
@@ -429,9 +478,10 @@ class Consumer:
                 try:
                     self._pull_once()
                 except BrokerUnavailableError as error:  # remote transport: wait, try again
-                    log.warning("[pull] consumer %s: %s; pulling again in %d ms",
-                                self.client_id, error, _UNAVAILABLE_BACKOFF_MS)
+                    self.outage.failed("pull", error, _UNAVAILABLE_BACKOFF_MS)
                     self._stop_requested.wait(_UNAVAILABLE_BACKOFF_MS / 1000)
+                else:
+                    self.outage.succeeded("pull")
         except Exception:
             log.exception("[pull] consumer %s stopped pulling", self.client_id)
 

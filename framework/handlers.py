@@ -4,11 +4,19 @@
 Registration is pure: it validates options and records them; nothing connects. Conflicts are
 found when the app starts: one group may handle several topics, but not the same topic twice,
 and all its handlers must agree on orderly/broadcast/consume-from (they share one consumer).
+
+A handler's signature is checked when it is registered (``check_handler_call``): it is called
+with the message (a list of them when ``batch_size`` > 1) followed by the arguments the app's
+middleware pass it (``Middleware.handler_arguments``: a database ``session`` for
+``idempotent=True``), and one that cannot take exactly those — a ``session`` parameter without
+the option that passes it, or the option without the parameter — is refused there instead of
+failing on every delivery until its messages are dead-lettered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -122,6 +130,34 @@ class ConsumerGroupPlan:
     @property
     def _first(self) -> HandlerSpec:
         return next(iter(self.handlers.values()))
+
+
+def check_handler_call(spec: HandlerSpec, passed: Sequence[tuple[str, str]]) -> None:
+    """Raise ``ConfigurationError`` unless ``spec.function`` can be called with the message
+    followed by ``passed`` ((argument, the middleware and option that pass it) pairs). A
+    callable whose signature Python cannot read (some builtins) is not checked."""
+    try:
+        signature = inspect.signature(spec.function)
+    except (TypeError, ValueError):
+        return
+    first = "messages" if spec.batch_size > 1 else "message"
+    arguments = [first, *(name for name, _ in passed)]
+    try:
+        signature.bind(*arguments)
+    except TypeError as error:
+        call = f"{getattr(spec.function, '__name__', 'handler')}({', '.join(arguments)})"
+        if passed:
+            given = "; ".join(f"{name} from {source}" for name, source in passed)
+            hint = (f"it is passed {given}: add the parameter(s), or drop the option that "
+                    "passes them")
+        else:
+            hint = ("arguments after the message come only from middleware (a database "
+                    "session from idempotent=True, for one): set the option that passes the "
+                    "parameter, give it a default, or remove it")
+        raise ConfigurationError(
+            f"handler {spec.name}{signature} (topic {spec.topic!r}, group "
+            f"{spec.consumer_group!r}) is called as {call}, which its signature refuses "
+            f"({error}); {hint}") from None
 
 
 def plan_groups(specs: Iterable[HandlerSpec]) -> list[ConsumerGroupPlan]:

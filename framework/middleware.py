@@ -35,7 +35,10 @@ threads, never on the loop, so they may block; async hooks run on the loop and m
 A middleware may add keyword options to ``@app.handler`` by declaring them in
 ``handler_options`` (name → default), check a handler's use of them in ``check_handler``, and be
 built by ``App.start()`` itself with ``from_app`` when a package registers it by entry point
-(``framework.plugins``). It reads its options from ``context.handler.options``.
+(``framework.plugins``). It reads its options from ``context.handler.options``. A middleware that
+passes the handler arguments after the message (``context.handler_args``) names them in
+``handler_arguments``, so a handler whose signature cannot take them is refused when it is
+registered (``framework.handlers.check_handler_call``), not on every delivery.
 """
 
 from __future__ import annotations
@@ -114,6 +117,12 @@ class Middleware:
     def check_handler(cls, spec: HandlerSpec) -> None:
         """Raise ``ConfigurationError`` if ``spec`` uses this middleware's options wrongly
         (called when the handler is registered)."""
+
+    @classmethod
+    def handler_arguments(cls, spec: HandlerSpec) -> tuple[str, ...]:
+        """The arguments this middleware passes ``spec``'s handler after the message, by name
+        (for the registration check and its error); none by default."""
+        return ()
 
     @classmethod
     def from_app(cls, app: App) -> Middleware:

@@ -84,6 +84,23 @@ class MiddlewarePlugins:
         for declaring in dict.fromkeys(providers[name] for name in spec.options):
             declaring.check_handler(spec)
 
+    def handler_arguments(self, spec: HandlerSpec, added: Iterable[Middleware]
+                          ) -> list[tuple[str, str]]:
+        """What ``spec``'s handler is passed after the message: (argument, source) pairs of
+        the added middleware and of the classes declaring ``spec``'s options, in chain order
+        (call after ``check_options``)."""
+        classes = [type(layer) for layer in added]
+        if spec.options:
+            providers = option_providers([*classes, *self.classes().values()])
+            classes += [providers[name] for name in spec.options if name in providers]
+        passed: list[tuple[str, str]] = []
+        for cls in dict.fromkeys(classes):
+            options = ", ".join(f"{name}={spec.options[name]!r}" for name in cls.handler_options
+                                if name in spec.options)
+            source = cls.__qualname__ + (f" ({options})" if options else "")
+            passed += [(name, source) for name in cls.handler_arguments(spec)]
+        return passed
+
     def needed(self, specs: Iterable[HandlerSpec],
                added: Iterable[Middleware]) -> list[type[Middleware]]:
         """The registered classes ``App.start()`` must build: those declaring an option a

@@ -5,13 +5,18 @@ passes ``unique_key=`` (the outbox passes its own, already stored in the stub ro
 resending a message passes the id it had). User properties may not use system property names
 (``UNIQ_KEY``, ``KEYS``, ``TAGS``, ``DELAY``, ...): they are refused with the argument to use,
 as is an empty body, before anything is sent (``framework.validation``, which applies the rules
-of ``storage_engine.formats.message_rules``). The broker picks the queue: round-robin per topic,
+of ``storage_engine.formats.message_rules``); so is a ``delay_level`` outside 1..the broker's
+level count (``DELAY_LEVEL_COUNT``, RocketMQ's 18, unless an embedded store's
+``messageDelayLevel`` defines another number). The broker picks the queue: round-robin per topic,
 or by ``sharding_key`` so that all messages of one key land in one queue in order (orderly
 consumers then see them in order). ``send`` returns the broker's own result, re-exported as
 ``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
 coroutines: the blocking send runs in the running loop's default executor (with the caller's
 contextvars), never on the loop. With a ``Tracing`` (``App(tracing=...)``) each send is a
 PRODUCER span whose context the message carries (``framework.tracing``). Thread-safe.
+
+``App.stop()`` closes its producer: a later send raises ``AppStateError`` instead of reopening
+the store behind the caller's back (``app.start()`` gives the app a new producer).
 """
 
 from __future__ import annotations
@@ -24,10 +29,16 @@ from dataclasses import dataclass
 from storage_engine import Broker, Clock, Message, PutStatus, SendResult, SystemClock
 from storage_engine.formats import PROPERTY_DELAY, delay_level_problem, empty_body_problem
 
+from .errors import AppStateError
 from .message_id import UniqueKeyGenerator
 from .tracing import Tracing
 from .transport import BrokerClient
 from .validation import InvalidMessageError, check_properties, check_unique_key
+
+DELAY_LEVEL_COUNT = 18
+"""Delay levels of RocketMQ's default ``messageDelayLevel`` (1 s … 2 h): the highest
+``delay_level`` a send may ask for, unless the embedded store it sends to defines more or fewer
+(a remote broker clamps a higher level to its last; this refuses it instead)."""
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -79,6 +90,31 @@ class Producer:
         self._tracing = None if tracing is None else tracing.for_client(client)
         clock = clock or SystemClock()
         self._ids = id_generator or UniqueKeyGenerator(clock.now_ms)
+        self._delay_level_count = (len(client.store.config.delay.levels_ms)
+                                   if isinstance(client, Broker) else DELAY_LEVEL_COUNT)
+        self._closed_by: str | None = None
+
+    def close(self, reason: str = "the producer was closed") -> None:
+        """Refuse every later send with ``AppStateError`` saying ``reason`` (``App.stop``
+        closes the app's producer this way; the broker connection is the app's to close)."""
+        self._closed_by = reason
+
+    def _check_open(self, topic: str) -> None:
+        if self._closed_by is not None:
+            raise AppStateError(f"cannot send to {topic!r}: {self._closed_by}")
+
+    def _delay_property(self, topic: str, delay_level: int | None) -> str | None:
+        """The ``DELAY`` property of a send asking for ``delay_level`` (None: not delayed);
+        a level outside 1..the level count raises ``InvalidMessageError``."""
+        if delay_level is None or delay_level == 0:
+            return None
+        problem = delay_level_problem(delay_level)
+        if problem is None and delay_level > self._delay_level_count:
+            problem = (f"delay_level must be an int in 1..{self._delay_level_count} (the "
+                       f"broker's delay levels, messageDelayLevel), got {delay_level!r}")
+        if problem:
+            raise InvalidMessageError(problem, topic=topic)
+        return str(delay_level)
 
     def new_message_id(self) -> str:
         """A fresh ``UNIQ_KEY`` (the outbox stores it before sending)."""
@@ -91,8 +127,8 @@ class Producer:
         """Store one message; returns where it went.
 
         Args:
-            delay_level: 1..18 (levels above the configured maximum are clamped); the message
-                becomes visible after that level's delay.
+            delay_level: 1..18 (1..the level count of an embedded store's
+                ``messageDelayLevel``); the message becomes visible after that level's delay.
             sharding_key: messages with equal keys go to the same queue (ordered messages).
             unique_key: the message id (``UNIQ_KEY``) to use instead of a generated one: a
                 resend with the same id is the same message to idempotent handlers.
@@ -100,15 +136,15 @@ class Producer:
                 ``DELAY``, ...) raise ``InvalidMessageError`` naming the argument to use.
 
         Raises:
-            InvalidMessageError: an empty body, a reserved property or a bad ``unique_key``;
-                nothing was sent.
+            InvalidMessageError: an empty body, a reserved property, a bad ``unique_key`` or
+                a ``delay_level`` outside 1..18; nothing was sent.
+            AppStateError: the app that made this producer was stopped.
         """
+        self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
         merged = dict(properties or {})
-        if delay_level is not None and delay_level != 0:
-            if problem := delay_level_problem(delay_level):
-                raise InvalidMessageError(problem, topic=topic)
-            merged[PROPERTY_DELAY] = str(delay_level)
+        if (delay := self._delay_property(topic, delay_level)) is not None:
+            merged[PROPERTY_DELAY] = delay
         msg_id = unique_key or self._ids.next()
 
         def deliver(sent_properties: dict[str, str]) -> SendResult:
@@ -132,7 +168,9 @@ class Producer:
         Raises:
             InvalidMessageError: no message, an empty body, a reserved property or a bad
                 ``unique_key``, or a batch over the size of one send; nothing was sent.
+            AppStateError: the app that made this producer was stopped.
         """
+        self._check_open(topic)
         if not messages:
             raise InvalidMessageError("a batch needs at least one message", topic=topic)
         entries = [_batch_entry(topic, item, self._ids) for item in messages]

@@ -9,10 +9,18 @@ RocketMQ cluster (``docs/remote-transport.md``). ``open_client`` turns a store U
 a cluster (``open_rocketmq_client``), with optional access-key credentials. ``grpc://`` URLs
 named Postbox's former private gRPC service, which is gone: they fail with a
 ``ConfigurationError`` that names ``rocketmq://``.
+
+Embedded stores get ``EMBEDDED_SEGMENT_SIZE_BYTES`` (64 MiB) commit-log segments instead of
+RocketMQ's 1 GiB: a segment's blocks are preallocated when it is created (so a full disk is an
+error at that moment, never a SIGBUS in the middle of a write), and an application with a
+handful of messages should not hold a gigabyte of disk for them. A ``mappedFileSizeCommitLog``
+in ``broker_conf`` wins, and a store that already exists keeps the segment size it was written
+with (a segment size is fixed once written; ``docs/architecture.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +40,8 @@ from storage_engine import (
     StoreConfig,
     SubscriptionGroupConfig,
     TopicConfig,
+    infer_config,
+    parse_properties,
 )
 
 from .errors import ConfigurationError
@@ -39,6 +49,11 @@ from .errors import ConfigurationError
 QueueKey = tuple[str, int]
 GRPC_SCHEME = "grpc"
 ROCKETMQ_SCHEME = "rocketmq"
+EMBEDDED_SEGMENT_SIZE_BYTES = 64 << 20
+"""Commit-log segment size of a new embedded store (``App("file://...")``) whose broker.conf
+does not set ``mappedFileSizeCommitLog``: 16 × the largest message (4 MiB), so the unused tail a
+segment ends with stays small; a full one is followed by the next."""
+SEGMENT_SIZE_KEY = "mappedFileSizeCommitLog"
 GRPC_GONE = ("grpc:// named Postbox's private gRPC service, which is gone: reach a broker "
              "through its name servers with rocketmq://host:9876[;host2:9876]")
 
@@ -213,7 +228,29 @@ def open_client(store_url: str | os.PathLike[str],
     if cluster is not None:
         return open_rocketmq_client(cluster[0], namespace=cluster[1], clock=clock,
                                     access_key=access_key, secret_key=secret_key)
-    return open_broker(store_config(store_url, broker_conf), clock)
+    return open_broker(embedded_store_config(store_url, broker_conf), clock)
+
+
+def embedded_store_config(store_url: str | os.PathLike[str],
+                          broker_conf: Mapping[str, str] | str | os.PathLike[str] | None = None
+                          ) -> StoreConfig:
+    """``store_config`` for an embedded broker an app opens: with ``EMBEDDED_SEGMENT_SIZE_BYTES``
+    segments unless ``broker_conf`` sets ``mappedFileSizeCommitLog`` or the store at the URL
+    was written with another size (reads its layout, opens nothing)."""
+    config = store_config(store_url, broker_conf)
+    if broker_conf is not None and SEGMENT_SIZE_KEY in _broker_conf_keys(broker_conf):
+        return config
+    embedded = config.replace(commit_log=dataclasses.replace(
+        config.commit_log, segment_size_bytes=EMBEDDED_SEGMENT_SIZE_BYTES))
+    written = infer_config(config.root_dir, embedded).commit_log.segment_size_bytes
+    return config.replace(commit_log=dataclasses.replace(
+        config.commit_log, segment_size_bytes=written))
+
+
+def _broker_conf_keys(broker_conf: Mapping[str, str] | str | os.PathLike[str]) -> set[str]:
+    if isinstance(broker_conf, Mapping):
+        return {str(key) for key in broker_conf}
+    return set(parse_properties(Path(os.fspath(broker_conf)).read_text(encoding="utf-8")))
 
 
 def open_broker(config: StoreConfig, clock: Clock | None = None) -> Broker:

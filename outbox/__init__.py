@@ -19,7 +19,14 @@ from .async_database import async_database_url, create_async_database_engine
 from .claims import ClaimedStub, claim_stubs
 from .cleanup import CleanupPolicy, CleanupReport, run_cleanup
 from .database import create_database_engine, database_engine
-from .errors import BodyNotSerializableError, InvalidMessageError, NoTransactionError, OutboxError
+from .errors import (
+    BodyNotSerializableError,
+    DatabaseDriverError,
+    InvalidMessageError,
+    MissingTablesError,
+    NoTransactionError,
+    OutboxError,
+)
 from .facade import Outbox
 from .options import RelayOptions, ResendRules
 from .relay import Relay, RelayStats
@@ -30,7 +37,8 @@ from .worker import OutboxWorker, TaskSchedule
 
 __all__ = [
     "Alert", "AlertKind", "AlertSettings", "Alerter", "BodyNotSerializableError", "ClaimedStub",
-    "CleanupPolicy", "CleanupReport", "InvalidMessageError", "NoTransactionError", "Outbox",
+    "CleanupPolicy", "CleanupReport", "DatabaseDriverError", "InvalidMessageError",
+    "MissingTablesError", "NoTransactionError", "Outbox",
     "OutboxError", "OutboxWorker", "Relay", "RelayOptions", "RelayStats", "ResendReport",
     "ResendRules", "Resender", "StubStatus", "TaskSchedule", "async_database_url",
     "claim_stubs", "create_async_database_engine", "create_database_engine", "database_engine",

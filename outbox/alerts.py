@@ -52,6 +52,8 @@ from http.client import HTTPException
 from typing import Any, Protocol
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
+from framework import environment
+
 from .errors import OutboxError
 
 log = logging.getLogger("postbox.alerts")
@@ -66,10 +68,10 @@ EMAIL_BODY_MAX_ALERTS = 100
 WEBHOOK_RESPONSE_MAX_BYTES = 64 * 1024
 ERROR_SNIPPET_MAX_CHARS = 200
 
-_ENV_WEBHOOK_URL = "POSTBOX_ALERT_WEBHOOK_URL"
-_ENV_SMTP_URL = "POSTBOX_ALERT_SMTP_URL"
-_ENV_EMAIL_FROM = "POSTBOX_ALERT_EMAIL_FROM"
-_ENV_EMAIL_TO = "POSTBOX_ALERT_EMAIL_TO"
+_ENV_WEBHOOK_URL = environment.ALERT_WEBHOOK_URL.name  # the one table: framework.environment
+_ENV_SMTP_URL = environment.ALERT_SMTP_URL.name
+_ENV_EMAIL_FROM = environment.ALERT_EMAIL_FROM.name
+_ENV_EMAIL_TO = environment.ALERT_EMAIL_TO.name
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

@@ -43,6 +43,7 @@ from .database import (
     POOL_SIZE,
     SQLITE_BUSY_TIMEOUT_S,
     configure_sqlite,
+    explaining_driver_errors,
     normalize_database_url,
 )
 
@@ -86,10 +87,11 @@ def create_async_database_engine(url: str | URL, *,
         options["connect_args"] = {"timeout": sqlite_busy_timeout_s}
     elif backend in ("mysql", "mariadb"):
         options["isolation_level"] = "READ COMMITTED"
-    if parsed.get_driver_name() == "aiomysql":
-        _repair_aiomysql_bytes()
     options.update(engine_options)
-    engine = create_async_engine(parsed, **options)
+    with explaining_driver_errors(parsed):  # a driver not installed: name its extra
+        if parsed.get_driver_name() == "aiomysql":
+            _repair_aiomysql_bytes()
+        engine = create_async_engine(parsed, **options)
     if backend == "sqlite":
         configure_sqlite(engine.sync_engine, sqlite_busy_timeout_s, wal=True)
     return engine

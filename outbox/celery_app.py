@@ -25,19 +25,18 @@ the outbox's relay, resend and alert counters, stubs by status, the store); the 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, signals
 
-from framework import App
+from framework import App, environment
 from framework.contrib.celery import create_celery, host_app, scheduler_identity
 
 from .worker import TASK_NAMES, OutboxWorker, TaskSchedule
 
 TASK_PREFIX = "postbox.outbox."
-METRICS_LISTEN_ENV_VAR = "POSTBOX_METRICS_LISTEN"
+METRICS_LISTEN_ENV_VAR = environment.METRICS_LISTEN.name
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +65,7 @@ def make_celery(name: str, build_worker: Callable[[], OutboxWorker], *,
 
     current_app = host_app(celery, build_app)
     _serve_metrics(celery, current_app,
-                   metrics_listen or os.environ.get(METRICS_LISTEN_ENV_VAR) or None)
+                   metrics_listen or environment.env_value(environment.METRICS_LISTEN))
 
     def current_worker() -> OutboxWorker:
         current_app()

@@ -29,6 +29,7 @@ from framework.validation import PROPERTY_ARGUMENTS
 
 from .async_send import check_async_transaction, run_sync_in_transaction
 from .clock import utc_now
+from .database import explaining_missing_tables
 from .errors import BodyNotSerializableError, NoTransactionError
 from .tables import MESSAGE_ID_LENGTH, StubStatus, message_stub
 
@@ -84,6 +85,10 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
             ``tags=``, ``delay_level=``).
         message_id: the ``UNIQ_KEY`` to use (default: a new one, as RocketMQ's clients make).
         now: creation time (naive UTC); tests pass a fixed one.
+
+    Raises:
+        MissingTablesError: the database has no ``message_stub`` table (or an old one): run
+            ``postbox db upgrade``.
     """
     if isinstance(session_or_connection, AsyncSession | AsyncConnection):
         check_async_transaction(session_or_connection)
@@ -126,7 +131,8 @@ def insert_stub(connection: Connection, row: dict[str, Any]) -> str:
     ``connection`` is sync: for an async one its ``sync_connection`` (``run_sync``), whose
     events and execution options are those of the async engine's ``sync_engine``."""
     check_not_autocommit(connection)
-    connection.execute(_INSERT_STUB, row)
+    with explaining_missing_tables("outbox.send"):
+        connection.execute(_INSERT_STUB, row)
     message_id: str = row["message_id"]
     hook = connection.get_execution_options().get(RELAY_EXECUTION_OPTION)
     if hook is not None:

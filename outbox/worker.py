@@ -35,7 +35,7 @@ from framework import App
 from .alerts import Alerter, AlertSettings
 from .cleanup import CleanupPolicy, run_cleanup
 from .clock import NowFunction, utc_now
-from .database import database_engine
+from .database import database_engine, explaining_missing_tables
 from .metrics import outbox_metrics
 from .options import RelayOptions, ResendRules
 from .relay import Relay
@@ -120,13 +120,14 @@ class OutboxWorker:
     def run(self, task_name: str, *, scheduler: str | None = None,
             scheduled: bool = True) -> dict[str, Any]:
         """Run one task by name under its lease; ``scheduled=False`` (a manual run) skips the
-        minimum-interval check but still waits for no other run to hold the lease."""
+        minimum-interval check but still waits for no other run to hold the lease. A database
+        without the outbox tables raises ``MissingTablesError`` (run ``postbox db upgrade``)."""
         if task_name not in TASK_NAMES:
             raise ValueError(f"unknown outbox task {task_name!r}; tasks: {', '.join(TASK_NAMES)}")
         lease = timedelta(seconds=max(self.schedule.period_s(task_name) * 4, 60))
         min_interval = self.schedule.min_interval(task_name) if scheduled else timedelta(0)
-        with self.leases.hold(task_name, lease=lease, min_interval=min_interval,
-                              scheduler=scheduler) as run:
+        with explaining_missing_tables(f"outbox task {task_name}"), self.leases.hold(
+                task_name, lease=lease, min_interval=min_interval, scheduler=scheduler) as run:
             if run is None:
                 return {"task": task_name, "skipped": True}
             result = getattr(self, f"_{task_name}")(run.state)

@@ -27,6 +27,7 @@ from .broker import (
     SubscriptionGroupConfig,
     TopicConfig,
 )
+from .broker_conf import parse_properties
 from .clock import Clock, FakeClock, SystemClock
 from .config import (
     BrokerConfig,
@@ -83,7 +84,8 @@ __all__ = [
     "Broker", "ConsumeFrom", "QueueProgress", "SendBackOutcome", "SendBackResult", "SendResult",
     "SubscriptionGroupConfig", "TopicConfig",
     # tools, clocks, topic names, the latency tally monitoring reads
-    "LatencySnapshot", "LatencyTally", "infer_config", "repair_store", "require_store",
+    "LatencySnapshot", "LatencyTally", "infer_config", "parse_properties", "repair_store",
+    "require_store",
     "Clock", "FakeClock", "SystemClock",
     "dead_letter_topic", "retry_topic", "validate_topic",
     # errors a caller handles differently

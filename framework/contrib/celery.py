@@ -34,16 +34,17 @@ from typing import Any
 
 from celery import Celery, signals
 
+from .. import environment
 from ..app import App
 from ..errors import ConfigurationError
 from ..log_format import LogFormat, configure_logging, parse_log_format
 
 log = logging.getLogger(__name__)
 
-REDIS_URL_ENV_VAR = "POSTBOX_REDIS_URL"
-STATE_DIR_ENV_VAR = "POSTBOX_STATE_DIR"
-LOG_FORMAT_ENV_VAR = "POSTBOX_LOG_FORMAT"
-DEFAULT_STATE_DIR = Path(".postbox")
+REDIS_URL_ENV_VAR = environment.REDIS_URL.name
+STATE_DIR_ENV_VAR = environment.STATE_DIR.name
+LOG_FORMAT_ENV_VAR = environment.LOG_FORMAT.name
+DEFAULT_STATE_DIR = Path(environment.STATE_DIR.default or ".")
 EMBEDDED_POOLS = ("solo", "thread")  # matches "threads" and celery.concurrency.thread
 VISIBILITY_TIMEOUT_S = 6 * 3600
 
@@ -53,12 +54,12 @@ _embedded_lock = threading.Lock()
 
 def state_dir() -> Path:
     """Where embedded services keep their files: ``POSTBOX_STATE_DIR`` or ``./.postbox``."""
-    return Path(os.environ.get(STATE_DIR_ENV_VAR) or DEFAULT_STATE_DIR)
+    return Path(environment.env_value(environment.STATE_DIR) or DEFAULT_STATE_DIR)
 
 
 def celery_broker_url(redis_url: str | None = None, *, directory: Path | None = None) -> str:
     """``redis_url``, else ``POSTBOX_REDIS_URL``, else the embedded Redis of ``directory``."""
-    url = redis_url or os.environ.get(REDIS_URL_ENV_VAR)
+    url = redis_url or environment.env_value(environment.REDIS_URL)
     if url:
         return kombu_redis_url(url)
     return embedded_redis_url(directory or state_dir())
@@ -110,7 +111,7 @@ def create_celery(name: str, *, broker_url: str | None = None,
         beat_schedule_filename=str(directory / "celerybeat-schedule"),
     )
     app.conf.update(settings)
-    if parse_log_format(os.environ.get(LOG_FORMAT_ENV_VAR) or "text") is LogFormat.JSON:
+    if parse_log_format(environment.env_value(environment.LOG_FORMAT) or "text") is LogFormat.JSON:
         signals.setup_logging.connect(_json_logging, weak=False,
                                       dispatch_uid="postbox-json-logging")
     return app

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from framework import LogFormat
+from framework import LogFormat, environment
 
 from .bench_commands import bench_app
 from .broker_command import broker_app
@@ -53,7 +53,7 @@ app.command("reconcile")(reconcile_command)
 def root(ctx: typer.Context, verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Log what the store does (to stderr).")] = False,
         log_format: Annotated[LogFormat, typer.Option(
-            "--log-format", envvar="POSTBOX_LOG_FORMAT", case_sensitive=False,
+            "--log-format", envvar=environment.LOG_FORMAT.name, case_sensitive=False,
             help="text: readable lines (with -v); json: one JSON object per line on stderr "
                  "(warnings, and with -v all info), with topic/group/queue/offset/msg_id of "
                  "the message being handled.")] = LogFormat.TEXT) -> None:

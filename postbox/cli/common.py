@@ -35,6 +35,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from framework import environment
 from framework.log_format import LogFormat, log_handler
 from storage_engine import (
     Broker,
@@ -46,8 +47,8 @@ from storage_engine import (
     require_store,
 )
 
-DEFAULT_STORE_DIR = Path(".postbox/store")
-STORE_DIR_ENV_VAR = "POSTBOX_STORE"
+DEFAULT_STORE_DIR = Path(environment.STORE.default or ".")
+STORE_DIR_ENV_VAR = environment.STORE.name
 DISPATCH_WAIT_MS = 10_000
 """Longest wait, after opening a store, for consume queues and the key index to catch up."""
 

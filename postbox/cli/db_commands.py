@@ -25,13 +25,14 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 import migrations
+from framework import environment
 from migrations.api import safe_url
 from outbox.database import URL_FORMS, normalize_database_url, sqlite_file
 
 from .common import CliError, JsonOption, out_console, print_json, reports_errors
 
-DATABASE_URL_ENV_VAR = "POSTBOX_DATABASE_URL"
-DEFAULT_DATABASE_URL = "sqlite:///.postbox/app.db"
+DATABASE_URL_ENV_VAR = environment.DATABASE_URL.name
+DEFAULT_DATABASE_URL = environment.DATABASE_URL.default or ""
 
 db_app = typer.Typer(name="db", help="Create and migrate the outbox tables.",
                      no_args_is_help=True)

@@ -288,6 +288,10 @@ class RequestIdMiddleware(Middleware):
         finally:
             REQUEST_ID.reset(token)
 
+    @classmethod
+    def handler_arguments(cls, spec):
+        return ("extra",)
+
     async def around_consume_async(self, context, call_next):
         assert context.is_async
         context.handler_args.append(f"arg-{REQUEST_ID.get()}")

@@ -130,6 +130,10 @@ def test_middleware_can_pass_extra_handler_arguments(open_broker, client, fake_c
     app = App(broker=client(broker), clock=fake_clock)
 
     class Session(Middleware):
+        @classmethod
+        def handler_arguments(cls, spec):
+            return ("session",)
+
         def around_consume(self, context, call_next):
             context.handler_args.append("session-object")
             return call_next()

@@ -150,3 +150,43 @@ def test_an_added_middleware_declaring_the_option_serves_it(open_broker, registe
     app.stop()
     assert plugin_mw.built == []
     assert app.middleware == [own]
+
+
+class Sessions(Middleware):
+    """Passes every handler a ``session`` after the message (and declares it)."""
+
+    @classmethod
+    def handler_arguments(cls, spec) -> tuple[str, ...]:
+        return ("session",)
+
+    def around_consume(self, context, call_next):
+        context.handler_args.append("session-object")
+        return call_next()
+
+
+def test_a_handler_that_cannot_take_its_arguments_is_refused(open_broker):
+    app = App(broker=open_broker())
+    with pytest.raises(ConfigurationError, match=r"takes_two\(message, session\).*called as "
+                       r"takes_two\(message\)"):
+        app.handler(topic="t", consumer_group="g")(takes_two)
+    with pytest.raises(ConfigurationError, match=r"called as <lambda>\(messages\)"):
+        app.handler(topic="t", consumer_group="g", batch_size=4)(lambda: None)
+    app.add_middleware(Sessions())
+    with pytest.raises(ConfigurationError, match=r"session from Sessions"):
+        app.handler(topic="t", consumer_group="g")(lambda message: None)
+    app.handler(topic="t", consumer_group="g")(takes_two)
+    assert [spec.function for spec in app.handlers] == [takes_two]
+
+
+def test_a_middleware_added_after_registration_is_checked_at_start(open_broker):
+    app = App(broker=open_broker())
+    app.handler(topic="t", consumer_group="g")(lambda message: None)
+    app.add_middleware(Sessions())
+    with pytest.raises(ConfigurationError, match=r"session from Sessions"):
+        app.start(threads=False)
+    assert not app.consumers
+    app.stop()
+
+
+def takes_two(message, session) -> None:
+    """A handler that needs a session."""

@@ -9,6 +9,7 @@ import pytest
 import storage_engine
 from framework import (
     App,
+    AppStateError,
     BrokerClient,
     ConsumedMessage,
     DeadLetter,
@@ -18,7 +19,7 @@ from framework import (
     check_message,
 )
 from framework.testing import InlineRunner
-from storage_engine import Broker, Message, PutStatus
+from storage_engine import Broker, Message, PutStatus, infer_config
 from storage_engine import InvalidMessageError as StoreInvalidMessageError
 from storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
 from tests.support.polling import wait_until
@@ -185,3 +186,44 @@ def test_broker_and_producer_return_one_result_type(open_broker):
     assert sent.msg_id == sent.unique_key and direct.msg_id == "k-1"
     assert (sent.topic, sent.stored_topic) == ("orders", "SCHEDULE_TOPIC_XXXX")
     assert sent.status is SendStatus.SEND_OK is PutStatus.PUT_OK
+
+
+# ---- delay levels and a stopped app ---------------------------------------------------------
+
+@pytest.mark.parametrize("level", [19, 100, -1])
+def test_a_delay_level_outside_the_levels_is_refused(open_broker, client, level):
+    """Above the 18 levels is refused as below 1 is (a broker would clamp it to 2 h)."""
+    broker = open_broker()
+    app = App(broker=client(broker))
+    with pytest.raises(InvalidMessageError, match=r"delay_level must be an int in 1\.\.18"):
+        app.producer.send("orders", b"x", delay_level=level)
+    assert written(broker) == (0, {})
+    assert app.producer.send("orders", b"x", delay_level=18).delay_level == 18
+
+
+@pytest.mark.embedded_only("configures the store's delay levels")
+def test_the_level_count_is_the_embedded_stores_own(open_broker):
+    app = App(broker=open_broker(levels="1s 2s 3s"))
+    with pytest.raises(InvalidMessageError, match=r"1\.\.3 .*messageDelayLevel.*got 4"):
+        app.producer.send("orders", b"x", delay_level=4)
+    assert app.producer.send("orders", b"x", delay_level=3).delay_level == 3
+
+
+def test_sending_after_stop_is_refused_and_opens_nothing(tmp_path):
+    """A producer kept from before ``stop()`` and ``app.producer`` both refuse; the store is
+    not reopened behind the caller's back (its lock stays free for another process)."""
+    app = App(tmp_path / "store")
+    producer = app.producer
+    producer.send("orders", b"before")
+    app.stop()
+    with pytest.raises(AppStateError, match="app was stopped"):
+        producer.send("orders", b"after")
+    with pytest.raises(AppStateError, match="app was stopped"):
+        producer.send_batch("orders", [b"after"])
+    with pytest.raises(AppStateError, match="app was stopped"):
+        app.producer.send("orders", b"after")
+    assert not app.running
+    with Broker.open(infer_config(tmp_path / "store")) as broker:  # not locked
+        assert broker.store.commit_log.max_position > 0
+    with app:  # start() makes it usable again
+        assert app.producer.send("orders", b"restarted").status is SendStatus.SEND_OK

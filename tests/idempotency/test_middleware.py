@@ -452,3 +452,45 @@ def test_a_message_an_outer_middleware_skips_leaves_no_receipt_row(make_app, fak
     assert calls == []
     assert count_rows(outbox.database_engine(app), outbox.message_log) == 0
     assert _stub(app, message_id)["status"] == "unconfirmed"
+
+
+# ---- the handler's signature, checked at registration ----------------------------------------
+
+def test_a_session_parameter_without_idempotent_is_refused_at_registration(tmp_path):
+    """Without ``idempotent=True`` nothing passes a session: the handler would raise
+    TypeError on every delivery until its messages were dead-lettered."""
+    app = App(store_url=str(tmp_path / "store"))
+
+    def bill(message, session) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match=r"bill\(message, session\).*called as "
+                       r"bill\(message\).*idempotent=True"):
+        app.handler(topic="orders", consumer_group="billing")(bill)
+    assert app.handlers == []
+    app.handler(topic="orders", consumer_group="billing", idempotent=True)(bill)  # accepted
+
+
+@pytest.mark.parametrize("handler", [lambda message: None, lambda: None,
+                                     lambda message, session, extra: None])
+def test_idempotent_without_a_session_parameter_is_refused_at_registration(tmp_path, handler):
+    app = App(store_url=str(tmp_path / "store"))
+    with pytest.raises(ConfigurationError, match=r"called as <lambda>\(message, session\).*"
+                       r"session from IdempotencyMiddleware \(idempotent=True\)"):
+        app.handler(topic="orders", consumer_group="billing", idempotent=True)(handler)
+    assert app.handlers == []
+
+
+def test_async_and_defaulted_session_parameters_are_accepted(tmp_path):
+    app = App(store_url=str(tmp_path / "store"))
+
+    async def ship(message, session) -> None:
+        pass
+
+    def audit(message, session=None) -> None:
+        pass
+
+    app.handler(topic="orders", consumer_group="shipping", idempotent=True)(ship)
+    app.handler(topic="orders", consumer_group="audit", idempotent=False)(audit)
+    app.handler(topic="orders", consumer_group="audit-2", idempotent=True)(audit)
+    assert len(app.handlers) == 3
