@@ -7,8 +7,9 @@ offset where the group never committed. A group is known when the broker knows i
 offsets or a subscription group); an unknown group, or no group at all, is "nothing found"
 (exit code 1).
 
-The command opens the store and a broker over it (``open_broker``), reads, and closes both. It
-commits no offsets.
+The command opens the store read-only and a broker over it (``open_broker``), reads, and drops
+both: it commits no offsets and writes nothing, so it works beside a running broker or
+application (offsets are those it last persisted, every few seconds).
 """
 
 from __future__ import annotations

@@ -225,7 +225,7 @@ def resend_command(
     if resend_all and len(offsets) > 1:
         raise CliError("--all takes at most one --offset (the first DLQ offset to re-send)")
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_broker(options) as broker:
+    with open_broker(options, writable=True) as broker:
         targets, missing = offsets_to_resend(broker, group, offsets, resend_all)
         documents: list[dict[str, Any]] = []
         if targets and not missing:

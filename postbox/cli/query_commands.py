@@ -1,4 +1,5 @@
-"""``postbox query …``: find messages by offsetMsgId, key, unique key, queue offset or time.
+"""``postbox query …``: find messages by id (offsetMsgId or UNIQ_KEY), key, unique key, queue
+offset or time. The store is opened read-only (works beside a running broker or application).
 
 Single-message results are shown as a vertical table of every field, lists as a compact table;
 ``--json`` prints message documents (``MessageView.as_dict()`` plus the body). A query that finds
@@ -11,7 +12,13 @@ from typing import Annotated, Any
 
 import typer
 
-from storage_engine import GetStatus, MessageNotFoundError, MessageStore, MessageView
+from storage_engine import (
+    GetStatus,
+    MessageNotFoundError,
+    MessageStore,
+    MessageView,
+)
+from storage_engine.errors import InvalidMessageIdError
 
 from .common import (
     EXIT_NOT_FOUND,
@@ -72,22 +79,43 @@ def message_at(message_store: MessageStore, topic: str, queue_id: int,
     return result.status, view, queue_range
 
 
+def find_by_id(message_store: MessageStore, msg_id: str,
+               topic: str | None) -> tuple[MessageView | None, list[MessageView], str]:
+    """The message ``msg_id`` names, as an offsetMsgId or else as a UNIQ_KEY (the id
+    ``outbox.send`` and producers return), with the other records carrying that UNIQ_KEY
+    (retry and dead-letter copies); (None, [], why) when neither finds one."""
+    try:
+        return message_store.view_message_by_id(msg_id), [], ""
+    except (MessageNotFoundError, InvalidMessageIdError) as error:
+        reason = str(error)
+    topics = [topic] if topic is not None else sorted(message_store.topics())
+    found = sorted((view for name in topics
+                    for view in message_store.query_by_unique_key(name, msg_id)),
+                   key=lambda view: view.log_position)
+    if not found:
+        return None, [], f"{reason}; no message has it as its UNIQ_KEY either"
+    return found[0], found[1:], ""
+
+
 @query_app.command("id")
 @reports_errors
 def query_id_command(
-    msg_id: Annotated[str, typer.Argument(metavar="MSG_ID", help="offsetMsgId (32/56 hex).")],
+    msg_id: Annotated[str, typer.Argument(
+        metavar="MSG_ID", help="offsetMsgId (32/56 hex), or the UNIQ_KEY a producer returned.")],
+    topic: Annotated[str | None, typer.Option(
+        "--topic", help="Look for a UNIQ_KEY in this topic only.")] = None,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
 ) -> None:
-    """Show the message with an offsetMsgId (store host + commit-log position)."""
+    """Show the message with an offsetMsgId (store host + commit-log position) or a UNIQ_KEY
+    (the id ``outbox.send`` returns; the first stored record that carries it)."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    view, reason = None, ""
-    with open_store(options, wait_dispatched=False) as message_store:
-        try:
-            view = message_store.view_message_by_id(msg_id)
-        except MessageNotFoundError as error:
-            reason = str(error)
+    with open_store(options) as message_store:
+        view, copies, reason = find_by_id(message_store, msg_id, topic)
     show_message(view, options, title=f"msg id {msg_id}", reason=reason)
+    if copies:
+        print_note(f"{len(copies)} more record(s) carry UNIQ_KEY {msg_id}: "
+                   + ", ".join(f"{copy.topic} offset {copy.queue_offset}" for copy in copies))
 
 
 @query_app.command("key")

@@ -1,8 +1,9 @@
 """``postbox store …``: look at a store as a whole (verify, stats, topics and queues, the raw log).
 
-Each command opens the store (taking its lock, so it fails fast while another process has it
-open), reads, and closes it cleanly. Nothing here writes messages, and a directory that is not a
-store is refused ("not a store", exit code 2) with nothing written into it.
+Each command opens the store read-only (no lock, no recovery, nothing written: it works while a
+broker or an application is writing the store, and shows it as it was when opened), reads, and
+closes it. A directory that is not a store is refused ("not a store", exit code 2) with nothing
+written into it.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def dump_command(
 ) -> None:
     """Print decoded commit-log records in log order."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options, wait_dispatched=False) as message_store:
+    with open_store(options) as message_store:
         views = list(select_messages(message_store, topic, limit, from_position))
     if json_output:
         print_json([message_document(view) for view in views])
