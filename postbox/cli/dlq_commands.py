@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from network.remoting.client.remote_broker import RemotingBroker
 from storage_engine import Broker, MessageView, SendResult, StorageError
 from storage_engine.broker.dlq_resends import ResendMark
 from storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
@@ -52,6 +53,13 @@ from .common import (
     print_note,
     reports_errors,
 )
+from .remote import (
+    AccessKeyOption,
+    BrokerUrlOption,
+    SecretKeyOption,
+    remote_broker,
+    resend_remotely,
+)
 from .render import body_preview, cell, format_time_ms, message_document
 
 dlq_app = typer.Typer(name="dlq", help="List and re-send a consumer group's dead letters.",
@@ -67,7 +75,10 @@ GroupOption = Annotated[str, typer.Option(
     help="Consumer group whose %DLQ%group to read.")]
 
 
-def iter_dead_letters(broker: Broker, group: str, offset: int,
+AnyBroker = Broker | RemotingBroker
+
+
+def iter_dead_letters(broker: AnyBroker, group: str, offset: int,
                       page_size: int = DLQ_PAGE_SIZE) -> Iterator[MessageView]:
     """The group's dead letters from ``offset`` (raised to the queue's min offset), in order."""
     while True:
@@ -134,17 +145,20 @@ def list_command(
     = LIST_LIMIT_DEFAULT,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
-    """List a group's dead letters: offset, UNIQ_KEY, original topic, reason, body."""
+    """List a group's dead letters: offset, UNIQ_KEY, original topic, reason, resent, body."""
     check_offset("--offset", offset)
     if limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all), got {limit}")
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_broker(options) as broker:
+    with (remote_broker(broker_url, access_key, secret_key) if broker_url is not None
+          else open_broker(options)) as broker:
         pages = iter_dead_letters(broker, group, offset, min(limit or DLQ_PAGE_SIZE,
                                                              DLQ_PAGE_SIZE))
         views = list(itertools.islice(pages, limit) if limit else pages)
-        marks = broker.dlq_resends.marks(group)
+        marks = broker.dlq_resends.marks(group) if isinstance(broker, Broker) else {}
     if json_output:
         print_json([dead_letter_document(view, marks.get(view.queue_offset)) for view in views])
     elif views:
@@ -158,7 +172,7 @@ def list_command(
         raise typer.Exit(EXIT_NOT_FOUND)
 
 
-def offsets_to_resend(broker: Broker, group: str, offsets: list[int],
+def offsets_to_resend(broker: AnyBroker, group: str, offsets: list[int],
                       resend_all: bool) -> tuple[list[MessageView], list[int]]:
     """The dead letters to re-send, and the asked-for offsets that hold no dead letter. With
     ``resend_all`` every dead letter from ``offsets[0]`` (or 0)."""
@@ -195,7 +209,18 @@ def resend_line(document: dict[str, Any]) -> Text:
     return Text(line)
 
 
-def resend_each(broker: Broker, group: str, targets: list[MessageView],
+def resend_one(broker: AnyBroker, group: str, dead_letter: MessageView) -> SendResult:
+    """Re-send one dead letter (embedded: marked; remote: ``resend_remotely``)."""
+    if isinstance(broker, Broker):
+        return broker.resend_dead_letter(group, dead_letter.queue_offset)
+    target = original_topic(dead_letter)
+    if not target or target.startswith("%DLQ%"):
+        raise CliError(f"dead letter at offset {dead_letter.queue_offset} has no "
+                       f"{PROPERTY_RETRY_TOPIC}: its original topic is unknown")
+    return resend_remotely(broker, group, dead_letter, target)
+
+
+def resend_each(broker: AnyBroker, group: str, targets: list[MessageView],
                 console: Console, show_lines: bool) -> list[dict[str, Any]]:
     """Re-send every target under a progress bar (on a terminal); a storage error names what
     was already re-sent."""
@@ -207,8 +232,8 @@ def resend_each(broker: Broker, group: str, targets: list[MessageView],
         task = progress.add_task("resend", total=len(targets))
         for dead_letter in targets:
             try:
-                receipt = broker.resend_dead_letter(group, dead_letter.queue_offset)
-            except StorageError as error:
+                receipt = resend_one(broker, group, dead_letter)
+            except (StorageError, CliError) as error:
                 done = ", ".join(str(document["dlq_offset"]) for document in documents)
                 raise CliError(f"{error} (re-sent {len(documents)} of {len(targets)} before "
                                f"it{': dlq offsets ' + done if done else ''})") from error
@@ -231,6 +256,8 @@ def resend_command(
     = False,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Re-send dead letters to the group that dead-lettered them (its %RETRY% topic, under
     their original topic) and mark them re-sent; prints where each one went.
@@ -243,7 +270,8 @@ def resend_command(
     if resend_all and len(offsets) > 1:
         raise CliError("--all takes at most one --offset (the first DLQ offset to re-send)")
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_broker(options, writable=True) as broker:
+    with (remote_broker(broker_url, access_key, secret_key) if broker_url is not None
+          else open_broker(options, writable=True)) as broker:
         targets, missing = offsets_to_resend(broker, group, offsets, resend_all)
         documents: list[dict[str, Any]] = []
         if targets and not missing:

@@ -23,6 +23,7 @@ from storage_engine.errors import InvalidMessageIdError
 from .common import (
     EXIT_NOT_FOUND,
     BrokerConfOption,
+    CliError,
     JsonOption,
     SegmentSizeOption,
     StoreDirOption,
@@ -33,6 +34,7 @@ from .common import (
     print_note,
     reports_errors,
 )
+from .remote import AccessKeyOption, BrokerUrlOption, SecretKeyOption, remote_broker
 from .render import message_detail_table, message_document, messages_table
 
 query_app = typer.Typer(name="query", help="Find messages in a store.", no_args_is_help=True)
@@ -106,12 +108,23 @@ def query_id_command(
         "--topic", help="Look for a UNIQ_KEY in this topic only.")] = None,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Show the message with an offsetMsgId (store host + commit-log position) or a UNIQ_KEY
-    (the id ``outbox.send`` returns; the first stored record that carries it)."""
+    (the id ``outbox.send`` returns; the first stored record that carries it). With --broker:
+    a UNIQ_KEY, with --topic."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        view, copies, reason = find_by_id(message_store, msg_id, topic)
+    if broker_url is not None:
+        if topic is None:
+            raise CliError("with --broker, `query id` looks a UNIQ_KEY up in one topic: give "
+                           "--topic")
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            found = remote.find_by_unique_key(topic, msg_id)
+        view, copies, reason = (found[0] if found else None), found[1:], "no such UNIQ_KEY"
+    else:
+        with open_store(options) as message_store:
+            view, copies, reason = find_by_id(message_store, msg_id, topic)
     show_message(view, options, title=f"msg id {msg_id}", reason=reason)
     if copies:
         print_note(f"{len(copies)} more record(s) carry UNIQ_KEY {msg_id}: "
@@ -148,11 +161,17 @@ def query_unique_key_command(
     unique_key: Annotated[str, typer.Argument(metavar="UNIQUE_KEY", help="UNIQ_KEY (msgId).")],
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """List messages of a topic with a client-side unique key (UNIQ_KEY)."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        views = message_store.query_by_unique_key(topic, unique_key)
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            views = remote.find_by_unique_key(topic, unique_key)
+    else:
+        with open_store(options) as message_store:
+            views = message_store.query_by_unique_key(topic, unique_key)
     show_messages(views, options, title=f"{topic} unique key {unique_key}")
 
 

@@ -1,0 +1,77 @@
+"""``--broker rocketmq://NAMESRV:9876``: inspection and admin commands through a running broker.
+
+Instead of opening a store, a command given ``--broker`` asks the broker(s) a name server knows
+with the remoting requests RocketMQ's own admin tool and clients make (``RemotingBroker``:
+consume statistics, pulls that commit nothing, key-index queries, sends), so it works against a
+``postbox broker`` and an Apache RocketMQ cluster alike, on this machine or another.
+``--access-key``/``--secret-key`` sign every request (the broker's ACL; a resend needs the
+right to write the group's retry topic).
+
+Served over ``--broker``: ``consumer progress``, ``dlq list``, ``dlq resend``, ``query
+unique-key`` and ``query id`` for a UNIQ_KEY (with ``--topic``). A command that has no remote
+form says so in one ``error:`` line. Over ``--broker`` a resend is not marked: the mark lives in
+the store's ``config/dlqResends.json``, which only an embedded broker writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+
+from network.remoting.client.remote_broker import RemotingBroker
+from storage_engine import MessageView, SendResult
+from storage_engine.broker.send_back import resend_copy
+from storage_engine.store.topics import retry_topic
+
+from .common import CliError
+
+BROKER_URL_SCHEME = "rocketmq://"
+BROKER_ENV_VAR = "POSTBOX_BROKER"
+ACCESS_KEY_ENV_VAR = "POSTBOX_ACCESS_KEY"
+SECRET_KEY_ENV_VAR = "POSTBOX_SECRET_KEY"
+
+BrokerUrlOption = Annotated[str | None, typer.Option(
+    "--broker", metavar="URL", envvar=BROKER_ENV_VAR, show_default=False,
+    help="Ask a running broker instead of reading a store: rocketmq://NAMESRV:9876 "
+         "(';'-separated name servers), a postbox broker or an Apache RocketMQ cluster.")]
+AccessKeyOption = Annotated[str | None, typer.Option(
+    "--access-key", metavar="KEY", envvar=ACCESS_KEY_ENV_VAR, show_default=False,
+    help="ACL access key for --broker (with --secret-key).")]
+SecretKeyOption = Annotated[str | None, typer.Option(
+    "--secret-key", metavar="SECRET", envvar=SECRET_KEY_ENV_VAR, show_default=False,
+    help="ACL secret key for --broker.")]
+
+
+def namesrv_addresses(url: str) -> str:
+    """The name-server list of a ``rocketmq://`` URL; a ``CliError`` for anything else."""
+    if not url.startswith(BROKER_URL_SCHEME) or not url[len(BROKER_URL_SCHEME):].strip("/"):
+        raise CliError(f"--broker takes {BROKER_URL_SCHEME}HOST:PORT[;HOST:PORT…], got {url!r}")
+    return url[len(BROKER_URL_SCHEME):].strip("/")
+
+
+@contextlib.contextmanager
+def remote_broker(url: str, access_key: str | None = None,
+                  secret_key: str | None = None) -> Iterator[RemotingBroker]:
+    """A ``RemotingBroker`` for the URL for the length of the block."""
+    if (access_key is None) != (secret_key is None):
+        raise CliError("--access-key and --secret-key go together")
+    with RemotingBroker(namesrv_addresses(url), access_key=access_key,
+                        secret_key=secret_key) as broker:
+        yield broker
+
+
+def resend_remotely(broker: RemotingBroker, group: str, dead_letter: MessageView,
+                    original_topic: str) -> SendResult:
+    """``Broker.resend_dead_letter`` over remoting: a fresh copy for ``%RETRY%group`` with
+    ``RETRY_TOPIC`` = the original topic (the group's consumers only, under that topic)."""
+    return broker.send(resend_copy(dead_letter, retry_topic(group),
+                                   original_topic=original_topic))
+
+
+def no_remote_form(command: str) -> CliError:
+    """The error of a command that has no ``--broker`` form."""
+    return CliError(f"`postbox {command}` reads a store and has no --broker form; run it on "
+                    "the broker's machine with --store (it opens the store read-only)")
