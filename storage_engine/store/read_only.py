@@ -67,12 +67,17 @@ class ReadOnlySegment(MappedSegment):
         self.size_bytes = size_bytes
         self.written_position = self.flushed_position = size_bytes
         self.allocated_end = 0  # ``data_end_bound`` asks the file system where data ends
-        self._fd = os.open(path, os.O_RDONLY)
+        self.open_handle()
+
+    def open_handle(self) -> None:
+        """Open the file ``O_RDONLY`` and map it ``PROT_READ``."""
+        fd = os.open(self.path, os.O_RDONLY)
         try:
-            self.buffer = mmap.mmap(self._fd, size_bytes, prot=mmap.PROT_READ)
+            self.buffer = mmap.mmap(fd, self.size_bytes, prot=mmap.PROT_READ)
         except BaseException:
-            os.close(self._fd)
+            os.close(fd)
             raise
+        self._fd = fd
 
 
 def writer_holds(root_dir: Path) -> bool:
@@ -156,17 +161,9 @@ def load_queue(queue: ConsumeQueue, log_end: int) -> None:
     """Map a queue's files and find its valid units: up to the first invalid one, and only
     units of complete records below ``log_end``."""
     _map_files(queue.segments)
-    segments = queue.segments.segments
-    if not segments:
+    if not queue.segments.segments:
         return
-    previous_end = 0
-    end = segments[-1].base_position + queue.file_size_bytes
-    for segment in segments[max(0, len(segments) - 3):]:
-        valid_bytes, previous_end = queue._scan_valid_units(segment, previous_end)
-        if valid_bytes < queue.file_size_bytes:
-            end = segment.base_position + valid_bytes
-            break
-    _trim(queue.segments, end)
+    _trim(queue.segments, queue.find_data_end())
     if not queue.segments.segments:
         return
     offset = queue.max_offset
