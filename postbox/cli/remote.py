@@ -7,10 +7,11 @@ consume statistics, pulls that commit nothing, key-index queries, sends), so it 
 ``--access-key``/``--secret-key`` sign every request (the broker's ACL; a resend needs the
 right to write the group's retry topic).
 
-Served over ``--broker``: ``consumer progress``, ``dlq list``, ``dlq resend``, ``query
-unique-key`` and ``query id`` for a UNIQ_KEY (with ``--topic``). A command that has no remote
-form says so in one ``error:`` line. Over ``--broker`` a resend is not marked: the mark lives in
-the store's ``config/dlqResends.json``, which only an embedded broker writes.
+Served over ``--broker``: ``store stats`` (every master's runtime table), ``store topics``,
+``consumer progress``, ``dlq list``, ``dlq resend``, and every ``query`` (``id`` takes an
+offsetMsgId, or a UNIQ_KEY with ``--topic``). ``store dump``, ``verify`` and ``repair`` read the
+files and have no remote form. Over ``--broker`` a resend is not marked: the mark lives in the
+store's ``config/dlqResends.json``, which only an embedded broker writes.
 """
 
 from __future__ import annotations
@@ -69,9 +70,3 @@ def resend_remotely(broker: RemotingBroker, group: str, dead_letter: MessageView
     ``RETRY_TOPIC`` = the original topic (the group's consumers only, under that topic)."""
     return broker.send(resend_copy(dead_letter, retry_topic(group),
                                    original_topic=original_topic))
-
-
-def no_remote_form(command: str) -> CliError:
-    """The error of a command that has no ``--broker`` form."""
-    return CliError(f"`postbox {command}` reads a store and has no --broker form; run it on "
-                    "the broker's machine with --store (it opens the store read-only)")

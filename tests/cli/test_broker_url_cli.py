@@ -60,6 +60,24 @@ def test_commands_answer_through_the_broker(served: Served) -> None:
     by_id = run_json("query", "id", served.unique_keys[2], "--topic", TOPIC, "--broker",
                      served.url)
     assert by_id["msg_id"] == found["msg_id"]
+    by_offset_msg_id = run_json("query", "id", found["msg_id"], "--broker", served.url)
+    assert by_offset_msg_id["body"] == "order 2"
+    [by_key] = run_json("query", "key", TOPIC, "o-3", "--broker", served.url)
+    assert by_key["body"] == "order 3"
+    at = run_json("query", "offset", TOPIC, "0", "1", "--broker", served.url)
+    assert (at["status"], at["message"]["body"], at["max_offset"]) == ("FOUND", "order 1", 4)
+    timed = run_json("query", "time", TOPIC, "0", str(found["store_timestamp_ms"]), "--broker",
+                     served.url)
+    assert timed["offset"] <= 2 and timed["message"] is not None
+
+
+def test_store_stats_and_topics_through_the_broker(served: Served) -> None:
+    topics = {document["topic"]: document["queues"]
+              for document in run_json("store", "topics", "--broker", served.url)}
+    assert topics[TOPIC] == [{"queue_id": 0, "min_offset": 0, "max_offset": 4}]
+    assert f"%DLQ%{GROUP}" in topics
+    [table] = run_json("store", "stats", "--broker", served.url)["brokers"].values()
+    assert table["brokerActive"] == "true"
 
 
 def test_resend_through_the_broker_reaches_the_group_only(served: Served) -> None:
@@ -76,7 +94,7 @@ def test_resend_through_the_broker_reaches_the_group_only(served: Served) -> Non
     assert queue["max_offset"] == 4  # nothing went back to the topic other groups read
 
 
-def test_a_command_without_a_remote_form_and_a_bad_url_are_one_error_line(served: Served):
+def test_a_bad_url_and_a_unique_key_without_topic_are_one_error_line(served: Served):
     assert_one_error_line(run("dlq", "list", "-g", GROUP, "--broker", "http://x:1"),
                           "rocketmq://")
     assert_one_error_line(run("query", "id", served.unique_keys[0], "--broker", served.url),
