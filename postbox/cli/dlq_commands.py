@@ -58,6 +58,7 @@ from .remote import (
     BrokerUrlOption,
     SecretKeyOption,
     remote_broker,
+    remote_resend_marks,
     resend_remotely,
 )
 from .render import body_preview, cell, format_time_ms, message_document
@@ -158,7 +159,8 @@ def list_command(
         pages = iter_dead_letters(broker, group, offset, min(limit or DLQ_PAGE_SIZE,
                                                              DLQ_PAGE_SIZE))
         views = list(itertools.islice(pages, limit) if limit else pages)
-        marks = broker.dlq_resends.marks(group) if isinstance(broker, Broker) else {}
+        marks = (broker.dlq_resends.marks(group) if isinstance(broker, Broker)
+                 else remote_resend_marks(broker, group, views))
     if json_output:
         print_json([dead_letter_document(view, marks.get(view.queue_offset)) for view in views])
     elif views:

@@ -11,7 +11,10 @@ Served over ``--broker``: ``store stats`` (every master's runtime table), ``stor
 ``consumer progress``, ``dlq list``, ``dlq resend``, and every ``query`` (``id`` takes an
 offsetMsgId, or a UNIQ_KEY with ``--topic``). ``store dump``, ``verify`` and ``repair`` read the
 files and have no remote form. Over ``--broker`` a resend is not marked: the mark lives in the
-store's ``config/dlqResends.json``, which only an embedded broker writes.
+store's ``config/dlqResends.json``, which only an embedded broker writes; ``dlq list`` over
+``--broker`` finds the resends in the log instead (``remote_resend_marks``: the copies in
+``%RETRY%group`` that carry the dead letter's UNIQ_KEY and name it in ``DLQ_ORIGIN_MESSAGE_ID``),
+so the mark holds for an Apache cluster too, for as long as the log keeps those copies.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import typer
 
 from network.remoting.client.remote_broker import RemotingBroker
 from storage_engine import MessageView, SendResult
-from storage_engine.broker.send_back import resend_copy
+from storage_engine.broker.dlq_resends import ResendMark
+from storage_engine.broker.send_back import PROPERTY_DLQ_ORIGIN_MESSAGE_ID, resend_copy
 from storage_engine.store.topics import retry_topic
 
 from .common import CliError
@@ -62,6 +66,24 @@ def remote_broker(url: str, access_key: str | None = None,
     with RemotingBroker(namesrv_addresses(url), access_key=access_key,
                         secret_key=secret_key) as broker:
         yield broker
+
+
+def remote_resend_marks(broker: RemotingBroker, group: str,
+                        dead_letters: list[MessageView]) -> dict[int, ResendMark]:
+    """DLQ offset → ``ResendMark`` from the resend copies found in ``%RETRY%group`` (one
+    UNIQ_KEY query per dead letter that has a UNIQ_KEY)."""
+    marks = {}
+    retry = retry_topic(group)
+    for dead_letter in dead_letters:
+        if not dead_letter.unique_key:
+            continue
+        copies = [copy for copy in broker.find_by_unique_key(retry, dead_letter.unique_key)
+                  if copy.properties.get(PROPERTY_DLQ_ORIGIN_MESSAGE_ID) == dead_letter.msg_id]
+        if copies:
+            last = max(copies, key=lambda copy: copy.store_timestamp_ms)
+            marks[dead_letter.queue_offset] = ResendMark(len(copies), last.store_timestamp_ms,
+                                                         last.msg_id)
+    return marks
 
 
 def resend_remotely(broker: RemotingBroker, group: str, dead_letter: MessageView,

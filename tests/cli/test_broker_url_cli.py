@@ -52,6 +52,7 @@ def test_commands_answer_through_the_broker(served: Served) -> None:
 
     [letter] = run_json("dlq", "list", "-g", GROUP, "--broker", served.url)
     assert (letter["original_topic"], letter["reason"]) == (TOPIC, "bad amount")
+    assert letter["resent"] is None
     assert letter["body"] == "order 1"
 
     [found] = run_json("query", "unique-key", TOPIC, served.unique_keys[2], "--broker",
@@ -92,6 +93,9 @@ def test_resend_through_the_broker_reaches_the_group_only(served: Served) -> Non
     [progress] = run_json("consumer", "progress", "-g", GROUP, "--broker", served.url)
     [queue] = [q for q in progress["queues"] if q["topic"] == TOPIC]
     assert queue["max_offset"] == 4  # nothing went back to the topic other groups read
+    [letter] = run_json("dlq", "list", "-g", GROUP, "--broker", served.url)
+    assert letter["resent"]["count"] == 1  # found in the log: the copy names the dead letter
+    assert letter["resent"]["last_msg_id"] == document["msg_id"]
 
 
 def test_a_bad_url_and_a_unique_key_without_topic_are_one_error_line(served: Served):
