@@ -33,7 +33,7 @@ import os
 import struct
 from pathlib import Path
 
-from ..errors import ConfigMismatchError
+from ..errors import ConfigMismatchError, InvalidTopicError
 from ..formats import (
     FILLER_UNIT_SIZE,
     INDEX_ENTRY,
@@ -48,6 +48,7 @@ from .fsutil import LOCK_FILE_NAME
 from .key_index import KeyIndex, KeyIndexFile
 from .segment import MappedSegment
 from .segment_set import SegmentSet
+from .topics import validate_topic
 
 log = logging.getLogger(__name__)
 
@@ -183,13 +184,24 @@ def load_queues(queues: ConsumeQueueSet, log_end: int) -> None:
     if not queues.directory.is_dir():
         return
     for topic in sorted(os.listdir(queues.directory)):
-        directory = queues.directory / topic
-        if not directory.is_dir():
-            continue
-        for queue_name in sorted(os.listdir(directory)):
+        if not is_legal_topic(topic):
+            continue  # not a queue directory (the writable load warns about it)
+        try:
+            queue_names = sorted(os.listdir(queues.directory / topic))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed by the writer meanwhile, or not a queue directory
+        for queue_name in queue_names:
             if queue_name.isdigit():
-                queue = queues.get_or_create(topic, int(queue_name))
-                load_queue(queue, log_end)
+                load_queue(queues.get_or_create(topic, int(queue_name)), log_end)
+
+
+def is_legal_topic(name: str) -> bool:
+    """Whether ``name`` is a legal topic name (a directory of ``consumequeue/``)."""
+    try:
+        validate_topic(name)
+    except InvalidTopicError:
+        return False
+    return True
 
 
 def dispatched_end(queues: ConsumeQueueSet) -> int:
