@@ -217,7 +217,7 @@ class MessageStore:
         self.read_only = True
         self.writer_live = read_only.writer_holds(root)
         try:
-            read_only.load_commit_log(self.commit_log)
+            read_only.load_commit_log(self.commit_log, self.writer_live)
             log_end = self.commit_log.max_position
             read_only.load_queues(self.queues, log_end)
             if self.writer_live:  # records past the last dispatched one may be half-copied

@@ -44,8 +44,10 @@ from ..formats import (
 from .commit_log import CommitLog
 from .consume_queue import UNIT, ConsumeQueue
 from .consume_queue_set import ConsumeQueueSet
+from .damage import next_valid_position
 from .fsutil import LOCK_FILE_NAME
 from .key_index import KeyIndex, KeyIndexFile
+from .recovery import SCAN_SEGMENTS_BACK
 from .segment import MappedSegment
 from .segment_set import SegmentSet
 from .topics import validate_topic
@@ -135,19 +137,24 @@ def _trim(segments: SegmentSet, end: int) -> None:
             last.size_bytes, max(0, end - last.base_position))
 
 
-def load_commit_log(commit_log: CommitLog) -> None:
-    """Map the log and find the end of its valid records (body CRCs checked)."""
+def load_commit_log(commit_log: CommitLog, writer_live: bool) -> None:
+    """Map the log and find the end of its valid records (body CRCs checked), scanning the last
+    segments as recovery does. With no writer, valid records after that end are mid-log damage:
+    ``MidLogCorruptionError`` names it and ``postbox store repair``, as the writable open would
+    (with a writer they are records it wrote meanwhile)."""
     _map_files(commit_log.segments)
     segments = commit_log.segments.segments
     if not segments:
         return
-    start = segments[max(0, len(segments) - 2)].base_position
+    start = segments[max(0, len(segments) - SCAN_SEGMENTS_BACK)].base_position
     # body CRCs checked whatever the store's setting: a record being copied in reads with a
     # body that does not match its CRC
     config = commit_log.config
     commit_log.config = dataclasses.replace(config, check_crc_on_recover=True)
     try:
         end = commit_log.scan_valid_end(start)
+        if not writer_live and next_valid_position(segments, end, check_crc=True) is not None:
+            raise commit_log._mid_log_error(end, None)
     finally:
         commit_log.config = config
     _trim(commit_log.segments, end)
