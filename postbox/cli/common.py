@@ -5,6 +5,12 @@ Every command that touches a store takes the same four options (``--store``, ``-
 ``StoreOptions`` value. This is the edge of the system, so it is the one place that reads the
 ``POSTBOX_STORE`` environment variable.
 
+Inspection opens the store read-only (``MessageStore.open(..., read_only=True)``): no lock, no
+recovery, no file written, so it works while a broker or an application is writing the store,
+and shows the store as it was at that moment. Only a command that changes the store (``dlq
+resend``) opens it writable (``writable=True``), which a running writer refuses (its lock); such
+a command goes through the running broker instead (``--broker``).
+
 Commands that need broker semantics (consumer offsets, dead letters) use ``open_broker``: the
 store opened as above with a ``storage_engine.Broker`` over it for the length of the command.
 
@@ -43,6 +49,7 @@ from storage_engine import (
     NotAStoreError,
     StorageError,
     StoreConfig,
+    StoreLockedError,
     infer_config,
     require_store,
 )
@@ -118,33 +125,47 @@ def inspected_store(root_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def open_store(options: StoreOptions, *, wait_dispatched: bool = True) -> Iterator[MessageStore]:
-    """Open an existing store for a command; closes it (cleanly) on the way out. A directory
-    that is not a store is refused before anything is written (``inspected_store``).
+def open_store(options: StoreOptions, *, writable: bool = False) -> Iterator[MessageStore]:
+    """Open an existing store for a command; closes it on the way out. A directory that is not
+    a store is refused before anything is written (``inspected_store``).
 
-    With ``wait_dispatched`` the consume queues and key index are given up to
-    ``DISPATCH_WAIT_MS`` to catch up with the commit log, so queries see every message.
+    By default the store is opened read-only (safe beside a running writer, nothing written).
+    ``writable`` opens it for writing, recovered and with its lock, and (once dispatch caught
+    up, up to ``DISPATCH_WAIT_MS``) closes it cleanly; a store another process holds is then
+    refused with a ``CliError`` that names ``--broker``.
     """
     config = build_config(options)
     inspected_store(config.root_dir)
-    with MessageStore.open(config) as store:
-        if wait_dispatched and not store.wait_dispatched(timeout_ms=DISPATCH_WAIT_MS):
+    if not writable:
+        with MessageStore.open(config, read_only=True) as view:
+            yield view
+        return
+    try:
+        store = MessageStore.open(config)
+    except StoreLockedError as error:
+        raise CliError(f"{error}: a running broker or application holds it; change it through "
+                       "the broker instead (--broker rocketmq://NAMESRV:9876)") from error
+    with store:
+        if not store.wait_dispatched(timeout_ms=DISPATCH_WAIT_MS):
             print_warning(f"dispatch did not catch up within {DISPATCH_WAIT_MS} ms; "
                           "queue and key queries may miss the newest messages")
         yield store
 
 
 @contextlib.contextmanager
-def open_broker(options: StoreOptions) -> Iterator[Broker]:
-    """Open the store (``open_store``, dispatch caught up) and run a ``Broker`` over it.
+def open_broker(options: StoreOptions, *, writable: bool = False) -> Iterator[Broker]:
+    """Open the store (``open_store``) and put a ``Broker`` over it for the block.
 
-    The broker does not own the store: on the way out it is closed first (its services stop and
-    its config tables, consumer offsets included, are persisted), then the store. The broker's
-    services do not run: an inspection never delivers due delayed messages behind the
-    operator's back.
+    The broker's services do not run: an inspection never delivers due delayed messages behind
+    the operator's back. Read-only, the broker is dropped without persisting anything (its
+    config tables were only read); ``writable``, it is closed first (its tables persisted),
+    then the store.
     """
-    with open_store(options) as message_store:
+    with open_store(options, writable=writable) as message_store:
         broker = Broker(message_store, start_services=False)
+        if not writable:
+            yield broker
+            return
         try:
             yield broker
         finally:

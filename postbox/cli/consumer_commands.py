@@ -7,8 +7,10 @@ offset where the group never committed. A group is known when the broker knows i
 offsets or a subscription group); an unknown group, or no group at all, is "nothing found"
 (exit code 1).
 
-The command opens the store and a broker over it (``open_broker``), reads, and closes both. It
-commits no offsets.
+The command opens the store read-only and a broker over it (``open_broker``), reads, and drops
+both: it commits no offsets and writes nothing, so it works beside a running broker or
+application (offsets are those it last persisted, every few seconds). With ``--broker`` it asks a
+running broker instead (GET_CONSUME_STATS, ``remote``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from network.remoting.client.remote_broker import RemotingBroker
 from storage_engine import Broker, QueueProgress
 
 from .common import (
@@ -35,6 +38,12 @@ from .common import (
     print_json,
     print_note,
     reports_errors,
+)
+from .remote import (
+    AccessKeyOption,
+    BrokerUrlOption,
+    SecretKeyOption,
+    remote_broker,
 )
 from .render import cell
 
@@ -65,7 +74,7 @@ class GroupProgress:
         }
 
 
-def read_progress(broker: Broker, group: str | None) -> list[GroupProgress]:
+def read_progress(broker: Broker | RemotingBroker, group: str | None) -> list[GroupProgress]:
     """The progress of ``group``, or of every group the broker knows; [] when it knows none
     (or not ``group``)."""
     if group is None:
@@ -100,10 +109,13 @@ def progress_command(
         help="Only this consumer group \\[default: every group the broker knows].")] = None,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Committed offset, max offset and lag per (topic, queue), with totals per group."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_broker(options) as broker:
+    with (remote_broker(broker_url, access_key, secret_key) if broker_url is not None
+          else open_broker(options)) as broker:
         groups = read_progress(broker, group)
     if json_output:
         print_json([progress.document() for progress in groups])

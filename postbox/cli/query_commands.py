@@ -1,4 +1,6 @@
-"""``postbox query …``: find messages by offsetMsgId, key, unique key, queue offset or time.
+"""``postbox query …``: find messages by id (offsetMsgId or UNIQ_KEY), key, unique key, queue
+offset or time. The store is opened read-only (works beside a running broker or application);
+with ``--broker`` every query asks a running broker instead (``remote``).
 
 Single-message results are shown as a vertical table of every field, lists as a compact table;
 ``--json`` prints message documents (``MessageView.as_dict()`` plus the body). A query that finds
@@ -7,15 +9,28 @@ nothing says so on stderr and exits with code 1; malformed input exits with code
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
-from storage_engine import GetStatus, MessageNotFoundError, MessageStore, MessageView
+from network.remoting.client.admin_calls import AdminCalls
+from network.remoting.client.inspect_calls import InspectCalls
+from network.remoting.client.remote_broker import RemotingBroker
+from storage_engine import (
+    GetResult,
+    GetStatus,
+    MessageNotFoundError,
+    MessageStore,
+    MessageView,
+)
+from storage_engine.broker.model import ConsumeFrom
+from storage_engine.errors import InvalidMessageIdError
 
 from .common import (
     EXIT_NOT_FOUND,
     BrokerConfOption,
+    CliError,
     JsonOption,
     SegmentSizeOption,
     StoreDirOption,
@@ -26,6 +41,7 @@ from .common import (
     print_note,
     reports_errors,
 )
+from .remote import AccessKeyOption, BrokerUrlOption, SecretKeyOption, remote_broker
 from .render import message_detail_table, message_document, messages_table
 
 query_app = typer.Typer(name="query", help="Find messages in a store.", no_args_is_help=True)
@@ -62,32 +78,78 @@ def show_messages(views: list[MessageView], options: StoreOptions, title: str) -
         raise typer.Exit(EXIT_NOT_FOUND)
 
 
-def message_at(message_store: MessageStore, topic: str, queue_id: int,
+def message_at(get_message: Callable[..., GetResult], topic: str, queue_id: int,
                offset: int) -> tuple[GetStatus, MessageView | None, dict[str, Any]]:
-    """The message at ``offset`` of a queue: (status, message or None, the queue's range)."""
-    result = message_store.get_message(CLI_CONSUMER_GROUP, topic, queue_id, offset, max_count=1)
+    """The message at ``offset`` of a queue, read with ``get_message`` (a store's, or a remote
+    broker's ``pull``, which commits nothing): (status, message or None, the queue's range)."""
+    result = get_message(CLI_CONSUMER_GROUP, topic, queue_id, offset, max_count=1)
     view = result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
     queue_range = {"min_offset": result.min_offset, "max_offset": result.max_offset,
                    "next_offset": result.next_offset}
     return result.status, view, queue_range
 
 
+def find_by_id(message_store: MessageStore, msg_id: str,
+               topic: str | None) -> tuple[MessageView | None, list[MessageView], str]:
+    """The message ``msg_id`` names, as an offsetMsgId or else as a UNIQ_KEY (the id
+    ``outbox.send`` and producers return), with the other records carrying that UNIQ_KEY
+    (retry and dead-letter copies); (None, [], why) when neither finds one."""
+    try:
+        return message_store.view_message_by_id(msg_id), [], ""
+    except (MessageNotFoundError, InvalidMessageIdError) as error:
+        reason = str(error)
+    topics = [topic] if topic is not None else sorted(message_store.topics())
+    found = sorted((view for name in topics
+                    for view in message_store.query_by_unique_key(name, msg_id)),
+                   key=lambda view: view.log_position)
+    if not found:
+        return None, [], f"{reason}; no message has it as its UNIQ_KEY either"
+    return found[0], found[1:], ""
+
+
+def find_remotely(remote: RemotingBroker, msg_id: str, topic: str | None
+                  ) -> tuple[MessageView | None, list[MessageView], str]:
+    """``find_by_id`` through a broker: VIEW_MESSAGE_BY_ID for an offsetMsgId, else the UNIQ_KEY
+    in ``topic`` (a remote broker has no one index over every topic, so it is needed)."""
+    try:
+        view = InspectCalls(remote.context).view_message_by_id(msg_id)
+    except ValueError:
+        view = None
+    if view is not None:
+        return view, [], ""
+    if topic is None:
+        raise CliError(f"{msg_id!r} is no offsetMsgId the brokers know; to look it up as a "
+                       "UNIQ_KEY through --broker, give --topic")
+    found = remote.find_by_unique_key(topic, msg_id)
+    return (found[0] if found else None), found[1:], f"no UNIQ_KEY {msg_id} in {topic}"
+
+
 @query_app.command("id")
 @reports_errors
 def query_id_command(
-    msg_id: Annotated[str, typer.Argument(metavar="MSG_ID", help="offsetMsgId (32/56 hex).")],
+    msg_id: Annotated[str, typer.Argument(
+        metavar="MSG_ID", help="offsetMsgId (32/56 hex), or the UNIQ_KEY a producer returned.")],
+    topic: Annotated[str | None, typer.Option(
+        "--topic", help="Look for a UNIQ_KEY in this topic only.")] = None,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
-    """Show the message with an offsetMsgId (store host + commit-log position)."""
+    """Show the message with an offsetMsgId (store host + commit-log position) or a UNIQ_KEY
+    (the id ``outbox.send`` returns; the first stored record that carries it). With --broker:
+    a UNIQ_KEY, with --topic."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    view, reason = None, ""
-    with open_store(options, wait_dispatched=False) as message_store:
-        try:
-            view = message_store.view_message_by_id(msg_id)
-        except MessageNotFoundError as error:
-            reason = str(error)
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            view, copies, reason = find_remotely(remote, msg_id, topic)
+    else:
+        with open_store(options) as message_store:
+            view, copies, reason = find_by_id(message_store, msg_id, topic)
     show_message(view, options, title=f"msg id {msg_id}", reason=reason)
+    if copies:
+        print_note(f"{len(copies)} more record(s) carry UNIQ_KEY {msg_id}: "
+                   + ", ".join(f"{copy.topic} offset {copy.queue_offset}" for copy in copies))
 
 
 @query_app.command("key")
@@ -104,12 +166,19 @@ def query_key_command(
         help="Stored at or before this epoch ms (the index keeps whole seconds).")] = None,
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """List messages of a topic that carry a key."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        views = message_store.query_by_key(topic, key, max_count=max_count, begin_ms=begin_ms,
-                                           end_ms=end_ms)
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            views = AdminCalls(remote.context).query_by_key(topic, key, max_count, begin_ms,
+                                                            end_ms)
+    else:
+        with open_store(options) as message_store:
+            views = message_store.query_by_key(topic, key, max_count=max_count,
+                                               begin_ms=begin_ms, end_ms=end_ms)
     show_messages(views, options, title=f"{topic} key {key}")
 
 
@@ -120,11 +189,17 @@ def query_unique_key_command(
     unique_key: Annotated[str, typer.Argument(metavar="UNIQUE_KEY", help="UNIQ_KEY (msgId).")],
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """List messages of a topic with a client-side unique key (UNIQ_KEY)."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        views = message_store.query_by_unique_key(topic, unique_key)
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            views = remote.find_by_unique_key(topic, unique_key)
+    else:
+        with open_store(options) as message_store:
+            views = message_store.query_by_unique_key(topic, unique_key)
     show_messages(views, options, title=f"{topic} unique key {unique_key}")
 
 
@@ -135,11 +210,18 @@ def query_offset_command(
     offset: Annotated[int, typer.Argument(min=0, help="Queue offset.")],
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Show the message at an offset of one queue."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        status, view, queue_range = message_at(message_store, topic, queue_id, offset)
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            status, view, queue_range = message_at(remote.pull, topic, queue_id, offset)
+    else:
+        with open_store(options) as message_store:
+            status, view, queue_range = message_at(message_store.get_message, topic, queue_id,
+                                                   offset)
     title = f"{topic} queue {queue_id} offset {offset}"
     if json_output:
         print_json({"topic": topic, "queue_id": queue_id, "offset": offset,
@@ -160,12 +242,21 @@ def query_time_command(
     timestamp_ms: Annotated[int, typer.Argument(metavar="TIMESTAMP_MS", help="Epoch ms.")],
     store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
     segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+    broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Find the queue offset for a store time, and show the message there if any."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        offset = message_store.offset_by_time(topic, queue_id, timestamp_ms)
-        status, view, queue_range = message_at(message_store, topic, queue_id, offset)
+    if broker_url is not None:  # SEARCH_OFFSET_BY_TIMESTAMP for a group that never commits
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            offset = remote.start_offset(CLI_CONSUMER_GROUP, topic, queue_id,
+                                         ConsumeFrom.TIMESTAMP, timestamp_ms)
+            status, view, queue_range = message_at(remote.pull, topic, queue_id, offset)
+    else:
+        with open_store(options) as message_store:
+            offset = message_store.offset_by_time(topic, queue_id, timestamp_ms)
+            status, view, queue_range = message_at(message_store.get_message, topic, queue_id,
+                                                   offset)
     if json_output:
         print_json({"topic": topic, "queue_id": queue_id, "timestamp_ms": timestamp_ms,
                     "offset": offset, "status": status.value, **queue_range,

@@ -1,8 +1,9 @@
 """``postbox store …``: look at a store as a whole (verify, stats, topics and queues, the raw log).
 
-Each command opens the store (taking its lock, so it fails fast while another process has it
-open), reads, and closes it cleanly. Nothing here writes messages, and a directory that is not a
-store is refused ("not a store", exit code 2) with nothing written into it.
+Each command opens the store read-only (no lock, no recovery, nothing written: it works while a
+broker or an application is writing the store, and shows it as it was when opened), reads, and
+closes it. A directory that is not a store is refused ("not a store", exit code 2) with nothing
+written into it. ``stats`` and ``topics`` also ask a running broker (``--broker``, ``remote``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from network.remoting.client.inspect_calls import InspectCalls
 from storage_engine import MessageStore, MessageView, verify_store
 
 from .common import (
@@ -30,6 +32,7 @@ from .common import (
     print_json,
     reports_errors,
 )
+from .remote import AccessKeyOption, BrokerUrlOption, SecretKeyOption, remote_broker
 from .render import message_document, messages_table, stats_tables
 
 store_app = typer.Typer(name="store", help="Inspect a message store.", no_args_is_help=True)
@@ -59,11 +62,18 @@ def verify_command(store: StoreDirOption = None, broker_conf: BrokerConfOption =
 @store_app.command("stats")
 @reports_errors
 def stats_command(store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
-                  segment_size: SegmentSizeOption = None, json_output: JsonOption = False) -> None:
-    """Show the store's figures: commit-log positions, segments, queues, key index."""
+                  segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+                  broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+                  secret_key: SecretKeyOption = None) -> None:
+    """Show the store's figures: commit-log positions, segments, queues, key index (with
+    --broker: every master's runtime table, as `mqadmin brokerStatus` shows it)."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        stats = message_store.stats()
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            stats: dict[str, Any] = {"brokers": InspectCalls(remote.context).runtime_info()}
+    else:
+        with open_store(options) as message_store:
+            stats = message_store.stats()
     if json_output:
         print_json(stats)
         return
@@ -100,11 +110,17 @@ def topics_table(documents: list[dict[str, Any]]) -> Table:
 @store_app.command("topics")
 @reports_errors
 def topics_command(store: StoreDirOption = None, broker_conf: BrokerConfOption = None,
-                   segment_size: SegmentSizeOption = None, json_output: JsonOption = False) -> None:
+                   segment_size: SegmentSizeOption = None, json_output: JsonOption = False,
+                   broker_url: BrokerUrlOption = None, access_key: AccessKeyOption = None,
+                   secret_key: SecretKeyOption = None) -> None:
     """List topics and their queues with min/max offsets."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options) as message_store:
-        documents = topic_documents(message_store)
+    if broker_url is not None:
+        with remote_broker(broker_url, access_key, secret_key) as remote:
+            documents = InspectCalls(remote.context).topic_offsets()
+    else:
+        with open_store(options) as message_store:
+            documents = topic_documents(message_store)
     if json_output:
         print_json(documents)
     else:
@@ -134,7 +150,7 @@ def dump_command(
 ) -> None:
     """Print decoded commit-log records in log order."""
     options = StoreOptions(store, broker_conf, segment_size, json_output)
-    with open_store(options, wait_dispatched=False) as message_store:
+    with open_store(options) as message_store:
         views = list(select_messages(message_store, topic, limit, from_position))
     if json_output:
         print_json([message_document(view) for view in views])

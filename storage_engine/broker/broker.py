@@ -46,15 +46,14 @@ from ..errors import (
     GroupNotFoundError,
     InvalidMessageError,
     InvalidQueueError,
-    MessageNotFoundError,
     NoPermissionError,
     NotMasterError,
     StoreClosedError,
     TableFullError,
 )
-from ..formats import PROPERTY_RETRY_TOPIC, MessageView, empty_body_problem
+from ..formats import MessageView, empty_body_problem
 from ..service import Service
-from ..store.message import GetResult, GetStatus, Message
+from ..store.message import GetResult, Message
 from ..store.message_store import MessageStore
 from ..store.topics import (
     DELAY_TOPIC,
@@ -70,6 +69,7 @@ from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consumer_registry import ConsumerRegistry, MembershipListener, validate_client_id
 from .consumption_floor import ConsumptionFloor
 from .delay_service import DelayService, schedule_delayed
+from .dlq_resends import DlqResends, dead_letter_at
 from .long_polling import ArrivalWaiter, long_poll
 from .model import (
     PERM_READ,
@@ -119,6 +119,8 @@ class Broker:
         self._levels_ms = store.config.delay.levels_ms
         self._tables = (tables if tables is not None
                         else ConfigStores.open(store.root_dir, self._clock))
+        self.dlq_resends = DlqResends(store.root_dir / CONFIG_DIR_NAME, self._clock)
+        self.dlq_resends.load()
         self._topics = TopicManager(self._tables.topics, self._config,
                                     store.config.queue_id_max + 1)
         self._group_lock = threading.Lock()
@@ -504,31 +506,24 @@ class Broker:
         return result.messages
 
     def resend_dead_letter(self, group: str, queue_offset: int) -> SendResult:
-        """Send the dead letter at ``queue_offset`` again, as a new message, to the topic it
-        first failed on (``RETRY_TOPIC``); the DLQ keeps its copy.
+        """Send the dead letter at ``queue_offset`` again, as a new message, to ``group`` only:
+        through ``%RETRY%group`` with ``RETRY_TOPIC`` = the topic it first failed on (consumers
+        see it under that topic). The DLQ keeps its copy; ``dlq_resends`` records the resend.
 
         Raises:
             MessageNotFoundError: ``%DLQ%group`` queue 0 has no message at ``queue_offset``.
         """
         self._check_open()
         validate_group(group)
-        topic = dead_letter_topic(group)
-        _check_offset(topic, queue_offset)
-        result = self._store.get_message(group, topic, 0, queue_offset, 1)
-        if result.status is not GetStatus.FOUND or result.messages[0].queue_offset != queue_offset:
-            raise MessageNotFoundError(
-                f"no dead letter at offset {queue_offset} of {topic} queue 0 "
-                f"(status {result.status.value}, offsets [{result.min_offset}, "
-                f"{result.max_offset}))")
-        view = result.messages[0]
-        target = view.properties.get(PROPERTY_RETRY_TOPIC) or view.topic
-        if target.startswith(DLQ_TOPIC_PREFIX):
-            raise MessageNotFoundError(f"dead letter at offset {queue_offset} of {topic} has no "
-                                       f"{PROPERTY_RETRY_TOPIC}: its original topic is unknown",
-                                       log_position=view.log_position)
-        receipt = self.send(resend_copy(view, target))
-        log.info("[broker] re-sent dead letter %s of %s to %s as %s", view.msg_id, group,
-                 target, receipt.offset_msg_id)
+        _check_offset(dead_letter_topic(group), queue_offset)
+        view, target = dead_letter_at(self._store, group, queue_offset)
+        retry = self._system_group_topic(retry_topic(group))
+        check_writable(retry)
+        receipt = self._put(resend_copy(view, retry.topic_name, original_topic=target),
+                            self._random.randrange(retry.write_queue_nums), delay=False)
+        self.dlq_resends.record(group, queue_offset, receipt.offset_msg_id, self._clock.now_ms())
+        log.info("[broker] re-sent dead letter %s of %s to %s (for %s) as %s", view.msg_id,
+                 group, retry.topic_name, target, receipt.offset_msg_id)
         return receipt
 
     # ---- consumer registry and queue locks ---------------------------------------------------

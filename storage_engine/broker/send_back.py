@@ -11,7 +11,8 @@ Postbox extensions (plain properties, ignored by RocketMQ and its clients):
 * ``DLQ_REASON`` — why a message was dead-lettered (``send_back(..., reason=...)``), at most
   ``DLQ_REASON_LENGTH_MAX`` characters, framing characters replaced by spaces.
 * ``DLQ_ORIGIN_MESSAGE_ID`` — on a message re-sent from a DLQ by an operator
-  (``resend_dead_letter``): the offsetMsgId of the dead-letter record it came from.
+  (``resend_dead_letter``, to the group's ``%RETRY%group`` with ``RETRY_TOPIC`` = the original
+  topic): the offsetMsgId of the dead-letter record it came from.
 """
 
 from __future__ import annotations
@@ -65,11 +66,14 @@ def send_back_copy(view: MessageView, topic: str, *, delay_level: int,
         sys_flag=view.sys_flag)
 
 
-def resend_copy(view: MessageView, topic: str) -> Message:
-    """A fresh message for ``topic`` from a dead letter (reconsume count 0, born now)."""
+def resend_copy(view: MessageView, topic: str, *, original_topic: str | None = None) -> Message:
+    """A fresh message for ``topic`` from a dead letter (reconsume count 0, born now); with
+    ``original_topic`` (a resend through a group's retry topic) its ``RETRY_TOPIC``."""
     properties = {name: value for name, value in user_properties(view).items()
                   if name not in RETRY_BOOKKEEPING_PROPERTIES}
     properties[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = view.msg_id
+    if original_topic is not None:
+        properties[PROPERTY_RETRY_TOPIC] = original_topic
     return Message(topic, view.body, tags=view.tags, keys=view.keys or None,
                    properties=properties, unique_key=view.unique_key, flag=view.flag,
                    sys_flag=view.sys_flag)

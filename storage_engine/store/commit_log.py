@@ -104,6 +104,7 @@ class CommitLog:
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.last_store_timestamp_ms = 0
         self._last_scanned_position: int | None = None  # newest record seen by a recovery scan
+        self.truncated_bytes = 0  # non-zero bytes the last ``recover_end`` cut from the tail
         self.failure: BaseException | None = None
         self.dispatch_feed: deque[DispatchRecord] = deque(maxlen=DISPATCH_FEED_MAX)
         self._seal_crc = config.append_property_crc
@@ -121,6 +122,9 @@ class CommitLog:
         after a clean close). Where the scan stops is a torn tail, and is cut, only when no
         valid record follows it, or when it lies at or after ``durable_end`` (records a power
         loss left behind a hole were never known durable). Returns the recovered end position.
+
+        ``truncated_bytes`` is then how many bytes that were not zero the cut removed (the zeros
+        after the last record of a clean log are not data).
 
         Raises:
             MidLogCorruptionError: a damaged record has valid records after it; nothing is
@@ -142,7 +146,7 @@ class CommitLog:
                         "position=%d and any after it were never known durable (flushed up to "
                         "%d before the stop) and are cut with the tail", end, resume,
                         durable_end)
-        self.segments.truncate(end)
+        self.truncated_bytes = self.segments.truncate(end)
         return end
 
     def _mid_log_error(self, end: int, durable_end: int | None) -> MidLogCorruptionError:

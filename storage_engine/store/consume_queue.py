@@ -63,16 +63,9 @@ class ConsumeQueue:
         any were non-zero, ``damaged`` is set so recovery rebuilds them from the log.
         """
         self.segments.load()
-        segments = self.segments.segments
-        if not segments:
+        if not self.segments.segments:
             return
-        previous_end = 0
-        end = segments[-1].base_position + self.file_size_bytes
-        for segment in segments[max(0, len(segments) - 3):]:
-            valid_bytes, previous_end = self._scan_valid_units(segment, previous_end)
-            if valid_bytes < self.file_size_bytes:
-                end = segment.base_position + valid_bytes  # later files are past the end
-                break
+        end = self.find_data_end()
         # segments still count as full here, so the truncation zeroes whatever follows the end
         if self.segments.truncate(end):
             self.damaged = True
@@ -82,6 +75,17 @@ class ConsumeQueue:
             return
         self._find_min_logic_position()
         self._set_max_log_end()
+
+    def find_data_end(self) -> int:
+        """Byte position where the valid units of the loaded files end (reads only; also the
+        read-only open's rule)."""
+        segments = self.segments.segments
+        previous_end = 0
+        for segment in segments[max(0, len(segments) - 3):]:
+            valid_bytes, previous_end = self._scan_valid_units(segment, previous_end)
+            if valid_bytes < self.file_size_bytes:
+                return segment.base_position + valid_bytes  # later files are past the end
+        return segments[-1].base_position + self.file_size_bytes
 
     def _set_max_log_end(self) -> None:
         self.max_log_end = 0

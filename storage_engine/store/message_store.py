@@ -11,6 +11,12 @@ the remainder, flush queues and index, write the checkpoint, remove ``abort`` (o
 that succeeded) and release the lock. A store left with ``abort`` present was not closed
 cleanly; the next open recovers from the checkpoint.
 
+Read-only open (``MessageStore.open(config, read_only=True)``, ``read_only.py``): for inspecting a
+store, also one a running broker or application is writing. No lock is taken, nothing is
+recovered, no service runs and no file is written; the log ends at its last complete record (at
+the last dispatched one while a writer holds the store). It is a snapshot of the moment of
+opening; puts raise ``StoreNotWritableError``.
+
 Replication (``ha/``, docs/replication.md) follows ``config.broker_role``: a master with
 ``ha.ha_listen`` runs the HA service last (so it starts after, and stops before, the others) and
 a SYNC_MASTER put also waits for a slave's acknowledgement (``PutStatus.FLUSH_SLAVE_TIMEOUT``
@@ -38,10 +44,17 @@ from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, FlushMode, StoreConfig
-from ..errors import DiskFullError, NotMasterError, StorageIOError, StoreClosedError
+from ..errors import (
+    DiskFullError,
+    NotMasterError,
+    StorageIOError,
+    StoreClosedError,
+    StoreNotWritableError,
+)
 from ..formats import END_FILE_MIN_BLANK_LENGTH, PROPERTY_WAIT, MessageView, encode_host
 from ..ha import HAMasterService, HASlaveClient, LogTimestampDispatcher, RecordBoundary
 from ..service import Service
+from . import read_only
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog, PreparedMessage
 from .consume_queue_set import ConsumeQueueSet
@@ -67,7 +80,7 @@ from .message_encoder import MessageEncoder
 from .reader import MessageReader, TagFilter
 from .recovery import RecoveryReport, recover
 from .retention import ConsumptionFloor, RetentionService, local_hour
-from .store_layout import write_open_markers
+from .store_layout import require_store, write_open_markers
 from .store_tally import PutTally
 
 log = logging.getLogger(__name__)
@@ -135,6 +148,10 @@ class MessageStore:
         self._encoder = MessageEncoder(config, self._store_host)
         self._reader = MessageReader(self.commit_log, self.queues, self.key_index)
         self.recovery: RecoveryReport | None = None
+        self.read_only = False
+        """Opened with ``read_only=True``: a view that writes nothing (``read_only.py``)."""
+        self.writer_live = False
+        """Read-only: another process held the store when the view was opened."""
         self._closed = True
 
     def _add_ha_service(self) -> None:
@@ -167,8 +184,14 @@ class MessageStore:
     def open(cls, config: StoreConfig, *, clock: Clock | None = None,
              disk_usage: DiskUsageProbe = measure_disk_usage,
              hour_of_day: Callable[[int], int] = local_hour,
-             on_locked: Callable[[], None] | None = None) -> MessageStore:
+             on_locked: Callable[[], None] | None = None,
+             read_only: bool = False) -> MessageStore:
         """Open (creating if needed), recover and start a store.
+
+        ``read_only``: open an existing store as a view that takes no lock, recovers nothing,
+        runs no service and writes no file, safe while another process writes the store (see
+        the module docstring); ``on_locked`` is not called. A directory without a store raises
+        ``NotAStoreError``.
 
         ``clock``, ``disk_usage`` (usage of the store's partition) and ``hour_of_day`` are
         injectable so tests can drive retention without waiting or filling a disk.
@@ -182,8 +205,35 @@ class MessageStore:
         """
         store = cls(config, clock or SystemClock(), disk_usage=disk_usage,
                     hour_of_day=hour_of_day)
-        store._open(on_locked)
+        if read_only:
+            store._open_read_only()
+        else:
+            store._open(on_locked)
         return store
+
+    def _open_read_only(self) -> None:
+        """Map the files read-only and find where their complete data ends."""
+        root = require_store(self.config.root_dir)
+        self.read_only = True
+        self.writer_live = read_only.writer_holds(root)
+        try:
+            read_only.load_commit_log(self.commit_log, self.writer_live)
+            log_end = self.commit_log.max_position
+            read_only.load_queues(self.queues, log_end)
+            if self.writer_live:  # records past the last dispatched one may be half-copied
+                log_end = min(log_end, max(read_only.dispatched_end(self.queues),
+                                           self.commit_log.min_position))
+                read_only.load_commit_log_end(self.commit_log, log_end)
+            read_only.load_key_index(self.key_index, self.clock.now_ms())
+            self.checkpoint.load()
+        except BaseException:
+            read_only.close_all(self.commit_log, self.queues, self.key_index)
+            raise
+        self.dispatch.position = self.commit_log.max_position
+        self._closed = False
+        log.info("[open] store %s read-only: log [%d, %d), %d queues, writer live=%s", root,
+                 self.commit_log.min_position, self.commit_log.max_position,
+                 len(self.queues.queues), self.writer_live)
 
     def _open(self, on_locked: Callable[[], None] | None) -> None:
         root = self.config.root_dir
@@ -260,6 +310,9 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        if self.read_only:
+            read_only.close_all(self.commit_log, self.queues, self.key_index)
+            return
         for service in reversed(self._services):
             service.stop()
         try:
@@ -329,6 +382,9 @@ class MessageStore:
                 fail-stop; the messages may or may not survive a power loss).
         """
         self._check_open()
+        if self.read_only:
+            raise StoreNotWritableError(f"store {self.config.root_dir} is open read-only "
+                                        "(an inspection view): it refuses writes")
         if self._is_slave:
             raise NotMasterError(
                 f"store {self.config.root_dir} is a SLAVE of {self.config.ha.master_address}: "
@@ -493,6 +549,7 @@ class MessageStore:
                   for (t, q), cq in sorted(self.queues.queues.items())]
         return {
             "root_dir": str(self.config.root_dir),
+            "read_only": self.read_only,
             "commit_log": {
                 "min_position": self.commit_log.min_position,
                 "max_position": self.commit_log.max_position,

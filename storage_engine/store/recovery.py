@@ -69,6 +69,7 @@ class RecoveryReport:
     scan_start: int = 0
     log_end: int = 0
     truncated_bytes: int = 0
+    """Bytes that were not zero cut from the log's tail (a torn record; 0 for a clean log)."""
     dispatch_start: int = 0
     actions: list[str] = field(default_factory=list)
 
@@ -103,10 +104,9 @@ def recover(commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex 
             key_index.truncate_from(0)
         return report
     report.scan_start = _scan_start(commit_log, clean_shutdown, checkpoint, report)
-    before = commit_log.max_position
     durable_end = None if clean_shutdown else checkpoint.confirm_position
     report.log_end = end = commit_log.recover_end(report.scan_start, durable_end)
-    report.truncated_bytes = max(0, before - end)
+    report.truncated_bytes = commit_log.truncated_bytes
     for queue in queues.queues.values():
         queue.truncate_from_log_position(end)
     start = (report.scan_start if not clean_shutdown

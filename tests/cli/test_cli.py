@@ -204,9 +204,20 @@ def test_query_id_table_is_vertical(written):
 
 
 @pytest.mark.parametrize("bad_id", ["not-a-msg-id", "ABC", "Z" * 32])
-def test_query_id_malformed_is_one_error_line(written, bad_id):
+def test_query_id_neither_msg_id_nor_unique_key_is_not_found(written, bad_id):
     result = run("query", "id", bad_id, *store_args(written))
-    assert_one_error_line(result)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "UNIQ_KEY" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_query_id_accepts_the_unique_key_a_producer_returned(written):
+    unique_key = written.unique_keys["order-9"]
+    message = run_json("query", "id", unique_key, *store_args(written))
+    assert message["msg_id"] == written.orders["order-9"].msg_id
+    assert message["unique_key"] == unique_key
+    only_audit = run_json("query", "id", unique_key, "--topic", "audit", *store_args(written),
+                          expect_exit=1)
+    assert only_audit is None
 
 
 def test_query_id_outside_the_log_is_not_found(written):
@@ -338,12 +349,25 @@ def test_invalid_segment_size_is_one_error_line(written):
     assert_one_error_line(result, "segment_size_bytes")
 
 
-def test_locked_store_is_one_error_line(written):
+def test_a_store_held_open_is_inspected_read_only(written):
     config = StoreConfig(root_dir=written.root_dir,
                          commit_log=CommitLogConfig(segment_size_bytes=SEGMENT_SIZE_BYTES))
     with MessageStore.open(config):
-        result = run("store", "stats", *store_args(written), "--json")
-    assert_one_error_line(result)
+        stats = run_json("store", "stats", *store_args(written))
+    assert stats["commit_log"]["max_position"] > written.all_results[-1].log_position
+    counts = {(queue["topic"], queue["queue_id"]): queue["max_offset"] for queue in stats["queues"]}
+    assert counts == {("orders", 0): ORDER_COUNT // 2, ("orders", 1): ORDER_COUNT // 2 + 1,
+                      ("audit", 0): 3}
+    assert stats["read_only"] is True and stats["recovery"] is None
+
+
+def test_stats_of_a_clean_store_reports_no_truncation(tmp_path):
+    config = StoreConfig(root_dir=tmp_path / "store",
+                         commit_log=CommitLogConfig(segment_size_bytes=SEGMENT_SIZE_BYTES))
+    with MessageStore.open(config) as store:
+        store.put_message(Message("orders", b"one"))
+    with MessageStore.open(config) as store:  # a clean reopen: nothing torn, nothing cut
+        assert store.stats()["recovery"]["truncated_bytes"] == 0
 
 
 def test_help_lists_the_sub_apps():
@@ -406,7 +430,8 @@ def test_console_script_json_and_errors(written):
     completed = run_script("store", "topics", *store_args(written), "--json")
     assert completed.returncode == 0, completed.stderr
     assert [topic["topic"] for topic in json.loads(completed.stdout)] == ["audit", "orders"]
-    completed = run_script("query", "id", "XYZ", *store_args(written))
+    completed = run_script("query", "offset", "orders", "0", "0", *store_args(written),
+                           "--segment-size", "10")
     assert completed.returncode == 2
     assert completed.stdout == ""
     assert completed.stderr.strip().startswith("error: ")

@@ -249,12 +249,13 @@ def test_dlq_list_requires_a_group(built):
 
 # --- dlq resend --------------------------------------------------------------------------------
 
-def test_resend_puts_the_messages_back_in_their_topic(fresh):
+def test_resend_goes_to_the_dead_lettering_group_only(fresh):
     before = queue_max_offsets(fresh)
     documents = run_json("dlq", "resend", "--group", "billing", "--offset", "1", "--offset", "2",
                          *store_args(fresh))
     assert [document["dlq_offset"] for document in documents] == [1, 2]
-    assert [document["topic"] for document in documents] == ["orders", "audit"]
+    assert [document["topic"] for document in documents] == ["%RETRY%billing"] * 2
+    assert [document["original_topic"] for document in documents] == ["orders", "audit"]
     for document in documents:
         _, original, _ = fresh.dead[document["dlq_offset"]]
         assert document["dlq_msg_id"] == fresh.dlq_msg_ids[document["dlq_offset"]]
@@ -266,23 +267,31 @@ def test_resend_puts_the_messages_back_in_their_topic(fresh):
         assert view.msg_id == document["msg_id"]
         assert view.reconsume_count == 0
         assert view.properties[DLQ_ORIGIN_PROPERTY] == document["dlq_msg_id"]
-        assert "RETRY_TOPIC" not in view.properties and "DLQ_REASON" not in view.properties
+        assert view.properties["RETRY_TOPIC"] == document["original_topic"]
+        assert "DLQ_REASON" not in view.properties
     after = queue_max_offsets(fresh)
     grown = {queue: after[queue] - before.get(queue, 0) for queue in after
              if after[queue] != before.get(queue, 0)}
-    assert sorted(grown.values()) == [1, 1]
-    assert {topic for topic, _ in grown} == {"orders", "audit"}
+    assert sum(grown.values()) == 2  # the group's retry topic only: no other group sees them
+    assert {topic for topic, _ in grown} == {"%RETRY%billing"}
     assert after[("%DLQ%billing", 0)] == 3  # the DLQ keeps its records
 
 
-def test_resend_twice_sends_twice(fresh):
+def test_resend_twice_sends_twice_and_dlq_list_shows_the_mark(fresh):
     first = run_json("dlq", "resend", "-g", "billing", "--offset", "0", *store_args(fresh))
     second = run_json("dlq", "resend", "-g", "billing", "--offset", "0", *store_args(fresh))
     assert first[0]["msg_id"] != second[0]["msg_id"]
     for document in (*first, *second):
-        view = read_back(fresh, "orders", document["queue_id"], document["queue_offset"])
+        view = read_back(fresh, "%RETRY%billing", document["queue_id"],
+                         document["queue_offset"])
         assert view.body == b"order 5"
-    assert run_json("dlq", "list", "-g", "billing", *store_args(fresh))[0]["queue_offset"] == 0
+    letters = run_json("dlq", "list", "-g", "billing", *store_args(fresh))  # a new process's view
+    assert letters[0]["queue_offset"] == 0
+    assert letters[0]["resent"]["count"] == 2
+    assert letters[0]["resent"]["last_msg_id"] == second[0]["msg_id"]
+    assert [letter["resent"] for letter in letters[1:]] == [None, None]
+    table = run("dlq", "list", "-g", "billing", *store_args(fresh)).stdout
+    assert "resent" in table and "2×" in table
 
 
 def test_resend_all_from_an_offset(fresh):
@@ -293,8 +302,9 @@ def test_resend_all_from_an_offset(fresh):
     assert [document["dlq_offset"] for document in documents] == [0, 1, 2]
     for document in documents:
         topic, original, _ = fresh.dead[document["dlq_offset"]]
-        assert document["topic"] == topic
-        view = read_back(fresh, topic, document["queue_id"], document["queue_offset"])
+        assert document["original_topic"] == topic
+        view = read_back(fresh, document["topic"], document["queue_id"],
+                         document["queue_offset"])
         assert view.body == original.body
 
 
@@ -302,7 +312,8 @@ def test_resend_prints_the_new_location(fresh):
     result = run("dlq", "resend", "-g", "billing", "--offset", "0", *store_args(fresh))
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert lines[0].startswith("dlq offset 0 → orders queue ")
+    assert lines[0].startswith("dlq offset 0 → %RETRY%billing queue ")
+    assert "(for orders)" in lines[0]
     assert "unique key UK0005" in lines[0]
     assert "re-sent 1 dead letter(s) of billing" in lines[-1]
     assert "re-sending again sends again" in lines[-1]
@@ -346,5 +357,5 @@ def test_an_error_part_way_names_what_was_re_sent(fresh):
     result = run("dlq", "resend", "-g", "billing", "--all", "--json", *store_args(fresh))
     assert_one_error_line(result, "RETRY_TOPIC", "re-sent 3 of 4 before it: dlq offsets 0, 1, 2")
     after = queue_max_offsets(fresh)
-    assert after[("orders", 0)] + after[("orders", 1)] == ORDER_COUNT + 2
-    assert after[("audit", 0)] == AUDIT_COUNT + 1
+    assert sum(count for (topic, _), count in after.items() if topic == "%RETRY%billing") == 3
+    assert after[("orders", 0)] + after[("orders", 1)] == ORDER_COUNT

@@ -84,17 +84,23 @@ def test_reconsume_count_max_per_handler(open_broker, client, fake_clock):
     assert len(broker.dead_letters("workers")) == 1
 
 
-def test_dead_letter_resend_reaches_the_handler_again(open_broker, client, fake_clock):
+def test_dead_letter_resend_reaches_the_dead_lettering_group_only(open_broker, client,
+                                                                   fake_clock):
     broker = open_broker(clock=fake_clock, levels=DEFAULT_LEVELS)
     app = App(broker=client(broker), clock=fake_clock)
     fixed = threading.Event()
-    delivered: list[str] = []
+    delivered: list[tuple[str, str, int]] = []
+    audited: list[str] = []
 
     @app.handler(topic="jobs", consumer_group="workers")
     def handle(message):
         if not fixed.is_set():
             raise DeadLetter("bug")
-        delivered.append(message.msg_id)
+        delivered.append((message.msg_id, message.topic, message.reconsume_count))
+
+    @app.handler(topic="jobs", consumer_group="auditors")
+    def audit(message):
+        audited.append(message.msg_id)
 
     sent = app.producer.send("jobs", b"x")
     runner = InlineRunner(app, broker=broker)
@@ -103,7 +109,9 @@ def test_dead_letter_resend_reaches_the_handler_again(open_broker, client, fake_
     broker.resend_dead_letter("workers", 0)
     runner.run_until_idle(advance_clock=True)
     app.stop()
-    assert delivered == [sent.msg_id]  # same message id after the resend
+    assert delivered == [(sent.msg_id, "jobs", 0)]  # same id, under its original topic
+    assert audited == [sent.msg_id]  # the other group handled it once and never sees it again
+    assert broker.dlq_resends.marks("workers")[0].count == 1
 
 
 def test_real_threads_retry_with_millisecond_levels(open_broker, client):

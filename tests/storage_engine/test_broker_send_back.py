@@ -21,6 +21,7 @@ from storage_engine import (
     SendBackOutcome,
     SubscriptionGroupConfig,
 )
+from storage_engine.broker.dlq_resends import DlqResends
 from storage_engine.broker.send_back import (
     DLQ_REASON_LENGTH_MAX,
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
@@ -184,18 +185,26 @@ def test_dead_letters_are_readable_and_listed(broker: Broker):
     assert [m.queue_offset for m in listed] == [1, 2]
 
 
-def test_resend_dead_letter_sends_a_fresh_copy_to_the_original_topic(broker: Broker):
+def test_resend_dead_letter_sends_a_fresh_copy_to_the_group_only(broker: Broker):
     original = _consume(broker, reconsume_count=16)
     broker.send_back(GROUP, original, reason="poison")
     assert broker.store.wait_dispatched()
     dead = broker.dead_letters(GROUP)[0]
 
     receipt = broker.resend_dead_letter(GROUP, dead.queue_offset)
-    assert (receipt.topic, receipt.stored_topic) == (TOPIC, TOPIC) and not receipt.delayed
+    retry = f"%RETRY%{GROUP}"
+    assert (receipt.topic, receipt.stored_topic) == (retry, retry) and not receipt.delayed
     fresh = _stored(broker, receipt)
     assert fresh.reconsume_count == 0
     assert fresh.properties[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] == dead.msg_id
-    for name in (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_DELAY,
+    assert fresh.properties[PROPERTY_RETRY_TOPIC] == TOPIC  # consumers see the original topic
+    [mark] = broker.dlq_resends.marks(GROUP).items()
+    assert mark[0] == dead.queue_offset and mark[1].count == 1
+    assert mark[1].last_msg_id == receipt.offset_msg_id
+    reloaded = DlqResends(broker.store.root_dir / "config", broker.store.clock)
+    reloaded.load()  # kept in the store's config: survives a restart
+    assert reloaded.marks(GROUP) == broker.dlq_resends.marks(GROUP)
+    for name in (PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_DELAY,
                  PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_DLQ_REASON, PROPERTY_WAIT):
         assert name not in fresh.properties, name
     assert (fresh.body, fresh.tags, fresh.keys, fresh.unique_key) == (

@@ -17,7 +17,8 @@ embedded broker's answer shape:
 - ``dead_letters``: PULL_MESSAGE of ``%DLQ%group`` queue 0 on each broker that has it, with the
   subscription in the request and no commit flag, so nothing is committed for the group.
 - ``find_by_unique_key``: QUERY_MESSAGE with ``_UNIQUE_KEY_QUERY=true`` to every master of the
-  topic, merged.
+  topic, merged; ``query_by_key``: the same without it, only records whose KEYS hold the key
+  (the index matches hashes).
 
 Thread safety: stateless apart from the shared context; any thread.
 """
@@ -268,25 +269,41 @@ class AdminCalls:
 
     def find_by_unique_key(self, topic: str, unique_key: str) -> list[MessageView]:
         """Messages of ``topic`` with this ``UNIQ_KEY`` on every master of the topic."""
+        views = self._query(topic, unique_key, QUERY_MAX_NUM, 0, 2**63 - 1, unique=True)
+        return [view for view in views if view.unique_key == unique_key]
+
+    def query_by_key(self, topic: str, key: str, max_count: int = QUERY_MAX_NUM,
+                     begin_ms: int = 0, end_ms: int | None = None) -> list[MessageView]:
+        """Messages of ``topic`` whose KEYS hold ``key`` (every master; oldest first, at most
+        ``max_count``), as ``MessageStore.query_by_key`` answers."""
+        views = self._query(topic, key, min(max_count, QUERY_MAX_NUM), begin_ms,
+                            2**63 - 1 if end_ms is None else end_ms, unique=False)
+        found = sorted((view for view in views if key in view.keys),
+                       key=lambda view: view.store_timestamp_ms)
+        return found[-max_count:] if max_count > 0 else []
+
+    def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, *,
+               unique: bool) -> list[MessageView]:
+        """QUERY_MESSAGE to every master of ``topic``; the records they return."""
         validate_topic(topic)
-        if not isinstance(unique_key, str) or not unique_key:
-            raise InvalidMessageError(f"unique_key must be a non-empty str, got {unique_key!r}",
-                                      topic=topic)
+        if not isinstance(key, str) or not key:
+            raise InvalidMessageError(f"key must be a non-empty str, got {key!r}", topic=topic)
         route = self._route(topic)
         if route is None:
             return []
+        fields: dict[str, Any] = {"topic": route.topic, "key": key, "maxNum": max(1, max_num),
+                                  "beginTimestamp": begin_ms, "endTimestamp": end_ms}
+        if unique:
+            fields["_UNIQUE_KEY_QUERY"] = True
         views: list[MessageView] = []
         for broker, address in sorted(route.masters().items()):
             answer = self._context.broker_call(address, RemotingCommand.request(
-                RequestCode.QUERY_MESSAGE, {
-                    "topic": route.topic, "key": unique_key, "maxNum": QUERY_MAX_NUM,
-                    "beginTimestamp": 0, "endTimestamp": 2**63 - 1,
-                    "_UNIQUE_KEY_QUERY": True}))
+                RequestCode.QUERY_MESSAGE, fields))
             if answer.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
-            check_success(f"query {unique_key!r}", answer, address=address, topic=topic)
+            check_success(f"query {key!r}", answer, address=address, topic=topic)
             views += self._records_by_queue(answer.body, route, broker)
-        return [view for view in views if view.unique_key == unique_key]
+        return views
 
     def _records_by_queue(self, body: bytes, route: TopicRoute, broker: str
                           ) -> list[MessageView]:

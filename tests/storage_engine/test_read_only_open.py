@@ -1,0 +1,75 @@
+"""``MessageStore.open(config, read_only=True)``: a view that writes nothing and stops at the last
+complete record. (A live writer beside it is tested with a real process in
+``tests/cli/test_live_inspection.py``.)"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from storage_engine import (
+    CommitLogConfig,
+    Message,
+    MessageStore,
+    NotAStoreError,
+    StoreConfig,
+)
+from storage_engine.errors import StoreNotWritableError
+
+SEGMENT_SIZE_BYTES = 8192
+
+
+def files(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> StoreConfig:
+    return StoreConfig(root_dir=tmp_path / "store",
+                       commit_log=CommitLogConfig(segment_size_bytes=SEGMENT_SIZE_BYTES))
+
+
+def test_a_half_written_tail_record_is_not_part_of_the_view(config: StoreConfig) -> None:
+    with MessageStore.open(config) as store:
+        results = [store.put_message(Message("orders", f"m{n}".encode() * 20, keys=[f"k{n}"]))
+                   for n in range(30)]
+        end = store.commit_log.max_position
+        last = store.read_message(results[-1].log_position)
+        record = bytes(store.commit_log.segments.find(last.log_position).buffer[
+            last.log_position % SEGMENT_SIZE_BYTES:][:last.store_size])
+    # a fake of a writer caught mid-copy: the first 80% of a record after the last one
+    segment = sorted((config.root_dir / "commitlog").iterdir())[-1]
+    with segment.open("r+b") as handle:
+        handle.seek(end % SEGMENT_SIZE_BYTES)
+        handle.write(record[:len(record) * 4 // 5])
+    before = files(config.root_dir)
+    with MessageStore.open(config, read_only=True) as view:
+        assert view.commit_log.max_position == end
+        assert [m.body for m in view.iter_messages()] == [
+            f"m{n}".encode() * 20 for n in range(30)]
+        assert view.max_offset("orders", 0) == 30
+        [found] = view.query_by_key("orders", "k29")
+        assert found.log_position == results[-1].log_position
+        with pytest.raises(StoreNotWritableError, match="read-only"):
+            view.put_message(Message("orders", b"no"))
+    assert files(config.root_dir) == before
+    assert not (config.root_dir / "abort").exists()
+
+
+def test_a_read_only_view_takes_no_lock(config: StoreConfig) -> None:
+    with MessageStore.open(config) as store:
+        store.put_message(Message("orders", b"one"))
+    with MessageStore.open(config, read_only=True) as view, MessageStore.open(config) as store:
+        store.put_message(Message("orders", b"two"))
+        assert view.max_offset("orders", 0) == 1  # a snapshot of the moment it was opened
+    with MessageStore.open(config, read_only=True) as view:
+        assert view.max_offset("orders", 0) == 2
+
+
+def test_a_directory_without_a_store_is_refused_and_left_alone(tmp_path: Path) -> None:
+    with pytest.raises(NotAStoreError):
+        MessageStore.open(StoreConfig(root_dir=tmp_path / "nothing"), read_only=True)
+    assert not (tmp_path / "nothing").exists()
