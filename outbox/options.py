@@ -28,7 +28,8 @@ class ResendRules:
 
     max_send_count: int = 5
     """Sends of a stub, first publish and resends together, before it becomes ``void``: the
-    one limit the relay and the resend rule both apply."""
+    one limit the relay and the resend rule both apply. A publish that failed because the
+    broker was unavailable is not a send (``RelayOptions.outage_backoff_ms``)."""
     grace_ms: int = 30_000
     """How long a group must have been past a stub without it before the stub is lost."""
     backoff_ms: int = 60_000
