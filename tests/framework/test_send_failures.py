@@ -5,6 +5,8 @@ answers a broker gives for the rest, built by the client's own ``response_error`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from framework import Producer, SendFailure, send_failure
@@ -12,8 +14,12 @@ from framework.transport import open_client
 from network.remoting.client.broker_errors import response_error
 from network.remoting.client.errors import RemotingTimeoutError, RouteNotFoundError
 from network.remoting.codes import ResponseCode
+from network.remoting.namesrv.processor import NameServer
+from network.remoting.namesrv.route_table import RouteTable
+from network.remoting.server import RemotingServer
 from network.remoting.wire import RemotingCommand
-from storage_engine import BrokerConfig, DiskFullError, NotMasterError
+from storage_engine import BrokerConfig, DiskFullError, NotMasterError, SystemClock
+from tests.support.postbox_remoting import serve_remoting
 from tests.support.services import free_port
 
 
@@ -52,6 +58,41 @@ def test_a_name_server_nobody_listens_on_is_transient():
         client.close()
     assert type(refused).__name__ == "ConnectionClosedError"
     assert send_failure(refused) is SendFailure.TRANSIENT
+
+
+@pytest.fixture
+def lone_name_server() -> Iterator[str]:
+    """A real name server that no broker has registered with (every broker down)."""
+    server = RemotingServer(name="namesrv")
+    NameServer(RouteTable(SystemClock())).register_handlers(server.handlers)
+    server.start()
+    try:
+        yield server.address_text
+    finally:
+        server.stop()
+
+
+def test_a_name_server_without_brokers_is_transient_not_a_missing_topic(lone_name_server):
+    client = open_client(f"rocketmq://{lone_name_server}")
+    try:
+        no_route = failure_of(lambda: Producer(client).send("orders", b"x"))
+    finally:
+        client.close()
+    assert type(no_route).__name__ == "RouteNotFoundError", no_route
+    assert send_failure(no_route) is SendFailure.TRANSIENT
+
+
+@pytest.mark.embedded_only("serves its own broker")
+def test_a_cluster_that_will_not_create_the_topic_refuses_the_message(open_broker):
+    strict = open_broker("strict-remote", broker=BrokerConfig(auto_create_topic=False))
+    with serve_remoting(strict) as remote:
+        client = open_client(remote.store_url)
+        try:
+            unknown_topic = failure_of(lambda: Producer(client).send("never-created", b"x"))
+        finally:
+            client.close()
+    assert type(unknown_topic).__name__ == "TopicNotFoundError", unknown_topic
+    assert send_failure(unknown_topic) is SendFailure.MESSAGE
 
 
 def answer(code: int) -> BaseException:
