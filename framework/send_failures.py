@@ -3,7 +3,8 @@
 - ``SendFailure.TRANSIENT``: the broker, or the way to it, is unavailable for now — connection
   refused, reset or timed out, no name server or broker answering, the broker busy, flushing
   too slowly, without its slave, shutting down or closed, its disk full or fail-stopped, a
-  store that is a slave, no route with a writable master yet. The message is not at fault:
+  store that is a slave, no route with a writable master yet, the app stopped
+  (``AppStateError``: its producer refuses until ``app.start()``). The message is not at fault:
   the same send goes through once the broker is back, however long that takes.
 - ``SendFailure.MESSAGE``: the message itself was refused — too large, a field or property
   invalid, a topic that does not exist and could not be created, no permission to write the
@@ -31,6 +32,8 @@ from storage_engine import (
     NoPermissionError,
     StoreStateError,
 )
+
+from .errors import AppStateError
 
 
 class SendFailure(enum.StrEnum):
@@ -62,8 +65,9 @@ def send_failure(error: BaseException) -> SendFailure:
         # (checked first: the remoting client's refusals are also RemotingResponseErrors)
         return SendFailure.MESSAGE
     if isinstance(error, BrokerUnavailableError | StoreStateError | RouteNotFoundError
-                  | OSError):
-        # unreachable, timed out, busy, closed, not writable, not master, no route yet
+                  | AppStateError | OSError):
+        # unreachable, timed out, busy, closed, not writable, not master, no route yet, the
+        # app stopped
         return SendFailure.TRANSIENT
     if isinstance(error, RemotingResponseError) and error.code in TRANSIENT_RESPONSE_CODES:
         return SendFailure.TRANSIENT

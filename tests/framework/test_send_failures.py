@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework import Producer, SendFailure, send_failure
+from framework import AppStateError, Producer, SendFailure, send_failure
 from framework.transport import open_client
 from network.remoting.client.broker_errors import response_error
 from network.remoting.client.errors import RemotingTimeoutError, RouteNotFoundError
@@ -110,7 +110,7 @@ def answer(code: int) -> BaseException:
     RouteNotFoundError("topic 'orders' has no writable queue with a master now",
                        topic="orders"),
     DiskFullError("disk full"), NotMasterError("a slave"), ConnectionResetError("reset"),
-    TimeoutError("timed out"),
+    TimeoutError("timed out"), AppStateError("the app is stopped"),
 ], ids=lambda error: type(error).__name__ + str(getattr(error, "code", "")))
 def test_the_broker_unavailable_for_now_is_transient(error):
     assert send_failure(error) is SendFailure.TRANSIENT
