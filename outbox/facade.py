@@ -11,26 +11,23 @@ that runs while the app runs.
 Constructing an ``Outbox`` attaches its relay to the engine at once (sends made before
 ``app.start()`` are remembered) and registers the relay thread to start and stop with the app.
 
-A producer-only app over a broker in another process (``store_url="rocketmq://…"``, no
-handlers: a web process whose consumers run elsewhere) has nothing to start, so its relay also
-starts at the first commit that sent something, and publishes it at once: the commit is
-published from the web process, with no periodic task in the way (``relay_pending`` stays the
-safety net for what a process never handed over). It stops with ``app.stop()`` (which the app
-also runs at interpreter exit); after that a commit starts nothing until ``app.start()``. An
-embedded store (``file://``) is never opened that way: it belongs to the one process that
-starts its app.
-
 asyncio: ``Outbox(app, async_engine=engine)`` (an ``AsyncEngine`` on the same database, e.g.
 ``create_async_database_engine(app.database_url)``) has the relay watch that engine too —
 ``await outbox.send(async_session, ...)`` is handed over after the commit — and gives
 ``box.async_session`` (an ``async_sessionmaker``). The relay itself publishes through its sync
 engine. The async engine stays the application's: it disposes it on its own loop.
+
+A producer-only app over a broker in another process (``store_url="rocketmq://…"``, no
+handlers: a web process whose consumers run elsewhere) has nothing to start, so its relay also
+starts at the first commit that sent something and publishes it at once, from the web process,
+with no periodic task in the way (``relay_pending`` stays the safety net for what a process
+never handed over; ``Relay.start_on_notify``). It stops with ``app.stop()`` (which the app also
+runs at interpreter exit); after that a commit starts nothing until ``app.start()``. An
+embedded store (``file://``) is never opened that way: it belongs to the one process that
+starts its app.
 """
 
 from __future__ import annotations
-
-import logging
-import threading
 
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -44,8 +41,6 @@ from .database import database_engine
 from .metrics import outbox_metrics
 from .options import RelayOptions
 from .relay import Relay
-
-log = logging.getLogger(__name__)
 
 
 class Outbox:
@@ -67,46 +62,20 @@ class Outbox:
         self.engine = engine if engine is not None else database_engine(app)
         self.session = sessionmaker(self.engine)
         self.relay = Relay(lambda: app.producer, self.engine, options=options)
-        self._start_on_commit = app.store_url is not None and \
-            remote_address(app.store_url) is not None
-        self._stopped = False  # by app.stop(): a commit starts nothing until app.start()
-        self._lock = threading.Lock()
-        self.relay.hook = CommitHook(self.engine, self._committed)
         self.relay.attach()
+        self.relay.start_on_notify = app.store_url is not None and \
+            remote_address(app.store_url) is not None  # a producer-only app's web process
         self.async_engine = async_engine
         self._async_sessions: async_sessionmaker[AsyncSession] | None = None
         self.async_hook: CommitHook | None = None
         """The relay's hook on ``async_engine.sync_engine`` (attached, like the relay's own)."""
         if async_engine is not None:
             self._async_sessions = async_sessionmaker(async_engine, expire_on_commit=False)
-            self.async_hook = CommitHook(async_engine.sync_engine, self._committed)
+            self.async_hook = CommitHook(async_engine.sync_engine, self.relay.notify)
             self.async_hook.attach()
         outbox_metrics(app).add_relay(self.relay)
-        app.on_start(self._start)
-        app.on_stop(self._stop)
-
-    def _start(self) -> None:
-        with self._lock:
-            self._stopped = False
-            self.relay.start()
-
-    def _stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-        self.relay.stop()
-
-    def _committed(self, message_ids: list[str]) -> None:
-        """The hooks' hand-off: the relay publishes these; a producer-only app over a remote
-        broker that was never started starts its relay here (see the module docstring)."""
-        self.relay.notify(message_ids)
-        if not self._start_on_commit or self.relay.is_running:
-            return
-        with self._lock:
-            if self._stopped or self.relay.is_running:
-                return
-            self.relay.start()
-        log.info("[relay] started at the first commit (app over %s not started)",
-                 remote_address(self.app.store_url or ""))
+        app.on_start(self.relay.start)
+        app.on_stop(self.relay.stop)
 
     @property
     def async_session(self) -> async_sessionmaker[AsyncSession]:

@@ -170,6 +170,10 @@ class Relay(Service):
         """The back-off while the broker is unavailable (no claim before ``until_ms``)."""
         self.hook = CommitHook(engine, self.notify)
         """Hands this relay the ids of committed stubs (``attach()`` / ``detach()``)."""
+        self.start_on_notify = False
+        """Start the relay's thread when ids are handed over and it is not running, unless
+        ``stop()`` was called since the last ``start()`` (``Outbox`` sets it for an app over a
+        remote broker: a producer-only web process has no ``app.start()`` to start it)."""
         self.on_void: Callable[[list[tuple[ClaimedStub, str]]], None] | None = None
         """Called (after the commit) with the stubs this relay voided and their last error —
         the resend worker raises its alerts here."""
@@ -190,6 +194,11 @@ class Relay(Service):
         with self._condition:
             room = self.options.max_pending_notifications - len(self._pending)
             self._pending.extend(list(message_ids)[:max(room, 0)])
+            start = self.start_on_notify and not self.is_running and not self.stopping
+            if start:
+                self.start()
+        if start:
+            log.info("[relay] started at the first commit (its app was not started)")
         self.wakeup()
 
     # ---- publishing ----------------------------------------------------------------------------
