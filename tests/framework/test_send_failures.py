@@ -50,12 +50,17 @@ def test_real_failures_of_the_embedded_broker(open_broker):
         is SendFailure.TRANSIENT
 
 
-def test_a_name_server_nobody_listens_on_is_transient():
-    client = open_client(f"rocketmq://127.0.0.1:{free_port()}")
+def remote_send_failure(store_url: str, topic: str = "orders") -> BaseException:
+    """What a send over ``store_url`` (``rocketmq://``) raised."""
+    client = open_client(store_url)
     try:
-        refused = failure_of(lambda: Producer(client).send("orders", b"x"))
+        return failure_of(lambda: Producer(client).send(topic, b"x"))
     finally:
         client.close()
+
+
+def test_a_name_server_nobody_listens_on_is_transient():
+    refused = remote_send_failure(f"rocketmq://127.0.0.1:{free_port()}")
     assert type(refused).__name__ == "ConnectionClosedError"
     assert send_failure(refused) is SendFailure.TRANSIENT
 
@@ -73,11 +78,7 @@ def lone_name_server() -> Iterator[str]:
 
 
 def test_a_name_server_without_brokers_is_transient_not_a_missing_topic(lone_name_server):
-    client = open_client(f"rocketmq://{lone_name_server}")
-    try:
-        no_route = failure_of(lambda: Producer(client).send("orders", b"x"))
-    finally:
-        client.close()
+    no_route = remote_send_failure(f"rocketmq://{lone_name_server}")
     assert type(no_route).__name__ == "RouteNotFoundError", no_route
     assert send_failure(no_route) is SendFailure.TRANSIENT
 
@@ -86,11 +87,7 @@ def test_a_name_server_without_brokers_is_transient_not_a_missing_topic(lone_nam
 def test_a_cluster_that_will_not_create_the_topic_refuses_the_message(open_broker):
     strict = open_broker("strict-remote", broker=BrokerConfig(auto_create_topic=False))
     with serve_remoting(strict) as remote:
-        client = open_client(remote.store_url)
-        try:
-            unknown_topic = failure_of(lambda: Producer(client).send("never-created", b"x"))
-        finally:
-            client.close()
+        unknown_topic = remote_send_failure(remote.store_url, "never-created")
     assert type(unknown_topic).__name__ == "TopicNotFoundError", unknown_topic
     assert send_failure(unknown_topic) is SendFailure.MESSAGE
 
