@@ -32,6 +32,7 @@ from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import BatchMessage, Producer, SendStatus
+from .send_failures import SendFailure, send_failure
 from .transport import BrokerClient
 from .validation import (
     MAX_MESSAGE_SIZE_BYTES,
@@ -47,7 +48,7 @@ __all__ = [
     "ConsumerOptions", "CoroutineCancelledError", "DeadLetter", "EventLoopError",
     "EventLoopThread", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
     "HandlerSpec", "InvalidMessageError", "LogFormat", "MessageQueue", "Middleware",
-    "OutcomeKind", "Producer", "RetryLater",
+    "OutcomeKind", "Producer", "RetryLater", "SendFailure",
     "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",
-    "check_unique_key", "configure_logging", "strategy_by_name",
+    "check_unique_key", "configure_logging", "send_failure", "strategy_by_name",
 ]

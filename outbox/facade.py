@@ -16,6 +16,15 @@ asyncio: ``Outbox(app, async_engine=engine)`` (an ``AsyncEngine`` on the same da
 ``await outbox.send(async_session, ...)`` is handed over after the commit — and gives
 ``box.async_session`` (an ``async_sessionmaker``). The relay itself publishes through its sync
 engine. The async engine stays the application's: it disposes it on its own loop.
+
+A producer-only app over a broker in another process (``store_url="rocketmq://…"``, no
+handlers: a web process whose consumers run elsewhere) has nothing to start, so its relay also
+starts at the first commit that sent something and publishes it at once, from the web process,
+with no periodic task in the way (``relay_pending`` stays the safety net for what a process
+never handed over; ``Relay.start_on_notify``). It stops with ``app.stop()`` (which the app also
+runs at interpreter exit); after that a commit starts nothing until ``app.start()``. An
+embedded store (``file://``) is never opened that way: it belongs to the one process that
+starts its app.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import sessionmaker
 
 from framework import App, ConfigurationError
+from framework.transport import remote_address
 
 from .commit_hook import CommitHook
 from .database import database_engine
@@ -53,6 +63,8 @@ class Outbox:
         self.session = sessionmaker(self.engine)
         self.relay = Relay(lambda: app.producer, self.engine, options=options)
         self.relay.attach()
+        self.relay.start_on_notify = app.store_url is not None and \
+            remote_address(app.store_url) is not None  # a producer-only app's web process
         self.async_engine = async_engine
         self._async_sessions: async_sessionmaker[AsyncSession] | None = None
         self.async_hook: CommitHook | None = None

@@ -28,7 +28,8 @@ class ResendRules:
 
     max_send_count: int = 5
     """Sends of a stub, first publish and resends together, before it becomes ``void``: the
-    one limit the relay and the resend rule both apply."""
+    one limit the relay and the resend rule both apply. A publish that failed because the
+    broker was unavailable is not a send (``RelayOptions.outage_backoff_ms``)."""
     grace_ms: int = 30_000
     """How long a group must have been past a stub without it before the stub is lost."""
     backoff_ms: int = 60_000
@@ -90,28 +91,48 @@ class RelayOptions:
     lease_ms: int = 30_000
     """How long a claim holds a stub; a relay that dies holding it blocks it this long."""
     retry_delay_ms: int = 1_000
-    """Wait before retrying a failed publish; doubles per attempt up to ``retry_delay_max_ms``."""
+    """Wait before retrying a publish refused for a reason of the message's own (too large,
+    invalid, no such topic, no permission: ``framework.SendFailure.MESSAGE``); doubles per
+    attempt up to ``retry_delay_max_ms``. Such attempts count toward ``max_send_count``."""
     retry_delay_max_ms: int = 60_000
+    outage_backoff_ms: int = 500
+    """Wait after a pass whose publishes all failed because the broker was unavailable
+    (unreachable, busy, no route yet: ``framework.SendFailure.TRANSIENT``); doubles with each
+    such pass in a row up to ``outage_backoff_max_ms``. These failures never count toward
+    ``max_send_count``: an outage of any length ends with every stub published, none void."""
+    outage_backoff_max_ms: int = 30_000
+    """The longest wait during an outage: once the broker is back, stubs go out within it."""
+    outage_jitter_ratio: float = 0.5
+    """Each outage wait is shortened by a random share of up to this (0: exact waits), so the
+    relays of many processes do not all retry at once."""
     resend_check_ms: int = 60_000
     """After a publish, ``next_resend_at`` = now + this: the earliest the resend rule looks."""
     max_pending_notifications: int = 100_000
     """Ids handed over by the after-commit hook and not published yet, at most (beyond it
     they are left to the polling pass)."""
     rules: ResendRules = field(default_factory=ResendRules)
-    """The rules whose ``max_send_count`` the relay applies (a failed publish counts)."""
+    """The rules whose ``max_send_count`` the relay applies (a publish refused for the
+    message's own reason counts; one that failed because the broker was unavailable does
+    not)."""
     send_batch_max: int = 32
     """Most stubs of one topic published by one batch send (``Producer.send_batch``: one
     call and one append at the broker, one queue for the batch); 1 publishes each stub alone.
     Delayed stubs always go alone."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "send_batch_max"):
+        for name in ("batch_size", "send_batch_max", "outage_backoff_ms"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"RelayOptions.{name} must be at least 1")
+        if self.outage_backoff_max_ms < self.outage_backoff_ms:
+            raise ConfigurationError("RelayOptions needs outage_backoff_max_ms >= "
+                                     "outage_backoff_ms")
+        if not 0 <= self.outage_jitter_ratio < 1:
+            raise ConfigurationError("RelayOptions.outage_jitter_ratio must be in [0, 1), got "
+                                     f"{self.outage_jitter_ratio!r}")
 
     @property
     def max_send_count(self) -> int:
-        """``rules.max_send_count``: after this many failed attempts a stub is ``void``."""
+        """``rules.max_send_count``: after this many counted attempts a stub is ``void``."""
         return self.rules.max_send_count
 
 

@@ -22,9 +22,19 @@ topic together, with batch sends (``Producer.send_batch``: one call and one queu
 at most ``RelayOptions.send_batch_max``; delayed stubs alone); then its queue id, queue
 offset, log position and offsetMsgId are recorded under the claim token. A crash after the
 publish and before the record leaves the lease to expire and the stub to be published again:
-the relay is at-least-once, and consumers deduplicate by message id (``idempotency``). A failed
-attempt records ``last_error`` and a retry time; after ``max_send_count`` attempts (the resend
-rule's, ``RelayOptions.rules``) the stub becomes ``void`` for an operator to handle.
+the relay is at-least-once, and consumers deduplicate by message id (``idempotency``).
+
+A failed attempt records ``last_error`` and a retry time, and is one of two kinds
+(``framework.send_failure``, the one place both transports' errors are sorted):
+- **the broker was unavailable** (unreachable, timed out, busy, closed, no route yet): the
+  attempt is not counted (the claim's ``send_count + 1`` is taken back) and the relay backs off
+  as a whole (``outage.OutageBackoff``: exponential from ``RelayOptions.outage_backoff_ms``,
+  capped at ``outage_backoff_max_ms``, jittered), claiming nothing until the wait is over. An
+  outage of any length ends with every stub published and none void, with no one acting;
+- **the message was refused** (too large, invalid, no such topic, no permission, or a failure
+  not known to be transient): the attempt counts, the stub is tried again after
+  ``retry_delay_ms`` (doubling), and after ``max_send_count`` counted attempts (the resend
+  rule's, ``RelayOptions.rules``) it becomes ``void`` for an operator to handle.
 """
 
 from __future__ import annotations
@@ -42,7 +52,15 @@ from typing import Any, Self
 
 from sqlalchemy import Connection, Engine, bindparam, select, update
 
-from framework import BatchMessage, InvalidMessageError, Producer, SendResult, Service
+from framework import (
+    BatchMessage,
+    InvalidMessageError,
+    Producer,
+    SendFailure,
+    SendResult,
+    Service,
+    send_failure,
+)
 from framework.metrics import LatencyTally
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
@@ -50,6 +68,7 @@ from .clock import NowFunction, utc_now
 from .commit_hook import CommitHook
 from .database import run_transaction
 from .options import RelayOptions
+from .outage import OutageBackoff
 from .tables import StubStatus, message_stub
 
 log = logging.getLogger(__name__)
@@ -75,6 +94,10 @@ class RelayStats:
     published_by_hook: int = 0
     published_by_poll: int = 0
     failed: int = 0
+    """Publish attempts that failed, of either kind."""
+    unavailable: int = 0
+    """Of ``failed``, those that failed because the broker was unavailable (not counted
+    toward ``max_send_count``)."""
     voided: int = 0
     errors: int = 0
     publish_latency: LatencyTally = field(default_factory=LatencyTally)
@@ -92,6 +115,24 @@ FAILURE_BACKOFF_MAX_MS = 5_000
 
 
 ProducerSource = Producer | Callable[[], Producer]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishFailure:
+    """Why one stub's publish failed: the error's text and its kind."""
+
+    error: str
+    kind: SendFailure
+
+    @classmethod
+    def of(cls, error: BaseException) -> PublishFailure:
+        """The failure ``error`` stands for."""
+        return cls(f"{type(error).__name__}: {error}", send_failure(error))
+
+    @property
+    def counts(self) -> bool:
+        """Whether the attempt counts toward ``max_send_count`` (the message was refused)."""
+        return self.kind is SendFailure.MESSAGE
 
 
 class Relay(Service):
@@ -123,8 +164,16 @@ class Relay(Service):
         self._next_poll_ms = 0
         self._resume_ms = 0  # after failed passes: no pass before this
         self._failures = 0  # failed passes in a row
+        self.outage = OutageBackoff(self.options.outage_backoff_ms,
+                                    self.options.outage_backoff_max_ms,
+                                    self.options.outage_jitter_ratio)
+        """The back-off while the broker is unavailable (no claim before ``until_ms``)."""
         self.hook = CommitHook(engine, self.notify)
         """Hands this relay the ids of committed stubs (``attach()`` / ``detach()``)."""
+        self.start_on_notify = False
+        """Start the relay's thread when ids are handed over and it is not running, unless
+        ``stop()`` was called since the last ``start()`` (``Outbox`` sets it for an app over a
+        remote broker: a producer-only web process has no ``app.start()`` to start it)."""
         self.on_void: Callable[[list[tuple[ClaimedStub, str]]], None] | None = None
         """Called (after the commit) with the stubs this relay voided and their last error —
         the resend worker raises its alerts here."""
@@ -145,13 +194,20 @@ class Relay(Service):
         with self._condition:
             room = self.options.max_pending_notifications - len(self._pending)
             self._pending.extend(list(message_ids)[:max(room, 0)])
+            start = self.start_on_notify and not self.is_running and not self.stopping
+            if start:
+                self.start()
+        if start:
+            log.info("[relay] started at the first commit (its app was not started)")
         self.wakeup()
 
     # ---- publishing ----------------------------------------------------------------------------
 
     def publish_due(self, limit: int | None = None) -> int:
         """One polling pass: claim and publish due, never-published stubs; return how many
-        were published."""
+        were published (none while backing off from an outage)."""
+        if self.outage.waiting(self.clock.now_ms()):
+            return 0
         published = self.publish_claimed(self._claim(limit or self.options.batch_size))
         self.stats.published_by_poll += published
         return published
@@ -189,14 +245,18 @@ class Relay(Service):
         """
         if not claimed:
             return 0
-        producer = self._producer()
+        try:
+            producer = self._producer()
+        except Exception as error:  # the broker's client could not be opened: nothing sent
+            self._record([], [(item, PublishFailure.of(error)) for item in claimed])
+            return 0
         now = self._now()
         done: list[dict[str, Any]] = []
-        failed: list[tuple[ClaimedStub, str]] = []
+        failed: list[tuple[ClaimedStub, PublishFailure]] = []
         for group in publish_groups(claimed, keep_delay, self.options.send_batch_max):
             for item, outcome in zip(group, self._send(producer, group, keep_delay),
                                      strict=True):
-                if isinstance(outcome, str):
+                if isinstance(outcome, PublishFailure):
                     failed.append((item, outcome))
                     continue
                 # a delayed message's offset is in the delay topic until the delay service
@@ -212,10 +272,10 @@ class Relay(Service):
         return len(done)
 
     def _send(self, producer: Producer, group: list[ClaimedStub], keep_delay: bool
-              ) -> list[SendResult | str]:
-        """Publish ``group`` (one stub, or a batch of one topic): each stub's result, or the
-        text of its error. A batch refused as invalid (nothing sent) is retried stub by stub,
-        so that only the stub at fault fails."""
+              ) -> list[SendResult | PublishFailure]:
+        """Publish ``group`` (one stub, or a batch of one topic): each stub's result, or why
+        it failed. A batch refused as invalid (nothing sent) is retried stub by stub, so that
+        only the stub at fault fails."""
         started_s = time.monotonic()
         try:
             if len(group) == 1:
@@ -231,43 +291,71 @@ class Relay(Service):
                     for item in group])
         except InvalidMessageError as error:
             if len(group) == 1:
-                return [_error_text(error)]
+                return [PublishFailure.of(error)]
             return [outcome for item in group
                     for outcome in self._send(producer, [item], keep_delay)]
         except Exception as error:  # the broker refused or failed: record, retry later
-            return [_error_text(error)] * len(group)
+            return [PublishFailure.of(error)] * len(group)
         elapsed_s = time.monotonic() - started_s
         for _ in results:  # each stub's publish took the call's time
             self.stats.publish_latency.observe(elapsed_s)
         return list(results)
 
-    def _record(self, done: list[dict[str, Any]], failed: list[tuple[ClaimedStub, str]]) -> None:
+    def _record(self, done: list[dict[str, Any]],
+                failed: list[tuple[ClaimedStub, PublishFailure]]) -> None:
+        """Write what each publish did: where it went, or why it failed (a refused stub's
+        attempt counts and may void it; an unavailable broker's is taken back)."""
         now = self._now()
+        refused = [(item, failure) for item, failure in failed if failure.counts]
+        unavailable = [(item, failure) for item, failure in failed if not failure.counts]
+        wait_ms = 0
+        if unavailable:
+            now_ms = -((_EPOCH - now) // timedelta(milliseconds=1))  # rounded up: the poll
+            # at the wait's end finds the stubs due (their next_resend_at is now + wait)
+            wait_ms = self.outage.failed(now_ms, published=bool(done))
+        elif done:
+            self.outage.reachable()
+        wait = timedelta(milliseconds=wait_ms)
 
         def write(connection: Connection) -> None:
             if done:
                 connection.execute(_RECORD_PUBLISHED, [{**row, "b_now": now} for row in done])
-            for item, error in failed:
+            for item, failure in failed:
                 values: dict[str, Any] = {
-                    "last_error": error[:2000], "lease_owner": None, "lease_until": None,
-                    "updated_at": now, "next_resend_at": now + self._retry_delay(item.send_count)}
-                if item.send_count >= self.options.max_send_count:
-                    values["status"] = StubStatus.VOID.value
+                    "last_error": failure.error[:2000], "lease_owner": None,
+                    "lease_until": None, "updated_at": now}
+                if not failure.counts:  # the claim counted an attempt the broker never judged
+                    values.update(send_count=stub.send_count - 1, next_resend_at=now + wait)
+                else:
+                    values["next_resend_at"] = now + self._retry_delay(item.send_count)
+                    if item.send_count >= self.options.max_send_count:
+                        values["status"] = StubStatus.VOID.value
                 connection.execute(update(message_stub).where(
                     stub.message_id == item.message_id, stub.lease_owner == item.token)
                     .values(**values))
 
         run_transaction(self.engine, write)
-        voided = [(item, error) for item, error in failed
+        if unavailable:
+            log.warning("[relay] broker unavailable: %d stub(s) not published, trying again "
+                        "in %d ms (%d failed pass(es) in a row; not counted toward "
+                        "max_send_count): %s", len(unavailable), wait_ms,
+                        self.outage.failures, unavailable[0][1].error)
+        self.stats.failed += len(failed)
+        self.stats.unavailable += len(unavailable)
+        self._refused(refused)
+
+    def _refused(self, refused: list[tuple[ClaimedStub, PublishFailure]]) -> None:
+        """Log and count the stubs refused for their own reason; alert on those now void."""
+        voided = [(item, failure.error) for item, failure in refused
                   if item.send_count >= self.options.max_send_count]
-        for item, error in failed:
+        for item, failure in refused:
             if item.send_count >= self.options.max_send_count:
                 log.error("stub %s is void after %d failed publish attempts (last: %s); "
-                          "an operator must re-arm it", item.message_id, item.send_count, error)
+                          "an operator must re-arm it", item.message_id, item.send_count,
+                          failure.error)
             else:
                 log.warning("publishing stub %s failed (attempt %d): %s", item.message_id,
-                            item.send_count, error)
-        self.stats.failed += len(failed)
+                            item.send_count, failure.error)
         self.stats.voided += len(voided)
         if voided and self.on_void is not None:
             self.on_void(voided)
@@ -296,9 +384,11 @@ class Relay(Service):
         with none, poll when the poll is due; return how many stubs were published.
 
         A failed pass is logged and counted (``stats.errors``); the next one waits 0.2 s,
-        doubling per failure in a row up to ``FAILURE_BACKOFF_MAX_MS``.
+        doubling per failure in a row up to ``FAILURE_BACKOFF_MAX_MS``. While the broker is
+        unavailable no pass runs before the outage back-off's end (``outage``); ids handed over
+        meanwhile wait for it.
         """
-        if now_ms < self._resume_ms:
+        if now_ms < self._resume_ms or self.outage.waiting(now_ms):
             return 0
         with self._condition:
             batch = self._take_ready()
@@ -310,6 +400,9 @@ class Relay(Service):
             else:
                 published = self.publish_due()
                 self._next_poll_ms = now_ms + self.options.poll_interval_ms
+            if self.outage.until_ms > now_ms:  # the pass met an outage: when its wait ends,
+                # the first pass polls for the stubs it deferred
+                self._next_poll_ms = min(self._next_poll_ms, self.outage.until_ms)
         except Exception:  # database or broker down: log, back off, keep the thread alive
             self.stats.errors += 1
             self._failures += 1
@@ -323,7 +416,7 @@ class Relay(Service):
         """Until the next poll or the end of a back-off (0 while handed-over ids wait)."""
         with self._condition:
             wake_ms = now_ms if self._pending else self._next_poll_ms
-        return max(wake_ms, self._resume_ms) - now_ms
+        return max(wake_ms, self._resume_ms, self.outage.until_ms) - now_ms
 
     def _take_ready(self) -> list[str]:
         batch: list[str] = []
@@ -361,10 +454,6 @@ def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int
     return groups
 
 
-def _error_text(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
 _EPOCH = datetime(1970, 1, 1)  # naive UTC, as ``now`` returns
 
 
@@ -383,4 +472,4 @@ def _default_owner() -> str:
     return f"{socket.gethostname()[:24]}:{os.getpid()}"
 
 
-__all__ = ["Relay", "RelayOptions", "RelayStats"]
+__all__ = ["PublishFailure", "Relay", "RelayOptions", "RelayStats"]

@@ -49,12 +49,14 @@ from .errors import (
     DiskFullError,
     InvalidMessageError,
     MessageNotFoundError,
+    NoPermissionError,
     NotAStoreError,
     NotMasterError,
     StorageError,
     StorageIOError,
     StoreClosedError,
     StoreLockedError,
+    StoreStateError,
 )
 from .formats import MessageView
 from .store import (
@@ -90,6 +92,7 @@ __all__ = [
     "dead_letter_topic", "retry_topic", "validate_topic",
     # errors a caller handles differently
     "BrokerUnavailableError", "ConfigError", "CorruptionError", "DiskFullError",
-    "InvalidMessageError", "MessageNotFoundError", "NotAStoreError", "NotMasterError",
-    "StorageError", "StorageIOError", "StoreClosedError", "StoreLockedError",
+    "InvalidMessageError", "MessageNotFoundError", "NoPermissionError", "NotAStoreError",
+    "NotMasterError", "StorageError", "StorageIOError", "StoreClosedError", "StoreLockedError",
+    "StoreStateError",
 ]

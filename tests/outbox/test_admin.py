@@ -311,13 +311,13 @@ def test_rearm_of_no_ids_and_repeated_ids(engine: Engine) -> None:
     assert rearm(engine, ["v", "v"], now=NOW) == ["v"]
 
 
+@pytest.mark.embedded_only("sets the store's maximum message size")
 def test_rearmed_stub_is_published_by_the_relay(engine: Engine, broker: Broker,
                                                 open_broker) -> None:
-    add_stub(engine, "lost", created_at=T0)
-    broken = open_broker("closed-store")
-    failing = Relay(Producer(broken), engine, options=RelayOptions(
+    add_stub(engine, "lost", created_at=T0, content=b"x" * 2_048)
+    tight = open_broker("tight-store", max_message_size_bytes=1_024)  # refuses the stub
+    failing = Relay(Producer(tight), engine, options=RelayOptions(
         rules=ResendRules(max_send_count=2), retry_delay_ms=0))
-    broken.close()
     failing.publish_due()
     failing.publish_due()
     assert stub_row(engine, "lost")["status"] == VOID

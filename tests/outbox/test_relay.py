@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 import outbox
-from framework import App, Producer
+from framework import App, Producer, SendFailure
 from outbox import (
     Outbox,
     Relay,
@@ -26,6 +26,7 @@ from outbox import (
 from outbox.claims import unpublished_due
 from outbox.clock import utc_now
 from outbox.database import TRANSACTION_ATTEMPTS, run_transaction
+from outbox.relay import PublishFailure
 from storage_engine import Broker
 from storage_engine.store.topics import DELAY_TOPIC
 from tests.outbox.conftest import (
@@ -131,6 +132,7 @@ def test_sends_before_start_are_remembered_and_published_at_start(app: App, brok
     with box.session.begin() as session:
         add_order(session, 1)
         message_id = outbox.send(session, "orders", "before start")
+    assert not box.relay.is_running  # an app not over rocketmq:// starts nothing at commit
     app.start()
     wait_until(lambda: stub_row(box.engine, message_id)["published_at"], what="the publish")
     assert_published_as_stored(box.engine, broker, message_id)
@@ -232,17 +234,34 @@ def test_several_relays_never_publish_a_stub_twice(app: App, broker: Broker,
 
 
 def closed_broker_producer(open_broker) -> Producer:
-    """A real producer over a broker that has been closed: every send raises."""
+    """A real producer over a broker that has been closed: every send raises
+    ``StoreClosedError`` (the broker is unavailable, not the message at fault)."""
     broker = open_broker("closed-store")
     producer = Producer(broker)
     broker.close()
     return producer
 
 
-def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, open_broker):
-    [message_id] = send_stubs(engine, 1)
+OVERSIZE_BODY = "x" * 2_048
+"""Over the tight store's 1 KiB message limit (far under the framework's 4 MiB): a publish
+refused for the message's own reason."""
+
+
+def tight_producer(open_broker) -> Producer:
+    """A real producer over a store that refuses messages over 1 KiB."""
+    return Producer(open_broker("tight-store", max_message_size_bytes=1_024))
+
+
+def send_oversize_stub(engine: Engine) -> str:
+    with engine.begin() as connection:
+        return outbox.send(connection, "orders", OVERSIZE_BODY)
+
+
+@pytest.mark.embedded_only("sets the store's maximum message size")
+def test_a_refused_publish_counts_the_attempt_and_retries_later(engine: Engine, open_broker):
+    message_id = send_oversize_stub(engine)
     clock = Clock()
-    relay = Relay(closed_broker_producer(open_broker), engine, now=clock,
+    relay = Relay(tight_producer(open_broker), engine, now=clock,
                   options=RelayOptions(retry_delay_ms=1_000,
                                        rules=ResendRules(max_send_count=3)))
 
@@ -250,11 +269,11 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
     row = stub_row(engine, message_id)
     assert row["send_count"] == 1
     assert row["status"] == "unconfirmed"
-    assert "closed" in row["last_error"] and "StoreClosedError" in row["last_error"]
+    assert row["last_error"].startswith("MessageTooLargeError: ")
     assert row["lease_owner"] is None and row["lease_until"] is None
     assert row["queue_offset"] is None and row["published_at"] is None
     assert row["next_resend_at"] == clock.now + timedelta(seconds=1)
-    assert relay.stats.failed == 1
+    assert (relay.stats.failed, relay.stats.unavailable) == (1, 0)
 
     clock.advance(milliseconds=500)  # not due yet: nobody claims it
     assert relay.publish_due() == 0
@@ -267,9 +286,10 @@ def test_failed_publish_counts_the_attempt_and_retries_later(engine: Engine, ope
     assert row["next_resend_at"] == clock.now + timedelta(seconds=2)
 
 
-def test_stub_is_void_after_max_send_count_failed_attempts(engine: Engine, open_broker):
-    [message_id] = send_stubs(engine, 1)
-    relay = Relay(closed_broker_producer(open_broker), engine,
+@pytest.mark.embedded_only("sets the store's maximum message size")
+def test_stub_is_void_after_max_send_count_refused_attempts(engine: Engine, open_broker):
+    message_id = send_oversize_stub(engine)
+    relay = Relay(tight_producer(open_broker), engine,
                   options=RelayOptions(rules=ResendRules(max_send_count=2),
                                        retry_delay_ms=0))
 
@@ -279,12 +299,53 @@ def test_stub_is_void_after_max_send_count_failed_attempts(engine: Engine, open_
     row = stub_row(engine, message_id)
     assert row["status"] == StubStatus.VOID.value
     assert row["send_count"] == 2
-    assert "StoreClosedError" in row["last_error"]
+    assert "MessageTooLargeError" in row["last_error"]
     assert row["lease_owner"] is None
     assert relay.stats.failed == 2 and relay.stats.voided == 1
 
     relay.publish_due()  # a void stub is left for an operator
     assert stub_row(engine, message_id)["send_count"] == 2
+
+
+def test_an_unavailable_broker_backs_off_and_never_counts_the_attempts(
+        engine: Engine, open_broker):
+    [message_id] = send_stubs(engine, 1)
+    clock = Clock()
+    clock.now = clock.now.replace(microsecond=0) + timedelta(seconds=1)  # whole ms, as counted
+    relay = Relay(closed_broker_producer(open_broker), engine, now=clock,
+                  options=RelayOptions(outage_backoff_ms=500, outage_backoff_max_ms=4_000,
+                                       outage_jitter_ratio=0,
+                                       rules=ResendRules(max_send_count=2)))
+    waits_ms = []
+    for _ in range(8):  # four times max_send_count
+        assert relay.publish_due() == 0
+        row = stub_row(engine, message_id)
+        assert (row["status"], row["send_count"]) == ("unconfirmed", 0)
+        assert row["last_error"].startswith("StoreClosedError: ")
+        assert row["lease_owner"] is None and row["published_at"] is None
+        wait = row["next_resend_at"] - clock.now
+        waits_ms.append(wait // timedelta(milliseconds=1))
+        clock.advance(milliseconds=waits_ms[-1] - 1)  # backing off: no claim, no attempt
+        assert relay.publish_due() == 0
+        assert relay.run_once(relay.clock.now_ms()) == 0
+        assert relay.idle_wait_ms(relay.clock.now_ms()) == 1
+        assert stub_row(engine, message_id)["updated_at"] == row["updated_at"]
+        clock.advance(milliseconds=1)
+    assert waits_ms == [500, 1_000, 2_000, 4_000, 4_000, 4_000, 4_000, 4_000]
+    assert (relay.stats.failed, relay.stats.unavailable, relay.stats.voided) == (8, 8, 0)
+    assert relay.outage.failures == 8
+
+
+def test_outage_waits_are_jittered_within_their_share():
+    from outbox.outage import OutageBackoff
+
+    draws = iter([0.0, 0.999, 0.5])
+    backoff = OutageBackoff(1_000, 8_000, 0.5, draw=lambda: next(draws))
+    assert backoff.failed(0, published=False) == 1_000  # no shortening drawn
+    assert backoff.failed(0, published=False) == 1_001  # 2 s shortened by almost half
+    assert backoff.until_ms == 1_001 and backoff.waiting(1_000) and not backoff.waiting(1_001)
+    assert backoff.failed(0, published=True) == 750  # reachable again: the first wait, jittered
+    assert (backoff.failures, backoff.until_ms) == (0, 0)
 
 
 def test_a_dead_claimers_lease_blocks_others_until_it_expires(
@@ -317,7 +378,10 @@ def test_a_dead_claimers_lease_blocks_others_until_it_expires(
     dead._record([{"b_id": message_id, "b_token": claimed.token, "b_queue_id": 7,
                    "b_queue_offset": 999, "b_position": 123_456,
                    "b_offset_msg_id": "DEAD", "b_next": clock()}], [])
-    dead._record([], [(claimed, "TimeoutError: too late")])
+    dead._record([], [(claimed, PublishFailure("TimeoutError: too late",
+                                               SendFailure.TRANSIENT))])
+    dead._record([], [(claimed, PublishFailure("MessageTooLargeError: too big",
+                                               SendFailure.MESSAGE))])
     with engine.begin() as connection:
         late = connection.execute(update(message_stub).where(
             message_stub.c.message_id == message_id,

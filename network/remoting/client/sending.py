@@ -10,7 +10,10 @@ One send (reference §2.1, §9.6–§9.8):
    else by ``sharding_key`` (``abs(java_hash(key)) % writable queues``, the embedded broker's
    rule over the topic's writable queues), else round robin. A topic no name server knows is
    sent through the ``TBW102`` route with ``defaultTopic=TBW102``, so a broker that
-   auto-creates topics creates it (8 queues, the embedded default), as Java producers do.
+   auto-creates topics creates it (8 queues, the embedded default), as Java producers do. With
+   neither route, the send fails with ``TopicNotFoundError`` when the name servers know a
+   broker with a master, else with ``RouteNotFoundError`` (no broker registered now: an
+   outage, not a missing topic).
 3. Response codes: 0 is ``PUT_OK``; 10/11/12 are stored-but-not-confirmed statuses
    (``FLUSH_DISK_TIMEOUT``, ``SLAVE_NOT_AVAILABLE``, ``FLUSH_SLAVE_TIMEOUT``), returned, not
    raised; 17/14/1/2/16 (and 204/205/1500) are tried on another broker of the route (3
@@ -226,13 +229,21 @@ class Sender:
     # -- routing and queue choice ----------------------------------------------------------
 
     def _route(self, outgoing: Outgoing, refresh: bool) -> tuple[TopicRoute, bool]:
-        """The topic's route, or TBW102's when no name server knows it (True)."""
+        """The topic's route, or TBW102's when no name server knows it (True). Neither known:
+        ``TopicNotFoundError`` when the name servers know a broker with a master (the topic
+        does not exist and is not created on first send), else ``RouteNotFoundError`` (no
+        broker registered now: every route is missing, a broker outage, not the topic)."""
+        routes = self._context.routes
         try:
-            return self._context.routes.wire_route(outgoing.wire_topic, refresh=refresh), False
+            return routes.wire_route(outgoing.wire_topic, refresh=refresh), False
         except RouteNotFoundError:
             try:
-                return self._context.routes.wire_route(DEFAULT_TOPIC, refresh=refresh), True
+                return routes.wire_route(DEFAULT_TOPIC, refresh=refresh), True
             except RouteNotFoundError:
+                if not routes.cluster_info().masters():
+                    raise RouteNotFoundError(
+                        f"no route for topic {outgoing.message.topic!r}: the name servers "
+                        "know no broker with a master now", topic=outgoing.wire_topic) from None
                 raise TopicNotFoundError(
                     f"topic {outgoing.message.topic!r} does not exist and the cluster does not "
                     "create topics on first send: create it first (create_topic)",
