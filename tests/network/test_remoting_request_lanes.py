@@ -1,8 +1,8 @@
 """A heavy or hostile peer of ``postbox broker start`` cannot starve a well-behaved producer:
 a heartbeat naming thousands of groups is refused whole (naming the option that raises the
-limit) and creates nothing; a flood of pipelined queries on a SYNC_FLUSH broker fills only the
-query lane, while a producer's sends keep completing on their own lane. Real process, real
-sockets."""
+limit) and creates nothing; a flood of pipelined queries on a SYNC_FLUSH broker fills the query
+lane (queries are refused ``[OVERLOAD]``), while a producer's sends keep completing on their own
+lane. Real process, real sockets."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class Flood:
     """Connections that write pipelined QUERY_MESSAGE frames as fast as the broker reads them
     and throw the answers away."""
 
-    def __init__(self, address: str, connections: int = 4, frames: int = 2000) -> None:
+    def __init__(self, address: str, connections: int = 8, frames: int = 2000) -> None:
         host, port = address.rsplit(":", 1)
         query = RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
             "topic": "TP", "key": "k", "maxNum": 32, "beginTimestamp": 0,
@@ -99,6 +99,7 @@ class Flood:
         self._stop = threading.Event()
         self._sockets = [socket.create_connection((host, int(port))) for _ in range(connections)]
         self.answered_bytes = 0
+        self.overloaded = 0  # answers refusing a query: the query lane's queue is full
         self._threads = [threading.Thread(target=target, args=(sock,), daemon=True)
                          for sock in self._sockets for target in (self._write, self._drain)]
         for thread in self._threads:
@@ -115,6 +116,7 @@ class Flood:
         try:
             while data := sock.recv(1 << 16):
                 self.answered_bytes += len(data)
+                self.overloaded += data.count(b"[OVERLOAD]")
         except OSError:
             pass
 
@@ -137,10 +139,13 @@ def test_sends_keep_completing_under_a_flood_of_queries(start_broker):
         assert producer.call(RequestCode.SEND_MESSAGE_V2, keyed, b"indexed").code == 0
         flood = Flood(broker.remoting_address)
         try:
-            wait_until(lambda: flood.answered_bytes > 1_000_000, timeout_s=60)
-            codes = [producer.call(RequestCode.SEND_MESSAGE_V2, send_fields("TP", 1),
-                                   f"sent under a flood {number}".encode(), timeout_s=30).code
-                     for number in range(SENDS)]
+            wait_until(lambda: flood.overloaded, timeout_s=60, what="a query refused [OVERLOAD]")
+            # asynchronous sends: all in one write, so they meet the flood's full queue at once
+            answers = producer.pipeline([
+                producer.request(RequestCode.SEND_MESSAGE_V2, send_fields("TP", 1),
+                                 f"sent under a flood {number}".encode())
+                for number in range(SENDS)])
+            codes = [answer.get(timeout=60).code for answer in answers]
         finally:
             flood.stop()
     assert codes == [ResponseCode.SUCCESS] * SENDS
