@@ -130,6 +130,8 @@ def test_unauthenticated_registrations_cannot_take_over_routes(start_broker):
             "brokerName": LOCAL_NAME, "brokerAddr": broker.remoting_address,
             "clusterName": "DefaultCluster", "brokerId": 0})
         assert unregister.code == ResponseCode.NO_PERMISSION, unregister.remark
+        keep_alive = client.call(322, {"brokerName": LOCAL_NAME, "brokerId": 0})
+        assert keep_alive.code == ResponseCode.NO_PERMISSION, keep_alive.remark
         assert route_addresses(client) == [{"0": broker.remoting_address}]
 
 

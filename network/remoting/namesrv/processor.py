@@ -21,7 +21,8 @@ fastjson's unquoted broker ids otherwise (``route_bodies``). An unknown topic ge
 remark Apache's name server writes, so a Java producer falls back to the auto-creation topic
 ``TBW102``, which the local broker lists when its ``auto_create_topic`` is on.
 
-Route writes (REGISTER_BROKER, UNREGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV) pass the
+Route writes (REGISTER_BROKER, UNREGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV, and
+QUERY_DATA_VERSION, which keeps a registration alive) pass the
 ``RegistrationPolicy`` first: by default anyone may write them (Apache's name server has no
 other rule: without ACL, whoever reaches it can register a broker under any name and take its
 routes). ``postbox broker start`` serves a closed policy: only the hosts listed by
@@ -202,7 +203,9 @@ class NameServer:
         return request.response()
 
     def query_data_version(self, request: RemotingCommand, session: object) -> RemotingCommand:
-        """QUERY_DATA_VERSION: header ``changed``, body the version this name server holds."""
+        """QUERY_DATA_VERSION: header ``changed``, body the version this name server holds
+        (a registrant's only: it keeps a registration alive)."""
+        self.registrants.check(request, session)
         fields = request.fields
         name = fields.get_str("brokerName", max_chars=NAME_MAX_CHARS)
         broker_id = fields.get_int("brokerId", low=0)
