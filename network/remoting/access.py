@@ -1,7 +1,8 @@
 """``RemotingAccess``: ACL 1.0 on the remoting listeners (``postbox broker start --acl FILE``).
 
 The server calls ``check(request, session)`` before every handler. It authenticates the request
-(``AccessKey`` of a known account, a ``Signature`` that matches, ``acl_signature.verify``) and
+(``AccessKey`` of a known account, a ``Signature`` that matches, ``acl_signature.verify``, and
+holds for the request's code, ``acl_signature.code_problem``) and
 then checks the account's rights (the ACL file, ``network.acl_file``) on **every topic and group
 the request names**, before anything is read or written. A refusal raises
 ``AccessDeniedError``, answered 16 NO_PERMISSION with the reason in the remark (nothing at all
@@ -13,7 +14,12 @@ needed when the topic does not exist yet and a send would create it; "auth" = a 
 signature only; "admin" = ``"admin": true``):
 
 - SEND_MESSAGE (10, 310, 320): PUB t (+ create); a send to ``%RETRY%g`` (a push consumer
-  re-sending a message itself) needs SUB g, as in RocketMQ.
+  re-sending a message itself) needs SUB g, as in RocketMQ. A message that names another
+  topic in a real-topic property (``RETRY_TOPIC``, ``REAL_TOPIC``: where a retried or
+  dead-lettered message goes back to) needs PUB on that topic too (``check_publish``, from
+  the handler, for the header's and every batch entry's properties): SUB g alone must not
+  let a client plant a message that ``postbox dlq resend`` publishes into a topic it cannot
+  write.
 - PULL_MESSAGE (11), LITE_PULL_MESSAGE (361), QUERY/UPDATE_CONSUMER_OFFSET (14, 15): SUB t,
   SUB g.
 - CONSUMER_SEND_MSG_BACK (36): SUB g, and SUB on ``originTopic`` when given.
@@ -49,7 +55,7 @@ from typing import Any
 
 from ..acl_file import PUB, SUB, Account, AclSettings, load_acl_file
 from . import fastjson
-from .acl_signature import ACCESS_KEY, SIGNATURE, verify
+from .acl_signature import ACCESS_KEY, SIGNATURE, code_problem, verify
 from .codes import RequestCode
 from .server.errors import AccessDeniedError
 from .wire import RemotingCommand
@@ -106,6 +112,9 @@ class RemotingAccess:
         if not verify(request, account.secret_key):
             raise AccessDeniedError(f"bad signature for access key {access_key!r} (request "
                                     f"code {request.code})")
+        problem = code_problem(request)
+        if problem is not None:
+            raise AccessDeniedError(f"access key {access_key!r}: {problem}")
         return account
 
     def check(self, request: RemotingCommand, session: object = None) -> None:
@@ -125,6 +134,17 @@ class RemotingAccess:
         ``check``, this is the one the record really has."""
         _check_need(self.authenticate(request), Need("topic", topic, SUB),
                     self._topic_exists)
+
+
+    def check_publish(self, request: RemotingCommand, topic: str) -> None:
+        """The PUB right on ``topic``, a topic a sent message names in a real-topic property
+        (where a retry or dead letter of it would be published)."""
+        try:
+            _check_need(self.authenticate(request), Need("topic", topic, PUB),
+                        self._topic_exists)
+        except AccessDeniedError as error:
+            raise AccessDeniedError(f"{error.remark}, the topic this message names as its "
+                                    "real topic") from None
 
 
 def _check_need(account: Account, need: Need, topic_exists: Callable[[str], bool]) -> None:

@@ -6,7 +6,10 @@ Parts, started in this order and stopped in reverse:
 1. the broker (``BrokerRemotingServer``: the data plane, with ``BrokerAdmin`` attached) on
    ``remoting_listen``;
 2. the name server (``NameServer`` over a ``RouteTable`` whose local broker is this one, read
-   live) on ``namesrv_listen`` — left out when ``namesrv_listen`` is None;
+   live) on ``namesrv_listen`` — left out when ``namesrv_listen`` is None. Other brokers may
+   register with it only from the hosts ``namesrv_registrants`` lists (``*``: any), or, with
+   ACL on, signed by an admin: an unauthenticated REGISTER_BROKER could otherwise take over
+   routes;
 3. the ``NamesrvRegistrar`` when ``namesrv_addresses`` names external name servers (Apache's
    included): the first REGISTER_BROKER round before ``start`` returns (an unreachable name
    server is logged, not fatal), then every 30 s; UNREGISTER_BROKER on stop.
@@ -34,10 +37,10 @@ from .admin import (
     advertised_topics,
     data_version,
 )
-from .namesrv import BrokerIdentity, NameServer, RouteTable
+from .namesrv import BrokerIdentity, NameServer, RegistrationPolicy, RouteTable
 from .registration import NamesrvRegistrar
 from .server import RemotingServer
-from .server.broker import BrokerRemotingServer
+from .server.broker import BrokerRemotingServer, HeartbeatLimits
 from .server.handlers import AccessControl
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,9 @@ class NodeOptions:
     cluster: str = DEFAULT_CLUSTER
     broker_name: str = DEFAULT_BROKER_NAME
     namesrv_addresses: list[tuple[str, int]] = field(default_factory=list)
+    namesrv_registrants: frozenset[str] = frozenset()
+    """Hosts other brokers may register from with this node's name server (``*``: any)."""
+    heartbeat_limits: HeartbeatLimits = field(default_factory=HeartbeatLimits)
 
 
 class RemotingNode:
@@ -96,14 +102,18 @@ class RemotingNode:
         self._namesrv_bind = (None if options.namesrv_listen is None
                               else split_host_port(options.namesrv_listen, "--namesrv-listen"))
         self.broker_server = BrokerRemotingServer(broker, host, port, access=access,
-                                                  stats=RuntimeStats(broker.store.clock))
+                                                  stats=RuntimeStats(broker.store.clock),
+                                                  heartbeat_limits=options.heartbeat_limits)
         self.admin = BrokerAdmin.attach(self.broker_server, options.broker_name)
         self.routes = RouteTable(broker.store.clock)
         self.namesrv_server: RemotingServer | None = None
         if self._namesrv_bind is not None:
             self.namesrv_server = RemotingServer(*self._namesrv_bind, access=access,
                                                  name="remoting-namesrv")
-            NameServer(self.routes).register_handlers(self.namesrv_server.handlers)
+            registrants = RegistrationPolicy.closed(options.namesrv_registrants,
+                                                    acl=access is not None)
+            NameServer(self.routes, registrants=registrants).register_handlers(
+                self.namesrv_server.handlers)
         self.registrar: NamesrvRegistrar | None = None
         self.identity: BrokerIdentity | None = None
 

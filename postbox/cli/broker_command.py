@@ -33,13 +33,19 @@ from storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
 
 from .broker_metrics import MetricsOption, start_metrics
 from .broker_remoting import (
+    DEFAULT_HEARTBEAT_MAX_GROUPS,
+    DEFAULT_HEARTBEAT_MAX_SUBSCRIPTIONS,
     DEFAULT_NAMESRV_LISTEN,
     AdvertiseOption,
     BrokerNameOption,
     ClusterNameOption,
+    HeartbeatGroupsOption,
+    HeartbeatSubscriptionsOption,
     NamesrvListenOption,
     NamesrvOption,
+    RegistrantsOption,
     RemotingListenOption,
+    RequestLimitOptions,
     node_options,
     store_host,
 )
@@ -130,8 +136,11 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   remoting_listen: RemotingListenOption = None,
                   namesrv_listen: NamesrvListenOption = DEFAULT_NAMESRV_LISTEN,
                   namesrv: NamesrvOption = None, advertise: AdvertiseOption = None,
-                  broker_name: BrokerNameOption = None,
-                  cluster_name: ClusterNameOption = None,
+                  broker_name: BrokerNameOption = None, cluster_name: ClusterNameOption = None,
+                  heartbeat_max_groups: HeartbeatGroupsOption = DEFAULT_HEARTBEAT_MAX_GROUPS,
+                  heartbeat_max_subscriptions: HeartbeatSubscriptionsOption =
+                  DEFAULT_HEARTBEAT_MAX_SUBSCRIPTIONS,
+                  namesrv_registrants: RegistrantsOption = None,
                   metrics: MetricsOption = None) -> None:
     """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
     5 gRPC until SIGTERM."""
@@ -146,10 +155,11 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
         parse_listen(listen)  # before the store is opened
     except ServerError as error:
         raise CliError(str(error)) from error
+    limits = RequestLimitOptions(heartbeat_max_groups, heartbeat_max_subscriptions,
+                                 namesrv_registrants)
     options = node_options(broker_conf, namesrv_listen=namesrv_listen,
-                           remoting_listen=remoting_listen, namesrv=namesrv,
-                           advertise=advertise, broker_name=broker_name,
-                           cluster_name=cluster_name)
+                           remoting_listen=remoting_listen, namesrv=namesrv, advertise=advertise,
+                           broker_name=broker_name, cluster_name=cluster_name, limits=limits)
     config = store_config(store, broker_conf, segment_size,
                           ReplicationOptions(role, ha_listen, master_ha, slave_timeout_ms))
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -56,6 +57,34 @@ BrokerNameOption = Annotated[str | None, typer.Option(
 ClusterNameOption = Annotated[str | None, typer.Option(
     "--cluster-name", help="Cluster name in routes \\[default: brokerClusterName of "
                            f"--broker-conf, else {DEFAULT_CLUSTER}].")]
+HeartbeatGroupsOption = Annotated[int, typer.Option(
+    "--heartbeat-max-groups", min=1,
+    help="Most consumer groups (and producer groups) one client heartbeat may name; a "
+         "heartbeat over it is refused whole.")]
+HeartbeatSubscriptionsOption = Annotated[int, typer.Option(
+    "--heartbeat-max-subscriptions", min=1,
+    help="Most subscriptions (topics) of all the consumer groups of one heartbeat.")]
+RegistrantsOption = Annotated[str | None, typer.Option(
+    "--namesrv-registrants", metavar="HOST[,HOST]|*",
+    help="Hosts other brokers may register with the embedded name server from ('*': any; a "
+         "registration can take over routes, docs/remoting.md) \\[default: none; with --acl, "
+         "admin-signed registrations].")]
+DEFAULT_HEARTBEAT_MAX_GROUPS = 256
+DEFAULT_HEARTBEAT_MAX_SUBSCRIPTIONS = 4096
+
+
+@dataclass(frozen=True)
+class RequestLimitOptions:
+    """The request-level limits of the remoting side (heartbeats, name-server registrants)."""
+
+    heartbeat_max_groups: int = DEFAULT_HEARTBEAT_MAX_GROUPS
+    heartbeat_max_subscriptions: int = DEFAULT_HEARTBEAT_MAX_SUBSCRIPTIONS
+    namesrv_registrants: str | None = None
+
+
+def _registrants(text: str | None) -> frozenset[str]:
+    return frozenset(host.strip().strip("[]") for host in (text or "").split(",")
+                     if host.strip())
 
 
 def _conf_keys(broker_conf: Path | None) -> dict[str, str]:
@@ -73,10 +102,12 @@ if TYPE_CHECKING:
 
 def node_options(broker_conf: Path | None, *, namesrv_listen: str,
                  remoting_listen: str | None, namesrv: str | None, advertise: str | None,
-                 broker_name: str | None, cluster_name: str | None) -> NodeOptions:
+                 broker_name: str | None, cluster_name: str | None,
+                 limits: RequestLimitOptions = RequestLimitOptions()) -> NodeOptions:
     """The ``NodeOptions`` of the flags and ``--broker-conf`` (``CliError`` when invalid)."""
     from network.remoting.node import NodeOptions
     from network.remoting.registration import parse_namesrv_list
+    from network.remoting.server.broker import HeartbeatLimits
     conf = _conf_keys(broker_conf)
     if remoting_listen is None:
         port = conf.get("listenPort", "").strip()
@@ -95,7 +126,10 @@ def node_options(broker_conf: Path | None, *, namesrv_listen: str,
         advertise=advertise,
         cluster=cluster_name or conf.get("brokerClusterName", "").strip() or DEFAULT_CLUSTER,
         broker_name=broker_name or conf.get("brokerName", "").strip() or DEFAULT_BROKER_NAME,
-        namesrv_addresses=addresses)
+        namesrv_addresses=addresses,
+        namesrv_registrants=_registrants(limits.namesrv_registrants),
+        heartbeat_limits=HeartbeatLimits(limits.heartbeat_max_groups,
+                                         limits.heartbeat_max_subscriptions))
 
 
 def _resolve_port(listen: str) -> str:
@@ -127,5 +161,7 @@ def store_host(options: NodeOptions) -> str:
     return f"{host}:{port}"
 
 
-__all__ = ["AdvertiseOption", "BrokerNameOption", "ClusterNameOption", "NamesrvListenOption",
-           "NamesrvOption", "RemotingListenOption", "node_options", "store_host"]
+__all__ = ["AdvertiseOption", "BrokerNameOption", "ClusterNameOption", "HeartbeatGroupsOption",
+           "HeartbeatSubscriptionsOption", "NamesrvListenOption", "NamesrvOption",
+           "RegistrantsOption", "RemotingListenOption", "RequestLimitOptions", "node_options",
+           "store_host"]

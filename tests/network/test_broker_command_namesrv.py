@@ -62,7 +62,8 @@ def test_acl_guards_the_name_server(tmp_path):
 
 
 def test_broker_registers_with_another_name_server_and_leaves_on_sigterm(tmp_path):
-    first = BrokerProcess(tmp_path / "first", extra=("--broker-name", "first")).start()
+    first = BrokerProcess(tmp_path / "first", extra=(
+        "--broker-name", "first", "--namesrv-registrants", "127.0.0.1")).start()
     try:
         second = BrokerProcess(tmp_path / "second", extra=(
             "--broker-name", "second", "--cluster-name", "Other",

@@ -8,8 +8,8 @@
 """
 
 from .kv_config import ORDER_TOPIC_NAMESPACE, KvConfig
-from .processor import NameServer, body_crc32
+from .processor import NameServer, RegistrationPolicy, body_crc32
 from .route_table import BrokerIdentity, QueueData, RouteTable
 
 __all__ = ["ORDER_TOPIC_NAMESPACE", "BrokerIdentity", "KvConfig", "NameServer", "QueueData",
-           "RouteTable", "body_crc32"]
+           "RegistrationPolicy", "RouteTable", "body_crc32"]

@@ -21,6 +21,15 @@ fastjson's unquoted broker ids otherwise (``route_bodies``). An unknown topic ge
 remark Apache's name server writes, so a Java producer falls back to the auto-creation topic
 ``TBW102``, which the local broker lists when its ``auto_create_topic`` is on.
 
+Route writes (REGISTER_BROKER, UNREGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV, and
+QUERY_DATA_VERSION, which keeps a registration alive) pass the
+``RegistrationPolicy`` first: by default anyone may write them (Apache's name server has no
+other rule: without ACL, whoever reaches it can register a broker under any name and take its
+routes). ``postbox broker start`` serves a closed policy: only the hosts listed by
+``--namesrv-registrants`` (``*``: any), or, with ACL on, requests an admin signed. Whatever the
+policy, no registration may take the name of the broker of this process
+(``RouteTable.set_local``).
+
 Thread-safety: the handlers keep no state of their own; the table and KV store lock.
 """
 
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from .. import fastjson
@@ -44,7 +54,7 @@ from .route_bodies import (
     route_body,
     topic_list_body,
 )
-from .route_table import BrokerIdentity, RouteTable, RouteTableFullError
+from .route_table import BrokerIdentity, RouteTable, RouteTableError
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +70,52 @@ REMOTE_CONFIG_REFUSAL = (
     "configuration file and restart")
 
 
+ANY_HOST = "*"
+REGISTRANTS_OPTION = "--namesrv-registrants"
+
+
+@dataclass(frozen=True)
+class RegistrationPolicy:
+    """Who may write routes: peers whose host is in ``hosts`` (``*``: any), and, when
+    ``signed_allowed``, every request that reaches the handler (ACL is on and demanded an
+    admin's signature)."""
+
+    hosts: frozenset[str] = frozenset({ANY_HOST})
+    signed_allowed: bool = False
+
+    @classmethod
+    def closed(cls, hosts: frozenset[str] = frozenset(), *, acl: bool = False
+               ) -> RegistrationPolicy:
+        """Only ``hosts`` (and admin-signed requests when ``acl``)."""
+        return cls(frozenset(hosts), signed_allowed=acl)
+
+    def check(self, request: RemotingCommand, session: object) -> None:
+        """Refuse (16 NO_PERMISSION) a route write this policy does not allow."""
+        if self.signed_allowed or ANY_HOST in self.hosts:
+            return
+        peer = str(getattr(session, "peer_address", ""))
+        host = peer.rpartition(":")[0].strip("[]") or peer
+        if host in self.hosts:
+            return
+        log.warning("[namesrv] refused request code %d from %s: not a registrant",
+                    request.code, peer)
+        raise RequestRefusedError(
+            ResponseCode.NO_PERMISSION,
+            f"{host} may not register or unregister brokers with this name server: list it "
+            f"with postbox broker start {REGISTRANTS_OPTION} (or turn ACL on and sign as an "
+            "admin)")
+
+
 class NameServer:
     """Name-server handlers; ``register_handlers(table)`` binds them."""
 
     def __init__(self, routes: RouteTable, kv: KvConfig | None = None, *,
-                 accept_registrations: bool = True) -> None:
+                 accept_registrations: bool = True,
+                 registrants: RegistrationPolicy | None = None) -> None:
         self.routes = routes
         self.kv = kv if kv is not None else KvConfig()
         self._accept_registrations = accept_registrations
+        self.registrants = registrants or RegistrationPolicy()
 
     def register_handlers(self, handlers: Any) -> None:
         """Bind every served code in a ``HandlerTable``: inline (on the IO thread) what reads
@@ -118,6 +166,7 @@ class NameServer:
         if not self._accept_registrations:
             raise RequestRefusedError(ResponseCode.NO_PERMISSION,
                                       "this name server does not accept broker registrations")
+        self.registrants.check(request, session)
         fields = request.fields
         identity = BrokerIdentity(
             cluster=fields.get_str("clusterName", max_chars=NAME_MAX_CHARS),
@@ -138,7 +187,7 @@ class NameServer:
             self.routes.register(identity, topics, data_version=version,
                                  timeout_ms=fields.get_int("heartbeatTimeoutMillis", 120_000,
                                                            low=1_000, high=3_600_000))
-        except (BodyError, RouteTableFullError) as error:
+        except (BodyError, RouteTableError) as error:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR, str(error)) from None
         master = self.routes.master_address(identity.broker_name) or ""
         return request.response(fields={"haServerAddr": identity.ha_address,
@@ -146,6 +195,7 @@ class NameServer:
 
     def unregister_broker(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """UNREGISTER_BROKER."""
+        self.registrants.check(request, session)
         fields = request.fields
         self.routes.unregister(fields.get_str("brokerName", max_chars=NAME_MAX_CHARS),
                                fields.get_int("brokerId", low=0),
@@ -153,7 +203,9 @@ class NameServer:
         return request.response()
 
     def query_data_version(self, request: RemotingCommand, session: object) -> RemotingCommand:
-        """QUERY_DATA_VERSION: header ``changed``, body the version this name server holds."""
+        """QUERY_DATA_VERSION: header ``changed``, body the version this name server holds
+        (a registrant's only: it keeps a registration alive)."""
+        self.registrants.check(request, session)
         fields = request.fields
         name = fields.get_str("brokerName", max_chars=NAME_MAX_CHARS)
         broker_id = fields.get_int("brokerId", low=0)
@@ -171,6 +223,7 @@ class NameServer:
 
     def delete_topic(self, request: RemotingCommand, session: object) -> RemotingCommand:
         """DELETE_TOPIC_IN_NAMESRV."""
+        self.registrants.check(request, session)
         self.routes.forget_topic(request.fields.get_str("topic", max_chars=NAME_MAX_CHARS))
         return request.response()
 
@@ -224,4 +277,5 @@ def body_crc32(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-__all__ = ["REMOTE_CONFIG_REFUSAL", "NameServer", "body_crc32", "refuse_config_write"]
+__all__ = ["REGISTRANTS_OPTION", "REMOTE_CONFIG_REFUSAL", "NameServer", "RegistrationPolicy",
+           "body_crc32", "refuse_config_write"]

@@ -14,6 +14,9 @@ A route (``route(topic)``) lists every broker *name* holding the topic: one ``Qu
 the first registration seen) and one ``BrokerData`` (every id → address of that name). Route
 and cluster answers are plain values; ``route_bodies`` writes them in the wire's JSON.
 
+No registration may take the local broker's name (``ReservedBrokerNameError``): it would
+replace the local broker's address in every route of that name.
+
 Limits: at most ``brokers_max`` registered brokers and ``topics_max`` topics a registration
 (``RouteTableFullError``), so a stranger cannot grow the table without bound.
 
@@ -42,6 +45,10 @@ class RouteTableError(Exception):
 
 class RouteTableFullError(RouteTableError):
     """A registration over the table's limits (brokers, topics a broker)."""
+
+
+class ReservedBrokerNameError(RouteTableError):
+    """A registration under the name of the broker of this process."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,10 @@ class RouteTable:
                 f"name server's limit of {self._topics_max}")
         key = (identity.broker_name, identity.broker_id)
         with self._lock:
+            if self._local is not None and self._local[0].broker_name == identity.broker_name:
+                raise ReservedBrokerNameError(
+                    f"broker name {identity.broker_name!r} is the name of this name server's "
+                    "own broker; another broker cannot register under it")
             if key not in self._registered and len(self._registered) >= self._brokers_max:
                 raise RouteTableFullError(
                     f"the name server holds {len(self._registered)} brokers, its limit; "
@@ -254,5 +265,6 @@ def _broker_datas(identities: Iterable[BrokerIdentity]) -> list[BrokerData]:
     return datas
 
 
-__all__ = ["DEFAULT_BROKER_TIMEOUT_MS", "BrokerData", "BrokerIdentity", "QueueData", "Route",
-           "RouteTable", "RouteTableError", "RouteTableFullError", "TopicSource"]
+__all__ = ["DEFAULT_BROKER_TIMEOUT_MS", "BrokerData", "BrokerIdentity", "QueueData",
+           "ReservedBrokerNameError", "Route", "RouteTable", "RouteTableError",
+           "RouteTableFullError", "TopicSource"]

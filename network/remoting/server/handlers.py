@@ -4,7 +4,8 @@
 ``handler(request, session) -> RemotingCommand | None`` (None: no answer now — a oneway request,
 or a long-polled pull answered later through ``session.send_response``). ``inline=True`` marks
 a handler cheap and non-blocking: the server runs it on its IO thread, with no thread hand-off;
-the others run on the worker pool.
+the others run on the worker pool of their ``lane`` (``workers.SEND_LANE``, ``CLIENT_LANE``, or
+the default ``QUERY_LANE``: each lane has its own threads, so queries cannot starve sends).
 
 ``dispatch`` is the one place that turns a request into its answer:
 
@@ -46,6 +47,7 @@ from ..codes import SERVER_VERSION, ResponseCode
 from ..wire import HeaderFieldError, RemotingCommand
 from .errors import RequestRefusedError
 from .session import Session
+from .workers import QUERY_LANE
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,18 @@ class HandlerTable:
 
     def __init__(self) -> None:
         self._handlers: dict[int, tuple[Handler, bool]] = {}
+        self._lanes: dict[int, str] = {}
 
-    def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
-        """Serve ``code`` with ``handler`` (replacing an earlier one)."""
+    def register(self, code: int, handler: Handler, *, inline: bool = False,
+                 lane: str = QUERY_LANE) -> None:
+        """Serve ``code`` with ``handler`` (replacing an earlier one), on the IO thread when
+        ``inline``, else on the worker lane ``lane``."""
         self._handlers[int(code)] = (handler, inline)
+        self._lanes[int(code)] = lane
+
+    def lane(self, code: int) -> str:
+        """The worker lane of ``code`` (the query lane for an unknown code)."""
+        return self._lanes.get(code, QUERY_LANE)
 
     def lookup(self, code: int) -> tuple[Handler, bool] | None:
         """The handler of ``code`` and its inline flag, or None when unknown."""

@@ -8,8 +8,11 @@ Threading model:
   sends on an asynchronously flushed store, pulls that do not wait, offsets, heartbeats) run
   right there, and their responses collect in each connection's buffer, flushed once at the
   end of the round: one ``send`` for all the answers of one read, no thread hand-off.
-* **A small worker pool** (``workers`` threads, at most ``queue_max`` queued requests, else
-  2 SYSTEM_BUSY) runs the other handlers; a worker writes its answer straight to the socket.
+* **Small worker pools**, one per lane (``workers.WorkerLanes``: sends, client heartbeats,
+  queries and administration; each ``workers`` threads, at most ``queue_max`` queued requests,
+  else 2 SYSTEM_BUSY) run the other handlers, each on its code's lane (``HandlerTable.lane``),
+  so a flood of one kind cannot starve another; a worker writes its answer straight to the
+  socket.
 * **Nothing waits on a thread**: a long-polled pull is parked by its handler (the broker's
   ``PullHoldService``) and answered later from whichever thread sees the message arrive or the
   suspend time pass.
@@ -42,7 +45,7 @@ from ..wire import DEFAULT_LIMITS, FrameDecoder, FrameLimits, RemotingCommand, W
 from .errors import ServerLimitError
 from .handlers import AccessControl, AllowAll, HandlerTable, dispatch, error_response
 from .session import Session
-from .workers import WorkerPool
+from .workers import WorkerLanes
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ class RemotingServer:
         self.limits = limits or ServerLimits()
         self._bind = (host, port)
         self._name = name
-        self._pool = WorkerPool(f"{name}-worker", self.limits.workers, self.limits.queue_max)
+        self._pool = WorkerLanes(f"{name}-worker", self.limits.workers, self.limits.queue_max)
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -259,7 +262,7 @@ class RemotingServer:
             if answer is not None:
                 session.send_response(answer)
         try:
-            self._pool.submit(task)
+            self._pool.submit(task, self.handlers.lane(command.code))
         except ServerLimitError as error:
             if not command.is_oneway:
                 session.write(encode(error_response(command, error, session.peer_address)))

@@ -11,9 +11,12 @@ broker → client NOTIFY_CONSUMER_IDS_CHANGED 40. Other codes (admin, name serve
 on ``server.handlers`` by their own modules.
 
 Sends run inline on the IO thread when the store answers a put without waiting (ASYNC flush on
-a master that does not wait for a slave), else on the worker pool. Lifecycle: ``start`` starts
-the pull hold service, then the server; ``stop`` stops the server (connections close, their
-consumers leave), then the hold service. The broker itself belongs to the caller.
+a master that does not wait for a slave), else on the worker pool's send lane, which queries
+and administration (the query lane) and heartbeats (the client lane) do not share.
+
+Lifecycle: ``start`` starts the pull hold service, then the server; ``stop`` stops the server
+(connections close, their consumers leave), then the hold service. The broker itself belongs
+to the caller.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from storage_engine.config import BrokerRole, FlushMode
 from ...wire import RemotingCommand
 from ..handlers import AccessControl
 from ..server import RemotingServer, ServerLimits
-from .clients import ClientHandlers, ClientRegistry, ConsumerInfo
+from .clients import ClientHandlers, ClientRegistry, ConsumerInfo, HeartbeatLimits
 from .offsets import OffsetHandlers
 from .pull import MAX_PARKED_PULLS, PullHandler
 from .send import SendHandlers
@@ -37,7 +40,8 @@ class BrokerRemotingServer:
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *,
                  limits: ServerLimits | None = None, access: AccessControl | None = None,
-                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None) -> None:
+                 max_parked_pulls: int = MAX_PARKED_PULLS, stats: Any = None,
+                 heartbeat_limits: HeartbeatLimits | None = None) -> None:
         self.broker = broker
         self.stats = stats  # ``record_put`` / ``record_get`` (admin's runtime statistics)
         limits = limits or ServerLimits()
@@ -49,14 +53,14 @@ class BrokerRemotingServer:
         self.server = RemotingServer(host, port, limits=limits, access=access,
                                      name="remoting-broker")
         self.registry = ClientRegistry()
-        self.clients = ClientHandlers(broker, self.registry)
+        self.clients = ClientHandlers(broker, self.registry, heartbeat_limits)
         self.pulls = PullHandler(broker, self.registry.subscription,
                                  max_parked=max_parked_pulls, stats=stats)
         config = broker.store.config
         sends_wait = (config.flush.mode is FlushMode.SYNC
                       or config.broker_role is BrokerRole.SYNC_MASTER)
         table = self.server.handlers
-        SendHandlers(broker, stats, self._check_record_topic).register(
+        SendHandlers(broker, stats, self._check_record_topic, self._check_publish).register(
             table, inline=not sends_wait)
         self.pulls.register(table)
         OffsetHandlers(broker, self._check_record_topic).register(table)
@@ -70,6 +74,13 @@ class BrokerRemotingServer:
         check_topic = getattr(self.server.access, "check_topic", None)
         if check_topic is not None:
             check_topic(request, topic)
+
+    def _check_publish(self, request: RemotingCommand, topic: str) -> None:
+        """The access hook's ``check_publish`` (when it has one) on a topic a sent message
+        names in a real-topic property (``RETRY_TOPIC``, ``REAL_TOPIC``)."""
+        check_publish = getattr(self.server.access, "check_publish", None)
+        if check_publish is not None:
+            check_publish(request, topic)
 
     def start(self) -> None:
         """Start the hold service and the server."""
@@ -98,4 +109,4 @@ class BrokerRemotingServer:
         return self.server.address
 
 
-__all__ = ["BrokerRemotingServer", "ClientRegistry", "ConsumerInfo"]
+__all__ = ["BrokerRemotingServer", "ClientRegistry", "ConsumerInfo", "HeartbeatLimits"]

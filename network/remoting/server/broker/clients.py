@@ -15,6 +15,12 @@ unregister, expiry); every connection of that group gets a oneway 40 when the gr
 in CLUSTERING mode and its ``notify_consumer_ids_changed_enable`` is on (RocketMQ's
 ``DefaultConsumerIdsChangeListener``); a changed subscription notifies as well.
 
+Bounds: a heartbeat is read whole and checked against ``HeartbeatLimits`` (consumer groups,
+producer groups, subscriptions) before anything is registered; one over a limit is refused 29
+INVALID_PARAMETER naming the ``postbox broker start`` option that raises it, and registers
+nothing. Heartbeats run on the worker pool's client lane, never on the IO thread: registering a
+new group creates it and its retry topic on disk.
+
 Thread-safety: the registry is guarded by one lock; notifications are written outside it.
 """
 
@@ -34,12 +40,47 @@ from ...wire import RemotingCommand
 from ..errors import RequestRefusedError
 from ..handlers import HandlerTable
 from ..session import Session
+from ..workers import CLIENT_LANE
 from .bodies import bad_body, json_body, member_list, member_str, message_queue
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 CLIENT_ID_LENGTH_MAX = 512
 HEARTBEAT = "heartbeat"
+
+
+@dataclass(frozen=True)
+class HeartbeatLimits:
+    """What one heartbeat may name (a Java client sends every group of its process in one)."""
+
+    max_groups: int = 256
+    """Consumer groups, and separately producer groups, of one heartbeat
+    (``--heartbeat-max-groups``)."""
+    max_subscriptions: int = 4096
+    """Subscriptions (topics) of all the consumer groups of one heartbeat together
+    (``--heartbeat-max-subscriptions``)."""
+
+    def __post_init__(self) -> None:
+        if self.max_groups < 1 or self.max_subscriptions < 1:
+            raise ValueError("HeartbeatLimits: max_groups and max_subscriptions must be >= 1")
+
+    def check(self, consumers: list[Any], producers: list[Any]) -> None:
+        """Refuse a heartbeat over a limit (nothing registered yet)."""
+        for kind, count in (("consumer", len(consumers)), ("producer", len(producers))):
+            if count > self.max_groups:
+                raise _over_limit(f"{count} {kind} groups", self.max_groups,
+                                  "--heartbeat-max-groups")
+        subscriptions = sum(len(entries) for consumer in consumers if isinstance(consumer, dict)
+                            if isinstance(entries := consumer.get("subscriptionDataSet"), list))
+        if subscriptions > self.max_subscriptions:
+            raise _over_limit(f"{subscriptions} subscriptions", self.max_subscriptions,
+                              "--heartbeat-max-subscriptions")
+
+
+def _over_limit(what: str, limit: int, option: str) -> RequestRefusedError:
+    return RequestRefusedError(ResponseCode.INVALID_PARAMETER,
+                               f"heartbeat names {what}, over the limit of {limit} (raise it "
+                               f"with postbox broker start {option})")
 
 
 @dataclass
@@ -139,14 +180,17 @@ class ClientRegistry:
 class ClientHandlers:
     """Heartbeats, membership, locks and notifications over one broker."""
 
-    def __init__(self, broker: Broker, registry: ClientRegistry) -> None:
+    def __init__(self, broker: Broker, registry: ClientRegistry,
+                 limits: HeartbeatLimits | None = None) -> None:
         self._broker = broker
         self.registry = registry
+        self.limits = limits or HeartbeatLimits()
         broker.add_membership_listener(self._on_membership)
 
     def register(self, table: HandlerTable) -> None:
-        """Serve 34, 35, 38, 41 and 42 (inline: none of them blocks)."""
-        table.register(RequestCode.HEART_BEAT, self.heartbeat, inline=True)
+        """Serve 34 (on the client lane: it may create groups) and 35, 38, 41 and 42 (inline:
+        none of them blocks)."""
+        table.register(RequestCode.HEART_BEAT, self.heartbeat, lane=CLIENT_LANE)
         table.register(RequestCode.UNREGISTER_CLIENT, self.unregister, inline=True)
         table.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list, inline=True)
         table.register(RequestCode.LOCK_BATCH_MQ, self.lock, inline=True)
@@ -156,11 +200,14 @@ class ClientHandlers:
         """HEART_BEAT: register the client's consumer and producer groups."""
         data = json_body(request.body, HEARTBEAT)
         client_id = _client_id(member_str(data, "clientID", HEARTBEAT))
+        consumers = member_list(data, "consumerDataSet", HEARTBEAT)
+        producers = member_list(data, "producerDataSet", HEARTBEAT)
+        self.limits.check(consumers, producers)
         session.client_id = client_id
         changed = False
-        for consumer in member_list(data, "consumerDataSet", HEARTBEAT):
+        for consumer in consumers:
             changed |= self._consumer_heartbeat(consumer, client_id, session)
-        for producer in member_list(data, "producerDataSet", HEARTBEAT):
+        for producer in producers:
             self.registry.put_producer(member_str(producer, "groupName", HEARTBEAT), client_id,
                                        session)
         return request.response(ResponseCode.SUCCESS, {"IS_SUPPORT_HEART_BEAT_V2": True,

@@ -34,6 +34,7 @@ from storage_engine.broker.model import SendResult
 from storage_engine.errors import CorruptionError, MessageNotFoundError
 from storage_engine.formats import (
     PROPERTY_DELAY,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
 )
@@ -46,6 +47,7 @@ from ...wire import HeaderFields, RemotingCommand
 from ..errors import RequestRefusedError
 from ..handlers import HandlerTable
 from ..session import Session
+from ..workers import SEND_LANE
 from .records import decode_batch, message_from_wire, properties_from_wire
 
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
@@ -64,6 +66,8 @@ _PUT_STATUS_CODES = {
     PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 INT32_MAX = 2**31 - 1
+REAL_TOPIC_PROPERTIES = (PROPERTY_RETRY_TOPIC, PROPERTY_REAL_TOPIC)
+"""Properties naming the topic a retried or dead-lettered message goes back to."""
 
 
 _V1_KEYS = {name: name for name in _V2_KEYS}
@@ -90,18 +94,21 @@ class SendHandlers:
     """The producer-side handlers over one broker."""
 
     def __init__(self, broker: Broker, stats: Any = None,
-                 check_record_topic: Callable[[RemotingCommand, str], None] | None = None
+                 check_record_topic: Callable[[RemotingCommand, str], None] | None = None,
+                 check_publish: Callable[[RemotingCommand, str], None] | None = None
                  ) -> None:
         self._broker = broker
         self._check_record_topic = check_record_topic or (lambda request, topic: None)
+        self._check_publish = check_publish or (lambda request, topic: None)
         self._stats = stats  # ``record_put(count)`` (admin's runtime statistics), or None
 
     def register(self, table: HandlerTable, *, inline: bool) -> None:
         """Serve 10, 310, 320, 36 and 37 (``inline``: the store does not block on a send)."""
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
                      RequestCode.SEND_BATCH_MESSAGE):
-            table.register(code, self.send, inline=inline)
-        table.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back, inline=inline)
+            table.register(code, self.send, inline=inline, lane=SEND_LANE)
+        table.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back, inline=inline,
+                       lane=SEND_LANE)
         table.register(RequestCode.END_TRANSACTION, self.end_transaction, inline=True)
 
     def send(self, request: RemotingCommand, session: Session) -> RemotingCommand:
@@ -122,13 +129,18 @@ class SendHandlers:
                   "born_timestamp_ms": header.get_int("bornTimestamp", low=0, high=2**63 - 1),
                   "born_host": session.peer_address,
                   "reconsume_count": header.get_int("reconsumeTimes", 0, low=0)}
+        self._check_real_topics(request, topic, properties)
+        entries = (decode_batch(request.body) if request.code == RequestCode.SEND_BATCH_MESSAGE
+                   else None)
+        for entry in entries or ():
+            self._check_real_topics(request, topic, entry.properties)
         topic, queue_id = self._retry_target(topic, queue_id, properties,
                                              common["reconsume_count"], header)
         chosen = None if queue_id < 0 else queue_id
-        if request.code == RequestCode.SEND_BATCH_MESSAGE:
+        if entries is not None:
             messages = [message_from_wire(topic, entry.body, {**entry.properties},
                                           **{**common, "flag": entry.flag})
-                        for entry in decode_batch(request.body)]
+                        for entry in entries]
             results = self._send_all(messages, chosen)
         else:
             results = [self._broker.send(message_from_wire(topic, request.body, properties,
@@ -136,6 +148,16 @@ class SendHandlers:
         if self._stats is not None:
             self._stats.record_put(len(results))
         return _send_response(request, results)
+
+    def _check_real_topics(self, request: RemotingCommand, topic: str,
+                           properties: Any) -> None:
+        """PUB on every other topic a real-topic property of the message names (the access
+        hook's ``check_publish``): a client cannot plant, in a retry topic it may write, a
+        message that a retry or a dead-letter resend would publish into a topic it may not."""
+        for name in REAL_TOPIC_PROPERTIES:
+            named = properties.get(name)
+            if named and named != topic:
+                self._check_publish(request, named)
 
     def _send_all(self, messages: list[Message], queue_id: int | None) -> list[SendResult]:
         """A batch in one append at consecutive offsets (the client numbers its results from
