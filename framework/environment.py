@@ -73,6 +73,18 @@ METRICS_LAG_SERIES_MAX = EnvVar(
     "(`postbox_broker_consumer_lag_messages`; the rest are counted in "
     "`postbox_broker_consumer_lag_series_dropped`)",
     "5000", "`5000`", "`postbox broker start --metrics`")
+BROKER = EnvVar(
+    "POSTBOX_BROKER",
+    "A running broker to ask instead of reading a store: `rocketmq://NAMESRV:9876` "
+    "(`;`-separated name servers; a `postbox broker` or an Apache RocketMQ cluster)",
+    None, "unset: inspection commands read `--store`",
+    "`--broker` of `postbox store stats`/`topics`, `consumer`, `dlq` and `query`")
+ACCESS_KEY = EnvVar(
+    "POSTBOX_ACCESS_KEY", "ACL access key for `--broker` (with `POSTBOX_SECRET_KEY`)", None,
+    "unset: unsigned requests", "`--access-key` of the commands that take `--broker`")
+SECRET_KEY = EnvVar(
+    "POSTBOX_SECRET_KEY", "ACL secret key for `--broker`", None,
+    "unset: unsigned requests", "`--secret-key` of the commands that take `--broker`")
 ALERT_WEBHOOK_URL = EnvVar(
     "POSTBOX_ALERT_WEBHOOK_URL", "Outbox alerts are POSTed here as JSON", None,
     "unset: no webhook", "`OutboxWorker` (`outbox.AlertSettings.from_env`)")
@@ -89,8 +101,8 @@ ALERT_EMAIL_TO = EnvVar(
     "`OutboxWorker` (`outbox.AlertSettings.from_env`)")
 
 ENV_VARS = (STORE, DATABASE_URL, REDIS_URL, STATE_DIR, LOG_FORMAT, METRICS_LISTEN,
-            METRICS_LAG_SERIES_MAX, ALERT_WEBHOOK_URL, ALERT_SMTP_URL, ALERT_EMAIL_FROM,
-            ALERT_EMAIL_TO)
+            METRICS_LAG_SERIES_MAX, BROKER, ACCESS_KEY, SECRET_KEY, ALERT_WEBHOOK_URL,
+            ALERT_SMTP_URL, ALERT_EMAIL_FROM, ALERT_EMAIL_TO)
 """Every ``POSTBOX_*`` variable a Postbox program reads, in the order the docs list them."""
 
 
@@ -112,7 +124,7 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ALERT_EMAIL_FROM", "ALERT_EMAIL_TO", "ALERT_SMTP_URL", "ALERT_WEBHOOK_URL",
-           "DATABASE_URL", "ENV_VARS", "LOG_FORMAT", "METRICS_LAG_SERIES_MAX", "METRICS_LISTEN",
-           "REDIS_URL", "STATE_DIR",
+__all__ = ["ACCESS_KEY", "ALERT_EMAIL_FROM", "ALERT_EMAIL_TO", "ALERT_SMTP_URL",
+           "ALERT_WEBHOOK_URL", "BROKER", "DATABASE_URL", "ENV_VARS", "LOG_FORMAT",
+           "METRICS_LAG_SERIES_MAX", "METRICS_LISTEN", "REDIS_URL", "SECRET_KEY", "STATE_DIR",
            "STORE", "EnvVar", "env_value", "markdown_table"]

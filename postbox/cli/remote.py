@@ -25,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from framework import environment
 from network.remoting.client.remote_broker import RemotingBroker
 from storage_engine import MessageView, SendResult
 from storage_engine.broker.dlq_resends import ResendMark
@@ -34,9 +35,9 @@ from storage_engine.store.topics import retry_topic
 from .common import CliError
 
 BROKER_URL_SCHEME = "rocketmq://"
-BROKER_ENV_VAR = "POSTBOX_BROKER"
-ACCESS_KEY_ENV_VAR = "POSTBOX_ACCESS_KEY"
-SECRET_KEY_ENV_VAR = "POSTBOX_SECRET_KEY"
+BROKER_ENV_VAR = environment.BROKER.name
+ACCESS_KEY_ENV_VAR = environment.ACCESS_KEY.name
+SECRET_KEY_ENV_VAR = environment.SECRET_KEY.name
 
 BrokerUrlOption = Annotated[str | None, typer.Option(
     "--broker", metavar="URL", envvar=BROKER_ENV_VAR, show_default=False,
