@@ -36,7 +36,7 @@ from .admin import (
 )
 from .namesrv import BrokerIdentity, NameServer, RouteTable
 from .registration import NamesrvRegistrar
-from .server import RemotingServer
+from .server import RemotingServer, ServerLimits
 from .server.broker import BrokerRemotingServer
 from .server.handlers import AccessControl
 
@@ -83,6 +83,8 @@ class NodeOptions:
     cluster: str = DEFAULT_CLUSTER
     broker_name: str = DEFAULT_BROKER_NAME
     namesrv_addresses: list[tuple[str, int]] = field(default_factory=list)
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    """Connection, frame and in-flight bounds of both listeners."""
 
 
 class RemotingNode:
@@ -96,12 +98,14 @@ class RemotingNode:
         self._namesrv_bind = (None if options.namesrv_listen is None
                               else split_host_port(options.namesrv_listen, "--namesrv-listen"))
         self.broker_server = BrokerRemotingServer(broker, host, port, access=access,
+                                                  limits=options.limits,
                                                   stats=RuntimeStats(broker.store.clock))
         self.admin = BrokerAdmin.attach(self.broker_server, options.broker_name)
         self.routes = RouteTable(broker.store.clock)
         self.namesrv_server: RemotingServer | None = None
         if self._namesrv_bind is not None:
             self.namesrv_server = RemotingServer(*self._namesrv_bind, access=access,
+                                                 limits=options.limits,
                                                  name="remoting-namesrv")
             NameServer(self.routes).register_handlers(self.namesrv_server.handlers)
         self.registrar: NamesrvRegistrar | None = None

@@ -130,7 +130,7 @@ def test_malformed_frame_closes_that_connection_only(server):
 
 
 def test_connection_cap_closes_the_extra_connection():
-    with RemotingServer(limits=ServerLimits(max_connections=2)) as server:
+    with RemotingServer(limits=ServerLimits(max_connections=2, reserved_connections=0)) as server:
         server.handlers.register(ECHO, lambda r, s: r.response(0), inline=True)
         with RawRemotingClient(server.address) as one, RawRemotingClient(server.address) as two:
             assert one.call(ECHO).code == 0 and two.call(ECHO).code == 0

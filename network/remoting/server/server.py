@@ -38,10 +38,11 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..wire import DEFAULT_LIMITS, FrameDecoder, FrameLimits, RemotingCommand, WireError, encode
+from ..wire import DEFAULT_LIMITS, FrameDecoder, FrameLimits, RemotingCommand, WireError
+from .admission import Admission, ThrottledLog
 from .errors import ServerLimitError
 from .handlers import AccessControl, AllowAll, HandlerTable, dispatch, error_response
-from .session import Session
+from .session import Session, encode_answer
 from .workers import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -49,20 +50,44 @@ log = logging.getLogger(__name__)
 READ_CHUNK_BYTES = 256 * 1024
 READS_PER_ROUND_MAX = 4  # then other connections get their turn
 SELECT_TIMEOUT_S = 1.0
+ACCEPT_PAUSE_S = 0.1  # out of file descriptors: stop accepting this long
+LOG_INTERVAL_S = 10.0  # at most one line per interval for a flood of refusals or failures
 
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Bounds of one server (DESIGN §9: every request is bounded)."""
+    """Bounds of one server (DESIGN §9: every request is bounded). ``docs/remoting.md``
+    (Limits) names the broker.conf key of each."""
 
     frame: FrameLimits = field(default_factory=lambda: DEFAULT_LIMITS)
     max_connections: int = 1024
+    max_connections_per_peer: int = 128
+    """Open connections from one source IP address."""
+    reserved_connections: int = 64
+    """The last slots under ``max_connections``, kept for peers already served."""
+    frame_read_timeout_ms: int = 30_000
+    """A frame must arrive whole within this time of its first byte (a new connection's first
+    frame: of connecting), however slowly its bytes trickle in."""
     workers: int = 4
     queue_max: int = 4096
-    max_output_bytes: int = 64 * 1024 * 1024
+    max_output_bytes: int = 16 * 1024 * 1024
+    """Unsent answers of one connection past which the server stops reading from it."""
+    max_owed_answers: int = 1024
+    """Requests of one connection read and not yet answered (on a worker, or a parked long
+    poll) past which the server stops reading from it."""
     idle_timeout_ms: int = 120_000
     """A connection that sends nothing for this long is closed (RocketMQ's broker closes
     channels idle for 120 s; clients send a heartbeat every 30 s)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_connections", "max_connections_per_peer", "frame_read_timeout_ms",
+                     "workers", "queue_max", "max_output_bytes", "max_owed_answers",
+                     "idle_timeout_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerLimits.{name} must be at least 1")
+        if not 0 <= self.reserved_connections < self.max_connections:
+            raise ValueError("ServerLimits.reserved_connections must be at least 0 and under "
+                             "max_connections")
 
 
 class RemotingServer:
@@ -86,6 +111,13 @@ class RemotingServer:
         self._wake_w.setblocking(False)
         self._sessions: dict[socket.socket, Session] = {}
         self._decoders: dict[Session, FrameDecoder] = {}
+        self._admission = Admission(self.limits.max_connections,
+                                    self.limits.max_connections_per_peer,
+                                    self.limits.reserved_connections)
+        self._refusals = ThrottledLog(log, LOG_INTERVAL_S)
+        self._accept_failures = ThrottledLog(log, LOG_INTERVAL_S)
+        self._accept_resumes_at = 0.0  # out of file descriptors: accept again from then
+        self._proving = _ProvingAccess(self)
         self._dirty: set[Session] = set()
         self._want_write: deque[Session] = deque()
         self._close_listeners: list[Callable[[Session], None]] = []
@@ -160,18 +192,26 @@ class RemotingServer:
     def _run(self) -> None:
         self._io_ident = threading.get_ident()
         try:
-            next_idle_check = time.monotonic() + SELECT_TIMEOUT_S
+            next_check = time.monotonic() + SELECT_TIMEOUT_S
             while not self._stopping:
-                for key, mask in self._selector.select(SELECT_TIMEOUT_S):
+                for key, mask in self._selector.select(self._select_timeout_s()):
                     self._on_event(key, mask)
                 self._flush_dirty()
-                if time.monotonic() >= next_idle_check:
-                    self._close_idle()
-                    next_idle_check = time.monotonic() + SELECT_TIMEOUT_S
+                now = time.monotonic()
+                if self._accept_resumes_at and now >= self._accept_resumes_at:
+                    self._resume_accepting()
+                if now >= next_check:
+                    self._close_expired(now)
+                    next_check = now + SELECT_TIMEOUT_S
         except Exception:
             log.exception("[remoting] %s IO loop failed; closing", self._name)
         finally:
             self._close_all()
+
+    def _select_timeout_s(self) -> float:
+        if self._accept_resumes_at:
+            return max(0.0, min(SELECT_TIMEOUT_S, self._accept_resumes_at - time.monotonic()))
+        return SELECT_TIMEOUT_S
 
     def _on_event(self, key: selectors.SelectorKey, mask: int) -> None:
         data = key.data
@@ -181,10 +221,15 @@ class RemotingServer:
             self._on_wake()
         else:
             session: Session = data
-            if mask & selectors.EVENT_WRITE:
-                self._flush(session)
-            if mask & selectors.EVENT_READ and not session.closed:
-                self._read(session)
+            try:  # one connection's failure ends that connection, never the IO thread
+                if mask & selectors.EVENT_WRITE:
+                    self._flush(session)
+                if mask & selectors.EVENT_READ and not session.closed:
+                    self._read(session)
+            except Exception:
+                log.exception("[remoting] %s: serving %s failed; closing that connection",
+                              self._name, session.peer_address)
+                self._close(session)
 
     def _accept(self) -> None:
         assert self._listener is not None
@@ -193,22 +238,41 @@ class RemotingServer:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as error:  # e.g. out of file descriptors: try again next round
-                log.warning("[remoting] %s accept failed: %s", self._name, error)
+            except OSError as error:  # e.g. out of file descriptors: pause accepting
+                self._accept_failures.warning(
+                    "[remoting] %s accept failed, accepting again in %d ms: %s", self._name,
+                    int(ACCEPT_PAUSE_S * 1000), error)
+                self._pause_accepting()
                 return
-            if len(self._sessions) >= self.limits.max_connections:
-                log.warning("[remoting] %s refused %s:%d: %d connections open (the most "
-                            "ServerLimits.max_connections allows)", self._name, peer[0],
-                            peer[1], len(self._sessions))
+            try:
+                self._admit(sock, peer[0], f"{peer[0]}:{peer[1]}")
+            except Exception:
+                log.exception("[remoting] %s: accepting %s failed", self._name, peer)
                 sock.close()
-                continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            session = Session(sock, f"{peer[0]}:{peer[1]}", self._on_pending_write,
-                              self.is_io_thread)
-            self._sessions[sock] = session
-            self._decoders[session] = FrameDecoder(self.limits.frame)
-            self._selector.register(sock, selectors.EVENT_READ, session)
+
+    def _admit(self, sock: socket.socket, host: str, address: str) -> None:
+        refusal = self._admission.refusal(host)
+        if refusal is not None:
+            self._refusals.warning("[remoting] %s refused %s: %s", self._name, address, refusal)
+            sock.close()
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        session = Session(sock, address, self._on_pending_write, self.is_io_thread, host)
+        self._sessions[sock] = session
+        self._decoders[session] = FrameDecoder(self.limits.frame)
+        self._admission.opened(host)
+        self._selector.register(sock, selectors.EVENT_READ, session)
+
+    def _pause_accepting(self) -> None:
+        assert self._listener is not None
+        self._selector.unregister(self._listener)  # else select wakes at once, forever
+        self._accept_resumes_at = time.monotonic() + ACCEPT_PAUSE_S
+
+    def _resume_accepting(self) -> None:
+        self._accept_resumes_at = 0.0
+        if self._listener is not None:
+            self._selector.register(self._listener, selectors.EVENT_READ, "accept")
 
     def _read(self, session: Session) -> None:
         decoder = self._decoders[session]
@@ -226,17 +290,34 @@ class RemotingServer:
                 self._close(session)
                 return
             session.last_read = time.monotonic()
+            if session.frame_started is None:
+                session.frame_started = session.last_read
+            decoder.append(self._read_view[:size])
+            self._handle_buffered(session)
+            if size < READ_CHUNK_BYTES or session.closed or session.holding:
+                return
+
+    def _handle_buffered(self, session: Session) -> None:
+        """Handle the whole frames received, one by one while the connection has room in
+        flight; past ``max_output_bytes`` / ``max_owed_answers`` stop reading it."""
+        decoder = self._decoders[session]
+        while not session.closed:
+            if session.hold_reading(self.limits.max_output_bytes, self.limits.max_owed_answers):
+                self._set_events(session)
+                return
             try:
-                commands = decoder.feed(self._read_view[:size])
+                command = decoder.next_command()
             except WireError as error:
                 log.warning("[remoting] %s: malformed frame from %s, closing it: %s",
                             self._name, session.peer_address, error)
                 self._close(session)
                 return
-            for command in commands:
-                self._handle(session, command)
-            if size < READ_CHUNK_BYTES or session.closed:
-                return
+            if command is None:
+                break
+            session.frame_started = time.monotonic() if decoder.buffered_bytes else None
+            self._handle(session, command)
+        if session.proven and not self._admission.is_proven(session.peer_host):
+            self._admission.prove(session.peer_host)
 
     def _handle(self, session: Session, command: RemotingCommand) -> None:
         if command.is_response:
@@ -246,23 +327,31 @@ class RemotingServer:
             return
         session.language, session.version = command.language, command.version
         self.request_counts[command.code] += 1
+        session.expect_answer()
         entry = self.handlers.lookup(command.code)
         if entry is None or entry[1]:
-            response = dispatch(entry and entry[0], command, session, self.access)
+            response = dispatch(entry and entry[0], command, session, self._proving)
             if response is not None:
-                session.write(encode(response))
-            return
+                session.write(encode_answer(response))
+                session.answer_settled()
+            elif command.is_oneway:
+                session.answer_settled()
+            return  # else parked: settled when answered (``Session.send_response``)
         handler = entry[0]
 
         def task() -> None:
-            answer = dispatch(handler, command, session, self.access)
+            answer = dispatch(handler, command, session, self._proving)
             if answer is not None:
                 session.send_response(answer)
+            elif command.is_oneway:
+                session.answer_settled()
         try:
             self._pool.submit(task)
         except ServerLimitError as error:
             if not command.is_oneway:
-                session.write(encode(error_response(command, error, session.peer_address)))
+                session.write(encode_answer(error_response(command, error,
+                                                           session.peer_address)))
+            session.answer_settled()
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -304,28 +393,55 @@ class RemotingServer:
                      session.peer_address, error)
             self._close(session)
             return
-        if empty:
-            events = selectors.EVENT_READ
-        elif session.buffered_bytes > self.limits.max_output_bytes:
-            events = selectors.EVENT_WRITE  # stop reading until the peer reads its answers
-        else:
-            events = selectors.EVENT_READ | selectors.EVENT_WRITE
-        if self._selector.get_key(session.sock).events != events:
-            self._selector.modify(session.sock, events, session)
+        if session.holding and not session.hold_reading(self.limits.max_output_bytes,
+                                                        self.limits.max_owed_answers):
+            self._handle_buffered(session)  # room again: the frames read before, then more
+        if not session.closed:
+            self._set_events(session, empty)
+
+    def _set_events(self, session: Session, empty: bool | None = None) -> None:
+        """Watch for reads unless holding, for writes while output waits."""
+        if empty is None:
+            empty = not session.buffered_bytes
+        events = (0 if session.holding else selectors.EVENT_READ) | (
+            0 if empty else selectors.EVENT_WRITE)
+        key = self._selector.get_map().get(session.sock)
+        if key is not None and key.events == events:
+            return
+        if key is not None:
+            if events:
+                self._selector.modify(session.sock, events, session)
+            else:  # holding with nothing to write: woken by ``Session.answer_settled``
+                self._selector.unregister(session.sock)
+        elif events:
+            self._selector.register(session.sock, events, session)
 
     # ---- closing -----------------------------------------------------------------------------
 
-    def _close_idle(self) -> None:
-        """Close connections that sent nothing for ``limits.idle_timeout_ms``."""
-        oldest = time.monotonic() - self.limits.idle_timeout_ms / 1000
-        for session in [s for s in self._sessions.values() if s.last_read < oldest]:
-            log.info("[remoting] %s: closing %s, idle for over %d ms", self._name,
-                     session.peer_address, self.limits.idle_timeout_ms)
-            self._close(session)
+    def _close_expired(self, now: float) -> None:
+        """Close connections idle for ``idle_timeout_ms``, or whose frame began over
+        ``frame_read_timeout_ms`` ago (a peer that trickles bytes); a connection the server
+        stopped reading (``holding``) is not timed: the wait is the server's."""
+        idle_since = now - self.limits.idle_timeout_ms / 1000
+        frame_since = now - self.limits.frame_read_timeout_ms / 1000
+        for session in list(self._sessions.values()):
+            if session.holding:
+                continue
+            if session.last_read < idle_since:
+                log.info("[remoting] %s: closing %s, idle for over %d ms", self._name,
+                         session.peer_address, self.limits.idle_timeout_ms)
+                self._close(session)
+            elif session.frame_started is not None and session.frame_started < frame_since:
+                self._refusals.warning(
+                    "[remoting] %s: closing %s, a frame unfinished after %d ms "
+                    "(ServerLimits.frame_read_timeout_ms, remotingFrameReadTimeoutMillis)",
+                    self._name, session.peer_address, self.limits.frame_read_timeout_ms)
+                self._close(session)
 
     def _close(self, session: Session) -> None:
         if session.sock in self._sessions:
             del self._sessions[session.sock]
+            self._admission.closed(session.peer_host)
             self._decoders.pop(session, None)
             self._dirty.discard(session)
             try:
@@ -351,3 +467,17 @@ class RemotingServer:
                 pass
             self._listener.close()
             self._listener = None
+
+
+class _ProvingAccess:
+    """The server's ``access`` (read at each call: tests and admin replace it), marking the
+    session proven when a request passes it (``Admission`` reserves room for such peers)."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+
+    def check(self, request: RemotingCommand, session: Session) -> object:
+        """``server.access.check``; the session is proven when it returns."""
+        result = self._server.access.check(request, session)
+        session.proven = True
+        return result

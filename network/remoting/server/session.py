@@ -11,6 +11,12 @@ so all the responses of one read leave in one ``send``. From any other thread (a
 long-polling service, a membership notification) the bytes go out at once when the buffer is
 empty, and what the socket does not take waits for the IO thread (``wants_write``).
 
+Answers owed: the server counts every request it has read and not yet answered
+(``expect_answer``; a request on a worker or a parked long poll stays counted until its answer is
+written by ``send_response``, or ``answer_settled`` for one that gets none). ``hold_reading``
+tells the server whether the connection has too much in flight (owed answers, unsent output) to
+read more; settling an answer wakes the server when it is holding.
+
 Thread-safety: every public method may be called from any thread. ``closed`` becomes true once
 and stays so; a closed session drops writes and fails pending calls with ``SessionClosedError``.
 """
@@ -24,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..codes import FLAG_RESPONSE, ResponseCode
 from ..wire import RemotingCommand, encode, next_opaque
 from .errors import CallTimeoutError, SessionClosedError
 
@@ -43,9 +50,14 @@ class Session:
 
     def __init__(self, sock: socket.socket, peer_address: str,
                  on_pending_write: Callable[[Session], None],
-                 is_io_thread: Callable[[], bool]) -> None:
+                 is_io_thread: Callable[[], bool], peer_host: str = "") -> None:
         self.sock = sock
         self.peer_address = peer_address
+        self.peer_host = peer_host or peer_address.rpartition(":")[0]
+        self.proven = False  # a request of this connection passed the access check
+        self.frame_started: float | None = time.monotonic()  # the unfinished frame's first byte
+        self.holding = False  # the server stopped reading: too much in flight (IO thread sets)
+        self._owed = 0  # requests read and not yet answered
         self.language = "OTHER"
         self.version = 0
         self.client_id: str | None = None
@@ -69,8 +81,36 @@ class Session:
     # ---- writing -----------------------------------------------------------------------------
 
     def send_response(self, response: RemotingCommand) -> None:
-        """Write a response (or any command) to the peer; dropped when the session is closed."""
-        self.write(encode(response))
+        """Write the answer to a request read earlier (``expect_answer``); dropped when the
+        session is closed. An answer that cannot be encoded is sent as 1 SYSTEM_ERROR."""
+        self.write(encode_answer(response))
+        self.answer_settled()
+
+    def expect_answer(self) -> None:
+        """Count a request read from this connection as owed an answer."""
+        with self._lock:
+            self._owed += 1
+
+    def answer_settled(self) -> None:
+        """One owed answer is written (or none is due); wakes a holding server."""
+        with self._lock:
+            self._owed = max(0, self._owed - 1)
+            wake = self.holding
+        if wake:
+            self._on_pending_write(self)
+
+    @property
+    def owed_answers(self) -> int:
+        """Requests read and not yet answered."""
+        return self._owed
+
+    def hold_reading(self, max_output_bytes: int, max_owed_answers: int) -> bool:
+        """Whether reading must wait (sets ``holding``): over ``max_output_bytes`` unsent, or
+        ``max_owed_answers`` requests not yet answered."""
+        with self._lock:
+            self.holding = (len(self._out) > max_output_bytes
+                            or self._owed >= max_owed_answers)
+            return self.holding
 
     def send_oneway(self, command: RemotingCommand) -> None:
         """Write a broker → client oneway request (flag bit 1 is set here)."""
@@ -177,3 +217,17 @@ class Session:
         except OSError:
             pass
         return True
+
+
+def encode_answer(response: RemotingCommand) -> bytes:
+    """``response`` encoded; one that cannot be (a header past the 24-bit length) becomes a
+    1 SYSTEM_ERROR with its opaque, so the request still ends with an answer."""
+    try:
+        return encode(response)
+    except Exception as error:
+        log.error("[remoting] answer code %d opaque %d cannot be encoded: %s", response.code,
+                  response.opaque, error)
+        return encode(RemotingCommand(
+            code=ResponseCode.SYSTEM_ERROR, opaque=response.opaque, flag=FLAG_RESPONSE,
+            remark=f"the answer cannot be encoded: {type(error).__name__}",
+            version=response.version))

@@ -62,6 +62,7 @@ class BrokerRemotingServer:
         OffsetHandlers(broker, self._check_record_topic).register(table)
         self.clients.register(table)
         self.server.add_close_listener(self.clients.on_close)
+        self.server.add_close_listener(self.pulls.hold.release)  # its parked long polls
 
     def _check_record_topic(self, request: RemotingCommand, topic: str) -> None:
         """The access hook's ``check_topic`` (when it has one) on the topic of a record a
