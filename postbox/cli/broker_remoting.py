@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -118,7 +118,7 @@ def server_limits(conf: dict[str, str]) -> ServerLimits:
     """The ``ServerLimits`` of the ``remoting*`` keys of ``--broker-conf`` (defaults for the
     others); ``CliError`` naming the key when a value is not a valid whole number."""
     from network.remoting.server import ServerLimits
-    values: dict[str, int] = {}
+    values: dict[str, Any] = {}
     for key, name in SERVER_LIMIT_KEYS.items():
         text = conf.get(key, "").strip()
         if not text:

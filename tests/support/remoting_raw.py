@@ -28,12 +28,15 @@ from network.remoting.wire import (
 class RawRemotingClient:
     """One connection to a remoting server."""
 
-    def __init__(self, address: tuple[str, int] | str, *, language: str = "JAVA",
-                 version: int = 479) -> None:
+    def __init__(self, address: tuple[str, int] | str | None, *, language: str = "JAVA",
+                 version: int = 479, sock: socket.socket | None = None) -> None:
         if isinstance(address, str):
             host, port = address.rsplit(":", 1)
             address = (host, int(port))
-        self.sock = socket.create_connection(address, timeout=10)
+        if sock is None:
+            assert address is not None
+            sock = socket.create_connection(address, timeout=10)
+        self.sock = sock
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.language, self.version = language, version
         self._lock = threading.Lock()
@@ -44,6 +47,11 @@ class RawRemotingClient:
         self._reader = threading.Thread(target=self._read, name="raw-remoting-reader",
                                         daemon=True)
         self._reader.start()
+
+    @classmethod
+    def over(cls, sock: socket.socket) -> RawRemotingClient:
+        """A client on a socket already connected (e.g. from a chosen source address)."""
+        return cls(None, sock=sock)
 
     def request(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
                 oneway: bool = False) -> RemotingCommand:

@@ -33,19 +33,22 @@ class Admission:
         self._proven: OrderedDict[str, None] = OrderedDict()
         self.open = 0
 
-    def refusal(self, host: str) -> str | None:
-        """Why a new connection from ``host`` is refused (naming the setting), or None."""
+    def refusal(self, host: str) -> tuple[str, str] | None:
+        """Why a new connection from ``host`` is refused: (the bound's setting, a sentence
+        naming it), or None."""
         if self.open >= self._max:
-            return (f"{self.open} connections open, the most ServerLimits.max_connections "
-                    f"(remotingMaxConnections) allows")
+            return "max_connections", (
+                f"{self.open} connections open, the most ServerLimits.max_connections "
+                "(remotingMaxConnections) allows")
         if self._by_host[host] >= self._max_per_peer:
-            return (f"{self._by_host[host]} connections open from {host}, the most "
-                    "ServerLimits.max_connections_per_peer (remotingMaxConnectionsPerPeer) "
-                    "allows")
+            return "max_connections_per_peer", (
+                f"{self._by_host[host]} connections open from {host}, the most "
+                "ServerLimits.max_connections_per_peer (remotingMaxConnectionsPerPeer) allows")
         if self.open >= self._max - self._reserved and not self.is_proven(host):
-            return (f"{self.open} connections open; the last {self._reserved} are kept for "
-                    "peers already served (ServerLimits.reserved_connections, "
-                    "remotingReservedConnections)")
+            return "reserved_connections", (
+                f"{self.open} connections open; the last {self._reserved} are kept for peers "
+                "already served (ServerLimits.reserved_connections, "
+                "remotingReservedConnections)")
         return None
 
     def opened(self, host: str) -> None:

@@ -114,7 +114,9 @@ class RemotingServer:
         self._admission = Admission(self.limits.max_connections,
                                     self.limits.max_connections_per_peer,
                                     self.limits.reserved_connections)
-        self._refusals = ThrottledLog(log, LOG_INTERVAL_S)
+        self._refusals = {kind: ThrottledLog(log, LOG_INTERVAL_S) for kind in (
+            "max_connections", "max_connections_per_peer", "reserved_connections",
+            "frame_read_timeout_ms")}  # one line per interval for each bound
         self._accept_failures = ThrottledLog(log, LOG_INTERVAL_S)
         self._accept_resumes_at = 0.0  # out of file descriptors: accept again from then
         self._proving = _ProvingAccess(self)
@@ -253,7 +255,8 @@ class RemotingServer:
     def _admit(self, sock: socket.socket, host: str, address: str) -> None:
         refusal = self._admission.refusal(host)
         if refusal is not None:
-            self._refusals.warning("[remoting] %s refused %s: %s", self._name, address, refusal)
+            self._refusals[refusal[0]].warning("[remoting] %s refused %s: %s", self._name,
+                                               address, refusal[1])
             sock.close()
             return
         sock.setblocking(False)
@@ -432,7 +435,7 @@ class RemotingServer:
                          session.peer_address, self.limits.idle_timeout_ms)
                 self._close(session)
             elif session.frame_started is not None and session.frame_started < frame_since:
-                self._refusals.warning(
+                self._refusals["frame_read_timeout_ms"].warning(
                     "[remoting] %s: closing %s, a frame unfinished after %d ms "
                     "(ServerLimits.frame_read_timeout_ms, remotingFrameReadTimeoutMillis)",
                     self._name, session.peer_address, self.limits.frame_read_timeout_ms)

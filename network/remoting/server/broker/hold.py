@@ -129,13 +129,13 @@ class PullHoldService:
                 self._ready.extend(woken)
                 self._condition.notify()
 
-    def release(self, owner: object) -> int:
-        """Drop every pull ``owner`` parked (unanswered); how many."""
+    def release(self, owner: object) -> None:
+        """Drop every pull ``owner`` parked (unanswered)."""
         with self._condition:
-            pulls = self._by_owner.get(owner)
-            if not pulls:
-                return 0
-            pulls = [parked for parked in pulls if not parked.done]
+            owned = self._by_owner.get(owner)
+            if not owned:
+                return
+            pulls = [parked for parked in owned if not parked.done]
             for parked in pulls:
                 waiting = self._by_queue.get(parked.queue, [])
                 if parked in waiting:
@@ -144,7 +144,6 @@ class PullHoldService:
                         del self._by_queue[parked.queue]
             self._take(pulls)
             self._by_owner.pop(owner, None)
-            return len(pulls)
 
     def _take(self, pulls: list[ParkedPull]) -> None:
         """Mark pulls answered (under the condition); their heap entries become stale."""
