@@ -319,7 +319,7 @@ class RemotingServer:
                 break
             session.frame_started = time.monotonic() if decoder.buffered_bytes else None
             self._handle(session, command)
-        if session.proven and not self._admission.is_proven(session.peer_host):
+        if session.proven:
             self._admission.prove(session.peer_host)
 
     def _handle(self, session: Session, command: RemotingCommand) -> None:
@@ -399,11 +399,14 @@ class RemotingServer:
         if session.holding and not session.hold_reading(self.limits.max_output_bytes,
                                                         self.limits.max_owed_answers):
             self._handle_buffered(session)  # room again: the frames read before, then more
-        if not session.closed:
+            self._set_events(session)
+        else:
             self._set_events(session, empty)
 
     def _set_events(self, session: Session, empty: bool | None = None) -> None:
         """Watch for reads unless holding, for writes while output waits."""
+        if session.closed:
+            return
         if empty is None:
             empty = not session.buffered_bytes
         events = (0 if session.holding else selectors.EVENT_READ) | (
@@ -423,12 +426,18 @@ class RemotingServer:
 
     def _close_expired(self, now: float) -> None:
         """Close connections idle for ``idle_timeout_ms``, or whose frame began over
-        ``frame_read_timeout_ms`` ago (a peer that trickles bytes); a connection the server
-        stopped reading (``holding``) is not timed: the wait is the server's."""
+        ``frame_read_timeout_ms`` ago (a peer that trickles bytes). A connection the server
+        stopped reading (``holding``) is timed only by its peer taking its answers: none taken
+        for ``idle_timeout_ms`` closes it; waiting for answers owed is the server's wait."""
         idle_since = now - self.limits.idle_timeout_ms / 1000
         frame_since = now - self.limits.frame_read_timeout_ms / 1000
         for session in list(self._sessions.values()):
             if session.holding:
+                if session.buffered_bytes and session.last_sent < idle_since:
+                    log.info("[remoting] %s: closing %s, it took none of its answers for over "
+                             "%d ms", self._name, session.peer_address,
+                             self.limits.idle_timeout_ms)
+                    self._close(session)
                 continue
             if session.last_read < idle_since:
                 log.info("[remoting] %s: closing %s, idle for over %d ms", self._name,

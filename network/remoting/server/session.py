@@ -63,6 +63,7 @@ class Session:
         self.client_id: str | None = None
         self.attributes: dict[str, Any] = {}  # handlers' per-connection state (e.g. groups)
         self.last_read = time.monotonic()  # when the peer last sent bytes (idle expiry)
+        self.last_sent = self.last_read  # since when unsent output waits, or last went out
         self._lock = threading.Lock()
         self._out = bytearray()
         self._on_pending_write = on_pending_write
@@ -157,6 +158,7 @@ class Session:
                 self._out += frame
                 if not was_empty:
                     return  # already known to the IO thread
+                self.last_sent = time.monotonic()  # output waits from now
             else:
                 try:
                     sent = self.sock.send(frame)
@@ -167,6 +169,7 @@ class Session:
                 if sent == len(frame):
                     return
                 self._out += memoryview(frame)[sent:]
+                self.last_sent = time.monotonic()
         self._on_pending_write(self)
 
     # ---- for the server's IO thread ----------------------------------------------------------
@@ -185,6 +188,8 @@ class Session:
             except (BlockingIOError, InterruptedError):
                 return False
             del self._out[:sent]
+            if sent:
+                self.last_sent = time.monotonic()
             return not self._out
 
     @property
