@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,23 +37,14 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 LIMITS = FrameLimits(max_frame_bytes=64 * 1024, max_header_bytes=16 * 1024, max_ext_fields=64)
 
 
-@pytest.fixture
-def servers() -> Iterator[list[TinyRemotingServer]]:
-    started: list[TinyRemotingServer] = []
-    yield started
-    for server in started:
-        server.close()
-
-
 @pytest.mark.parametrize("depth", [1000, 100_000])
-def test_client_reader_survives_an_answer_nested_too_deeply(servers, depth) -> None:
+def test_client_reader_survives_an_answer_nested_too_deeply(depth) -> None:
     def nested_first(command: RemotingCommand, peer: PeerSocket) -> list[bytes | RemotingCommand]:
         if command.ext_fields["n"] == "first":
             return [nested_frame(depth, command.opaque)]
         return [command.response(0, remark="ok \ud800")]
 
     server = TinyRemotingServer(nested_first)
-    servers.append(server)
     connection = Connection(server.address)
     try:
         with pytest.raises(ConnectionClosedError, match="nested too deeply"):
@@ -63,6 +53,7 @@ def test_client_reader_survives_an_answer_nested_too_deeply(servers, depth) -> N
         assert answer.remark == "ok \ud800"  # a lone surrogate crosses as its JSON escape
     finally:
         connection.close()
+        server.close()
 
 
 def _frame(header: bytes, body: bytes = b"", kind: int = 0) -> bytes:

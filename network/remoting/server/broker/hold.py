@@ -136,14 +136,20 @@ class PullHoldService:
             if not owned:
                 return
             pulls = [parked for parked in owned if not parked.done]
-            for parked in pulls:
-                waiting = self._by_queue.get(parked.queue, [])
-                if parked in waiting:
-                    waiting.remove(parked)
-                    if not waiting:
-                        del self._by_queue[parked.queue]
+            self._unqueue(pulls)
             self._take(pulls)
             self._by_owner.pop(owner, None)
+
+    def _unqueue(self, pulls: list[ParkedPull]) -> None:
+        """Take ``pulls`` off their queues' waiting lists (under the condition)."""
+        leaving = set(pulls)
+        for queue in {parked.queue for parked in pulls}:
+            still = [parked for parked in self._by_queue.get(queue, ())
+                     if parked not in leaving]
+            if still:
+                self._by_queue[queue] = still
+            else:
+                self._by_queue.pop(queue, None)
 
     def _take(self, pulls: list[ParkedPull]) -> None:
         """Mark pulls answered (under the condition); their heap entries become stale."""
@@ -182,14 +188,9 @@ class PullHoldService:
         expired = []
         while self._deadlines and (self._deadlines[0][2].done or self._deadlines[0][0] <= now):
             _, _, parked = heapq.heappop(self._deadlines)
-            if parked.done:
-                continue
-            waiting = self._by_queue.get(parked.queue, [])
-            if parked in waiting:
-                waiting.remove(parked)
-                if not waiting:
-                    del self._by_queue[parked.queue]
-            expired.append(parked)
+            if not parked.done:
+                expired.append(parked)
+        self._unqueue(expired)
         self._take(expired)
         return expired
 
