@@ -13,7 +13,9 @@ served throughout:
 
 from __future__ import annotations
 
+import resource
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -42,10 +44,29 @@ def _rss_bytes(server: BrokerProcess) -> int:
     raise AssertionError("no VmRSS")
 
 
+FD_LIMIT = """import os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[1])))
+os.execv(sys.argv[2], sys.argv[2:])"""
+"""Runs a command with a lower file-descriptor limit (as ``prlimit --nofile``)."""
+
+
+def _with_fd_limit(limit: int) -> tuple[str, ...]:
+    return (sys.executable, "-c", FD_LIMIT, str(limit))
+
+
+def _enough_descriptors(count: int) -> None:
+    """Raise this process's soft descriptor limit (the broker inherits it) to ``count``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < count:
+        assert hard == resource.RLIM_INFINITY or hard >= count, f"needs {count} descriptors"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, hard))
+
+
 @contextmanager
 def _broker(tmp_path: Path, conf: str = "", *, prefix: tuple[str, ...] = ()
             ) -> Iterator[BrokerProcess]:
     """A broker process with ``conf`` added to the test broker.conf; stopped cleanly."""
+    _enough_descriptors(4096)  # the floods below open over 2 000 sockets
     path = tmp_path / "broker.conf"
     path.write_text(TEST_BROKER_CONF + conf)
     server = BrokerProcess(tmp_path / "store", broker_conf=path)
@@ -198,7 +219,7 @@ def _trickle(sockets: list[socket.socket], stop: threading.Event) -> None:
 
 
 def test_out_of_file_descriptors_logs_once_per_interval_and_recovers(tmp_path):
-    with _broker(tmp_path, prefix=("prlimit", "--nofile=400:400", "--")) as server:
+    with _broker(tmp_path, prefix=_with_fd_limit(400)) as server:
         address = server.remoting_address
         with RawRemotingClient(address) as good:
             _send_ok(good)

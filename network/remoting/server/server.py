@@ -14,11 +14,18 @@ Threading model:
   ``PullHoldService``) and answered later from whichever thread sees the message arrive or the
   suspend time pass.
 
-Bounds: frame and header sizes (``FrameLimits``), open connections (``max_connections``: the
-one over the cap is closed at once), queued work, and each connection's unsent output
-(``max_output_bytes``: past it the server stops reading from that connection until the peer
-reads its answers), and idle connections (closed after ``idle_timeout_ms`` without a
-request). A malformed frame (``WireError``) closes that connection only, logged.
+Bounds (``ServerLimits``; ``docs/remoting.md``, Limits): frame and header sizes
+(``FrameLimits``); connections in all, per source address and the slots kept for peers already
+served (``admission.Admission``: the one refused is closed at once); a frame must arrive whole
+within ``frame_read_timeout_ms`` of its first byte; queued work. Frames are decoded and handled
+**one at a time**: past ``max_output_bytes`` of unsent answers or ``max_owed_answers`` requests
+not yet answered (on a worker, or parked), the server stops reading that connection (its frames
+wait unread) until answers go out (``Session.hold_reading``). Idle connections close after
+``idle_timeout_ms`` without a request, and so do held ones whose peer takes none of its answers
+for as long. A malformed frame (``WireError``) closes that connection only, logged; so does any
+other failure serving one connection — the IO thread never stops for one. Out of file
+descriptors, the listener pauses ``ACCEPT_PAUSE_S``; floods of refusals and failures log one
+line per ``LOG_INTERVAL_S``.
 
 Lifecycle: ``start`` binds (port 0 picks a free port; ``address`` tells which) and starts the
 threads; ``stop`` closes the listener and every connection (close listeners run), ends the
@@ -36,12 +43,12 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from ..wire import DEFAULT_LIMITS, FrameDecoder, FrameLimits, RemotingCommand, WireError
+from ..wire import FrameDecoder, RemotingCommand, WireError
 from .admission import Admission, ThrottledLog
 from .errors import ServerLimitError
 from .handlers import AccessControl, AllowAll, HandlerTable, dispatch, error_response
+from .limits import ServerLimits
 from .session import Session, encode_answer
 from .workers import WorkerPool
 
@@ -52,42 +59,6 @@ READS_PER_ROUND_MAX = 4  # then other connections get their turn
 SELECT_TIMEOUT_S = 1.0
 ACCEPT_PAUSE_S = 0.1  # out of file descriptors: stop accepting this long
 LOG_INTERVAL_S = 10.0  # at most one line per interval for a flood of refusals or failures
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """Bounds of one server (DESIGN §9: every request is bounded). ``docs/remoting.md``
-    (Limits) names the broker.conf key of each."""
-
-    frame: FrameLimits = field(default_factory=lambda: DEFAULT_LIMITS)
-    max_connections: int = 1024
-    max_connections_per_peer: int = 128
-    """Open connections from one source IP address."""
-    reserved_connections: int = 64
-    """The last slots under ``max_connections``, kept for peers already served."""
-    frame_read_timeout_ms: int = 30_000
-    """A frame must arrive whole within this time of its first byte (a new connection's first
-    frame: of connecting), however slowly its bytes trickle in."""
-    workers: int = 4
-    queue_max: int = 4096
-    max_output_bytes: int = 16 * 1024 * 1024
-    """Unsent answers of one connection past which the server stops reading from it."""
-    max_owed_answers: int = 1024
-    """Requests of one connection read and not yet answered (on a worker, or a parked long
-    poll) past which the server stops reading from it."""
-    idle_timeout_ms: int = 120_000
-    """A connection that sends nothing for this long is closed (RocketMQ's broker closes
-    channels idle for 120 s; clients send a heartbeat every 30 s)."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_connections", "max_connections_per_peer", "frame_read_timeout_ms",
-                     "workers", "queue_max", "max_output_bytes", "max_owed_answers",
-                     "idle_timeout_ms"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ServerLimits.{name} must be at least 1")
-        if not 0 <= self.reserved_connections < self.max_connections:
-            raise ValueError("ServerLimits.reserved_connections must be at least 0 and under "
-                             "max_connections")
 
 
 class RemotingServer:
@@ -229,9 +200,12 @@ class RemotingServer:
                 if mask & selectors.EVENT_READ and not session.closed:
                     self._read(session)
             except Exception:
-                log.exception("[remoting] %s: serving %s failed; closing that connection",
-                              self._name, session.peer_address)
-                self._close(session)
+                self._failed(session)
+
+    def _failed(self, session: Session) -> None:
+        log.exception("[remoting] %s: serving %s failed; closing that connection",
+                      self._name, session.peer_address)
+        self._close(session)
 
     def _accept(self) -> None:
         assert self._listener is not None
@@ -386,7 +360,10 @@ class RemotingServer:
         while self._dirty:
             session = self._dirty.pop()
             if not session.closed:
-                self._flush(session)
+                try:
+                    self._flush(session)
+                except Exception:
+                    self._failed(session)
 
     def _flush(self, session: Session) -> None:
         try:
