@@ -25,7 +25,8 @@ from storage_engine.config import BrokerRole, FlushMode
 
 from ...wire import RemotingCommand
 from ..handlers import AccessControl
-from ..server import RemotingServer, ServerLimits
+from ..limits import ServerLimits
+from ..server import RemotingServer
 from .clients import ClientHandlers, ClientRegistry, ConsumerInfo
 from .offsets import OffsetHandlers
 from .pull import MAX_PARKED_PULLS, PullHandler
