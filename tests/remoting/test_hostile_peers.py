@@ -89,8 +89,11 @@ def _send_ok(client: RawRemotingClient, timeout_s: float = 30) -> float:
 
 
 def _connect(address: str, source: str, timeout_s: float = 5) -> socket.socket:
-    return socket.create_connection(_address(address), timeout=timeout_s,
+    """A connection from ``source`` (blocking once connected: a client's reader may wait)."""
+    sock = socket.create_connection(_address(address), timeout=timeout_s,
                                     source_address=(source, 0))
+    sock.settimeout(None)
+    return sock
 
 
 def _served(address: str, source: str) -> bool:
@@ -229,10 +232,12 @@ def test_out_of_file_descriptors_logs_once_per_interval_and_recovers(tmp_path):
                     flood.append(_connect(address, f"127.0.0.{host}"))
             wait_until(lambda: "accept failed" in server.stderr_text(), 30,
                        "the broker out of file descriptors")
+            first = time.monotonic()
             time.sleep(2)  # the window in which a busy accept loop would log thousands of lines
             _send_ok(good)  # the connections it has are served
             failures = server.stderr_text().count("accept failed")
+            allowed = 1 + int((time.monotonic() - first) / 10)  # one line per 10 s
             for sock in flood:
                 sock.close()
             wait_until(lambda: _served(address, "127.0.0.3"), 30, "accepting again")
-        assert failures <= 2, f"{failures} accept failures logged"
+        assert failures <= allowed, f"{failures} accept failures logged"
