@@ -304,17 +304,16 @@ class RemotingServer:
             return
         session.language, session.version = command.language, command.version
         self.request_counts[command.code] += 1
-        session.expect_answer()
         entry = self.handlers.lookup(command.code)
         if entry is None or entry[1]:
             response = dispatch(entry and entry[0], command, session, self._proving)
             if response is not None:
                 session.write(encode_answer(response))
-                session.answer_settled()
-            elif command.is_oneway:
-                session.answer_settled()
-            return  # else parked: settled when answered (``Session.send_response``)
+            elif not command.is_oneway:  # parked: owed until ``Session.send_response``
+                session.expect_answer()
+            return
         handler = entry[0]
+        session.expect_answer()
 
         def task() -> None:
             answer = dispatch(handler, command, session, self._proving)

@@ -11,9 +11,9 @@ so all the responses of one read leave in one ``send``. From any other thread (a
 long-polling service, a membership notification) the bytes go out at once when the buffer is
 empty, and what the socket does not take waits for the IO thread (``wants_write``).
 
-Answers owed: the server counts every request it has read and not yet answered
-(``expect_answer``; a request on a worker or a parked long poll stays counted until its answer is
-written by ``send_response``, or ``answer_settled`` for one that gets none). ``hold_reading``
+Answers owed: the server counts the requests it has read and not answered at once
+(``expect_answer``: a request on a worker, a parked long poll) until their answer is written by
+``send_response`` (or ``answer_settled`` for one that gets none). ``hold_reading``
 tells the server whether the connection has too much in flight (owed answers, unsent output) to
 read more; settling an answer wakes the server when it is holding.
 
@@ -94,8 +94,8 @@ class Session:
 
     def answer_settled(self) -> None:
         """One owed answer is written (or none is due); wakes a holding server."""
-        with self._lock:
-            self._owed = max(0, self._owed - 1)
+        with self._lock:  # may go below 0 for a moment: a parked pull answered before the
+            self._owed -= 1  # IO thread counted it (``expect_answer`` after the handler)
             wake = self.holding
         if wake:
             self._on_pending_write(self)
@@ -108,6 +108,9 @@ class Session:
     def hold_reading(self, max_output_bytes: int, max_owed_answers: int) -> bool:
         """Whether reading must wait (sets ``holding``): over ``max_output_bytes`` unsent, or
         ``max_owed_answers`` requests not yet answered."""
+        if not self.holding and len(self._out) <= max_output_bytes \
+                and self._owed < max_owed_answers:
+            return False  # the common case, without the lock: only the IO thread sets holding
         with self._lock:
             self.holding = (len(self._out) > max_output_bytes
                             or self._owed >= max_owed_answers)
