@@ -118,7 +118,7 @@ _BROKER_ONLY_KEYS = frozenset({
     # the remoting listeners' bounds (read by the CLI into ServerLimits)
     "remotingMaxConnections", "remotingMaxConnectionsPerPeer", "remotingReservedConnections",
     "remotingFrameReadTimeoutMillis", "remotingMaxOutputBytes", "remotingMaxOwedAnswers",
-    "remotingIdleTimeoutMillis",
+    "remotingIdleTimeoutMillis", "remotingProbationTimeoutMillis",
 })
 
 

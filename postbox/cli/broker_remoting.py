@@ -106,6 +106,7 @@ SERVER_LIMIT_KEYS = {
     "remotingMaxConnections": "max_connections",
     "remotingMaxConnectionsPerPeer": "max_connections_per_peer",
     "remotingReservedConnections": "reserved_connections",
+    "remotingProbationTimeoutMillis": "probation_timeout_ms",
     "remotingFrameReadTimeoutMillis": "frame_read_timeout_ms",
     "remotingMaxOutputBytes": "max_output_bytes",
     "remotingMaxOwedAnswers": "max_owed_answers",

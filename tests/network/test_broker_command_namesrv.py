@@ -127,12 +127,12 @@ def test_remoting_limits_come_from_broker_conf_keys_and_bad_ones_name_the_key(tm
     conf.write_text("remotingMaxConnections=300\nremotingMaxConnectionsPerPeer=10\n"
                     "remotingReservedConnections=20\nremotingFrameReadTimeoutMillis=5000\n"
                     "remotingMaxOutputBytes=1048576\nremotingMaxOwedAnswers=50\n"
-                    "remotingIdleTimeoutMillis=60000\n")
+                    "remotingIdleTimeoutMillis=60000\nremotingProbationTimeoutMillis=700\n")
     limits = node_options(conf, **flags).limits
     assert (limits.max_connections, limits.max_connections_per_peer,
             limits.reserved_connections, limits.frame_read_timeout_ms, limits.max_output_bytes,
-            limits.max_owed_answers, limits.idle_timeout_ms) == (
-        300, 10, 20, 5000, 1048576, 50, 60000)
+            limits.max_owed_answers, limits.idle_timeout_ms, limits.probation_timeout_ms) == (
+        300, 10, 20, 5000, 1048576, 50, 60000, 700)
     assert node_options(None, **flags).limits == ServerLimits()
     conf.write_text("remotingMaxConnectionsPerPeer=many\n")
     with pytest.raises(CliError, match="remotingMaxConnectionsPerPeer"):

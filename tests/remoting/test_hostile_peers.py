@@ -13,6 +13,7 @@ served throughout:
 
 from __future__ import annotations
 
+import json
 import resource
 import socket
 import sys
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from network.remoting.acl_signature import sign_request
 from network.remoting.codes import RequestCode, ResponseCode
 from network.remoting.wire import RemotingCommand, encode
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
@@ -63,13 +65,13 @@ def _enough_descriptors(count: int) -> None:
 
 
 @contextmanager
-def _broker(tmp_path: Path, conf: str = "", *, prefix: tuple[str, ...] = ()
-            ) -> Iterator[BrokerProcess]:
+def _broker(tmp_path: Path, conf: str = "", *, prefix: tuple[str, ...] = (),
+            acl: Path | None = None) -> Iterator[BrokerProcess]:
     """A broker process with ``conf`` added to the test broker.conf; stopped cleanly."""
     _enough_descriptors(4096)  # the floods below open over 2 000 sockets
     path = tmp_path / "broker.conf"
     path.write_text(TEST_BROKER_CONF + conf)
-    server = BrokerProcess(tmp_path / "store", broker_conf=path)
+    server = BrokerProcess(tmp_path / "store", broker_conf=path, acl=acl)
     server.args = [*prefix, *server.args]
     server.start()
     try:
@@ -168,6 +170,44 @@ def test_trickling_sockets_from_one_address_cannot_lock_new_clients_out(tmp_path
         wait_until(lambda: "remotingReservedConnections" in server.stderr_text(), 30,
                    "the unreserved slots full")
         assert _served(address, "127.0.0.2")
+        for sock in flood:
+            sock.close()
+
+
+def test_with_acl_a_new_client_that_signs_gets_a_reserved_slot_during_a_flood(tmp_path):
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps({"accounts": [
+        {"access_key": "ops", "secret_key": "ops-secret", "admin": True}]}))
+    with _broker(tmp_path, acl=acl) as server:
+        address = server.remoting_address
+        flood = []
+        for host in range(10, 19):  # 1 152 silent sockets from 9 addresses
+            for _ in range(128):
+                try:
+                    flood.append(_connect(address, f"127.0.0.{host}"))
+                except OSError:
+                    break
+
+        def signed_client_served() -> bool:
+            try:
+                sock = _connect(address, "127.0.0.5")
+            except OSError:
+                return False
+            with RawRemotingClient.over(sock) as client:
+                try:
+                    answer = client.call_command(sign_request(client.request(
+                        RequestCode.SEND_MESSAGE_V2, send_fields("Good", 0), b"ok"),
+                        "ops", "ops-secret"), timeout_s=5)
+                except Exception:  # refused: closed at once
+                    return False
+            return answer.code == ResponseCode.SUCCESS
+
+        wait_until(signed_client_served, 30, "a signed new client served during the flood")
+        with RawRemotingClient.over(_connect(address, "127.0.0.6")) as unsigned:
+            unsigned.send_bytes(encode(unsigned.request(RequestCode.SEND_MESSAGE_V2,
+                                                        send_fields("Good", 0), b"no")))
+            assert unsigned.closed_by_peer.wait(10)  # refused, or its probation failed
+        assert "remotingReservedConnections" in server.stderr_text()
         for sock in flood:
             sock.close()
 

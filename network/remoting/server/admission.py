@@ -9,7 +9,10 @@ Three bounds, checked in order when a connection is accepted:
    source IP from which a request has passed the access check (with ACL: a signed request of a
    known key; without ACL: any well-formed request). A flood of sockets from addresses that
    never sent a whole request cannot take those slots, so a client that was served before the
-   flood can still reconnect.
+   flood can still reconnect. Half of them (``probation_slots``) also take peers not proven yet
+   **on probation**: such a connection must send, as its first frame and within the frame
+   deadline of connecting, a request that passes the access check (a new client signing with
+   its ACL key), else it is closed (the server enforces this; ``Session.probation``).
 
 Proven peers are remembered in a bounded LRU (``PROVEN_PEERS_MAX`` addresses). Used by the
 server's IO thread only: not thread-safe.
@@ -32,6 +35,8 @@ class Admission:
         self._by_host: Counter[str] = Counter()
         self._proven: OrderedDict[str, None] = OrderedDict()
         self.open = 0
+        self.on_probation = 0
+        self.probation_slots = reserved // 2
 
     def refusal(self, host: str) -> tuple[str, str] | None:
         """Why a new connection from ``host`` is refused: (the bound's setting, a sentence
@@ -44,17 +49,28 @@ class Admission:
             return "max_connections_per_peer", (
                 f"{self._by_host[host]} connections open from {host}, the most "
                 "ServerLimits.max_connections_per_peer (remotingMaxConnectionsPerPeer) allows")
-        if self.open >= self._max - self._reserved and not self.is_proven(host):
+        if (self.open >= self._max - self._reserved and not self.is_proven(host)
+                and self.on_probation >= self.probation_slots):
             return "reserved_connections", (
                 f"{self.open} connections open; the last {self._reserved} are kept for peers "
                 "already served (ServerLimits.reserved_connections, "
                 "remotingReservedConnections)")
         return None
 
-    def opened(self, host: str) -> None:
-        """Count a connection accepted from ``host``."""
+    def must_prove(self, host: str) -> bool:
+        """Whether a connection ``refusal`` lets in from ``host`` comes on probation (it takes
+        a reserved slot and its address is not proven)."""
+        return self.open >= self._max - self._reserved and not self.is_proven(host)
+
+    def opened(self, host: str, probation: bool = False) -> None:
+        """Count a connection accepted from ``host`` (on probation or not)."""
         self.open += 1
         self._by_host[host] += 1
+        self.on_probation += probation
+
+    def end_probation(self) -> None:
+        """A connection on probation proved itself, or closed."""
+        self.on_probation -= 1
 
     def closed(self, host: str) -> None:
         """Count a connection from ``host`` closed."""

@@ -19,7 +19,10 @@ class ServerLimits:
     max_connections_per_peer: int = 128
     """Open connections from one source IP address."""
     reserved_connections: int = 64
-    """The last slots under ``max_connections``, kept for peers already served."""
+    """The last slots under ``max_connections``, kept for peers already served; half of them
+    also take new peers on probation (their first request must pass the access check)."""
+    probation_timeout_ms: int = 5_000
+    """A connection on probation must send its first whole frame within this time."""
     frame_read_timeout_ms: int = 30_000
     """A frame must arrive whole within this time of its first byte, however slowly its bytes
     trickle in (a connection that sends nothing is ``idle_timeout_ms``'s)."""
@@ -36,6 +39,7 @@ class ServerLimits:
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "max_connections_per_peer", "frame_read_timeout_ms",
+                     "probation_timeout_ms",
                      "workers", "queue_max", "max_output_bytes", "max_owed_answers",
                      "idle_timeout_ms"):
             if getattr(self, name) < 1:

@@ -236,9 +236,11 @@ class RemotingServer:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         session = Session(sock, address, self._on_pending_write, self.is_io_thread, host)
+        if self._admission.must_prove(host):  # a reserved slot: its first frame, and soon
+            session.probation, session.frame_started = True, time.monotonic()
         self._sessions[sock] = session
         self._decoders[session] = FrameDecoder(self.limits.frame)
-        self._admission.opened(host)
+        self._admission.opened(host, session.probation)
         self._selector.register(sock, selectors.EVENT_READ, session)
 
     def _pause_accepting(self) -> None:
@@ -292,9 +294,30 @@ class RemotingServer:
             if command is None:
                 break
             session.frame_started = time.monotonic() if decoder.buffered_bytes else None
+            if session.probation and not self._end_probation(session, command):
+                return
             self._handle(session, command)
         if session.proven:
             self._admission.prove(session.peer_host)
+
+    def _end_probation(self, session: Session, command: RemotingCommand) -> bool:
+        """The first frame of a connection on probation: keep it (True) if it is a request
+        that passes the access check (checked here, on the IO thread), else close it."""
+        session.probation = False
+        self._admission.end_probation()
+        try:
+            if not command.is_response:
+                self._proving.check(command, session)
+        except Exception:  # refused (AccessDeniedError) or unreadable: not proven
+            pass
+        if session.proven:
+            return True
+        self._refusals["reserved_connections"].warning(
+            "[remoting] %s: closing %s, on probation in a reserved slot, its first request did "
+            "not pass the access check (ServerLimits.reserved_connections, "
+            "remotingReservedConnections)", self._name, session.peer_address)
+        self._close(session)
+        return False
 
     def _handle(self, session: Session, command: RemotingCommand) -> None:
         if command.is_response:
@@ -407,7 +430,16 @@ class RemotingServer:
         for ``idle_timeout_ms`` closes it; waiting for answers owed is the server's wait."""
         idle_since = now - self.limits.idle_timeout_ms / 1000
         frame_since = now - self.limits.frame_read_timeout_ms / 1000
+        probation_since = now - self.limits.probation_timeout_ms / 1000
         for session in list(self._sessions.values()):
+            if session.probation and session.frame_started is not None \
+                    and session.frame_started < probation_since:
+                self._refusals["reserved_connections"].warning(
+                    "[remoting] %s: closing %s, on probation and no whole request within %d ms "
+                    "(ServerLimits.probation_timeout_ms, remotingProbationTimeoutMillis)",
+                    self._name, session.peer_address, self.limits.probation_timeout_ms)
+                self._close(session)
+                continue
             if session.holding:
                 if session.buffered_bytes and session.last_sent < idle_since:
                     log.info("[remoting] %s: closing %s, it took none of its answers for over "
@@ -430,6 +462,9 @@ class RemotingServer:
         if session.sock in self._sessions:
             del self._sessions[session.sock]
             self._admission.closed(session.peer_host)
+            if session.probation:
+                session.probation = False
+                self._admission.end_probation()
             self._decoders.pop(session, None)
             self._dirty.discard(session)
             try:

@@ -55,6 +55,7 @@ class Session:
         self.peer_address = peer_address
         self.peer_host = peer_host or peer_address.rpartition(":")[0]
         self.proven = False  # a request of this connection passed the access check
+        self.probation = False  # its first request must pass the access check (Admission)
         self.frame_started: float | None = None  # when the unfinished frame's first byte came
         self.holding = False  # the server stopped reading: too much in flight (IO thread sets)
         self._owed = 0  # requests read and not yet answered
