@@ -14,7 +14,8 @@ Three bounds, checked in order when a connection is accepted:
    deadline of connecting, a request that passes the access check (a new client signing with
    its ACL key), else it is closed (the server enforces this; ``Session.probation``).
 
-Proven peers are remembered in a bounded LRU (``PROVEN_PEERS_MAX`` addresses). Used by the
+Proven peers are remembered in a bounded LRU (``PROVEN_PEERS_MAX`` addresses); ``ProvingAccess``
+wraps the server's access control to mark a session proven. ``Admission`` is used by the
 server's IO thread only: not thread-safe.
 """
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 PROVEN_PEERS_MAX = 4096
 
@@ -109,3 +112,17 @@ class ThrottledLog:
         skipped, self._skipped, self._next = self._skipped, 0, now + self._interval_s
         suffix = f" ({skipped} more like it since the last line)" if skipped else ""
         self._log.warning(message + suffix, *args)
+
+
+class ProvingAccess:
+    """The server's access control (``current()``: read at each call, tests and admin replace
+    it), marking the session proven when a request passes it."""
+
+    def __init__(self, current: Callable[[], Any]) -> None:
+        self._current = current
+
+    def check(self, request: Any, session: Any) -> object:
+        """``current().check``; the session is proven when it returns."""
+        result = self._current().check(request, session)
+        session.proven = True
+        return result

@@ -45,7 +45,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from ..wire import FrameDecoder, RemotingCommand, WireError
-from .admission import Admission, ThrottledLog
+from .admission import Admission, ProvingAccess, ThrottledLog
 from .errors import ServerLimitError
 from .handlers import AccessControl, AllowAll, HandlerTable, dispatch, error_response
 from .limits import ServerLimits
@@ -90,7 +90,7 @@ class RemotingServer:
             "frame_read_timeout_ms")}  # one line per interval for each bound
         self._accept_failures = ThrottledLog(log, LOG_INTERVAL_S)
         self._accept_resumes_at = 0.0  # out of file descriptors: accept again from then
-        self._proving = _ProvingAccess(self)
+        self._proving = ProvingAccess(lambda: self.access)
         self._dirty: set[Session] = set()
         self._want_write: deque[Session] = deque()
         self._close_listeners: list[Callable[[Session], None]] = []
@@ -490,17 +490,3 @@ class RemotingServer:
                 pass
             self._listener.close()
             self._listener = None
-
-
-class _ProvingAccess:
-    """The server's ``access`` (read at each call: tests and admin replace it), marking the
-    session proven when a request passes it (``Admission`` reserves room for such peers)."""
-
-    def __init__(self, server: RemotingServer) -> None:
-        self._server = server
-
-    def check(self, request: RemotingCommand, session: Session) -> object:
-        """``server.access.check``; the session is proven when it returns."""
-        result = self._server.access.check(request, session)
-        session.proven = True
-        return result
