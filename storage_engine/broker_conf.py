@@ -115,6 +115,10 @@ _BROKER_ONLY_KEYS = frozenset({
     "storePathIndex", "storeCheckpoint", "abortFile", "sendMessageThreadPoolNums",
     "pullMessageThreadPoolNums", "aclEnable", "enablePropertyFilter", "traceTopicEnable",
     "slaveReadEnable", "transientStorePoolEnable", "useReentrantLockWhenPutMessage",
+    # the remoting listeners' bounds (read by the CLI into ServerLimits)
+    "remotingMaxConnections", "remotingMaxConnectionsPerPeer", "remotingReservedConnections",
+    "remotingFrameReadTimeoutMillis", "remotingMaxOutputBytes", "remotingMaxOwedAnswers",
+    "remotingIdleTimeoutMillis", "remotingProbationTimeoutMillis",
 })
 
 

@@ -10,7 +10,9 @@ hashable, sorted tuple of its items). ``dumps`` writes compact JSON and writes a
 nodes read back; every other key is quoted as standard JSON (Java reads quoted number keys).
 
 Standard documents go through the C ``json`` module; only a document that fails it is parsed by
-the small recursive-descent parser here, bounded in depth. Pure; safe from any thread.
+the small recursive-descent parser here. Both are bounded in depth (``MAX_DEPTH``): a deeper
+body, or one that is not UTF-8, raises ``FastjsonError``. ``dumps`` always encodes: a lone
+surrogate a peer sent is written back as its JSON escape. Pure; safe from any thread.
 """
 
 from __future__ import annotations
@@ -43,11 +45,18 @@ MAX_DEPTH = 64
 
 def loads(data: bytes | str) -> Any:
     """Parse a body written by a Java node (or any standard JSON)."""
-    text = data.decode() if isinstance(data, bytes | bytearray) else data
     try:
-        return json.loads(text)
+        text = data.decode() if isinstance(data, bytes | bytearray) else data
+        value = json.loads(text)
+        if text.count("[") + text.count("{") > MAX_DEPTH:  # else it cannot be too deep
+            _check_depth(value)
+        return value
+    except UnicodeDecodeError as error:
+        raise FastjsonError(f"not UTF-8: {error}") from None
     except ValueError:
         pass
+    except RecursionError:  # the C parser has no depth bound of its own
+        raise FastjsonError(f"nested deeper than {MAX_DEPTH}") from None
     parser = _Parser(text)
     value = parser.value(0)
     parser.skip_space()
@@ -56,11 +65,40 @@ def loads(data: bytes | str) -> Any:
     return value
 
 
+def _check_depth(value: Any) -> None:
+    """``FastjsonError`` when ``value`` nests deeper than ``MAX_DEPTH`` (as the dialect's
+    parser bounds it: a deep document would fail later, in whatever walks it)."""
+    level: list[Any] = [value]
+    for depth in range(MAX_DEPTH + 2):
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                below.extend(item.values())
+            elif isinstance(item, list):
+                below.extend(item)
+        if not below:
+            return
+        if depth > MAX_DEPTH:
+            break
+        level = below
+    raise FastjsonError(f"nested deeper than {MAX_DEPTH}")
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON, with ``ObjectKey`` map keys in fastjson's object-key form."""
     if not _has_object_keys(value):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-    return "".join(_write(value)).encode()
+        return json_utf8(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    return json_utf8("".join(_write(value)))
+
+
+def json_utf8(text: str) -> bytes:
+    """JSON text as UTF-8, always. A lone surrogate (``\\ud800``: a peer may send one as a
+    JSON escape, and a refusal or a stored name may echo it back) has no UTF-8 form; it is
+    written as its JSON escape again (``backslashreplace`` writes exactly ``\\udXXX``)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
 
 
 def _has_object_keys(value: Any) -> bool:

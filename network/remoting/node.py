@@ -39,7 +39,7 @@ from .admin import (
 )
 from .namesrv import BrokerIdentity, NameServer, RegistrationPolicy, RouteTable
 from .registration import NamesrvRegistrar
-from .server import RemotingServer
+from .server import RemotingServer, ServerLimits
 from .server.broker import BrokerRemotingServer, HeartbeatLimits
 from .server.handlers import AccessControl
 
@@ -89,6 +89,8 @@ class NodeOptions:
     namesrv_registrants: frozenset[str] = frozenset()
     """Hosts other brokers may register from with this node's name server (``*``: any)."""
     heartbeat_limits: HeartbeatLimits = field(default_factory=HeartbeatLimits)
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    """Connection, frame and in-flight bounds of both listeners."""
 
 
 class RemotingNode:
@@ -102,6 +104,7 @@ class RemotingNode:
         self._namesrv_bind = (None if options.namesrv_listen is None
                               else split_host_port(options.namesrv_listen, "--namesrv-listen"))
         self.broker_server = BrokerRemotingServer(broker, host, port, access=access,
+                                                  limits=options.limits,
                                                   stats=RuntimeStats(broker.store.clock),
                                                   heartbeat_limits=options.heartbeat_limits)
         self.admin = BrokerAdmin.attach(self.broker_server, options.broker_name)
@@ -109,6 +112,7 @@ class RemotingNode:
         self.namesrv_server: RemotingServer | None = None
         if self._namesrv_bind is not None:
             self.namesrv_server = RemotingServer(*self._namesrv_bind, access=access,
+                                                 limits=options.limits,
                                                  name="remoting-namesrv")
             registrants = RegistrationPolicy.closed(options.namesrv_registrants,
                                                     acl=access is not None)

@@ -39,6 +39,7 @@ from .codes import (
     LANGUAGE_CODES,
     LANGUAGES,
 )
+from .fastjson import json_utf8
 
 _LENGTH = struct.Struct(">i")
 _HEADER_WORD = struct.Struct(">I")
@@ -255,17 +256,25 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
         document["extFields"] = command.ext_fields
     if command.remark is not None:
         document["remark"] = command.remark
-    return _encode_header_json(document).encode()
+    return json_utf8(_encode_header_json(document))
+
+
+def _utf8_text(text: str) -> bytes:
+    """Plain text (a binary header's strings) as UTF-8; a lone surrogate becomes ``?``."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
 
 
 def _encode_binary_header(command: RemotingCommand) -> bytes:
     parts = [_BINARY_FIXED.pack(command.code, LANGUAGE_CODES.get(command.language, 7),
                                 command.version, command.opaque, command.flag)]
-    remark = (command.remark or "").encode()
+    remark = _utf8_text(command.remark or "")
     parts += [_I32.pack(len(remark)), remark]
     entries = []
     for key, value in command.ext_fields.items():
-        raw_key, raw_value = key.encode(), value.encode()
+        raw_key, raw_value = _utf8_text(key), _utf8_text(value)
         entries += [_I16.pack(len(raw_key)), raw_key, _I32.pack(len(raw_value)), raw_value]
     table = b"".join(entries)
     parts += [_I32.pack(len(table)), table]
@@ -303,6 +312,8 @@ def _decode_json_header(header: memoryview, limits: FrameLimits) -> RemotingComm
         document = _JSON_DECODER.decode(str(header, "utf-8"))
     except ValueError as error:  # UnicodeDecodeError included
         raise WireError(f"JSON header does not parse: {error}") from None
+    except RecursionError:  # nested deeper than the interpreter's stack
+        raise WireError("JSON header is nested too deeply") from None
     if not isinstance(document, dict):
         raise WireError("JSON header is not an object")
     get = document.get
@@ -403,37 +414,53 @@ class _Reader:
 
 
 class FrameDecoder:
-    """Whole commands out of a byte stream, bounded by ``limits`` (one per connection)."""
+    """Whole commands out of a byte stream, bounded by ``limits`` (one per connection).
+
+    ``feed`` takes bytes and returns every command they complete; ``append`` + ``next_command``
+    decode one frame at a time, leaving the rest buffered (the server stops between two frames
+    when a connection has too much in flight).
+    """
 
     def __init__(self, limits: FrameLimits = DEFAULT_LIMITS) -> None:
         self._limits = limits
         self._buffer = bytearray()
+        self._at = 0  # start of the first frame not yet decoded
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         """The commands completed by ``data``; raises ``WireError`` on a malformed frame."""
-        self._buffer += data
+        self.append(data)
         commands = []
-        at = 0
-        buffer = self._buffer
-        end = len(buffer)
-        view = memoryview(buffer)  # frames decoded in place: a slice of it copies nothing
-        try:
-            while end - at >= 4:
-                (length,) = _LENGTH.unpack_from(buffer, at)
-                if length < 4 or length > self._limits.max_frame_bytes:
-                    raise WireError(f"frame length {length} is outside [4, "
-                                    f"{self._limits.max_frame_bytes}]")
-                if end - at - 4 < length:
-                    break
-                commands.append(decode(view[at + 4:at + 4 + length], self._limits))
-                at += 4 + length
-        finally:
-            view.release()  # before the buffer is resized below
-        if at:
-            del self._buffer[:at]
+        while (command := self.next_command()) is not None:
+            commands.append(command)
         return commands
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Buffer ``data`` (decoded by ``next_command``)."""
+        if self._at:
+            del self._buffer[:self._at]
+            self._at = 0
+        self._buffer += data
+
+    def next_command(self) -> RemotingCommand | None:
+        """The next whole command buffered, or None; ``WireError`` on a malformed frame."""
+        buffer, at = self._buffer, self._at
+        if len(buffer) - at < 4:
+            return None
+        (length,) = _LENGTH.unpack_from(buffer, at)
+        if length < 4 or length > self._limits.max_frame_bytes:
+            raise WireError(f"frame length {length} is outside [4, "
+                            f"{self._limits.max_frame_bytes}]")
+        if len(buffer) - at - 4 < length:
+            return None
+        with memoryview(buffer) as view:  # decoded in place: a slice of it copies nothing
+            command = decode(view[at + 4:at + 4 + length], self._limits)
+        self._at = at + 4 + length
+        if self._at == len(buffer):
+            buffer.clear()
+            self._at = 0
+        return command
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes of an incomplete frame held back."""
-        return len(self._buffer)
+        """Bytes received and not yet decoded."""
+        return len(self._buffer) - self._at

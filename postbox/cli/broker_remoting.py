@@ -4,11 +4,13 @@ listen, who the broker is, which external name servers it registers with.
 ``node_options`` builds the ``NodeOptions`` of ``network.remoting.node.RemotingNode`` from the
 flags, falling back to the RocketMQ keys of ``--broker-conf`` a RocketMQ operator already has
 (``brokerName``, ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``brokerIP1``), then to
-the defaults. Flags win. A ``--remoting-listen`` port 0 is resolved to a free port here, before
-the store opens, because the broker's address is also its **store host**: every record and
-offsetMsgId carries it, and clients (``mqadmin queryMsgById``) connect to the address an
-offsetMsgId names. ``store_host`` gives that address (IPv4, as the record layout wants). Pure
-apart from reading the broker.conf file and asking the system for a free port.
+the defaults. Flags win. The listeners' bounds come from the ``remoting*`` keys of
+``--broker-conf`` (``SERVER_LIMIT_KEYS``). A ``--remoting-listen`` port 0 is resolved to a
+free port here, before the store opens, because the broker's address is also its **store
+host**: every record and offsetMsgId carries it, and clients (``mqadmin queryMsgById``)
+connect to the address an offsetMsgId names. ``store_host`` gives that address (IPv4, as
+the record layout wants). Pure apart from reading the broker.conf file and asking the system
+for a free port.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,6 +29,7 @@ from .common import CliError
 
 if TYPE_CHECKING:  # the network package is imported only when the broker starts
     from network.remoting.node import NodeOptions
+    from network.remoting.server import ServerLimits
 
 DEFAULT_NAMESRV_LISTEN = "127.0.0.1:9876"
 DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
@@ -121,6 +124,7 @@ def node_options(broker_conf: Path | None, *, namesrv_listen: str,
     if advertise is None and conf.get("brokerIP1", "").strip():
         advertise = f"{conf['brokerIP1'].strip()}:{remoting_listen.rpartition(':')[2]}"
     return NodeOptions(
+        limits=server_limits(conf),
         remoting_listen=remoting_listen,
         namesrv_listen=None if namesrv_listen.strip().lower() == NO_NAMESRV else namesrv_listen,
         advertise=advertise,
@@ -130,6 +134,37 @@ def node_options(broker_conf: Path | None, *, namesrv_listen: str,
         namesrv_registrants=_registrants(limits.namesrv_registrants),
         heartbeat_limits=HeartbeatLimits(limits.heartbeat_max_groups,
                                          limits.heartbeat_max_subscriptions))
+
+
+SERVER_LIMIT_KEYS = {
+    "remotingMaxConnections": "max_connections",
+    "remotingMaxConnectionsPerPeer": "max_connections_per_peer",
+    "remotingReservedConnections": "reserved_connections",
+    "remotingProbationTimeoutMillis": "probation_timeout_ms",
+    "remotingFrameReadTimeoutMillis": "frame_read_timeout_ms",
+    "remotingMaxOutputBytes": "max_output_bytes",
+    "remotingMaxOwedAnswers": "max_owed_answers",
+    "remotingIdleTimeoutMillis": "idle_timeout_ms",
+}
+"""broker.conf keys of the remoting listeners' bounds → ``ServerLimits`` fields."""
+
+
+def server_limits(conf: dict[str, str]) -> ServerLimits:
+    """The ``ServerLimits`` of the ``remoting*`` keys of ``--broker-conf`` (defaults for the
+    others); ``CliError`` naming the key when a value is not a valid whole number."""
+    from network.remoting.server import ServerLimits
+    values: dict[str, Any] = {}
+    for key, name in SERVER_LIMIT_KEYS.items():
+        text = conf.get(key, "").strip()
+        if not text:
+            continue
+        if not text.isdigit():
+            raise CliError(f"--broker-conf {key}={text!r}: not a whole number")
+        values[name] = int(text)
+    try:
+        return ServerLimits(**values)
+    except ValueError as error:
+        raise CliError(f"--broker-conf remoting limits: {error}") from error
 
 
 def _resolve_port(listen: str) -> str:
@@ -161,7 +196,7 @@ def store_host(options: NodeOptions) -> str:
     return f"{host}:{port}"
 
 
-__all__ = ["AdvertiseOption", "BrokerNameOption", "ClusterNameOption", "HeartbeatGroupsOption",
-           "HeartbeatSubscriptionsOption", "NamesrvListenOption", "NamesrvOption",
-           "RegistrantsOption", "RemotingListenOption", "RequestLimitOptions", "node_options",
-           "store_host"]
+__all__ = ["SERVER_LIMIT_KEYS", "AdvertiseOption", "BrokerNameOption", "ClusterNameOption",
+           "HeartbeatGroupsOption", "HeartbeatSubscriptionsOption", "NamesrvListenOption",
+           "NamesrvOption", "RegistrantsOption", "RemotingListenOption", "RequestLimitOptions",
+           "node_options", "server_limits", "store_host"]

@@ -115,3 +115,29 @@ def test_node_options_take_flags_then_broker_conf_then_defaults(tmp_path):
                                            "127.0.0.1:10911", None, [])
     with pytest.raises(CliError, match="--namesrv"):
         node_options(None, **{**flags, "namesrv": "nohost"})
+
+
+def test_remoting_limits_come_from_broker_conf_keys_and_bad_ones_name_the_key(tmp_path):
+    from network.remoting.server import ServerLimits
+    from postbox.cli.broker_remoting import node_options
+    from postbox.cli.common import CliError
+
+    flags = dict(namesrv_listen="127.0.0.1:9876", remoting_listen=None, namesrv=None,
+                 advertise=None, broker_name=None, cluster_name=None)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("remotingMaxConnections=300\nremotingMaxConnectionsPerPeer=10\n"
+                    "remotingReservedConnections=20\nremotingFrameReadTimeoutMillis=5000\n"
+                    "remotingMaxOutputBytes=1048576\nremotingMaxOwedAnswers=50\n"
+                    "remotingIdleTimeoutMillis=60000\nremotingProbationTimeoutMillis=700\n")
+    limits = node_options(conf, **flags).limits
+    assert (limits.max_connections, limits.max_connections_per_peer,
+            limits.reserved_connections, limits.frame_read_timeout_ms, limits.max_output_bytes,
+            limits.max_owed_answers, limits.idle_timeout_ms, limits.probation_timeout_ms) == (
+        300, 10, 20, 5000, 1048576, 50, 60000, 700)
+    assert node_options(None, **flags).limits == ServerLimits()
+    conf.write_text("remotingMaxConnectionsPerPeer=many\n")
+    with pytest.raises(CliError, match="remotingMaxConnectionsPerPeer"):
+        node_options(conf, **flags)
+    conf.write_text("remotingMaxConnections=10\nremotingReservedConnections=10\n")
+    with pytest.raises(CliError, match="reserved_connections"):
+        node_options(conf, **flags)

@@ -20,6 +20,7 @@ from network.remoting.server import (
     Session,
 )
 from network.remoting.wire import RemotingCommand
+from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient
 
 ECHO, SLOW, ONEWAY_SINK, FIELDS = 9001, 9002, 9003, 9004
@@ -130,7 +131,7 @@ def test_malformed_frame_closes_that_connection_only(server):
 
 
 def test_connection_cap_closes_the_extra_connection():
-    with RemotingServer(limits=ServerLimits(max_connections=2)) as server:
+    with RemotingServer(limits=ServerLimits(max_connections=2, reserved_connections=0)) as server:
         server.handlers.register(ECHO, lambda r, s: r.response(0), inline=True)
         with RawRemotingClient(server.address) as one, RawRemotingClient(server.address) as two:
             assert one.call(ECHO).code == 0 and two.call(ECHO).code == 0
@@ -252,3 +253,18 @@ def test_idle_connections_are_closed():
             assert idle.closed_by_peer.wait(5)
             assert not busy.closed_by_peer.is_set() and busy.call(ECHO).code == 0
         assert closed.get(timeout=5).closed
+
+
+def test_a_peer_that_takes_none_of_its_answers_is_closed_after_the_idle_timeout():
+    limits = ServerLimits(max_output_bytes=256 * 1024, idle_timeout_ms=1000)
+    with RemotingServer(limits=limits) as server:
+        server.handlers.register(ECHO, lambda r, s: r.response(0, body=bytes(64 * 1024)),
+                                 inline=True)
+        stalled = socket.create_connection(server.address)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        from network.remoting.wire import encode
+        stalled.sendall(b"".join(encode(RemotingCommand.request(ECHO)) for _ in range(200)))
+        with RawRemotingClient(server.address) as other:
+            wait_until(lambda: other.call(ECHO, timeout_s=5).code == 0  # served meanwhile
+                       and len(server.sessions()) == 1, 10, "the stalled peer closed")
+        stalled.close()

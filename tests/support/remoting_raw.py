@@ -9,8 +9,10 @@ thread matches responses by opaque; ``close`` ends it.
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
+import struct
 import threading
 from typing import Any
 
@@ -26,12 +28,15 @@ from network.remoting.wire import (
 class RawRemotingClient:
     """One connection to a remoting server."""
 
-    def __init__(self, address: tuple[str, int] | str, *, language: str = "JAVA",
-                 version: int = 479) -> None:
+    def __init__(self, address: tuple[str, int] | str | None, *, language: str = "JAVA",
+                 version: int = 479, sock: socket.socket | None = None) -> None:
         if isinstance(address, str):
             host, port = address.rsplit(":", 1)
             address = (host, int(port))
-        self.sock = socket.create_connection(address, timeout=10)
+        if sock is None:
+            assert address is not None
+            sock = socket.create_connection(address, timeout=10)
+        self.sock = sock
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.language, self.version = language, version
         self._lock = threading.Lock()
@@ -42,6 +47,11 @@ class RawRemotingClient:
         self._reader = threading.Thread(target=self._read, name="raw-remoting-reader",
                                         daemon=True)
         self._reader.start()
+
+    @classmethod
+    def over(cls, sock: socket.socket) -> RawRemotingClient:
+        """A client on a socket already connected (e.g. from a chosen source address)."""
+        return cls(None, sock=sock)
 
     def request(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
                 oneway: bool = False) -> RemotingCommand:
@@ -82,6 +92,16 @@ class RawRemotingClient:
                 self._waiting[command.opaque] = queues[-1]
         self.send_bytes(b"".join(encode(command) for command in commands))
         return queues
+
+    def call_frame(self, frame: bytes, opaque: int, *, timeout_s: float = 10.0
+                   ) -> RemotingCommand:
+        """Write a frame built by hand (``ascii_frame``) and wait for the answer to
+        ``opaque``."""
+        answers: queue.Queue[RemotingCommand] = queue.Queue()
+        with self._lock:
+            self._waiting[opaque] = answers
+        self.send_bytes(frame)
+        return answers.get(timeout=timeout_s)
 
     def oneway(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"") -> None:
         """Send a oneway request (no response expected)."""
@@ -128,6 +148,24 @@ class RawRemotingClient:
             answers = self._waiting.pop(command.opaque, None)
         if answers is not None:
             answers.put(command)
+
+
+def ascii_frame(code: int, fields: dict[str, Any], opaque: int, body: bytes = b"") -> bytes:
+    """A request frame whose JSON header escapes every non-ASCII character (``\\uXXXX``, as
+    some peers write it), so a lone surrogate in ``fields`` reaches the server as the escape
+    ``\\ud800``; built by hand, independently of ``wire.encode``."""
+    header = json.dumps({"code": code, "flag": 0, "language": "JAVA", "opaque": opaque,
+                         "serializeTypeCurrentRPC": "JSON", "version": 479,
+                         "extFields": {key: str(value) for key, value in fields.items()}},
+                        ensure_ascii=True).encode("ascii")
+    return struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
+
+
+def nested_frame(depth: int, opaque: int = 1) -> bytes:
+    """A frame whose JSON header nests ``depth`` arrays in ``extFields``."""
+    header = (f'{{"code":105,"flag":0,"language":"JAVA","opaque":{opaque},"version":479,'
+              f'"extFields":{{"topic":{"[" * depth}{"]" * depth}}}}}').encode()
+    return struct.pack(">iI", 4 + len(header), len(header)) + header
 
 
 def decode_records(body: bytes) -> list[Any]:

@@ -13,9 +13,11 @@ worker thread (never on the reader, which must keep reading answers); a request 
 answer gets what the handler returns, or REQUEST_CODE_NOT_SUPPORTED when it returns None, or
 SYSTEM_ERROR when it raises. Oneway requests are never answered (reference §9.2).
 
-Failures: a socket error or a malformed frame (``WireError``) closes that socket and fails every
-call pending on it with ``ConnectionClosedError``; the next call opens a new socket (reconnect
-on demand, no background thread). ``close()`` is final.
+Failures: a socket error, a malformed frame (``WireError``: a header nested too deeply
+included) or any other failure reading an answer closes that socket and fails every call
+pending on it with ``ConnectionClosedError`` (the reader never dies leaving calls to time out);
+the next call opens a new socket (reconnect on demand, no background thread). ``close()`` is
+final.
 
 Thread safety: every public method may be called from any thread.
 """
@@ -273,6 +275,9 @@ class Connection:
             log.warning("remoting connection to %s: %s", self.address, reason)
         except OSError as error:
             reason = f"read failed: {error}"
+        except Exception as error:  # never a dead reader with calls left waiting forever
+            reason = f"reading an answer failed: {type(error).__name__}: {error}"
+            log.exception("remoting connection to %s: %s", self.address, reason)
         self._fail(sock, reason)
 
     def _dispatch(self, command: RemotingCommand) -> None:
@@ -289,7 +294,11 @@ class Connection:
                 self._worker = ThreadPoolExecutor(
                     1, thread_name_prefix=f"remoting-requests-{self.address}")
             worker = self._worker
-        worker.submit(self._serve, command)
+        try:
+            worker.submit(self._serve, command)
+        except RuntimeError:  # shut down by a concurrent close(): the request is moot
+            log.debug("remoting request %d from %s dropped: closing", command.code,
+                      self.address)
 
     def _serve(self, request: RemotingCommand) -> None:
         answer: RemotingCommand | None = None

@@ -81,8 +81,9 @@ def kv_table_body(table: Mapping[str, str]) -> bytes:
 def dumps(document: Any, *, standard_json: bool) -> bytes:
     """Compact JSON; integer map keys quoted (standard) or bare (fastjson's default)."""
     if standard_json:
-        return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
-    return "".join(_bare_number_keys(document)).encode()
+        return fastjson.json_utf8(json.dumps(document, separators=(",", ":"),
+                                             ensure_ascii=False))
+    return fastjson.json_utf8("".join(_bare_number_keys(document)))
 
 
 def _bare_number_keys(value: Any) -> list[str]:

@@ -14,7 +14,8 @@ from .errors import (
     SessionClosedError,
 )
 from .handlers import AccessControl, AllowAll, Handler, HandlerTable, dispatch, error_response
-from .server import RemotingServer, ServerLimits
+from .limits import ServerLimits
+from .server import RemotingServer
 from .session import Session
 
 __all__ = [

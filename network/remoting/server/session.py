@@ -11,6 +11,12 @@ so all the responses of one read leave in one ``send``. From any other thread (a
 long-polling service, a membership notification) the bytes go out at once when the buffer is
 empty, and what the socket does not take waits for the IO thread (``wants_write``).
 
+Answers owed: the server counts the requests it has read and not answered at once
+(``expect_answer``: a request on a worker, a parked long poll) until their answer is written by
+``send_response`` (or ``answer_settled`` for one that gets none). ``hold_reading``
+tells the server whether the connection has too much in flight (owed answers, unsent output) to
+read more; settling an answer wakes the server when it is holding.
+
 Thread-safety: every public method may be called from any thread. ``closed`` becomes true once
 and stays so; a closed session drops writes and fails pending calls with ``SessionClosedError``.
 """
@@ -24,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..codes import FLAG_RESPONSE, ResponseCode
 from ..wire import RemotingCommand, encode, next_opaque
 from .errors import CallTimeoutError, SessionClosedError
 
@@ -43,14 +50,21 @@ class Session:
 
     def __init__(self, sock: socket.socket, peer_address: str,
                  on_pending_write: Callable[[Session], None],
-                 is_io_thread: Callable[[], bool]) -> None:
+                 is_io_thread: Callable[[], bool], peer_host: str = "") -> None:
         self.sock = sock
         self.peer_address = peer_address
+        self.peer_host = peer_host or peer_address.rpartition(":")[0]
+        self.proven = False  # a request of this connection passed the access check
+        self.probation = False  # its first request must pass the access check (Admission)
+        self.frame_started: float | None = None  # when the unfinished frame's first byte came
+        self.holding = False  # the server stopped reading: too much in flight (IO thread sets)
+        self._owed = 0  # requests read and not yet answered
         self.language = "OTHER"
         self.version = 0
         self.client_id: str | None = None
         self.attributes: dict[str, Any] = {}  # handlers' per-connection state (e.g. groups)
         self.last_read = time.monotonic()  # when the peer last sent bytes (idle expiry)
+        self.last_sent = self.last_read  # since when unsent output waits, or last went out
         self._lock = threading.Lock()
         self._out = bytearray()
         self._on_pending_write = on_pending_write
@@ -69,8 +83,39 @@ class Session:
     # ---- writing -----------------------------------------------------------------------------
 
     def send_response(self, response: RemotingCommand) -> None:
-        """Write a response (or any command) to the peer; dropped when the session is closed."""
-        self.write(encode(response))
+        """Write the answer to a request read earlier (``expect_answer``); dropped when the
+        session is closed. An answer that cannot be encoded is sent as 1 SYSTEM_ERROR."""
+        self.write(encode_answer(response))
+        self.answer_settled()
+
+    def expect_answer(self) -> None:
+        """Count a request read from this connection as owed an answer."""
+        with self._lock:
+            self._owed += 1
+
+    def answer_settled(self) -> None:
+        """One owed answer is written (or none is due); wakes a holding server."""
+        with self._lock:  # may go below 0 for a moment: a parked pull answered before the
+            self._owed -= 1  # IO thread counted it (``expect_answer`` after the handler)
+            wake = self.holding
+        if wake:
+            self._on_pending_write(self)
+
+    @property
+    def owed_answers(self) -> int:
+        """Requests read and not yet answered."""
+        return self._owed
+
+    def hold_reading(self, max_output_bytes: int, max_owed_answers: int) -> bool:
+        """Whether reading must wait (sets ``holding``): over ``max_output_bytes`` unsent, or
+        ``max_owed_answers`` requests not yet answered."""
+        if not self.holding and len(self._out) <= max_output_bytes \
+                and self._owed < max_owed_answers:
+            return False  # the common case, without the lock: only the IO thread sets holding
+        with self._lock:
+            self.holding = (len(self._out) > max_output_bytes
+                            or self._owed >= max_owed_answers)
+            return self.holding
 
     def send_oneway(self, command: RemotingCommand) -> None:
         """Write a broker → client oneway request (flag bit 1 is set here)."""
@@ -117,6 +162,7 @@ class Session:
                 self._out += frame
                 if not was_empty:
                     return  # already known to the IO thread
+                self.last_sent = time.monotonic()  # output waits from now
             else:
                 try:
                     sent = self.sock.send(frame)
@@ -127,6 +173,7 @@ class Session:
                 if sent == len(frame):
                     return
                 self._out += memoryview(frame)[sent:]
+                self.last_sent = time.monotonic()
         self._on_pending_write(self)
 
     # ---- for the server's IO thread ----------------------------------------------------------
@@ -145,6 +192,8 @@ class Session:
             except (BlockingIOError, InterruptedError):
                 return False
             del self._out[:sent]
+            if sent:
+                self.last_sent = time.monotonic()
             return not self._out
 
     @property
@@ -177,3 +226,17 @@ class Session:
         except OSError:
             pass
         return True
+
+
+def encode_answer(response: RemotingCommand) -> bytes:
+    """``response`` encoded; one that cannot be (a header past the 24-bit length) becomes a
+    1 SYSTEM_ERROR with its opaque, so the request still ends with an answer."""
+    try:
+        return encode(response)
+    except Exception as error:
+        log.error("[remoting] answer code %d opaque %d cannot be encoded: %s", response.code,
+                  response.opaque, error)
+        return encode(RemotingCommand(
+            code=ResponseCode.SYSTEM_ERROR, opaque=response.opaque, flag=FLAG_RESPONSE,
+            remark=f"the answer cannot be encoded: {type(error).__name__}",
+            version=response.version))

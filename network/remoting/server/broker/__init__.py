@@ -28,7 +28,8 @@ from storage_engine.config import BrokerRole, FlushMode
 
 from ...wire import RemotingCommand
 from ..handlers import AccessControl
-from ..server import RemotingServer, ServerLimits
+from ..limits import ServerLimits
+from ..server import RemotingServer
 from .clients import ClientHandlers, ClientRegistry, ConsumerInfo, HeartbeatLimits
 from .offsets import OffsetHandlers
 from .pull import MAX_PARKED_PULLS, PullHandler
@@ -66,6 +67,7 @@ class BrokerRemotingServer:
         OffsetHandlers(broker, self._check_record_topic).register(table)
         self.clients.register(table)
         self.server.add_close_listener(self.clients.on_close)
+        self.server.add_close_listener(self.pulls.hold.release)  # its parked long polls
 
     def _check_record_topic(self, request: RemotingCommand, topic: str) -> None:
         """The access hook's ``check_topic`` (when it has one) on the topic of a record a

@@ -13,8 +13,10 @@ No lost wake-ups: ``park`` registers the pull first and then re-reads the queue'
 arrival between the pull's read and its registration is seen by that re-read.
 
 Bounds: at most ``max_parked`` pulls wait at once; ``park`` returns False beyond that and the
-caller answers at once. ``stop`` drops every parked pull (their connections are closing) and
-ends the thread. Thread-safety: every method may be called from any thread.
+caller answers at once. ``release(owner)`` drops the pulls of one owner (a connection that
+closed: nobody reads their answers, and they would hold room until their deadline). ``stop``
+drops every parked pull (their connections are closing) and ends the thread.
+Thread-safety: every method may be called from any thread.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ QueueKey = tuple[str, int]
 class ParkedPull:
     """One waiting pull: where it waits and until when; ``state`` is the caller's."""
 
-    __slots__ = ("deadline", "done", "queue", "state", "wait_from")
+    __slots__ = ("deadline", "done", "owner", "queue", "state", "wait_from")
 
-    def __init__(self, queue: QueueKey, wait_from: int, deadline: float, state: Any) -> None:
+    def __init__(self, queue: QueueKey, wait_from: int, deadline: float, state: Any,
+                 owner: object = None) -> None:
         self.queue, self.wait_from, self.deadline, self.state = queue, wait_from, deadline, state
+        self.owner = owner
         self.done = False
 
 
@@ -56,6 +60,7 @@ class PullHoldService:
         self._by_queue: dict[QueueKey, list[ParkedPull]] = {}
         self._deadlines: list[tuple[float, int, ParkedPull]] = []
         self._ready: list[ParkedPull] = []
+        self._by_owner: dict[object, set[ParkedPull]] = {}
         self._count = 0
         self._sequence = itertools.count()
         self._stopping = False
@@ -80,14 +85,19 @@ class PullHoldService:
         """How many pulls wait now."""
         return self._count
 
-    def park(self, queue: QueueKey, wait_from: int, timeout_ms: int, state: Any) -> bool:
+    def park(self, queue: QueueKey, wait_from: int, timeout_ms: int, state: Any,
+             owner: object = None) -> bool:
         """Hold a pull until ``queue`` grows beyond ``wait_from`` or ``timeout_ms`` passes;
-        False (not parked) when ``max_parked`` pulls already wait or the service stopped."""
-        parked = ParkedPull(queue, wait_from, time.monotonic() + timeout_ms / 1000, state)
+        False (not parked) when ``max_parked`` pulls already wait or the service stopped.
+        ``owner`` (the connection) lets ``release`` drop it."""
+        parked = ParkedPull(queue, wait_from, time.monotonic() + timeout_ms / 1000, state,
+                            owner)
         with self._condition:
             if self._stopping or self._count >= self._max_parked:
                 return False
             self._by_queue.setdefault(queue, []).append(parked)
+            if owner is not None:
+                self._by_owner.setdefault(owner, set()).add(parked)
             if len(self._deadlines) > 4 * self._max_parked:  # drop answered pulls' entries
                 self._deadlines = [entry for entry in self._deadlines if not entry[2].done]
                 heapq.heapify(self._deadlines)
@@ -119,10 +129,37 @@ class PullHoldService:
                 self._ready.extend(woken)
                 self._condition.notify()
 
+    def release(self, owner: object) -> None:
+        """Drop every pull ``owner`` parked (unanswered)."""
+        with self._condition:
+            owned = self._by_owner.get(owner)
+            if not owned:
+                return
+            pulls = [parked for parked in owned if not parked.done]
+            self._unqueue(pulls)
+            self._take(pulls)
+            self._by_owner.pop(owner, None)
+
+    def _unqueue(self, pulls: list[ParkedPull]) -> None:
+        """Take ``pulls`` off their queues' waiting lists (under the condition)."""
+        leaving = set(pulls)
+        for queue in {parked.queue for parked in pulls}:
+            still = [parked for parked in self._by_queue.get(queue, ())
+                     if parked not in leaving]
+            if still:
+                self._by_queue[queue] = still
+            else:
+                self._by_queue.pop(queue, None)
+
     def _take(self, pulls: list[ParkedPull]) -> None:
         """Mark pulls answered (under the condition); their heap entries become stale."""
         for parked in pulls:
             parked.done = True
+            owned = self._by_owner.get(parked.owner)
+            if owned is not None:
+                owned.discard(parked)
+                if not owned:
+                    del self._by_owner[parked.owner]
         self._count -= len(pulls)
 
     def _run(self) -> None:
@@ -151,14 +188,9 @@ class PullHoldService:
         expired = []
         while self._deadlines and (self._deadlines[0][2].done or self._deadlines[0][0] <= now):
             _, _, parked = heapq.heappop(self._deadlines)
-            if parked.done:
-                continue
-            waiting = self._by_queue.get(parked.queue, [])
-            if parked in waiting:
-                waiting.remove(parked)
-                if not waiting:
-                    del self._by_queue[parked.queue]
-            expired.append(parked)
+            if not parked.done:
+                expired.append(parked)
+        self._unqueue(expired)
         self._take(expired)
         return expired
 

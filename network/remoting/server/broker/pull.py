@@ -126,7 +126,8 @@ class PullHandler:
         if (code == ResponseCode.PULL_NOT_FOUND and sys_flag & SYSFLAG_SUSPEND and suspend_ms > 0
                 and not request.is_oneway):
             timeout_ms = min(suspend_ms, self._suspend_max_ms)
-            if self.hold.park((pull.topic, pull.queue_id), result.max_offset, timeout_ms, pull):
+            if self.hold.park((pull.topic, pull.queue_id), result.max_offset, timeout_ms, pull,
+                              session):
                 return None
         return self._answer(pull, result, code)
 
@@ -199,7 +200,7 @@ class PullHandler:
             if code == ResponseCode.PULL_NOT_FOUND and not final:
                 remaining_ms = int((parked.deadline - time.monotonic()) * 1000)
                 if remaining_ms > 0 and self.hold.park(parked.queue, result.max_offset,
-                                                       remaining_ms, pull):
+                                                       remaining_ms, pull, pull.session):
                     return
             response = self._answer(pull, result, code)
         except Exception as error:  # answered like any failed request
