@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select
 
 import outbox
-from outbox import Relay, message_log, message_processed
+from outbox import Relay, message_log, message_processed, message_resend
 from outbox.alerts import Alerter, WebhookSink
 from outbox.clock import utc_now
 from outbox.resend import Resender, ResendRules
@@ -97,6 +97,20 @@ def locations(broker: Broker, topic: str, message_id: str) -> list[tuple[int, in
     """(queue id, queue offset, log position) of every record of the message in ``topic``."""
     return sorted((view.queue_id, view.queue_offset, view.log_position)
                   for view in records_of(broker, topic, message_id))
+
+
+def group_copies(broker: Broker, message_id: str, group: str = GROUP) -> list[Any]:
+    """The copies of one message resent to ``group`` alone (its ``%RETRY%group`` topic)."""
+    return records_of(broker, f"%RETRY%{group}", message_id)
+
+
+def resend_rows(engine: Engine) -> list[tuple[Any, ...]]:
+    """(group, message id, topic, queue id, queue offset) of every ``message_resend`` row."""
+    columns = message_resend.c
+    with engine.connect() as connection:
+        return sorted(tuple(row) for row in connection.execute(select(
+            columns.consumer_group, columns.message_id, columns.topic, columns.queue_id,
+            columns.queue_offset)))
 
 
 def where(row: Any) -> tuple[int, int, int]:
