@@ -63,9 +63,7 @@ from sqlalchemy import (
     RowMapping,
     and_,
     bindparam,
-    delete,
     func,
-    insert,
     select,
     update,
 )
@@ -76,6 +74,7 @@ from .alerts import Alert, Alerter, AlertKind, AlertReport
 from .claims import ClaimedStub, claim_stubs, lease_free
 from .clock import NowFunction, utc_now
 from .database import run_transaction
+from .group_state import group_pairs, record_resends, resent_copies, with_dead_letter_reason
 from .options import ResendRules
 from .relay import Relay
 from .tables import (
@@ -268,12 +267,12 @@ class Resender:
         all_groups = sorted({group for groups in names.values() for group in groups})
         ids = [item.message_id for item in candidates]
         with self.engine.connect() as connection:
-            copies = _resent_copies(connection, ids, all_groups)
+            copies = resent_copies(connection, ids, all_groups)
         retry_topics = {topic for topic, _, _ in copies.values()}
         progress = self._progress(all_groups, sorted({*topics, *retry_topics}), queues)
         with self.log_engine.connect() as connection:
-            in_flight = _pairs(connection, message_log, ids, all_groups)
-            done = _pairs(connection, message_processed, ids, all_groups)
+            in_flight = group_pairs(connection, message_log, ids, all_groups)
+            done = group_pairs(connection, message_processed, ids, all_groups)
         grace = timedelta(milliseconds=self.rules.grace_ms)
         plan = _Plan()
         for item in candidates:
@@ -453,7 +452,7 @@ class Resender:
                              "b_next": now + self.rules.backoff(item.send_count)})
             for error in errors:
                 log.warning("stub %s: %s", item.message_id, error)
-        _record_resends(self.engine, copies, outcomes, now)
+        record_resends(self.engine, copies, outcomes, now)
         return len({copy["message_id"] for copy in copies})
 
     def relay_voided(self, voided: list[tuple[ClaimedStub, str]]) -> None:
@@ -497,7 +496,7 @@ class Resender:
         if not reasons:
             return []
         with self.log_engine.connect() as connection:
-            done = _pairs(connection, message_processed, list(reasons), [group])
+            done = group_pairs(connection, message_processed, list(reasons), [group])
         alerts: list[Alert] = []
 
         def write(connection: Connection) -> None:
@@ -519,7 +518,7 @@ class Resender:
                     stub.message_id == row["message_id"], stub.status == row["status"]).values(
                     status=row["status"] if row["status"] == StubStatus.CONFIRMED.value
                     else StubStatus.VOID.value,
-                    last_error=_with_reason(row, reason), updated_at=now,
+                    last_error=with_dead_letter_reason(row, reason), updated_at=now,
                     lease_owner=None, lease_until=None)).rowcount
                 if changed:
                     alerts.append(Alert(AlertKind.DEAD_LETTERED, row["message_id"],
@@ -527,61 +526,6 @@ class Resender:
 
         run_transaction(self.engine, write)
         return alerts
-
-
-def _with_reason(row: RowMapping, reason: str) -> str:
-    """The stub's ``last_error`` naming this dead letter too: a stub already void because of
-    other groups' dead letters keeps naming them."""
-    earlier = row["last_error"] or ""
-    if row["status"] != StubStatus.VOID.value or not earlier:
-        return reason[:2000]
-    return f"{earlier}; {reason}"[:2000]
-
-
-def _resent_copies(connection: Connection, ids: list[str], groups: list[str]
-                   ) -> dict[tuple[str, str], tuple[str, int | None, int | None]]:
-    """(group, message id) → (topic, queue id, queue offset) of the last copy resent to that
-    group alone."""
-    if not ids or not groups:
-        return {}
-    rows = connection.execute(select(
-        resent.consumer_group, resent.message_id, resent.topic, resent.queue_id,
-        resent.queue_offset).where(resent.message_id.in_(ids), resent.consumer_group.in_(groups)))
-    return {(group, message_id): (topic, queue_id, offset)
-            for group, message_id, topic, queue_id, offset in rows}
-
-
-def _record_resends(engine: Engine, copies: list[dict[str, Any]],
-                    outcomes: list[dict[str, Any]], now: datetime) -> None:
-    """One transaction: the copies' ``message_resend`` rows (replacing earlier ones) and each
-    claimed stub's release, fenced by its claim token."""
-    release = update(message_stub).where(
-        stub.message_id == bindparam("b_id"), stub.lease_owner == bindparam("b_token")).values(
-        lease_owner=None, lease_until=None, overtaken_at=None, updated_at=now,
-        last_error=bindparam("b_error"), next_resend_at=bindparam("b_next"))
-
-    def write(connection: Connection) -> None:
-        for copy in copies:
-            connection.execute(delete(message_resend).where(
-                resent.consumer_group == copy["consumer_group"],
-                resent.message_id == copy["message_id"]))
-        if copies:
-            connection.execute(insert(message_resend), copies)
-        if outcomes:
-            connection.execute(release, outcomes)
-
-    run_transaction(engine, write)
-
-
-def _pairs(connection: Connection, table: Any, ids: list[str],
-           groups: list[str]) -> set[tuple[str, str]]:
-    """(group, message id) rows of ``table`` among ``ids`` × ``groups``."""
-    if not ids or not groups:
-        return set()
-    columns = table.c
-    rows = connection.execute(select(columns.consumer_group, columns.message_id).where(
-        columns.message_id.in_(ids), columns.consumer_group.in_(groups)))
-    return {(group, message_id) for group, message_id in rows}
 
 
 def retention_horizon(rules: ResendRules, consumer_retry: timedelta,
