@@ -289,7 +289,8 @@ class Resender:
                     continue
                 topic, queue_id, offset = copies.get(
                     (group, key), (item.topic, item.queue_id, item.queue_offset))
-                if offset is not None and progress.get((group, topic, queue_id), -1) > offset:
+                if (offset is not None and queue_id is not None
+                        and progress.get((group, topic, queue_id), -1) > offset):
                     lost.append(group)
             if not lost:
                 plan.recheck.append(key)
@@ -450,8 +451,8 @@ class Resender:
             outcomes.append({"b_id": item.message_id, "b_token": item.token,
                              "b_error": "; ".join(errors)[:2000] or None,
                              "b_next": now + self.rules.backoff(item.send_count)})
-            for error in errors:
-                log.warning("stub %s: %s", item.message_id, error)
+            for problem in errors:
+                log.warning("stub %s: %s", item.message_id, problem)
         record_resends(self.engine, copies, outcomes, now)
         return len({copy["message_id"] for copy in copies})
 
