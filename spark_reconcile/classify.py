@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .classes import MessageClass as C
-from .classify_groups import classify_per_group
+from .classify_groups import classify_per_group, copies_of
 from .inputs import Inputs
 from .store_decode import DELIVERED, DLQ, RETRY
 
@@ -78,13 +78,9 @@ def _resolve_offsets(stubs: DataFrame, store_rows: DataFrame) -> DataFrame:
 
 def _by_message(store_rows: DataFrame, kind: str, prefix: str) -> DataFrame:
     """Message id → the group (and reason) of its ``kind`` copies, by UNIQ_KEY or origin id."""
-    rows = store_rows.where(F.col("kind") == kind)
-    ids = (rows.select(F.col("unique_key").alias("message_id"), "consumer_group", "reason")
-           .unionByName(rows.select(F.col("origin_message_id").alias("message_id"),
-                                    "consumer_group", "reason"))
-           .where(F.col("message_id").isNotNull()))
-    return ids.groupBy("message_id").agg(F.min("consumer_group").alias(f"{prefix}_group"),
-                                         F.max("reason").alias(f"{prefix}_reason"))
+    return copies_of(store_rows, kind).groupBy("message_id").agg(
+        F.min("consumer_group").alias(f"{prefix}_group"),
+        F.max("reason").alias(f"{prefix}_reason"))
 
 
 def _logged(logs: DataFrame) -> DataFrame:

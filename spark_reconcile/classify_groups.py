@@ -55,14 +55,18 @@ def classify_per_group(stubs: DataFrame, inputs: Inputs, cutoff: Column) -> Data
     return classified.withColumn("detail", _detail(since))
 
 
-def _by_group(store_rows: DataFrame, kind: str, prefix: str) -> DataFrame:
-    """(group, message id) of every ``kind`` copy, by UNIQ_KEY or origin id, with a reason."""
+def copies_of(store_rows: DataFrame, kind: str) -> DataFrame:
+    """(message id, group, reason) of every ``kind`` copy, by UNIQ_KEY and by origin id."""
     rows = store_rows.where(F.col("kind") == kind)
-    ids = (rows.select(F.col("unique_key").alias("message_id"), "consumer_group", "reason")
-           .unionByName(rows.select(F.col("origin_message_id").alias("message_id"),
-                                    "consumer_group", "reason"))
-           .where(F.col("message_id").isNotNull()))
-    return ids.groupBy(*KEY).agg(F.max("reason").alias(f"{prefix}_reason"),
+    return (rows.select(F.col("unique_key").alias("message_id"), "consumer_group", "reason")
+            .unionByName(rows.select(F.col("origin_message_id").alias("message_id"),
+                                     "consumer_group", "reason"))
+            .where(F.col("message_id").isNotNull()))
+
+
+def _by_group(store_rows: DataFrame, kind: str, prefix: str) -> DataFrame:
+    """(group, message id) of every ``kind`` copy, with a reason."""
+    return copies_of(store_rows, kind).groupBy(*KEY).agg(F.max("reason").alias(f"{prefix}_reason"),
                                  F.lit(True).alias(f"{prefix}_hit"))
 
 
@@ -99,4 +103,4 @@ def _detail(since: Column) -> Column:
         .otherwise(F.concat(F.lit("group "), group, F.lit(" is not past it yet"))))
 
 
-__all__ = ["classify_per_group"]
+__all__ = ["classify_per_group", "copies_of"]

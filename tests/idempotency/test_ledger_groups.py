@@ -34,13 +34,17 @@ def _published_view(app, message_id: str):
     return view
 
 
-def test_the_group_completing_the_set_confirms_the_stub(make_app, fake_clock):
-    app = make_app(clock=fake_clock)
+def _declared_stub(app):
+    """An outbox declaring both groups, one stub sent through it and published: (outbox,
+    message id, the stored record, the database's dialect)."""
     box = outbox.Outbox(app, consumer_groups={"orders": GROUPS})
     with box.session.begin() as session:
         message_id = outbox.send(session, "orders", b"order")
-    view = _published_view(app, message_id)
-    dialect = dialect_name(box.engine)
+    return box, message_id, _published_view(app, message_id), dialect_name(box.engine)
+
+
+def test_the_group_completing_the_set_confirms_the_stub(make_app, fake_clock):
+    box, message_id, view, dialect = _declared_stub(make_app(clock=fake_clock))
 
     def claim(engine, group: str) -> bool:
         with engine.begin() as connection:
@@ -58,12 +62,7 @@ def test_the_group_completing_the_set_confirms_the_stub(make_app, fake_clock):
 def test_two_groups_at_the_same_moment_confirm_the_stub(make_app, fake_clock):
     """billing's transaction holds the stub; shipping's waits for it, then counts billing's
     committed row with its own and confirms. Without the lock each would count only itself."""
-    app = make_app(clock=fake_clock)
-    box = outbox.Outbox(app, consumer_groups={"orders": GROUPS})
-    with box.session.begin() as session:
-        message_id = outbox.send(session, "orders", b"order")
-    view = _published_view(app, message_id)
-    dialect = dialect_name(box.engine)
+    box, message_id, view, dialect = _declared_stub(make_app(clock=fake_clock))
     second_engine = create_database_engine(box.engine.url)
     blocking = threading.Event()
 
