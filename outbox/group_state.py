@@ -60,11 +60,13 @@ def resent_copies(connection: Connection, ids: list[str], groups: list[str]
 def record_resends(engine: Engine, copies: list[dict[str, Any]],
                     outcomes: list[dict[str, Any]], now: datetime) -> None:
     """One transaction: the copies' ``message_resend`` rows (replacing earlier ones) and each
-    claimed stub's release, fenced by its claim token."""
+    claimed stub's release, fenced by its claim token (``b_uncounted`` = 1 gives its claim's
+    send back)."""
     release = update(message_stub).where(
         stub.message_id == bindparam("b_id"), stub.lease_owner == bindparam("b_token")).values(
         lease_owner=None, lease_until=None, overtaken_at=None, updated_at=now,
-        last_error=bindparam("b_error"), next_resend_at=bindparam("b_next"))
+        last_error=bindparam("b_error"), next_resend_at=bindparam("b_next"),
+        send_count=stub.send_count - bindparam("b_uncounted"))
 
     def write(connection: Connection) -> None:
         for copy in copies:

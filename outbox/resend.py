@@ -429,7 +429,9 @@ class Resender:
 
     def _resend_to_groups(self, claimed: list[ClaimedStub], lost: dict[str, list[str]]) -> int:
         """Send each claimed stub again to the groups that lost it, each through its own retry
-        topic; record where the copies went and release the claims. Returns how many stubs
+        topic; record where the copies went and release the claims. A stub that reached no
+        group (the broker down or refusing: the message itself was accepted before) gets its
+        claim's send back, so an outage never counts toward voiding it. Returns how many stubs
         reached at least one group."""
         producer = self.app.producer
         copies: list[dict[str, Any]] = []
@@ -448,9 +450,11 @@ class Resender:
                 copies.append({"consumer_group": group, "message_id": item.message_id,
                                "topic": result.stored_topic, "queue_id": result.stored_queue_id,
                                "queue_offset": result.queue_offset, "resent_at": now})
+            reached = any(copy["message_id"] == item.message_id for copy in copies)
             outcomes.append({"b_id": item.message_id, "b_token": item.token,
                              "b_error": "; ".join(errors)[:2000] or None,
-                             "b_next": now + self.rules.backoff(item.send_count)})
+                             "b_next": now + self.rules.backoff(item.send_count),
+                             "b_uncounted": 0 if reached else 1})
             for problem in errors:
                 log.warning("stub %s: %s", item.message_id, problem)
         record_resends(self.engine, copies, outcomes, now)

@@ -132,6 +132,35 @@ def test_stub_a_group_committed_past_is_resent_after_the_grace_period(
                                     resent.queue_offset)]
 
 
+def test_a_resend_the_broker_refuses_does_not_count_toward_voiding(
+        build: Build, engine: Engine, broker: Broker, clock: Clock):
+    """The group's retry topic is read-only (perm 4): the copy is refused, the claim's send is
+    given back, and once the topic is writable again the next pass resends."""
+    rules = ResendRules()
+    relay, resender = build(rules)
+    message_id = send_stub(engine, clock)
+    move_past(engine, broker, publish(relay, engine, message_id))
+    broker.create_topic(f"%RETRY%{GROUP}", 1, perm=4)
+    clock.advance(minutes=1)
+    assert resender.resend_due().grace_started == 1
+    clock.advance(seconds=30)
+
+    assert resender.resend_due() == ResendReport(examined=1)
+    row = stub_row(engine, message_id)
+    assert row["send_count"] == 1  # the refused attempt is not counted
+    assert row["last_error"].startswith(f"resend to {GROUP} failed: ")
+    assert row["lease_owner"] is None and row["next_resend_at"] == clock.now + rules.backoff(2)
+    assert resend_rows(engine) == []
+
+    broker.create_topic(f"%RETRY%{GROUP}", 1, perm=6)
+    clock.advance(minutes=2)
+    assert resender.resend_due().grace_started == 1
+    clock.advance(seconds=30)
+    assert resender.resend_due() == ResendReport(examined=1, resent=1)
+    assert stub_row(engine, message_id)["send_count"] == 2
+    assert len(group_copies(broker, message_id)) == 1
+
+
 def test_progress_known_only_from_the_message_log_makes_a_stub_lost(
         build: Build, app: App, engine: Engine, broker: Broker, clock: Clock):
     """No committed offset: the group logged a later message of the stub's queue."""
