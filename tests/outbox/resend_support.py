@@ -1,5 +1,6 @@
-"""Helpers of the resend-rule tests (``test_resend.py``): the rule's clock, stubs sent and
-published for real, and the rows and offsets a consumer group leaves behind."""
+"""Helpers of the resend-rule tests (``test_resend.py``, ``test_resend_groups.py``): the
+rule's clock and the ``clock``/``build`` fixtures, stubs sent and published for real, and the
+rows and offsets a consumer group leaves behind."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, insert, select
 
 import outbox
+from framework import App
 from outbox import Relay, message_log, message_processed, message_resend
 from outbox.alerts import Alerter, WebhookSink
 from outbox.clock import utc_now
@@ -34,6 +37,29 @@ class Clock:
 
     def advance(self, **delta: float) -> None:
         self.now += timedelta(**delta)
+
+
+@pytest.fixture(name="clock")
+def clock_fixture() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(name="build")
+def build_fixture(app: App, engine: Engine, clock: Clock) -> Build:
+    """``build(rules, alerter=..., owner=..., stub_engine=..., on=app, **resender_options)`` →
+    (relay, resender) on the app and the stub database, both reading ``clock``."""
+
+    def factory(rules: ResendRules | None = None, *, alerter: Alerter | None = None,
+                owner: str = "resend-test", stub_engine: Engine = engine, on: App = app,
+                **options: Any) -> tuple[Relay, Resender]:
+        rules = rules or ResendRules()
+        relay = Relay(lambda: on.producer, stub_engine, options=rules.relay_options(),
+                      owner=owner, now=clock)
+        resender = Resender(on, stub_engine, relay, rules=rules, alerter=alerter or Alerter(),
+                            owner=owner, now=clock, **options)
+        return relay, resender
+
+    return factory
 
 
 def webhook_alerter(server: WebhookServer) -> Alerter:

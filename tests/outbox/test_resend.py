@@ -22,22 +22,22 @@ from sqlalchemy.orm import Session
 from framework import App
 from idempotency import ledger
 from outbox import (
-    Relay,
     StubStatus,
     claim_stubs,
     message_stub,
 )
-from outbox.alerts import Alerter
-from outbox.resend import Resender, ResendReport, ResendRules
+from outbox.resend import ResendReport, ResendRules
 from storage_engine import Broker, FakeClock, SendBackOutcome
 from tests.outbox.conftest import stub_row
-from tests.outbox.resend_support import (
+from tests.outbox.resend_support import (  # noqa: F401  (the build and clock fixtures)
     GRACE,
     GROUP,
     RECHECK,
     Build,
     Clock,
+    build_fixture,
     carried_reason,
+    clock_fixture,
     consumed_before,
     group_copies,
     locations,
@@ -56,30 +56,6 @@ from tests.support.alert_servers import (
     webhook_server_fixture,  # noqa: F401  (the webhook_server fixture)
 )
 from tests.support.polling import wait_until
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def build(app: App, engine: Engine, clock: Clock) -> Build:
-    """``build(rules, alerter=..., owner=..., stub_engine=..., on=app, **resender_options)`` →
-    (relay, resender) on the app and the stub database, both reading ``clock``."""
-
-    def factory(rules: ResendRules | None = None, *, alerter: Alerter | None = None,
-                owner: str = "resend-test", stub_engine: Engine = engine, on: App = app,
-                **options: Any) -> tuple[Relay, Resender]:
-        rules = rules or ResendRules()
-        relay = Relay(lambda: on.producer, stub_engine, options=rules.relay_options(),
-                      owner=owner, now=clock)
-        resender = Resender(on, stub_engine, relay, rules=rules, alerter=alerter or Alerter(),
-                            owner=owner, now=clock, **options)
-        return relay, resender
-
-    return factory
-
 
 # ---- lost stubs are resent --------------------------------------------------------------
 
@@ -130,35 +106,6 @@ def test_stub_a_group_committed_past_is_resent_after_the_grace_period(
     assert resent.properties["RETRY_TOPIC"] == "orders"
     assert resend_rows(engine) == [(GROUP, message_id, f"%RETRY%{GROUP}", resent.queue_id,
                                     resent.queue_offset)]
-
-
-def test_a_resend_the_broker_refuses_does_not_count_toward_voiding(
-        build: Build, engine: Engine, broker: Broker, clock: Clock):
-    """The group's retry topic is read-only (perm 4): the copy is refused, the claim's send is
-    given back, and once the topic is writable again the next pass resends."""
-    rules = ResendRules()
-    relay, resender = build(rules)
-    message_id = send_stub(engine, clock)
-    move_past(engine, broker, publish(relay, engine, message_id))
-    broker.create_topic(f"%RETRY%{GROUP}", 1, perm=4)
-    clock.advance(minutes=1)
-    assert resender.resend_due().grace_started == 1
-    clock.advance(seconds=30)
-
-    assert resender.resend_due() == ResendReport(examined=1)
-    row = stub_row(engine, message_id)
-    assert row["send_count"] == 1  # the refused attempt is not counted
-    assert row["last_error"].startswith(f"resend to {GROUP} failed: ")
-    assert row["lease_owner"] is None and row["next_resend_at"] == clock.now + rules.backoff(2)
-    assert resend_rows(engine) == []
-
-    broker.create_topic(f"%RETRY%{GROUP}", 1, perm=6)
-    clock.advance(minutes=2)
-    assert resender.resend_due().grace_started == 1
-    clock.advance(seconds=30)
-    assert resender.resend_due() == ResendReport(examined=1, resent=1)
-    assert stub_row(engine, message_id)["send_count"] == 2
-    assert len(group_copies(broker, message_id)) == 1
 
 
 def test_progress_known_only_from_the_message_log_makes_a_stub_lost(
