@@ -15,6 +15,7 @@ them has handled it; the resend rule, the dead-letter alerts and reconciliation 
 (message, group) on its own. The declaration is the producer's, stored on each stub when it
 is sent, so the consumers in other processes, the resend worker and reconciliation all read
 the same list without sharing configuration, and changing it never rewrites what was sent.
+Declare only groups that take every message of the topic (no tag filter that skips some).
 
 Constructing an ``Outbox`` attaches its relay to the engine at once (sends made before
 ``app.start()`` are remembered) and registers the relay thread to start and stop with the app.
