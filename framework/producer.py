@@ -26,8 +26,22 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from storage_engine import Broker, Clock, Message, PutStatus, SendResult, SystemClock
-from storage_engine.formats import PROPERTY_DELAY, delay_level_problem, empty_body_problem
+from storage_engine import (
+    Broker,
+    Clock,
+    Message,
+    PutStatus,
+    SendResult,
+    SystemClock,
+    retry_topic,
+    validate_topic,
+)
+from storage_engine.formats import (
+    PROPERTY_DELAY,
+    PROPERTY_RETRY_TOPIC,
+    delay_level_problem,
+    empty_body_problem,
+)
 
 from .errors import AppStateError
 from .message_id import UniqueKeyGenerator
@@ -156,6 +170,34 @@ class Producer:
             return deliver(merged)
         return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
                                      remote=not isinstance(self._client, Broker))
+
+    def send_to_group(self, consumer_group: str, topic: str, body: bytes | str, *,
+                      tags: str | None = None, keys: Iterable[str] | str | None = None,
+                      properties: Mapping[str, str] | None = None,
+                      unique_key: str | None = None) -> SendResult:
+        """Deliver a message of ``topic`` to one consumer group only: it is stored in the
+        group's retry topic (``%RETRY%group``) with ``RETRY_TOPIC`` = ``topic``, which every
+        clustering consumer of the group pulls and restores to ``topic`` before its handler
+        sees it (RocketMQ's clients do the same), while the other groups of ``topic`` never
+        see it. The outbox resends a message one group lost this way. Checks as ``send``;
+        the result names the retry topic's queue and offset.
+        """
+        self._check_open(topic)
+        validate_topic(topic)
+        body = _checked_body(topic, body, properties, unique_key)
+        msg_id = unique_key or self._ids.next()
+        target = retry_topic(consumer_group)
+
+        def deliver(sent_properties: dict[str, str]) -> SendResult:
+            message = Message(target, body, tags=tags, keys=keys,
+                              properties={**sent_properties, PROPERTY_RETRY_TOPIC: topic},
+                              unique_key=msg_id)
+            return self._client.send(message)
+
+        if self._tracing is None:
+            return deliver(dict(properties or {}))
+        return self._tracing.publish(topic, dict(properties or {}), deliver, message_id=msg_id,
+                                     tags=tags, remote=not isinstance(self._client, Broker))
 
     def send_batch(self, topic: str, messages: Sequence[BatchMessage | bytes | str], *,
                    queue_id: int | None = None, sharding_key: str | None = None

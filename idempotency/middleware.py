@@ -10,8 +10,9 @@ The decision flow, for each message:
      rejection of a duplicate). Not done → go on to 3: the holder may be running right now,
      or may have died holding the mark; the database lock in 3 tells them apart safely.
    - *Redis error* → go on to 3 on the database alone (logged once). Never "duplicate".
-3. **Handler transaction.** First ``ledger.claim_message``: mark the local stub ``confirmed``
-   (the ``UPDATE`` locks it where the database has row locks), delete the log row, and check
+3. **Handler transaction.** First ``ledger.claim_message``: lock the local stub (an ``UPDATE``
+   where the database has row locks; it is marked ``confirmed`` once every consumer group it
+   expects has its processed row, see ``ledger``), delete the log row, and check
    and claim in one statement: insert the processed row unless it exists (``ON CONFLICT DO
    NOTHING`` / ``INSERT IGNORE`` / ``OR IGNORE``; a concurrent attempt's uncommitted row is
    waited for). Already there → commit (the log row's deletion), success. Else run the

@@ -32,7 +32,15 @@ from .options import RelayOptions, ResendRules
 from .relay import Relay, RelayStats
 from .resend import Resender, ResendReport
 from .send import send
-from .tables import StubStatus, message_log, message_processed, message_stub, metadata, outbox_task
+from .tables import (
+    StubStatus,
+    message_log,
+    message_processed,
+    message_resend,
+    message_stub,
+    metadata,
+    outbox_task,
+)
 from .worker import OutboxWorker, TaskSchedule
 
 __all__ = [
@@ -42,6 +50,6 @@ __all__ = [
     "OutboxError", "OutboxWorker", "Relay", "RelayOptions", "RelayStats", "ResendReport",
     "ResendRules", "Resender", "StubStatus", "TaskSchedule", "async_database_url",
     "claim_stubs", "create_async_database_engine", "create_database_engine", "database_engine",
-    "message_log", "message_processed", "message_stub", "metadata", "outbox_task", "run_cleanup",
-    "send",
+    "message_log", "message_processed", "message_resend", "message_stub", "metadata",
+    "outbox_task", "run_cleanup", "send",
 ]

@@ -111,6 +111,9 @@ class StubRow:
     lease_owner: str | None = None
     lease_until: datetime | None = None
     overtaken_at: datetime | None = None
+    expected_groups: str | None = None
+    """The consumer groups that must handle it before it is confirmed (space-separated; None:
+    the first group that handles it confirms it)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ _ROW_COLUMNS = (
     stub.queue_id, stub.queue_offset, stub.delay_level, stub.created_at, stub.updated_at,
     stub.published_at, stub.next_resend_at, stub.confirmed_at, stub.last_error,
     stub.log_position, stub.offset_msg_id, stub.lease_owner, stub.lease_until, stub.overtaken_at,
+    stub.expected_groups,
 )
 
 

@@ -10,7 +10,9 @@ What goes, each past its own retention (``CleanupPolicy``):
   confirmed, void, already cleaned, or lives in another database). A log row of an unconfirmed
   stub marks a message still in flight and is never deleted here, however old;
 - **dedup records**: ``message_processed`` rows whose ``processed_at`` is older than
-  ``processed_retention``.
+  ``processed_retention``;
+- **resend records**: ``message_resend`` rows whose ``resent_at`` is older than
+  ``log_retention`` and whose message has no *unconfirmed* stub (as for log rows).
 
 Every retention must exceed the redelivery horizon (the longest a message can still arrive
 again: resend schedule + consumer retries + margin), checked by ``CleanupPolicy.validate``:
@@ -64,7 +66,7 @@ from framework import ConfigurationError
 
 from .clock import utc_now
 from .database import dialect_name, run_transaction
-from .tables import StubStatus, message_log, message_processed, message_stub
+from .tables import StubStatus, message_log, message_processed, message_resend, message_stub
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,7 @@ _SQLITE_ROW_VALUES = (3, 15, 0)
 stub = message_stub.c
 log_row = message_log.c
 processed = message_processed.c
+resent = message_resend.c
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,8 @@ class CleanupReport:
     """Orphaned ``message_log`` rows."""
     processed: int = 0
     """``message_processed`` rows."""
+    resends: int = 0
+    """``message_resend`` rows."""
     void_stubs: int = 0
     batches: int = 0
     """``DELETE`` statements run, over all tables."""
@@ -164,7 +169,7 @@ class CleanupReport:
     @property
     def deleted(self) -> int:
         """Rows deleted, all tables together."""
-        return self.stubs + self.logs + self.processed + self.void_stubs
+        return self.stubs + self.logs + self.processed + self.resends + self.void_stubs
 
 
 @dataclass(frozen=True)
@@ -196,9 +201,10 @@ def run_cleanup(engine: Engine, policy: CleanupPolicy, *,
     for sweep in _sweeps(policy, now):
         _sweep_table(engine, sweep, policy, report)
     elapsed_ms = (time.monotonic() - started) * 1000
-    log.info("[cleanup] deleted stubs=%d void_stubs=%d logs=%d processed=%d in batches=%d "
-             "largest_batch=%d complete=%s (batch_size=%d max_batches=%d) elapsed_ms=%.0f",
-             report.stubs, report.void_stubs, report.logs, report.processed, report.batches,
+    log.info("[cleanup] deleted stubs=%d void_stubs=%d logs=%d processed=%d resends=%d in "
+             "batches=%d largest_batch=%d complete=%s (batch_size=%d max_batches=%d) "
+             "elapsed_ms=%.0f", report.stubs, report.void_stubs, report.logs, report.processed,
+             report.resends, report.batches,
              report.largest_batch, report.complete, policy.batch_size, policy.max_batches,
              elapsed_ms)
     return report
@@ -222,6 +228,11 @@ def _sweeps(policy: CleanupPolicy, now: datetime) -> list[_Sweep]:
                          (processed.consumer_group, processed.message_id),
                          processed.processed_at,
                          processed.processed_at < now - policy.processed_retention))
+    resent_open = exists().where(stub.message_id == resent.message_id,
+                                 stub.status == StubStatus.UNCONFIRMED.value)
+    sweeps.append(_Sweep("resends", message_resend, (resent.consumer_group, resent.message_id),
+                         resent.resent_at,
+                         and_(resent.resent_at < now - policy.log_retention, ~resent_open)))
     return sweeps
 
 

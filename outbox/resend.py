@@ -1,15 +1,19 @@
 """The resend rule: find stubs whose message a consumer group moved past without, and send them
 again — or give up on them (``void``) and raise an alert for manual handling.
 
-A published stub is examined once its ``next_resend_at`` is due. For each consumer group of its
-topic (``ResendRules.consumer_groups``, else every group the broker knows on the topic):
+A published stub is examined once its ``next_resend_at`` is due. For each consumer group it is
+expected to reach — its ``expected_groups`` (declared to the ``Outbox`` when it was sent), else
+``ResendRules.consumer_groups`` for its topic, else every group the broker knows on the topic
+that has left a trace in the consumer tables — each (message, group) on its own:
 
 - *done* — the group's ``message_processed`` row exists;
 - *in flight* — the group's ``message_log`` row exists (received, not yet confirmed);
 - *lost* — neither, and the group's progress on the stub's queue is past the stub's offset.
   Progress is the group's committed consumer offset, or, on a queue where it never committed,
   the highest offset it logged + 1; a message-log row is written on receipt, before the
-  handler runs, so a message being worked on is never *lost*.
+  handler runs, so a message being worked on is never *lost*. Once the message was resent to
+  the group, the queue and offset that count are those of the copy in the group's retry topic
+  (``message_resend``): a group that is down is not past its copy, and waits for it.
 
 Then:
 
@@ -20,10 +24,14 @@ every group *done*                     the stub is confirmed (its consumer's dat
 some group *lost*, first seen          ``overtaken_at`` = now: the grace period starts
                                        (an offset assigned early may become visible late;
                                        concurrent consumers log out of order)
-some group *lost* for ``grace``        resend: claim (``send_count + 1``), publish again with
-                                       the same message id, record the new queue offset and
-                                       position; ``next_resend_at`` = now + backoff
-… and ``send_count >= max``            ``void`` + alert ``exhausted``
+some group *lost* for ``grace``        resend to each lost group alone: claim
+                                       (``send_count + 1``), store a copy with the same
+                                       message id in the group's ``%RETRY%group`` topic
+                                       (``Producer.send_to_group``: the group's consumers
+                                       restore the original topic, no other group sees it),
+                                       record where it went in ``message_resend``;
+                                       ``next_resend_at`` = now + backoff
+… and ``send_count >= max``            ``void`` + one alert ``exhausted`` per lost group
 otherwise                              look again after ``recheck``
 =====================================  ======================================================
 
@@ -32,9 +40,12 @@ is looked up by message id in the store's key index, and the stub waits until it
 
 Dead letters: a message that a consumer group dead-lettered (retries exhausted, or the handler
 raised ``DeadLetter``) is in ``%DLQ%group``. ``void_dead_lettered`` reads each group's
-dead-letter queue from a cursor, turns the stubs of those messages ``void`` with the
-dead-letter reason, and raises alert ``dead_lettered``. Both are the manual-handling cases:
-``postbox outbox list --status void`` shows them and ``postbox outbox rearm`` sends them again.
+dead-letter queue from a cursor and, for every (message, group) the stub expects (any group
+when it names none) and that group has not processed, raises one alert ``dead_lettered``
+naming the group, whatever other groups did; the stub becomes ``void`` (unless it is already
+confirmed) and its ``last_error`` names every group that dead-lettered it. Both are the
+manual-handling cases: ``postbox outbox list --status void`` shows them and ``postbox outbox
+rearm`` sends them again.
 """
 
 from __future__ import annotations
@@ -46,7 +57,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    RowMapping,
+    and_,
+    bindparam,
+    func,
+    select,
+    update,
+)
 
 from framework import App, ConsumedMessage
 
@@ -54,14 +74,23 @@ from .alerts import Alert, Alerter, AlertKind, AlertReport
 from .claims import ClaimedStub, claim_stubs, lease_free
 from .clock import NowFunction, utc_now
 from .database import run_transaction
+from .group_state import group_pairs, record_resends, resent_copies, with_dead_letter_reason
 from .options import ResendRules
 from .relay import Relay
-from .tables import StubStatus, message_log, message_processed, message_stub
+from .tables import (
+    StubStatus,
+    expected_group_names,
+    message_log,
+    message_processed,
+    message_resend,
+    message_stub,
+)
 
 log = logging.getLogger(__name__)
 stub = message_stub.c
 logged = message_log.c
 processed = message_processed.c
+resent = message_resend.c
 
 DEAD_LETTER_PAGE = 100
 DEAD_LETTER_PAGES_PER_RUN = 20
@@ -103,13 +132,15 @@ class _Candidate:
     queue_offset: int | None
     send_count: int
     overtaken_at: datetime | None
+    expected_groups: str | None = None
 
 
 @dataclass
 class _Plan:
     confirm: list[str] = field(default_factory=list)
     start_grace: list[str] = field(default_factory=list)
-    resend: list[str] = field(default_factory=list)
+    resend: dict[str, list[str]] = field(default_factory=dict)
+    """Message id → the groups that lost it."""
     exhaust: list[tuple[_Candidate, list[str]]] = field(default_factory=list)
     recheck: list[str] = field(default_factory=list)
     wait_until: dict[str, datetime] = field(default_factory=dict)
@@ -166,9 +197,8 @@ class Resender:
                                   stub.send_count < self.rules.max_send_count,
                                   stub.next_resend_at <= now, stub.overtaken_at <= now - grace),
                 owner=self.owner, now=now, lease=timedelta(milliseconds=self.rules.lease_ms),
-                limit=len(plan.resend), message_ids=plan.resend)
-            report.resent = self.relay.publish_claimed(claimed, check_after=self.rules.backoff,
-                                                       keep_delay=False)
+                limit=len(plan.resend), message_ids=list(plan.resend))
+            report.resent = self._resend_to_groups(claimed, plan.resend)
             self.stats.resent += report.resent
             if claimed:
                 log.info("resent %d stubs a consumer group moved past (of %d due)",
@@ -186,7 +216,7 @@ class Resender:
 
     def _due(self, now: datetime) -> list[_Candidate]:
         query = (select(stub.message_id, stub.topic, stub.queue_id, stub.queue_offset,
-                        stub.send_count, stub.overtaken_at)
+                        stub.send_count, stub.overtaken_at, stub.expected_groups)
                  .where(self._published_unconfirmed(), stub.next_resend_at <= now,
                         lease_free(now))
                  .order_by(stub.next_resend_at).limit(self.rules.batch_size))
@@ -214,7 +244,8 @@ class Resender:
             found.append({"b_id": item.message_id, "b_queue_id": view.queue_id,
                           "b_queue_offset": view.queue_offset})
             located.append(_Candidate(item.message_id, item.topic, view.queue_id,
-                                      view.queue_offset, item.send_count, item.overtaken_at))
+                                      view.queue_offset, item.send_count, item.overtaken_at,
+                                      item.expected_groups))
         if found:
             run_transaction(self.engine, lambda connection: connection.execute(
                 update(message_stub).where(stub.message_id == bindparam("b_id"),
@@ -230,28 +261,37 @@ class Resender:
         return located
 
     def _plan(self, candidates: list[_Candidate], now: datetime) -> _Plan:
-        topics = sorted({item.topic for item in candidates})
         queues: dict[str, list[Any]] = {}  # group → its QueueProgress, read once per pass
-        groups = {topic: self._groups(topic, queues) for topic in topics}
-        all_groups = sorted({group for names in groups.values() for group in names})
+        names = self._expected(candidates, queues)
+        topics = sorted({item.topic for item in candidates})
+        all_groups = sorted({group for groups in names.values() for group in groups})
         ids = [item.message_id for item in candidates]
-        progress = self._progress(all_groups, topics, queues)
+        with self.engine.connect() as connection:
+            copies = resent_copies(connection, ids, all_groups)
+        retry_topics = {topic for topic, _, _ in copies.values()}
+        progress = self._progress(all_groups, sorted({*topics, *retry_topics}), queues)
         with self.log_engine.connect() as connection:
-            in_flight = _pairs(connection, message_log, ids, all_groups)
-            done = _pairs(connection, message_processed, ids, all_groups)
+            in_flight = group_pairs(connection, message_log, ids, all_groups)
+            done = group_pairs(connection, message_processed, ids, all_groups)
         grace = timedelta(milliseconds=self.rules.grace_ms)
         plan = _Plan()
         for item in candidates:
             # _locate_delayed kept located stubs only
             assert item.queue_id is not None and item.queue_offset is not None
-            names = groups[item.topic]
             key = item.message_id
-            if names and all((group, key) in done for group in names):
+            groups = names[key]
+            if groups and all((group, key) in done for group in groups):
                 plan.confirm.append(key)
                 continue
-            lost = [group for group in names
-                    if (group, key) not in done and (group, key) not in in_flight
-                    and progress.get((group, item.topic, item.queue_id), -1) > item.queue_offset]
+            lost = []
+            for group in groups:
+                if (group, key) in done or (group, key) in in_flight:
+                    continue
+                topic, queue_id, offset = copies.get(
+                    (group, key), (item.topic, item.queue_id, item.queue_offset))
+                if (offset is not None and queue_id is not None
+                        and progress.get((group, topic, queue_id), -1) > offset):
+                    lost.append(group)
             if not lost:
                 plan.recheck.append(key)
             elif item.overtaken_at is None:
@@ -261,8 +301,24 @@ class Resender:
             elif item.send_count >= self.rules.max_send_count:
                 plan.exhaust.append((item, lost))
             else:
-                plan.resend.append(key)
+                plan.resend[key] = lost
         return plan
+
+    def _expected(self, candidates: list[_Candidate],
+                  queues: dict[str, list[Any]]) -> dict[str, list[str]]:
+        """Message id → the groups whose progress decides: the stub's own expected groups,
+        else those of its topic (configured, else discovered once per topic)."""
+        by_topic: dict[str, list[str]] = {}
+        names: dict[str, list[str]] = {}
+        for item in candidates:
+            declared = expected_group_names(item.expected_groups)
+            if declared is None:
+                if item.topic not in by_topic:
+                    by_topic[item.topic] = self._groups(item.topic, queues)
+                names[item.message_id] = by_topic[item.topic]
+            else:
+                names[item.message_id] = list(declared)
+        return names
 
     def _queues(self, group: str, queues: dict[str, list[Any]]) -> list[Any]:
         """The group's ``QueueProgress`` list, asked of the broker once per pass."""
@@ -364,11 +420,45 @@ class Resender:
                     status=StubStatus.VOID.value, last_error=reason, updated_at=now,
                     lease_owner=None, lease_until=None)).rowcount
                 if changed:
-                    alerts.append(Alert(AlertKind.EXHAUSTED, item.message_id, item.topic,
-                                        item.send_count, reason, now, groups[0]))
+                    alerts.extend(Alert(AlertKind.EXHAUSTED, item.message_id, item.topic,
+                                        item.send_count, reason, now, group)
+                                  for group in groups)
 
         run_transaction(self.engine, write)
         return alerts
+
+    def _resend_to_groups(self, claimed: list[ClaimedStub], lost: dict[str, list[str]]) -> int:
+        """Send each claimed stub again to the groups that lost it, each through its own retry
+        topic; record where the copies went and release the claims. A stub that reached no
+        group (the broker down or refusing: the message itself was accepted before) gets its
+        claim's send back, so an outage never counts toward voiding it. Returns how many stubs
+        reached at least one group."""
+        producer = self.app.producer
+        copies: list[dict[str, Any]] = []
+        outcomes: list[dict[str, Any]] = []
+        now = self._now()
+        for item in claimed:
+            errors: list[str] = []
+            for group in lost.get(item.message_id, []):
+                try:
+                    result = producer.send_to_group(
+                        group, item.topic, item.content, tags=item.tags, keys=item.keys,
+                        properties=item.properties, unique_key=item.message_id)
+                except Exception as error:  # broker down or refusing: the next pass retries
+                    errors.append(f"resend to {group} failed: {type(error).__name__}: {error}")
+                    continue
+                copies.append({"consumer_group": group, "message_id": item.message_id,
+                               "topic": result.stored_topic, "queue_id": result.stored_queue_id,
+                               "queue_offset": result.queue_offset, "resent_at": now})
+            reached = any(copy["message_id"] == item.message_id for copy in copies)
+            outcomes.append({"b_id": item.message_id, "b_token": item.token,
+                             "b_error": "; ".join(errors)[:2000] or None,
+                             "b_next": now + self.rules.backoff(item.send_count),
+                             "b_uncounted": 0 if reached else 1})
+            for problem in errors:
+                log.warning("stub %s: %s", item.message_id, problem)
+        record_resends(self.engine, copies, outcomes, now)
+        return len({copy["message_id"] for copy in copies})
 
     def relay_voided(self, voided: list[tuple[ClaimedStub, str]]) -> None:
         """Alert on stubs the relay voided after ``max_send_count`` failed publishes."""
@@ -403,46 +493,44 @@ class Resender:
         return report
 
     def _void_letters(self, group: str, letters: Sequence[Any], now: datetime) -> list[Alert]:
-        reasons: dict[str, tuple[str, str]] = {}
+        reasons: dict[str, str] = {}
         for letter in letters:
-            dead = ConsumedMessage(letter, group)  # its topic: the one it was first sent to
-            reason = dead.dead_letter_reason or "retries exhausted"
+            dead = ConsumedMessage(letter, group)
             if letter.unique_key:  # the stub's id: copies keep the UNIQ_KEY of the original
-                reasons[letter.unique_key] = (dead.topic, reason)
+                reasons[letter.unique_key] = dead.dead_letter_reason or "retries exhausted"
+        if not reasons:
+            return []
+        with self.log_engine.connect() as connection:
+            done = group_pairs(connection, message_processed, list(reasons), [group])
         alerts: list[Alert] = []
 
         def write(connection: Connection) -> None:
             alerts.clear()
             rows: Sequence[RowMapping] = connection.execute(
-                select(stub.message_id, stub.topic, stub.send_count).where(
-                    stub.message_id.in_(list(reasons)),
-                    stub.status == StubStatus.UNCONFIRMED.value)).mappings().all()
+                select(stub.message_id, stub.topic, stub.send_count, stub.status,
+                       stub.expected_groups, stub.last_error).where(
+                    stub.message_id.in_(list(reasons)))).mappings().all()
             for row in rows:
-                reason = f"dead-lettered by consumer group {group}: " \
-                         f"{reasons[row['message_id']][1]}"
+                expected = expected_group_names(row["expected_groups"])
+                if (group, row["message_id"]) in done or (
+                        expected is not None and group not in expected):
+                    continue  # this group did it after all, or the stub does not wait for it
+                prefix = f"dead-lettered by consumer group {group}: "
+                if prefix in (row["last_error"] or ""):
+                    continue  # alerted already (a dead-letter queue read again)
+                reason = prefix + reasons[row["message_id"]]
                 changed = connection.execute(update(message_stub).where(
-                    stub.message_id == row["message_id"],
-                    stub.status == StubStatus.UNCONFIRMED.value).values(
-                    status=StubStatus.VOID.value, last_error=reason[:2000], updated_at=now,
+                    stub.message_id == row["message_id"], stub.status == row["status"]).values(
+                    status=row["status"] if row["status"] == StubStatus.CONFIRMED.value
+                    else StubStatus.VOID.value,
+                    last_error=with_dead_letter_reason(row, reason), updated_at=now,
                     lease_owner=None, lease_until=None)).rowcount
                 if changed:
                     alerts.append(Alert(AlertKind.DEAD_LETTERED, row["message_id"],
                                         row["topic"], row["send_count"], reason, now, group))
 
-        if reasons:
-            run_transaction(self.engine, write)
+        run_transaction(self.engine, write)
         return alerts
-
-
-def _pairs(connection: Connection, table: Any, ids: list[str],
-           groups: list[str]) -> set[tuple[str, str]]:
-    """(group, message id) rows of ``table`` among ``ids`` × ``groups``."""
-    if not ids or not groups:
-        return set()
-    columns = table.c
-    rows = connection.execute(select(columns.consumer_group, columns.message_id).where(
-        columns.message_id.in_(ids), columns.consumer_group.in_(groups)))
-    return {(group, message_id) for group, message_id in rows}
 
 
 def retention_horizon(rules: ResendRules, consumer_retry: timedelta,

@@ -36,6 +36,9 @@ from .tables import MESSAGE_ID_LENGTH, StubStatus, message_stub
 RELAY_EXECUTION_OPTION = "postbox_outbox_relay"
 """Engine execution option holding the ``CommitHook`` of a watching ``Relay``; ``send`` reports
 each id it writes to it (``written(connection, message_id)``)."""
+GROUPS_EXECUTION_OPTION = "postbox_outbox_groups"
+"""Engine execution option holding the consumer groups declared to an ``Outbox`` (topic →
+``expected_groups`` text); ``send`` stores the topic's on each stub it writes."""
 SEND_ARGUMENTS = {**{name: argument for name, argument in PROPERTY_ARGUMENTS.items()
                      if argument != "sharding_key="}, "UNIQ_KEY": "message_id="}
 """The ``send`` argument for each system property (``properties=`` may not set them)."""
@@ -127,14 +130,19 @@ def stub_values(topic: str, body: Any, *, tags: str | None,
 
 
 def insert_stub(connection: Connection, row: dict[str, Any]) -> str:
-    """Insert the stub ``row``, report its id to a watching relay's commit hook and return it.
+    """Insert the stub ``row`` (with the consumer groups declared for its topic to an
+    ``Outbox`` on the engine), report its id to a watching relay's commit hook and return it.
     ``connection`` is sync: for an async one its ``sync_connection`` (``run_sync``), whose
     events and execution options are those of the async engine's ``sync_engine``."""
     check_not_autocommit(connection)
+    options = connection.get_execution_options()
+    declared = options.get(GROUPS_EXECUTION_OPTION)
+    if declared and row.get("expected_groups") is None:
+        row = {**row, "expected_groups": declared.get(row["topic"])}
     with explaining_missing_tables("outbox.send"):
         connection.execute(_INSERT_STUB, row)
     message_id: str = row["message_id"]
-    hook = connection.get_execution_options().get(RELAY_EXECUTION_OPTION)
+    hook = options.get(RELAY_EXECUTION_OPTION)
     if hook is not None:
         hook.written(connection, message_id)
     return message_id
@@ -190,5 +198,5 @@ def _id_generator(pid: int) -> UniqueKeyGenerator:
     return UniqueKeyGenerator()
 
 
-__all__ = ["RELAY_EXECUTION_OPTION", "SendOptions", "encode_body", "insert_stub", "send",
-           "stub_values"]
+__all__ = ["GROUPS_EXECUTION_OPTION", "RELAY_EXECUTION_OPTION", "SendOptions", "encode_body",
+           "insert_stub", "send", "stub_values"]

@@ -1,16 +1,24 @@
 """The outbox's tables (DESIGN §5), in one SQLAlchemy ``MetaData`` that Alembic migrates.
 
 - ``message_stub``: one row per message the application sent through ``outbox.send``, written in
-  the application's own transaction. ``status`` goes ``unconfirmed`` → ``confirmed`` (a consumer
-  committed its effect) or ``void`` (given up; an operator decides). The relay records where
-  the message went (``queue_id``, ``queue_offset``, ``log_position``, ``offset_msg_id``) and
-  counts attempts in ``send_count`` before each one.
-- ``message_log``: one row per (consumer group, message) received and not yet confirmed — the
-  in-flight marker, deleted in the transaction that confirms the message.
+  the application's own transaction. ``status`` goes ``unconfirmed`` → ``confirmed`` (every
+  expected consumer group committed its effect) or ``void`` (given up, or dead-lettered by a
+  group; an operator decides). The relay records where the message went (``queue_id``,
+  ``queue_offset``, ``log_position``, ``offset_msg_id``) and counts attempts in
+  ``send_count`` before each one.
+  ``expected_groups`` names the consumer groups the message must reach (space-separated, as
+  declared to the ``Outbox`` when it was sent): the stub is ``confirmed`` once every one of
+  them has a ``message_processed`` row. NULL (nothing declared for the topic) keeps the
+  single-group meaning: the first group that handles the message confirms it.
+- ``message_log``: one row per (consumer group, message) received and not yet handled — the
+  in-flight marker, deleted in the transaction that commits the group's effect.
 - ``message_processed``: one row per (consumer group, message) whose handler committed. It is
-  the consumer side's authority: a stub says "some consumer confirmed me", but with several
-  consumer groups on one topic, or the stub table in another database, only a row keyed by
-  (consumer group, message id) can say "this group already did it".
+  the per-group authority: "this group already did it" — for deduplication, for the stub's
+  confirmation (every expected group has a row), and for the resend rule and reconciliation,
+  which judge each (message, group) on its own.
+- ``message_resend``: one row per (consumer group, message) the resend rule sent again to that
+  group alone (through ``%RETRY%group``): where the copy went, so that the group's progress
+  on that retry queue, not on the original queue, says whether it lost the copy too.
 - ``outbox_task``: one row per periodic outbox task (``relay_pending``, ``resend_due``,
   ``cleanup``, ``dead_letters``): the lease that lets only one run act at a time however many
   beats or workers fire it, when runs started and finished, and the task's own small state
@@ -20,7 +28,8 @@ Stub columns for the relay and resends: ``delay_level``/``properties`` (the rela
 publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went),
 ``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub) and
 ``overtaken_at`` (when the resend check first saw a consumer group past the stub's offset
-without it: the start of the grace period before the stub is declared lost).
+without it: the start of the grace period before the stub is declared lost) and
+``expected_groups`` (above).
 Times are naive UTC. Column and constraint names follow ``NAMING_CONVENTION`` so migrations
 are stable across databases.
 """
@@ -71,6 +80,22 @@ class StubStatus(enum.StrEnum):
     VOID = "void"
 
 
+def group_names_text(groups: object) -> str | None:
+    """``expected_groups`` as stored: the names sorted, unique, space-separated (None for
+    none)."""
+    if groups is None:
+        return None
+    names = sorted(set(groups))  # type: ignore[call-overload]
+    return " ".join(names) or None
+
+
+def expected_group_names(text: str | None) -> tuple[str, ...] | None:
+    """The groups of an ``expected_groups`` value (None: nothing was declared)."""
+    if text is None or not text.strip():
+        return None
+    return tuple(text.split())
+
+
 def _timestamp(**kwargs: Any) -> Column[datetime]:
     """A naive-UTC timestamp with microseconds on every database (MySQL's default drops them)."""
     name = kwargs.pop("name")
@@ -105,6 +130,7 @@ message_stub = Table(
     _timestamp(name="confirmed_at"),
     Column("last_error", Text),
     _timestamp(name="overtaken_at"),
+    Column("expected_groups", Text),
     CheckConstraint("status IN ('unconfirmed', 'confirmed', 'void')", name="status"),
     CheckConstraint("send_count >= 0", name="send_count"),
     # relay and resend scans: due unconfirmed stubs
@@ -142,6 +168,19 @@ message_processed = Table(
     Index("ix_message_processed_processed_at", "processed_at"),
 )
 
+message_resend = Table(
+    "message_resend", metadata,
+    Column("consumer_group", String(GROUP_LENGTH), nullable=False),
+    Column("message_id", String(MESSAGE_ID_LENGTH), nullable=False),
+    Column("topic", String(TOPIC_LENGTH), nullable=False),
+    Column("queue_id", Integer),
+    Column("queue_offset", BigInteger),
+    _timestamp(name="resent_at", nullable=False),
+    PrimaryKeyConstraint("consumer_group", "message_id"),
+    # cleanup: rows past retention
+    Index("ix_message_resend_resent_at", "resent_at"),
+)
+
 outbox_task = Table(
     "outbox_task", metadata,
     Column("name", String(64), primary_key=True),
@@ -158,5 +197,6 @@ outbox_task = Table(
 
 __all__ = [
     "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "NAMING_CONVENTION", "TOPIC_LENGTH", "StubStatus",
-    "message_log", "message_processed", "message_stub", "metadata", "outbox_task",
+    "message_log", "message_processed", "message_resend", "message_stub", "metadata",
+    "outbox_task", "expected_group_names", "group_names_text",
 ]

@@ -8,7 +8,11 @@ import enum
 class MessageClass(enum.StrEnum):
     """One row of the classification: a stub, or a log row / DLQ message without a stub.
 
-    Every stub gets exactly one of the first six, tried in this order:
+    A stub that names its consumer groups (``expected_groups``, the fan-out case) gets one row
+    per (message, group), each judged for that group alone (``classify_groups``): handled by
+    the group (or the stub confirmed), in its ``%DLQ%``, void, logged or in its ``%RETRY%``,
+    past it unhandled beyond the grace period, else pending. Any other stub gets exactly one
+    of the first six, tried in this order:
 
     - ``confirmed``: the stub says a consumer committed its effect.
     - ``dead_lettered``: its id (UNIQ_KEY) or ORIGIN_MESSAGE_ID is in a ``%DLQ%`` topic.

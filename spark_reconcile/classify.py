@@ -1,6 +1,7 @@
 """The classification (DESIGN §6) as Spark DataFrame transformations: every stub gets exactly
-one class (see ``MessageClass`` for the rules and their order), plus rows for log entries and
-dead-lettered messages without a stub. Joins against the small inputs (offsets, dead letters,
+one class (see ``MessageClass`` for the rules and their order) — a stub that names its
+consumer groups one per (message, group), see ``classify_groups`` — plus rows for log entries
+and dead-lettered messages without a stub. Joins against the small inputs (offsets, dead letters,
 retries) are broadcast; only stubs × logs is shuffled."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .classes import MessageClass as C
+from .classify_groups import classify_per_group, copies_of
 from .inputs import Inputs
 from .store_decode import DELIVERED, DLQ, RETRY
 
@@ -19,8 +21,10 @@ CLASSIFICATION_COLUMNS = ("message_id", "classification", "topic", "consumer_gro
 
 
 def classify(inputs: Inputs, as_of: datetime, grace_ms: int) -> DataFrame:
-    """One row per stub, log row without a stub, and dead letter without a stub."""
-    stubs = _resolve_offsets(inputs.stubs, inputs.store_rows)
+    """One row per stub — per (stub, expected group) for a stub that names its groups
+    (``classify_groups``) — log row without a stub, and dead letter without a stub."""
+    every_stub = _resolve_offsets(inputs.stubs, inputs.store_rows)
+    stubs = every_stub.where(F.col("expected_groups").isNull())
     dead = _by_message(inputs.store_rows, DLQ, "dlq")
     logged = _logged(inputs.logs)
     matched = (stubs
@@ -42,10 +46,12 @@ def classify(inputs: Inputs, as_of: datetime, grace_ms: int) -> DataFrame:
     classified = matched.withColumn("classification", classification)
     # ids of the small sides that matched a stub: found from the stub side, so the (large)
     # stub table is never shuffled against them again
-    known = stubs.select("message_id")
+    known = every_stub.select("message_id")
     return _unify(
         classified.withColumn("consumer_group", _group_column())
         .withColumn("detail", _detail_column(since)),
+        classify_per_group(every_stub.where(F.col("expected_groups").isNotNull()), inputs,
+                           cutoff),
         _orphan_logs(inputs.logs, known.join(logged.select("message_id"), "message_id",
                                              "left_semi")),
         _dead_letters_without_stub(inputs.store_rows, known.join(
@@ -72,13 +78,9 @@ def _resolve_offsets(stubs: DataFrame, store_rows: DataFrame) -> DataFrame:
 
 def _by_message(store_rows: DataFrame, kind: str, prefix: str) -> DataFrame:
     """Message id → the group (and reason) of its ``kind`` copies, by UNIQ_KEY or origin id."""
-    rows = store_rows.where(F.col("kind") == kind)
-    ids = (rows.select(F.col("unique_key").alias("message_id"), "consumer_group", "reason")
-           .unionByName(rows.select(F.col("origin_message_id").alias("message_id"),
-                                    "consumer_group", "reason"))
-           .where(F.col("message_id").isNotNull()))
-    return ids.groupBy("message_id").agg(F.min("consumer_group").alias(f"{prefix}_group"),
-                                         F.max("reason").alias(f"{prefix}_reason"))
+    return copies_of(store_rows, kind).groupBy("message_id").agg(
+        F.min("consumer_group").alias(f"{prefix}_group"),
+        F.max("reason").alias(f"{prefix}_reason"))
 
 
 def _logged(logs: DataFrame) -> DataFrame:

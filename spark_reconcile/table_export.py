@@ -36,7 +36,7 @@ STUB_COLUMNS = {
     "status": pa.string(), "send_count": pa.int32(), "queue_id": pa.int32(),
     "queue_offset": pa.int64(), "delay_level": pa.int32(), "published_at": _TIMESTAMP,
     "created_at": _TIMESTAMP, "updated_at": _TIMESTAMP, "confirmed_at": _TIMESTAMP,
-    "overtaken_at": _TIMESTAMP, "last_error": pa.string(),
+    "overtaken_at": _TIMESTAMP, "last_error": pa.string(), "expected_groups": pa.string(),
 }
 """The stub columns the classification reads (never the message body)."""
 LOG_COLUMNS = {

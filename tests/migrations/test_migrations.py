@@ -35,11 +35,12 @@ from sqlalchemy.exc import DBAPIError
 import migrations
 from migrations.api import SCRIPT_LOCATION
 from migrations.compare import compare_type
-from outbox.tables import message_stub, metadata
+from outbox.tables import message_resend, message_stub, metadata
 from tests.cli.cli_support import assert_one_error_line, run, run_json
 from tests.support.services import database_backend
 
-OUTBOX_TABLES = {"message_stub", "message_log", "message_processed", "outbox_task"}
+OUTBOX_TABLES = {"message_stub", "message_log", "message_processed", "message_resend",
+                 "outbox_task"}
 UNREACHABLE_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
 NO_ENV = {"POSTBOX_DATABASE_URL": None}
 
@@ -72,8 +73,8 @@ def modified_columns(diffs: list) -> set[tuple[str, str]]:
 
 # --- the Python API ---------------------------------------------------------------------------
 
-def test_head_is_the_resend_revision() -> None:
-    assert migrations.head() == "0002"
+def test_head_is_the_consumer_groups_revision() -> None:
+    assert migrations.head() == "0003"
 
 
 def test_upgrade_creates_the_outbox_tables(database_url: str, engine: Engine) -> None:
@@ -96,7 +97,7 @@ def test_downgrade_to_base_removes_them_and_upgrade_works_again(
     assert not OUTBOX_TABLES & table_names(engine)
 
     migrations.upgrade(database_url, "head")
-    assert migrations.current(database_url) == "0002"
+    assert migrations.current(database_url) == "0003"
     assert table_names(engine) >= OUTBOX_TABLES
     assert drift(engine, metadata) == []
 
@@ -107,8 +108,17 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
     with engine.begin() as connection:
         connection.execute(insert(message_stub).values(
             message_id="kept", topic="orders", content=b"x", created_at=now, updated_at=now,
-            overtaken_at=now))
+            overtaken_at=now, expected_groups="billing shipping"))
+        connection.execute(insert(message_resend).values(
+            consumer_group="shipping", message_id="kept", topic="%RETRY%shipping", queue_id=0,
+            queue_offset=3, resent_at=now))
 
+    migrations.downgrade(database_url, "-1")
+
+    assert migrations.current(database_url) == "0002"
+    assert "message_resend" not in table_names(engine)
+    assert "expected_groups" not in {column["name"]
+                                     for column in inspect(engine).get_columns("message_stub")}
     migrations.downgrade(database_url, "-1")
 
     assert migrations.current(database_url) == "0001"
@@ -118,12 +128,15 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
             == ["kept"]
     migrations.upgrade(database_url)
     assert drift(engine, metadata) == []
+    with engine.connect() as connection:  # the kept stub went back to "first group confirms"
+        assert connection.execute(select(message_stub.c.expected_groups)).scalars().all() \
+            == [None]
 
 
 def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
     migrations.upgrade(database_url)
     migrations.upgrade(database_url)
-    assert migrations.current(database_url) == "0002"
+    assert migrations.current(database_url) == "0003"
 
 
 def test_unknown_revision_is_a_migration_error(database_url: str) -> None:
@@ -241,7 +254,7 @@ def test_autogenerate_writes_an_empty_revision(database_url: str, tmp_path: Path
     source = Path(script.path).read_text()
     compile(source, script.path, "exec")
     assert Path(script.path).name == "0099_probe.py"
-    assert "down_revision = '0002'" in source
+    assert "down_revision = '0003'" in source
     assert "op." not in source
 
 
@@ -255,23 +268,23 @@ def test_script_template_ships_with_the_package() -> None:
 def test_cli_upgrade_current_downgrade(database_url: str, engine: Engine) -> None:
     engine.connect().close()  # an existing, empty database (SQLite: the file exists)
     before = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (before["current"], before["head"], before["is_head"]) == (None, "0002", False)
+    assert (before["current"], before["head"], before["is_head"]) == (None, "0003", False)
 
     upgraded = run_json("db", "upgrade", "--db", database_url, env=NO_ENV)
-    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0002", True)
+    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0003", True)
     assert table_names(engine) >= OUTBOX_TABLES
 
     after = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (after["current"], after["is_head"]) == ("0002", True)
+    assert (after["current"], after["is_head"]) == ("0003", True)
     human = run("db", "current", "--db", database_url, env=NO_ENV)
     assert human.exit_code == 0, human.stderr
-    assert "0002 (head)" in human.stdout
+    assert "0003 (head)" in human.stdout
 
     downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
-    assert (downgraded["from"], downgraded["to"]) == ("0002", "0001")
-    assert "outbox_task" not in table_names(engine)
+    assert (downgraded["from"], downgraded["to"]) == ("0003", "0002")
+    assert "message_resend" not in table_names(engine)
     to_base = run_json("db", "downgrade", "base", "--db", database_url, env=NO_ENV)
-    assert (to_base["from"], to_base["to"]) == ("0001", None)
+    assert (to_base["from"], to_base["to"]) == ("0002", None)
     assert not OUTBOX_TABLES & table_names(engine)
 
 
@@ -279,11 +292,11 @@ def test_cli_human_output_and_env_var(database_url: str) -> None:
     env = {"POSTBOX_DATABASE_URL": database_url}
     result = run("db", "upgrade", env=env)
     assert result.exit_code == 0, result.stderr
-    assert "upgraded from <base> to 0002 (head)" in result.stdout
+    assert "upgraded from <base> to 0003 (head)" in result.stdout
     again = run("db", "upgrade", env=env)
-    assert "already at 0002 (head)" in again.stdout
+    assert "already at 0003 (head)" in again.stdout
     down = run("db", "downgrade", "base", env=env)
-    assert "downgraded from 0002 (head) to <base>" in down.stdout
+    assert "downgraded from 0003 (head) to <base>" in down.stdout
 
 
 def test_cli_default_database_creates_its_directory(
@@ -361,4 +374,4 @@ def test_cli_a_url_without_its_driver_names_the_forms_that_work(url: str, fragme
 def test_cli_json_is_one_document(database_url: str) -> None:
     result = run("db", "upgrade", "--db", database_url, "--json", env=NO_ENV)
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["to"] == "0002"
+    assert json.loads(result.stdout)["to"] == "0003"

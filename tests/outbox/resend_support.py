@@ -1,5 +1,6 @@
-"""Helpers of the resend-rule tests (``test_resend.py``): the rule's clock, stubs sent and
-published for real, and the rows and offsets a consumer group leaves behind."""
+"""Helpers of the resend-rule tests (``test_resend.py``, ``test_resend_groups.py``): the
+rule's clock and the ``clock``/``build`` fixtures, stubs sent and published for real, and the
+rows and offsets a consumer group leaves behind."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, insert, select
 
 import outbox
-from outbox import Relay, message_log, message_processed
+from framework import App
+from outbox import Relay, message_log, message_processed, message_resend
 from outbox.alerts import Alerter, WebhookSink
 from outbox.clock import utc_now
 from outbox.resend import Resender, ResendRules
@@ -34,6 +37,29 @@ class Clock:
 
     def advance(self, **delta: float) -> None:
         self.now += timedelta(**delta)
+
+
+@pytest.fixture(name="clock")
+def clock_fixture() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(name="build")
+def build_fixture(app: App, engine: Engine, clock: Clock) -> Build:
+    """``build(rules, alerter=..., owner=..., stub_engine=..., on=app, **resender_options)`` →
+    (relay, resender) on the app and the stub database, both reading ``clock``."""
+
+    def factory(rules: ResendRules | None = None, *, alerter: Alerter | None = None,
+                owner: str = "resend-test", stub_engine: Engine = engine, on: App = app,
+                **options: Any) -> tuple[Relay, Resender]:
+        rules = rules or ResendRules()
+        relay = Relay(lambda: on.producer, stub_engine, options=rules.relay_options(),
+                      owner=owner, now=clock)
+        resender = Resender(on, stub_engine, relay, rules=rules, alerter=alerter or Alerter(),
+                            owner=owner, now=clock, **options)
+        return relay, resender
+
+    return factory
 
 
 def webhook_alerter(server: WebhookServer) -> Alerter:
@@ -97,6 +123,20 @@ def locations(broker: Broker, topic: str, message_id: str) -> list[tuple[int, in
     """(queue id, queue offset, log position) of every record of the message in ``topic``."""
     return sorted((view.queue_id, view.queue_offset, view.log_position)
                   for view in records_of(broker, topic, message_id))
+
+
+def group_copies(broker: Broker, message_id: str, group: str = GROUP) -> list[Any]:
+    """The copies of one message resent to ``group`` alone (its ``%RETRY%group`` topic)."""
+    return records_of(broker, f"%RETRY%{group}", message_id)
+
+
+def resend_rows(engine: Engine) -> list[tuple[Any, ...]]:
+    """(group, message id, topic, queue id, queue offset) of every ``message_resend`` row."""
+    columns = message_resend.c
+    with engine.connect() as connection:
+        return sorted(tuple(row) for row in connection.execute(select(
+            columns.consumer_group, columns.message_id, columns.topic, columns.queue_id,
+            columns.queue_offset)))
 
 
 def where(row: Any) -> tuple[int, int, int]:

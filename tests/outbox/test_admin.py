@@ -123,7 +123,8 @@ def test_list_limit_is_bounded(engine: Engine, limit: int) -> None:
 def test_get_stub_has_every_column_but_the_content(engine: Engine) -> None:
     add_published(engine, "p", tags="created", keys="order-1", delay_level=3,
                   lease_owner="relay:1", lease_until=T0 + timedelta(seconds=30),
-                  overtaken_at=T0 + timedelta(seconds=5), last_error="old")
+                  overtaken_at=T0 + timedelta(seconds=5), last_error="old",
+                  expected_groups="billing shipping")
 
     row = get_stub(engine, "p")
 
@@ -138,6 +139,7 @@ def test_get_stub_has_every_column_but_the_content(engine: Engine) -> None:
     assert (row.log_position, row.offset_msg_id) == (4096, "0A0000010000000000001000")
     assert (row.lease_owner, row.lease_until) == ("relay:1", T0 + timedelta(seconds=30))
     assert row.overtaken_at == T0 + timedelta(seconds=5)
+    assert row.expected_groups == "billing shipping"
     assert not hasattr(row, "content") and not hasattr(row, "properties")
     assert get_stub(engine, "missing") is None
 

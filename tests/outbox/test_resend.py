@@ -22,28 +22,30 @@ from sqlalchemy.orm import Session
 from framework import App
 from idempotency import ledger
 from outbox import (
-    Relay,
     StubStatus,
     claim_stubs,
     message_stub,
 )
-from outbox.alerts import Alerter
-from outbox.resend import Resender, ResendReport, ResendRules
+from outbox.resend import ResendReport, ResendRules
 from storage_engine import Broker, FakeClock, SendBackOutcome
-from tests.outbox.conftest import records_of, stub_row
-from tests.outbox.resend_support import (
+from tests.outbox.conftest import stub_row
+from tests.outbox.resend_support import (  # noqa: F401  (the build and clock fixtures)
     GRACE,
     GROUP,
     RECHECK,
     Build,
     Clock,
+    build_fixture,
     carried_reason,
+    clock_fixture,
     consumed_before,
+    group_copies,
     locations,
     log_processed,
     log_receipt,
     move_past,
     publish,
+    resend_rows,
     send_stub,
     webhook_alerter,
     where,
@@ -54,30 +56,6 @@ from tests.support.alert_servers import (
     webhook_server_fixture,  # noqa: F401  (the webhook_server fixture)
 )
 from tests.support.polling import wait_until
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def build(app: App, engine: Engine, clock: Clock) -> Build:
-    """``build(rules, alerter=..., owner=..., stub_engine=..., on=app, **resender_options)`` →
-    (relay, resender) on the app and the stub database, both reading ``clock``."""
-
-    def factory(rules: ResendRules | None = None, *, alerter: Alerter | None = None,
-                owner: str = "resend-test", stub_engine: Engine = engine, on: App = app,
-                **options: Any) -> tuple[Relay, Resender]:
-        rules = rules or ResendRules()
-        relay = Relay(lambda: on.producer, stub_engine, options=rules.relay_options(),
-                      owner=owner, now=clock)
-        resender = Resender(on, stub_engine, relay, rules=rules, alerter=alerter or Alerter(),
-                            owner=owner, now=clock, **options)
-        return relay, resender
-
-    return factory
-
 
 # ---- lost stubs are resent --------------------------------------------------------------
 
@@ -113,20 +91,21 @@ def test_stub_a_group_committed_past_is_resent_after_the_grace_period(
     row = stub_row(engine, message_id)
     assert row["status"] == StubStatus.UNCONFIRMED.value
     assert row["send_count"] == 2
-    assert row["published_at"] == clock.now
     assert row["overtaken_at"] is None
     assert row["next_resend_at"] == clock.now + rules.backoff(2) == clock.now + \
         timedelta(minutes=2)
     assert row["lease_owner"] is None and row["lease_until"] is None
     assert row["last_error"] is None
-    assert row["log_position"] > first["log_position"]
-    assert row["offset_msg_id"] != first["offset_msg_id"]
-    # the store holds both sends under the one message id, where the stub says
-    assert locations(broker, "orders", message_id) == sorted([where(first), where(row)])
-    [resent] = [view for view in records_of(broker, "orders", message_id)
-                if view.log_position == row["log_position"]]
+    # the stub still says where it was published; the topic holds that one record only
+    assert (where(row), row["published_at"]) == (where(first), first["published_at"])
+    assert locations(broker, "orders", message_id) == [where(first)]
+    # the copy went to the group that lost it alone, through its retry topic
+    [resent] = group_copies(broker, message_id)
     assert resent.unique_key == message_id and bytes(resent.body) == b"order"
     assert resent.tags == "created" and list(resent.keys) == ["order-1"]
+    assert resent.properties["RETRY_TOPIC"] == "orders"
+    assert resend_rows(engine) == [(GROUP, message_id, f"%RETRY%{GROUP}", resent.queue_id,
+                                    resent.queue_offset)]
 
 
 def test_progress_known_only_from_the_message_log_makes_a_stub_lost(
@@ -146,7 +125,8 @@ def test_progress_known_only_from_the_message_log_makes_a_stub_lost(
     assert resender.resend_due() == ResendReport(examined=1, resent=1)
     row = stub_row(engine, message_id)
     assert row["send_count"] == 2 and row["overtaken_at"] is None
-    assert locations(broker, "orders", message_id) == sorted([where(first), where(row)])
+    assert locations(broker, "orders", message_id) == [where(first)]
+    assert len(group_copies(broker, message_id)) == 1
 
 
 def test_a_log_row_of_an_earlier_offset_is_not_progress_past_the_stub(
@@ -351,7 +331,7 @@ def test_overlapping_passes_never_resend_a_stub_twice(
     reports: list[ResendReport] = []
 
     def run_first_pass(connection, cursor, statement, *args: Any) -> None:
-        if "message_processed" in statement and not reports:
+        if "message_processed.message_id IN" in statement and not reports:
             reports.append(first_pass.resend_due())  # between B's plan and B's claim
 
     event.listen(consumers, "after_cursor_execute", run_first_pass)
@@ -363,7 +343,8 @@ def test_overlapping_passes_never_resend_a_stub_twice(
     assert reports == [ResendReport(examined=1, resent=1)]
     row = stub_row(engine, message_id)
     assert row["send_count"] == 2
-    assert locations(broker, "orders", message_id) == sorted([where(first), where(row)])
+    assert locations(broker, "orders", message_id) == [where(first)]
+    assert len(group_copies(broker, message_id)) == 1
 
 
 # ---- giving up: exhausted ----------------------------------------------------------------
@@ -384,7 +365,8 @@ def test_lost_stub_at_max_send_count_is_void_with_an_exhausted_alert(
     second = stub_row(engine, message_id)
     assert second["send_count"] == 2
     assert second["next_resend_at"] == clock.now + timedelta(seconds=1)
-    move_past(engine, broker, second)
+    [copy] = group_copies(broker, message_id)  # the group moves past its copy too
+    broker.commit_offset(GROUP, copy.topic, copy.queue_id, copy.queue_offset + 1)
     clock.advance(seconds=1)
     assert resender.resend_due().grace_started == 1
 
@@ -412,7 +394,8 @@ def test_lost_stub_at_max_send_count_is_void_with_an_exhausted_alert(
 
     clock.advance(hours=1)  # a void stub is left to an operator
     assert resender.resend_due() == ResendReport()
-    assert len(locations(broker, "orders", message_id)) == 2
+    assert len(locations(broker, "orders", message_id)) == 1
+    assert len(group_copies(broker, message_id)) == 1
     assert len(webhook_server.requests) == 1
 
 
@@ -476,9 +459,8 @@ def test_delayed_stub_waits_for_delivery_then_records_its_real_offset(
     assert resender.resend_due() == ResendReport(examined=1, grace_started=1)
     clock.advance(seconds=30)
     assert resender.resend_due() == ResendReport(examined=1, resent=1)
-    resent = stub_row(engine, message_id)
-    assert resent["queue_offset"] is not None  # resent for immediate delivery
-    assert broker.store.read_message(resent["log_position"]).topic == "orders"
+    [copy] = group_copies(broker, message_id)  # resent for immediate delivery, to the group
+    assert copy.properties["RETRY_TOPIC"] == "orders" and "DELAY" not in copy.properties
 
 
 def test_undelivered_delayed_stubs_do_not_starve_the_other_stubs(
@@ -530,21 +512,25 @@ def test_dead_lettered_stubs_are_void_with_an_alert_and_the_cursor_moves(
 
     cursors: dict[str, int] = {}
     report = resender.void_dead_lettered(cursors)
-    assert (report.examined, report.dead_lettered) == (3, 2)
+    assert (report.examined, report.dead_lettered) == (3, 3)
     assert [(alerts.delivered, alerts.failed) for alerts in report.alerts] == [
-        ({"log": 2, "webhook": 2}, {})]
+        ({"log": 3, "webhook": 3}, {})]
     assert cursors == {GROUP: 3}
     expected = {refused: "dead-lettered by consumer group billing: "
                          + carried_reason(store, "boom"),
-                retried: "dead-lettered by consumer group billing: retries exhausted"}
+                retried: "dead-lettered by consumer group billing: retries exhausted",
+                confirmed: "dead-lettered by consumer group billing: "
+                           + carried_reason(store, "too late")}
     for message_id, reason in expected.items():
         row = stub_row(engine, message_id)
-        assert row["status"] == StubStatus.VOID.value
+        assert row["status"] == (StubStatus.CONFIRMED.value if message_id == confirmed
+                                 else StubStatus.VOID.value)
         assert row["last_error"] == reason
         assert row["updated_at"] == clock.now
         assert row["lease_owner"] is None
-    assert stub_row(engine, confirmed)["status"] == StubStatus.CONFIRMED.value
-    requests = webhook_server.wait_for(2)
+    # confirmed by another group (the stub names no groups): billing's dead letter still
+    # raises its alert, and the stub stays confirmed
+    requests = webhook_server.wait_for(3)
     assert sorted((request.body["message_id"], request.body["kind"],
                    request.body["consumer_group"], request.body["reason"],
                    request.body["send_count"]) for request in requests) == sorted(
@@ -554,7 +540,7 @@ def test_dead_lettered_stubs_are_void_with_an_alert_and_the_cursor_moves(
     clock.advance(minutes=1)
     assert resender.void_dead_lettered(cursors) == ResendReport()
     assert cursors == {GROUP: 3}
-    assert len(webhook_server.requests) == 2
+    assert len(webhook_server.requests) == 3
     # void stubs are no longer the resend rule's business
     assert resender.resend_due() == ResendReport()
 

@@ -153,7 +153,7 @@ def test_cleanup_returns_its_report(build: Build, engine: Engine, clock: Clock):
                                                         confirmed_at=message_stub.c.created_at))
 
     assert worker.cleanup() == {"task": "cleanup", "skipped": False, "stubs": 1, "logs": 0,
-                                "processed": 1, "void_stubs": 0, "batches": 2,
+                                "processed": 1, "resends": 0, "void_stubs": 0, "batches": 2,
                                 "largest_batch": 1, "complete": True}
     assert [row["message_id"] for row in stub_rows(engine)] == ["fresh"]
 
