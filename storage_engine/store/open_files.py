@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import struct
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -67,28 +68,58 @@ class OpenFiles:
 
     def acquire(self, segment: MappedSegment) -> mmap.mmap | None:
         """Open ``segment`` if needed and pin it; its mapping (None: retired and closed).
+        For calls that use the descriptor or work a while (flush, reservations, scans).
 
         Raises:
             StorageIOError: the file cannot be opened (the message names the limit when the
                 process is out of descriptors).
         """
         with self._lock:
-            if not segment.is_open:
-                if segment.retired:
-                    return None
-                segment.open_handle()
-                self.opened_count += 1
-                self._open[segment] = None
-                self._evict()
-            elif not segment.retired:
-                self._open.move_to_end(segment)
+            buffer = self._use(segment)
             segment.pins += 1
-            return segment.buffer
+            return buffer
 
     def release(self, segment: MappedSegment) -> None:
         """Unpin a file ``acquire`` returned."""
         with self._lock:
             segment.pins -= 1
+
+    def read(self, segment: MappedSegment, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of ``segment``, copied under the lock (no pin needed; None:
+        retired and closed)."""
+        with self._lock:
+            buffer = self._use(segment)
+            return None if buffer is None else buffer[start:end]
+
+    def unpack(self, segment: MappedSegment, layout: struct.Struct, position: int
+               ) -> tuple | None:
+        """``layout`` unpacked at ``position`` of ``segment`` (None: retired and closed)."""
+        with self._lock:
+            buffer = self._use(segment)
+            return None if buffer is None else layout.unpack_from(buffer, position)
+
+    def write(self, segment: MappedSegment, start: int, data: bytes | memoryview) -> bool:
+        """Copy ``data`` into ``segment`` at ``start``; False when it is retired and closed."""
+        with self._lock:
+            buffer = self._use(segment)
+            if buffer is None:
+                return False
+            buffer[start:start + len(data)] = data
+            return True
+
+    def _use(self, segment: MappedSegment) -> mmap.mmap | None:
+        """(Under the lock) the open mapping of ``segment``, now the most recently used."""
+        if segment.is_open:
+            if not segment.retired:
+                self._open.move_to_end(segment)
+            return segment.buffer
+        if segment.retired:
+            return None
+        segment.open_handle()
+        self.opened_count += 1
+        self._open[segment] = None
+        self._evict()
+        return segment.buffer
 
     def _evict(self) -> None:
         excess = len(self._open) - self.files_max

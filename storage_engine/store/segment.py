@@ -258,40 +258,38 @@ class MappedSegment:
         end = start + len(data)
         if end > self.allocated_end:
             self.reserve(end)
-        buffer = self._pin_required()
-        try:
-            buffer[start:end] = data
-        finally:
-            self._unpin()
+        self._copy_in(start, data)
         self.written_position = end
 
     def write_at(self, position: int, data: bytes) -> None:
         """Overwrite ``data`` at ``position`` below ``written_position`` (blocks allocated
         first)."""
         self.allocate(position, len(data))
-        buffer = self._pin_required()
-        try:
-            buffer[position:position + len(data)] = data
-        finally:
-            self._unpin()
+        self._copy_in(position, data)
+
+    def _copy_in(self, start: int, data: bytes | memoryview) -> None:
+        files = self._files
+        if files is None:
+            self.buffer[start:start + len(data)] = data
+        elif not files.write(self, start, data):
+            raise StorageIOError(f"{self.path} was deleted by retention", path=str(self.path))
 
     def read(self, position: int, size: int) -> bytes:
         """Copy ``size`` bytes starting at ``position`` within the segment (a retired file
         that is closed reads as zeros)."""
-        buffer = self._pin()
-        try:
-            return bytes(size) if buffer is None else buffer[position:position + size]
-        finally:
-            self._unpin()
+        files = self._files
+        if files is None:
+            return self.buffer[position:position + size]
+        data = files.read(self, position, position + size)
+        return bytes(size) if data is None else data
 
     def unpack(self, layout: struct.Struct, position: int) -> tuple:
         """``layout`` unpacked at ``position`` (zeros from a retired file that is closed)."""
-        buffer = self._pin()
-        try:
-            return layout.unpack(bytes(layout.size)) if buffer is None else layout.unpack_from(
-                buffer, position)
-        finally:
-            self._unpin()
+        files = self._files
+        if files is None:
+            return layout.unpack_from(self.buffer, position)
+        values = files.unpack(self, layout, position)
+        return layout.unpack(bytes(layout.size)) if values is None else values
 
     def data_ranges(self, offset: int):
         """``(start, end)`` offsets of the regions at or after ``offset`` that may hold data.
