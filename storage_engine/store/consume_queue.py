@@ -6,6 +6,7 @@ service appends units in log order, and recovery truncates or rebuilds them from
 
 Files are sparse (``Allocation.SPARSE``): a new queue takes one page on disk, not its 6 MB
 file, and blocks are reserved just ahead of the units written (DESIGN §9 "files follow data").
+Given an ``OpenFiles``, its files are opened only while used (``open_files.py``).
 
 Invariants: units are written in offset order; a unit is valid when its position >= 0 and its
 size > 0; an all-zero unit ends the data; filler units ``(0, 0x7FFFFFFF, 0)`` pad a queue whose

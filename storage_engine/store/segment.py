@@ -16,6 +16,11 @@ SIGBUS, while ``posix_fallocate`` reports ENOSPC as an error (``DiskFullError``)
 uses ``fdatasync`` on the file, which releases the GIL and also persists bytes written through the
 mapping (``mmap.flush`` would hold the GIL while the disk works).
 
+A segment given an ``OpenFiles`` (consume-queue files) holds no descriptor or mapping between
+uses: each method opens the file through it (``buffer`` is a closed mapping while it is
+closed), so any number of such files fits the process's open-file limit. Others (commit log,
+key index) are mapped from creation or load until ``close``.
+
 Thread-safety: ``written_position`` is advanced only by the owner's single writer (under its put
 lock); readers read bytes below a position they were given. What survives a crash: bytes below
 ``flushed_position`` certainly; the rest only if the OS wrote them back.

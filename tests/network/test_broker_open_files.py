@@ -2,7 +2,8 @@
 to more consume queues than that limit could hold open, serves every message back, survives
 ``kill -9`` and restarts with every message readable: the store opens queue files on demand
 (``consume_queue.open_files_max``, fitted to the limit at open), so neither writing nor
-restarting depends on how many queue files exist. It also says at start what limit to raise.
+restarting depends on how many queue files exist. At start it says what limit to raise: for its
+queue files, and for the connections its listeners accept.
 
 Before, every written queue file kept two descriptors and a mapping for good: writes stopped
 after about a hundred queues at this limit and the store could not be opened again.
@@ -84,7 +85,11 @@ def test_broker_writes_to_more_queues_than_the_open_file_limit_and_restarts(tmp_
             assert open_descriptors(broker) < OPEN_FILES_LIMIT
     finally:
         broker.kill()  # kill -9: no close, the abort marker stays
-    assert "[limits]" in broker.stderr_text() and "raise the limit" in broker.stderr_text()
+    log_text = broker.stderr_text()
+    # the store fitted its open queue files to the limit and the broker weighed its connections:
+    # both say what to raise
+    assert "consume queues may keep" in log_text and "raise the limit to at least" in log_text
+    assert "remoting connections: raise it (ulimit -n" in log_text
 
     broker = limited_broker(store, conf).start()
     try:
