@@ -524,6 +524,7 @@ class MessageStore:
                           "deleted_segment_count": self.retention.deleted_segment_count},
             "recovery": self.recovery.as_dict() if self.recovery else None,
             "queue_count": len(queues),
+            "open_queue_files": self.open_files.as_dict(),
             "queues": queues,
             "key_index": {"file_count": len(self.key_index.files),
                           "entry_count": self.key_index.entry_count},

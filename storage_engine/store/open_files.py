@@ -66,6 +66,11 @@ class OpenFiles:
         """Files open now (retired ones still open included)."""
         return len(self._open) + len(self._retired_open)
 
+    def as_dict(self) -> dict[str, int]:
+        """Open files, the cap, files opened and closed for the cap since start."""
+        return {"open": self.open_count, "max": self.files_max, "opened": self.opened_count,
+                "evicted": self.evicted_count}
+
     def acquire(self, segment: MappedSegment) -> mmap.mmap | None:
         """Open ``segment`` if needed and pin it; its mapping (None: retired and closed).
         For calls that use the descriptor or work a while (flush, reservations, scans).

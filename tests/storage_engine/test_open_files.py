@@ -58,7 +58,7 @@ def test_a_store_keeps_at_most_open_files_max_queue_files_open(tmp_path, open_st
     assert store.open_files.open_count <= OPEN_FILES_MAX
     assert_all_readable(store)
     assert store.open_files.open_count <= OPEN_FILES_MAX
-    assert store.open_files.evicted_count > 0
+    assert store.stats()["open_queue_files"]["evicted"] > 0
     # two descriptors per open file (queue files, log segments, index files); lock, checkpoint
     other_files = len(store.commit_log.segments.segments) + len(store.key_index.files)
     assert open_descriptors() - before <= 2 * (OPEN_FILES_MAX + other_files) + 8
