@@ -350,14 +350,19 @@ class MappedSegment:
             self._unpin()
             return self.flushed_position
         try:
-            os.fdatasync(self._fd)
-        except OSError as error:
-            raise StorageIOError(f"fdatasync of {self.path} failed: {error}",
-                                 path=str(self.path)) from error
+            self._sync()
         finally:
             self._unpin()
         self.flushed_position = target
         return target
+
+    def _sync(self) -> None:
+        """fdatasync the file (pinned by the caller)."""
+        try:
+            os.fdatasync(self._fd)
+        except OSError as error:
+            raise StorageIOError(f"fdatasync of {self.path} failed: {error}",
+                                 path=str(self.path)) from error
 
     def truncate_to(self, position: int) -> int:
         """Forget data at and after ``position`` and zero it, so no stale record can reappear.
@@ -373,11 +378,7 @@ class MappedSegment:
             self.written_position = position
             self.flushed_position = min(self.flushed_position, position)
             if cleared:  # the zeros must reach the disk, or a later power loss revives them
-                try:
-                    os.fdatasync(self._fd)
-                except OSError as error:
-                    raise StorageIOError(f"fdatasync of {self.path} failed: {error}",
-                                         path=str(self.path)) from error
+                self._sync()
         finally:
             self._unpin()
         return cleared
