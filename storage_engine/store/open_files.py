@@ -11,8 +11,9 @@ neither. Bytes written through a mapping stay in the page cache when it is close
 ``fdatasync`` on a descriptor opened later makes them durable: closing a file early changes
 nothing about what a crash keeps.
 
-A file in use (pinned) is never closed: with every open file pinned the set grows past
-``files_max`` for that moment. A file retention detached (``retire``) leaves the LRU: if it is
+A file in use (pinned) is never closed, and room is made before a file is opened, never by
+closing it: with every open file pinned the set grows past ``files_max`` for that moment and
+shrinks back when they are released. A file retention detached (``retire``) leaves the LRU: if it is
 open it stays open until retention closes it after its grace period; if it is closed it is not
 reopened (its name is already unlinked) and reads as zeros, i.e. as units of messages already
 deleted.
@@ -85,9 +86,11 @@ class OpenFiles:
             return buffer
 
     def release(self, segment: MappedSegment) -> None:
-        """Unpin a file ``acquire`` returned."""
+        """Unpin a file ``acquire`` returned (closing files over the cap that a pin kept)."""
         with self._lock:
             segment.pins -= 1
+            if len(self._open) > self.files_max:
+                self._evict(len(self._open) - self.files_max)
 
     def read(self, segment: MappedSegment, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of ``segment``, copied under the lock (no pin needed; None:
@@ -120,14 +123,14 @@ class OpenFiles:
             return segment.buffer
         if segment.retired:
             return None
+        self._evict(len(self._open) + 1 - self.files_max)  # room first: never the new one
         segment.open_handle()
         self.opened_count += 1
         self._open[segment] = None
-        self._evict()
         return segment.buffer
 
-    def _evict(self) -> None:
-        excess = len(self._open) - self.files_max
+    def _evict(self, excess: int) -> None:
+        """Close the ``excess`` least recently used files not in use (fewer if all are)."""
         if excess <= 0:
             return
         victims = []

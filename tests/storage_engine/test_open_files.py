@@ -102,3 +102,21 @@ def test_a_retired_file_reads_as_deleted_once_closed_and_stays_open_if_open(tmp_
     assert not second.is_open and files.open_count == 1
     segments.close()
     assert files.open_count == 0
+
+
+def test_a_file_in_use_is_never_closed_and_the_set_shrinks_back_after(tmp_path):
+    files = OpenFiles(1)
+    segments = SegmentSet(tmp_path / "q", 40, Allocation.SPARSE, files)
+    first = segments.create_next()
+    first.write(b"\x01" * 40)
+    second = segments.create_next()
+    second.write(b"\x02" * 40)
+    assert files.acquire(first) is not None  # a flush or scan holds it
+    try:
+        assert second.read(0, 4) == b"\x02" * 4  # opened beside it, over the cap for now
+        assert first.is_open and second.is_open and files.open_count == 2
+    finally:
+        files.release(first)
+    assert first.read(0, 4) == b"\x01" * 4  # room made: the least recently used one closed
+    assert first.is_open and not second.is_open and files.open_count == 1
+    segments.close()
