@@ -70,6 +70,7 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter | str]] = {
     "checkCRCOnRecover": ("commit_log", "check_crc_on_recover", _boolean),
     "enabledAppendPropCRC": ("commit_log", "append_property_crc", _boolean),
     "mappedFileSizeConsumeQueue": ("consume_queue", "units_per_file", _cq_units),
+    "consumeQueueOpenFilesMax": ("consume_queue", "open_files_max", _integer),  # Postbox-only
     "messageIndexEnable": ("key_index", "enabled", _boolean),
     "maxHashSlotNum": ("key_index", "slot_count_max", _integer),
     "maxIndexNum": ("key_index", "entry_count_max", _integer),

@@ -80,9 +80,15 @@ class ConsumeQueueConfig:
 
     units_per_file: int = 300_000
     """20-byte units in one consume-queue file (``mappedFileSizeConsumeQueue`` / 20)."""
+    open_files_max: int = 1000
+    """Consume-queue files kept open (and mapped) at a time, least recently used closed first
+    (``consumeQueueOpenFilesMax``, Postbox-only: RocketMQ keeps every file open). Each takes
+    two descriptors and one mapping; at open the store lowers it to what the open-file limit
+    allows, and logs what to raise. The number of queues is not limited by it."""
 
     def __post_init__(self) -> None:
         _require(self.units_per_file >= 2, "consume_queue.units_per_file", "must be at least 2")
+        _require(self.open_files_max >= 8, "consume_queue.open_files_max", "must be at least 8")
 
     @property
     def file_size_bytes(self) -> int:

@@ -31,6 +31,7 @@ import typer
 
 from storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
 
+from .broker_limits import check_descriptor_limit, connection_capacity, raise_descriptor_limit
 from .broker_metrics import MetricsOption, start_metrics
 from .broker_remoting import (
     DEFAULT_HEARTBEAT_MAX_GROUPS,
@@ -171,6 +172,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
     stop = threading.Event()
     previous = {number: signal.signal(number, lambda *_: stop.set())
                 for number in (signal.SIGTERM, signal.SIGINT)}
+    raise_descriptor_limit()
     try:
         with Broker.open(config) as broker:
             remote_access = None if acl is None else RemotingAccess.load(
@@ -179,6 +181,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                 node = RemotingNode(broker, options, access=remote_access)
             except NodeError as error:
                 raise CliError(str(error)) from error
+            check_descriptor_limit(broker, connection_capacity(node))
             server = BrokerServer(broker, listen, access=access, workers=workers,
                                   max_request_bytes=max_request_bytes)
             try:

@@ -6,6 +6,7 @@ service appends units in log order, and recovery truncates or rebuilds them from
 
 Files are sparse (``Allocation.SPARSE``): a new queue takes one page on disk, not its 6 MB
 file, and blocks are reserved just ahead of the units written ("files follow data").
+Given an ``OpenFiles``, its files are opened only while used (``open_files.py``).
 
 Invariants: units are written in offset order; a unit is valid when its position >= 0 and its
 size > 0; an all-zero unit ends the data; filler units ``(0, 0x7FFFFFFF, 0)`` pad a queue whose
@@ -29,13 +30,14 @@ from ..formats import (
     FILLER_UNIT_SIZE,
     is_ext_address,
 )
+from .open_files import OpenFiles
 from .segment import Allocation
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
 
 UNIT = CONSUME_QUEUE_UNIT_SIZE_BYTES
-_pack_unit_into = CONSUME_QUEUE_UNIT.pack_into
+_pack_unit = CONSUME_QUEUE_UNIT.pack
 _unpack_unit = CONSUME_QUEUE_UNIT.unpack_from
 _SCAN_CHUNK_UNITS = 4096  # units read per chunk when load scans a file (80 KiB)
 
@@ -43,11 +45,12 @@ _SCAN_CHUNK_UNITS = 4096  # units read per chunk when load scans a file (80 KiB)
 class ConsumeQueue:
     """Units of one (topic, queue id)."""
 
-    def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+    def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int,
+                 files: OpenFiles | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size_bytes = units_per_file * UNIT
-        self.segments = SegmentSet(directory, self.file_size_bytes, Allocation.SPARSE)
+        self.segments = SegmentSet(directory, self.file_size_bytes, Allocation.SPARSE, files)
         self.min_logic_position = 0  # byte position of the first real unit
         self.max_log_end = 0  # log position + size of the last unit: dedup on re-dispatch
         self.damaged = False  # load found and removed invalid units (recovery rebuilds them)
@@ -116,10 +119,14 @@ class ConsumeQueue:
 
     def _find_min_logic_position(self) -> None:
         first = self.segments.segments[0]
-        for unit_position in range(0, first.written_position, UNIT):
-            if first.buffer[unit_position:unit_position + UNIT] != FILLER_UNIT:
-                self.min_logic_position = first.base_position + unit_position
-                return
+        chunk_bytes = _SCAN_CHUNK_UNITS * UNIT
+        for chunk_position in range(0, first.written_position, chunk_bytes):
+            data = first.read(chunk_position,
+                              min(chunk_bytes, first.written_position - chunk_position))
+            for offset in range(0, len(data), UNIT):
+                if data[offset:offset + UNIT] != FILLER_UNIT:
+                    self.min_logic_position = first.base_position + chunk_position + offset
+                    return
         self.min_logic_position = first.end_position
 
     def truncate_from_log_position(self, log_end: int) -> None:
@@ -168,10 +175,8 @@ class ConsumeQueue:
             while written < expected:
                 self._write_unit(FILLER_UNIT)
                 written += UNIT
-        segment = self._writable_segment()
-        segment.reserve(segment.written_position + UNIT)  # sparse file: blocks before the write
-        _pack_unit_into(segment.buffer, segment.written_position, log_position, size, tag_hash)
-        segment.written_position += UNIT
+        # a sparse file: ``write`` reserves blocks before it writes
+        self._writable_segment().write(_pack_unit(log_position, size, tag_hash))
         self.max_log_end = log_position + size
         return True
 
@@ -182,15 +187,14 @@ class ConsumeQueue:
         if segment is None:
             return  # below the first file: removed by retention
         offset = unit_position - segment.base_position
-        existing = _unpack_unit(segment.buffer, offset)
+        existing = segment.unpack(CONSUME_QUEUE_UNIT, offset)
         if existing[:2] == (log_position, size) and (
                 existing[2] == tag_hash or is_ext_address(existing[2])):
             return  # intact (a ConsumeQueueExt address stands in for the tag code)
         log.warning("[recovery] %s/%d: unit at offset=%d disagreed with its record at "
                     "position=%d: rewritten", self.topic, self.queue_id, unit_position // UNIT,
                     log_position)
-        segment.allocate(offset, UNIT)
-        _pack_unit_into(segment.buffer, offset, log_position, size, tag_hash)
+        segment.write_at(offset, _pack_unit(log_position, size, tag_hash))
         segment.flushed_position = min(segment.flushed_position, offset)
 
     def _write_unit(self, unit: bytes) -> None:
@@ -217,7 +221,7 @@ class ConsumeQueue:
         position = offset * UNIT
         segment = self.segments.find(position)
         assert segment is not None  # the caller checked the bounds
-        return _unpack_unit(segment.buffer, position - segment.base_position)
+        return segment.unpack(CONSUME_QUEUE_UNIT, position - segment.base_position)
 
     def read_units(self, offset: int, max_count: int) -> list[tuple[int, int, int]]:
         """Up to ``max_count`` units from ``offset``, within one file, below ``max_offset``."""
@@ -229,7 +233,7 @@ class ConsumeQueue:
         end = min(segment.written_position, start + max_count * UNIT)
         if end <= start:
             return []
-        return list(CONSUME_QUEUE_UNIT.iter_unpack(segment.buffer[start:end]))
+        return list(CONSUME_QUEUE_UNIT.iter_unpack(segment.read(start, end - start)))
 
     def offset_by_time(self, timestamp_ms: int, store_time_at: Callable[[int], int],
                        log_min_position: int) -> int:
@@ -261,7 +265,7 @@ class ConsumeQueue:
         segments = self.segments.segments
         count = 0
         for segment in segments[:-1]:
-            position, size, _tag = _unpack_unit(segment.buffer, self.file_size_bytes - UNIT)
+            position, size, _tag = segment.unpack(CONSUME_QUEUE_UNIT, self.file_size_bytes - UNIT)
             if size == FILLER_UNIT_SIZE or position + size > log_min_position:
                 break
             count += 1

@@ -1,6 +1,8 @@
 """``ConsumeQueueSet``: every consume queue of a store, by (topic, queue id).
 
-Directory layout ``consumequeue/{topic}/{queue_id}/``. Loading skips (and logs) directories whose
+Directory layout ``consumequeue/{topic}/{queue_id}/``. Files are opened on demand through one
+``OpenFiles`` (at most ``consume_queue.open_files_max`` open at a time), so the number of queues
+is not bounded by the process's open-file limit. Loading skips (and logs) directories whose
 names are not legal topics or queue ids rather than letting them reach the file system API.
 Thread-safety: queues are created by the dispatch thread; lookups from other threads read a dict
 that is only ever added to (atomic under the GIL).
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from ..errors import InvalidTopicError
 from .consume_queue import ConsumeQueue
+from .open_files import OpenFiles
 from .topics import validate_topic
 
 log = logging.getLogger(__name__)
@@ -22,9 +25,13 @@ log = logging.getLogger(__name__)
 class ConsumeQueueSet:
     """All consume queues."""
 
-    def __init__(self, directory: Path, units_per_file: int) -> None:
+    def __init__(self, directory: Path, units_per_file: int,
+                 files: OpenFiles | None = None) -> None:
         self.directory = directory
         self.units_per_file = units_per_file
+        self.files = files
+        """Opens the queues' files on demand, a bounded number at a time (None: every file
+        stays open while loaded)."""
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def load(self) -> None:
@@ -46,7 +53,7 @@ class ConsumeQueueSet:
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(self.directory / topic / str(queue_id), topic, queue_id,
-                             self.units_per_file)
+                             self.units_per_file, self.files)
         self.queues[(topic, queue_id)] = queue
         return queue
 

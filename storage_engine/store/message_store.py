@@ -77,6 +77,7 @@ from .fsutil import StoreLock, fsync_dir
 from .key_index import KeyIndex
 from .message import GetResult, Message, PutResult, PutStatus
 from .message_encoder import MessageEncoder
+from .open_files import OpenFiles, fit_files_max
 from .reader import MessageReader, TagFilter
 from .recovery import RecoveryReport, recover
 from .retention import ConsumptionFloor, RetentionService, local_hour
@@ -101,7 +102,11 @@ class MessageStore:
         self._store_host = encode_host(*config.store_host_address)
         self.commit_log = CommitLog(root / "commitlog", config.commit_log, self._store_host,
                                     clock)
-        self.queues = ConsumeQueueSet(root / "consumequeue", config.consume_queue.units_per_file)
+        self.open_files = OpenFiles(config.consume_queue.open_files_max)
+        """The consume-queue files open now, at most ``files_max`` (fitted at open to the
+        process's open-file limit: ``open_files.fit_files_max``)."""
+        self.queues = ConsumeQueueSet(root / "consumequeue", config.consume_queue.units_per_file,
+                                      self.open_files)
         self.key_index = KeyIndex(root / "index", config.key_index, clock)
         self.checkpoint = Checkpoint(root)
         self._listeners: list[ArrivalListener] = []
@@ -279,8 +284,11 @@ class MessageStore:
     def _load_and_recover(self, clean: bool) -> None:
         """Load every file, recover (``recovery.py``), rebuild, and make the result durable."""
         self.commit_log.load()
-        self.queues.load()
         self.key_index.load()
+        self.open_files.files_max = fit_files_max(
+            self.config.consume_queue.open_files_max,
+            len(self.commit_log.segments.segments) + len(self.key_index.files))
+        self.queues.load()
         self.checkpoint.load()
         key_index = self.key_index if self.config.key_index.enabled else None
         self.recovery = recover(self.commit_log, self.queues, key_index, clean,
@@ -573,6 +581,7 @@ class MessageStore:
                           "deleted_segment_count": self.retention.deleted_segment_count},
             "recovery": self.recovery.as_dict() if self.recovery else None,
             "queue_count": len(queues),
+            "open_queue_files": self.open_files.as_dict(),
             "queues": queues,
             "key_index": {"file_count": len(self.key_index.files),
                           "entry_count": self.key_index.entry_count},

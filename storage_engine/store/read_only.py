@@ -70,6 +70,9 @@ class ReadOnlySegment(MappedSegment):
         self.size_bytes = size_bytes
         self.written_position = self.flushed_position = size_bytes
         self.allocated_end = 0  # ``data_end_bound`` asks the file system where data ends
+        self._files = None  # mapped for good, never closed by an ``OpenFiles``
+        self.pins = 0
+        self.retired = False
         self.open_handle()
 
     def open_handle(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import CorruptionError
 from ..formats import segment_file_name
 from .fsutil import fsync_dir, preallocate
+from .open_files import OpenFiles
 from .segment import Allocation, MappedSegment
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,13 @@ class SegmentSet:
     """All segments of one log directory."""
 
     def __init__(self, directory: Path, segment_size_bytes: int,
-                 allocation: Allocation = Allocation.PREALLOCATED) -> None:
+                 allocation: Allocation = Allocation.PREALLOCATED,
+                 files: OpenFiles | None = None) -> None:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.allocation = allocation
+        self.files = files
+        """Opens the segments' files on demand (None: each stays mapped while loaded)."""
         self.segments: list[MappedSegment] = []
         self._structure_lock = threading.Lock()  # create_next vs remove_front
 
@@ -59,7 +63,7 @@ class SegmentSet:
             self._check_size(self.directory / name, is_first=index == 0,
                              is_last=index == len(names) - 1)
             segment = MappedSegment(self.directory / name, base, self.segment_size_bytes,
-                                    create=False, allocation=self.allocation)
+                                    create=False, allocation=self.allocation, files=self.files)
             segment.written_position = self.segment_size_bytes
             segment.flushed_position = 0  # a dead process may have left dirty pages: sync once
             self.segments.append(segment)
@@ -113,7 +117,7 @@ class SegmentSet:
         self.directory.mkdir(parents=True, exist_ok=True)
         segment = MappedSegment(self.directory / segment_file_name(base_position), base_position,
                                 self.segment_size_bytes, create=True,
-                                allocation=self.allocation)
+                                allocation=self.allocation, files=self.files)
         with self._structure_lock:
             self.segments.append(segment)
         fsync_dir(self.directory)
@@ -159,7 +163,8 @@ class SegmentSet:
 
         The segments are detached from the set and their files unlinked at once; their mappings
         stay valid for readers that looked them up just before, and the caller closes them after
-        a grace period (``MappedSegment.close``). A new list replaces the old one, so a reader
+        a grace period (``MappedSegment.close``); one that ``OpenFiles`` had closed reads as
+        zeros. A new list replaces the old one, so a reader
         never sees a half-updated list.
         """
         with self._structure_lock:
@@ -167,6 +172,7 @@ class SegmentSet:
             removed = self.segments[:count]
             self.segments = self.segments[count:]
         for segment in removed:
+            segment.retire()
             segment.path.unlink(missing_ok=True)
         if removed:
             fsync_dir(self.directory)

@@ -50,11 +50,13 @@ PLANNED_MESSAGES_MAX = 1_000_000  # far more than a run can write before its kil
 
 def crash_config(root: Path, mode: FlushMode) -> StoreConfig:
     """Small files so segments, consume-queue files and index files all roll in one run;
-    short flush intervals so ASYNC flushes and checkpoints happen while the writer runs."""
+    short flush intervals so ASYNC flushes and checkpoints happen while the writer runs; the
+    fewest open queue files allowed, so files are closed and reopened (loads and recovery
+    scans touch more than 8) around the kills."""
     return StoreConfig(
         root_dir=root,
         commit_log=CommitLogConfig(segment_size_bytes=SEGMENT_SIZE_BYTES),
-        consume_queue=ConsumeQueueConfig(units_per_file=32),
+        consume_queue=ConsumeQueueConfig(units_per_file=32, open_files_max=8),
         key_index=KeyIndexConfig(slot_count_max=64, entry_count_max=128),
         flush=FlushConfig(mode=mode, interval_ms=50, thorough_interval_ms=400,
                           consume_queue_interval_ms=100,
