@@ -131,7 +131,7 @@ def _relay_families(relays: list[Any]) -> list[Metric]:
                 [((), sum(relay.stats.failed for relay in relays))]),
         histogram("postbox_outbox_publish_seconds", "Duration of the publish call of each "
                   "stub published (a batch send's for each of its stubs; first publishes and "
-                  "resends).", [],
+                  "resends: one per group a resend reached).", [],
                   [] if latency is None else [((), latency)]),
     ]
 

@@ -152,7 +152,8 @@ class Resender:
     Args:
         app: the application whose broker holds the messages (its producer publishes).
         engine: the database with ``message_stub``.
-        relay: publishes (and records) the resent stubs; shares the app's producer.
+        relay: the app's relay; each resent copy's publish time is counted in its
+            ``publish_latency`` (the ``postbox_outbox_publish_seconds`` histogram).
         rules: the resend rule.
         alerter: where void stubs are reported.
         log_engine: the consumers' database (``message_log``/``message_processed``) when it
@@ -440,6 +441,7 @@ class Resender:
         for item in claimed:
             errors: list[str] = []
             for group in lost.get(item.message_id, []):
+                started_s = time.monotonic()
                 try:
                     result = producer.send_to_group(
                         group, item.topic, item.content, tags=item.tags, keys=item.keys,
@@ -447,6 +449,7 @@ class Resender:
                 except Exception as error:  # broker down or refusing: the next pass retries
                     errors.append(f"resend to {group} failed: {type(error).__name__}: {error}")
                     continue
+                self.relay.stats.publish_latency.observe(time.monotonic() - started_s)
                 copies.append({"consumer_group": group, "message_id": item.message_id,
                                "topic": result.stored_topic, "queue_id": result.stored_queue_id,
                                "queue_offset": result.queue_offset, "resent_at": now})

@@ -24,7 +24,8 @@ def test_apache_broker_and_java_clients_use_the_postbox_name_server(rocketmq_ins
         broker.create_topic(POSTBOX_TOPIC, 2)
         node = RemotingNode(broker, NodeOptions(
             remoting_listen="127.0.0.1:0", namesrv_listen="127.0.0.1:0", cluster="Mixed",
-            broker_name="postbox-m"))
+            broker_name="postbox-m",
+            namesrv_registrants=frozenset({"127.0.0.1"})))  # the Apache broker registers
         node.start()
         apache = None
         try:
