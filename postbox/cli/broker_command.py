@@ -21,9 +21,11 @@ so options that change the store configuration are added there.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -169,33 +171,40 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
         raise CliError(str(error)) from error
     config = config.replace(store_host=store_host(options))
     access = AccessControl.load(acl) if acl is not None else None
+    raise_descriptor_limit()
+    with _stop_on_signals() as stop, Broker.open(config) as broker:
+        remote_access = None if acl is None else RemotingAccess.load(
+            acl, lambda topic: broker.topic_config(topic) is not None)
+        try:
+            node = RemotingNode(broker, options, access=remote_access)
+        except NodeError as error:
+            raise CliError(str(error)) from error
+        check_descriptor_limit(broker, connection_capacity(node))
+        server = BrokerServer(broker, listen, access=access, workers=workers,
+                              max_request_bytes=max_request_bytes)
+        try:
+            server.start()
+        except ServerError as error:
+            raise CliError(str(error)) from error
+        try:
+            _serve(broker, server, node, stop, metrics, note=(
+                f"store {config.root_dir}; role {config.broker_role.value}; "
+                f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
+        finally:
+            node.stop()
+            server.stop(grace)
+    typer.echo("stopped")
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event that SIGTERM and SIGINT set while the block runs (their handlers restored
+    after it)."""
     stop = threading.Event()
     previous = {number: signal.signal(number, lambda *_: stop.set())
                 for number in (signal.SIGTERM, signal.SIGINT)}
-    raise_descriptor_limit()
     try:
-        with Broker.open(config) as broker:
-            remote_access = None if acl is None else RemotingAccess.load(
-                acl, lambda topic: broker.topic_config(topic) is not None)
-            try:
-                node = RemotingNode(broker, options, access=remote_access)
-            except NodeError as error:
-                raise CliError(str(error)) from error
-            check_descriptor_limit(broker, connection_capacity(node))
-            server = BrokerServer(broker, listen, access=access, workers=workers,
-                                  max_request_bytes=max_request_bytes)
-            try:
-                server.start()
-            except ServerError as error:
-                raise CliError(str(error)) from error
-            try:
-                _serve(broker, server, node, stop, metrics, note=(
-                    f"store {config.root_dir}; role {config.broker_role.value}; "
-                    f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
-            finally:
-                node.stop()
-                server.stop(grace)
-        typer.echo("stopped")
+        yield stop
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
