@@ -192,7 +192,7 @@ class Producer:
             message = Message(target, body, tags=tags, keys=keys,
                               properties={**sent_properties, PROPERTY_RETRY_TOPIC: topic},
                               unique_key=msg_id)
-            return self._client.send(message)
+            return self._client.send(message, queue_id=0)  # a retry topic has one queue
 
         if self._tracing is None:
             return deliver(dict(properties or {}))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from framework import App, ConsumerOptions
 from framework.outage_log import OutageLog
 from storage_engine import BrokerUnavailableError, FakeClock
@@ -39,6 +41,7 @@ def test_a_consumer_start_is_one_line_per_group(open_broker, caplog):
     assert "17 queues: %RETRY%billing[0], orders[0-7], refunds[0-7]" in billing
 
 
+@pytest.mark.embedded_only("serves its own embedded broker over remoting and stops it")
 def test_an_outage_is_one_warning_not_a_traceback_per_rebalance(open_broker, caplog):
     broker = open_broker()  # embedded, served over remoting: the app reaches it by rocketmq://
     with serve_remoting(broker) as remote:
