@@ -92,4 +92,5 @@ def resend_remotely(broker: RemotingBroker, group: str, dead_letter: MessageView
     """``Broker.resend_dead_letter`` over remoting: a fresh copy for ``%RETRY%group`` with
     ``RETRY_TOPIC`` = the original topic (the group's consumers only, under that topic)."""
     return broker.send(resend_copy(dead_letter, retry_topic(group),
-                                   original_topic=original_topic))
+                                   original_topic=original_topic),
+                       queue_id=0)  # a retry topic has one queue; a default route has more
