@@ -55,6 +55,21 @@ def wait_ready(process: subprocess.Popen) -> subprocess.Popen:
     return process
 
 
+def start_together(processes: list[subprocess.Popen]) -> None:
+    """Start consumers spawned with ``--start-on-go`` at once, once every one has loaded (a
+    process whose imports ran slower could otherwise find all the work done), and wait until
+    all consume."""
+    for process in processes:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == b"loaded"
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+    for process in processes:
+        wait_ready(process)
+
+
 def start_consumer(store: Path | str, database_url: str, redis_url: str, *extra: str,
                    ) -> subprocess.Popen:
     """Start a consumer process and wait until it consumes."""

@@ -18,9 +18,9 @@ from tests.idempotency.process_support import (
     publish_copies,
     send_stubs,
     spawn_consumer,
+    start_together,
     stop_consumer,
     stub_counts,
-    wait_ready,
 )
 from tests.support.idempotent_consumer import business, ledger
 from tests.support.polling import wait_until
@@ -39,12 +39,11 @@ def test_two_processes_eight_threads_duplicates_and_failures(tmp_path, store,
     for root in sorted(set(roots)):
         publish_copies(root, ids, COPIES)
 
-    # both start together: one started after the other was ready could find all the work done
     processes = [spawn_consumer(root, migrated_database_url, redis_url, "--fail-rate", "0.2",
-                                "--seed", str(seed)) for seed, root in enumerate(roots)]
-    for process in processes:
-        wait_ready(process)
+                                "--seed", str(seed), "--start-on-go")
+                 for seed, root in enumerate(roots)]
     try:
+        start_together(processes)
         wait_until(lambda: stub_counts(engine).get("confirmed") == MESSAGES
                    and count_rows(engine, outbox.message_log) == 0, 180,
                    "every stub confirmed and the message log empty")

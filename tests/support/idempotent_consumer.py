@@ -3,15 +3,16 @@
 Run from the repository root::
 
     python -m tests.support.idempotent_consumer --store DIR --db URL --redis URL \
-        [--fail-rate 0.2] [--seed N] [--block-file FILE]
+        [--fail-rate 0.2] [--seed N] [--block-file FILE] [--start-on-go]
 
 It consumes topic ``orders`` as group ``billing`` from the first offset with 8 consume threads
 and millisecond delay levels. The handler inserts a ``ledger`` row (key: message id) in the
 transaction the idempotency middleware gives it, then fails with probability ``--fail-rate``
 (after the insert, so the rollback has something to undo). With ``--block-file``, the first
 message's handler writes its message id to that file after the insert is flushed and then
-blocks forever: the parent kills the process there. It prints ``ready`` once consuming and
-runs until stdin closes.
+blocks forever: the parent kills the process there. With ``--start-on-go`` it prints ``loaded``
+once its handler is registered and starts consuming only when a ``go`` line arrives on stdin, so
+two processes can start together. It prints ``ready`` once consuming and runs until stdin closes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--block-file")
+    parser.add_argument("--start-on-go", action="store_true")
     args = parser.parse_args()
     chance = random.Random(args.seed)
     lock = threading.Lock()
@@ -69,6 +71,10 @@ def main() -> None:
         if fail:
             raise RuntimeError("injected handler failure")
 
+    if args.start_on_go:
+        print("loaded", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            return
     app.start()
     print("ready", flush=True)
     sys.stdin.read()
