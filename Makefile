@@ -19,11 +19,16 @@ demo: $(STAMP)
 	$(BIN)/postbox demo
 
 # ruff (style and bug patterns), import-linter (layering, .importlinter), mypy (types; the
-# public surfaces strictly, see [tool.mypy] in pyproject.toml).
+# public surfaces strictly, see [tool.mypy] in pyproject.toml). The last two read the package
+# as installed, postbox/storage_engine/… (scripts/namespace_tree.py lays it out).
+NAMESPACE_TREE := build/namespace
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/lint-imports
-	$(BIN)/mypy
+	$(BIN)/python scripts/namespace_tree.py $(NAMESPACE_TREE)
+	cd $(NAMESPACE_TREE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(BIN)/lint-imports \
+	    --config $(CURDIR)/.importlinter
+	cd $(NAMESPACE_TREE) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
+	    --cache-dir $(CURDIR)/.mypy_cache
 
 test: lint
 	$(BIN)/python -m pytest -q

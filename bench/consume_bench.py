@@ -143,8 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def store_config(root: Path, args: argparse.Namespace, message_count: int,
                  delay_levels: str | None = None):
     """ASYNC flush, ``--segment-mib`` segments, a key index file sized for ``message_count``."""
-    from storage_engine import CommitLogConfig, DelayConfig, KeyIndexConfig, StoreConfig
-    from storage_engine.config import parse_delay_levels
+    from postbox.storage_engine import CommitLogConfig, DelayConfig, KeyIndexConfig, StoreConfig
+    from postbox.storage_engine.config import parse_delay_levels
 
     extra = {} if delay_levels is None else {
         "delay": DelayConfig(levels_ms=parse_delay_levels(delay_levels))}
@@ -159,7 +159,7 @@ def store_config(root: Path, args: argparse.Namespace, message_count: int,
 def temp_broker(args: argparse.Namespace, label: str, message_count: int,
                 delay_levels: str | None = None) -> Iterator:
     """An open embedded broker in a new temp dir; closed and deleted on exit."""
-    from storage_engine import Broker
+    from postbox.storage_engine import Broker
 
     with temp_dir(args.dir, f"consume-{label}") as root, \
             Broker.open(store_config(root, args, message_count, delay_levels)) as broker:
@@ -169,7 +169,7 @@ def temp_broker(args: argparse.Namespace, label: str, message_count: int,
 @contextlib.contextmanager
 def temp_store(args: argparse.Namespace, label: str, message_count: int) -> Iterator:
     """An open bare ``MessageStore`` (no broker services) in a new temp dir."""
-    from storage_engine import MessageStore
+    from postbox.storage_engine import MessageStore
 
     with temp_dir(args.dir, f"consume-{label}") as root, \
             MessageStore.open(store_config(root, args, message_count)) as store:
@@ -192,7 +192,7 @@ class NoopHandler:
 def running_app(broker, variant: Variant, group: str) -> Iterator[tuple]:
     """An ``App`` on ``broker`` with a ``NoopHandler`` for ``TOPIC`` in ``group``, and that
     handler; the app is stopped on exit."""
-    from framework import App
+    from postbox.framework import App
 
     app, handler = App(broker=broker), NoopHandler(variant.batch_size > 1)
     app.handler(topic=TOPIC, consumer_group=group, consume_from="first",
@@ -264,7 +264,7 @@ def end_to_end(args: argparse.Namespace, variant: Variant, body: bytes, count: i
 
 def produce_then_consume(args: argparse.Namespace, body: bytes) -> tuple[dict, dict]:
     """Produce-only on a fresh broker, then consume-only of that load by each variant."""
-    from framework import App
+    from postbox.framework import App
 
     count = args.messages
     progress(args, f"produce only: {count:,} messages, no consumer")
@@ -301,7 +301,7 @@ def consume_preloaded(args: argparse.Namespace, broker, variant: Variant) -> dic
 
 def raw_baseline(args: argparse.Namespace, body: bytes) -> dict:
     """``put_message``, ``put_messages`` and ``get_message`` on bare stores, no framework."""
-    from storage_engine import Message
+    from postbox.storage_engine import Message
 
     count = args.messages
     keys = [f"{i:032X}" for i in range(count)]
@@ -338,7 +338,7 @@ def wait_dispatched(store) -> None:
 
 def time_raw_gets(store, count: int) -> float:
     """Seconds to read every message of ``TOPIC`` with ``get_message``, touching each body."""
-    from storage_engine import GetStatus
+    from postbox.storage_engine import GetStatus
 
     get, read, body_bytes = store.get_message, 0, 0
     gc.collect()

@@ -53,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def recovery_config(root: Path, args: argparse.Namespace):
     """ASYNC flush, ``--recovery-segment-mib`` segments, one key-index file for every key."""
-    from storage_engine import CommitLogConfig, KeyIndexConfig, StoreConfig
+    from postbox.storage_engine import CommitLogConfig, KeyIndexConfig, StoreConfig
 
     keys_max = args.recovery_mib * MIB // RECOVERY_BODY_BYTES  # records are larger than bodies
     return StoreConfig(
@@ -67,7 +67,7 @@ def recovery_config(root: Path, args: argparse.Namespace):
 
 def recovery_writer(args: argparse.Namespace) -> int:
     """Child process: fill a store, report, then wait to be killed (never closes the store)."""
-    from storage_engine import MessageStore
+    from postbox.storage_engine import MessageStore
 
     store = MessageStore.open(recovery_config(Path(args.recovery_writer), args))
     pool, target = body_pool(RECOVERY_BODY_BYTES, args.seed), args.recovery_mib * MIB
@@ -167,7 +167,7 @@ def redispatched_bytes(lines: list[str]) -> int | None:
 
 def time_recovery(args: argparse.Namespace, root: Path, written: dict) -> dict:
     """Seconds for ``open`` and for ``open`` + ``wait_dispatched`` of the crashed store."""
-    from storage_engine import MessageStore
+    from postbox.storage_engine import MessageStore
 
     with store_log_lines() as lines:
         start = time.perf_counter()

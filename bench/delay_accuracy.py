@@ -123,7 +123,7 @@ def spread(samples_ms: list[float]) -> dict:
 def measure_delay_accuracy(broker, *, delayed_count: int, load_ratio: int,
                            send_rate_per_s: int) -> dict:
     """Send, consume and summarise (see the module docstring); the caller owns ``broker``."""
-    from framework import App
+    from postbox.framework import App
 
     levels_ms = broker.delay_service.levels_ms
     receipts = Receipts(levels_ms)

@@ -139,7 +139,13 @@ def split_count(args: argparse.Namespace, threads: int) -> int:
 
 def sync_config(root: Path, put_count: int, segment_mib: int):
     """SYNC flush, ``segment_mib`` segments, one key-index file sized for ``put_count`` keys."""
-    from storage_engine import CommitLogConfig, FlushConfig, FlushMode, KeyIndexConfig, StoreConfig
+    from postbox.storage_engine import (
+        CommitLogConfig,
+        FlushConfig,
+        FlushMode,
+        KeyIndexConfig,
+        StoreConfig,
+    )
 
     return StoreConfig(root_dir=root, flush=FlushConfig(mode=FlushMode.SYNC),
                        commit_log=CommitLogConfig(segment_size_bytes=segment_mib * MIB),
@@ -158,7 +164,7 @@ def check_stored(store, put_count: int) -> None:
 
 def measure_store_sync(args: argparse.Namespace, threads: int, pool: list[bytes]) -> dict:
     """One Postbox SYNC row: ``threads`` producers on a fresh store."""
-    from storage_engine import MessageStore, PutStatus
+    from postbox.storage_engine import MessageStore, PutStatus
 
     per_thread = split_count(args, threads)
     with temp_dir(args.dir, "sync") as root:
@@ -188,7 +194,7 @@ def store_flush_count(store) -> int | None:
 
 def record_size(args: argparse.Namespace, pool: list[bytes]) -> int:
     """Bytes the store writes for the SYNC rows' largest-key message (a throwaway store)."""
-    from storage_engine import MessageStore
+    from postbox.storage_engine import MessageStore
 
     last = args.count - 1
     with temp_dir(args.dir, "probe") as root, \

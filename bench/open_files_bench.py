@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from storage_engine import (
+from postbox.storage_engine import (
     CommitLogConfig,
     ConsumeQueueConfig,
     GetStatus,

@@ -58,8 +58,7 @@ def register_async_bill(app: Any, group: str) -> None:
 async def send_orders_async(box: Any, first: int, count: int, concurrency: int,
                             ids: dict[int, str]) -> None:
     """``count`` async producer transactions from ``concurrency`` coroutines."""
-    import outbox
-
+    from postbox import outbox
     async def produce(share: range) -> None:
         for i in share:
             order_no = first + i
@@ -74,8 +73,8 @@ def async_pipeline(args: argparse.Namespace, target: Target, redis_url: str,
                    root: Path) -> dict:
     """One async pipeline measurement (module docstring)."""
     from bench.outbox_bench import confirmed_at_least, delete_marks, stub_summary, wait_for
-    from framework import App, ConsumerOptions
-    from outbox import Outbox, create_async_database_engine, database_engine
+    from postbox.framework import App, ConsumerOptions
+    from postbox.outbox import Outbox, create_async_database_engine, database_engine
 
     target.reset()
     group = f"bench-async-{uuid.uuid4().hex[:8]}"

@@ -73,7 +73,7 @@ class Target:
 
     def reset(self) -> None:
         """Drop and create the outbox tables and the bench's business tables."""
-        from outbox import metadata
+        from postbox.outbox import metadata
 
         engine = create_engine(self.url)
         try:
@@ -243,8 +243,8 @@ def machine_figures(reps: list[dict], count: int) -> dict[str, float]:
 
 def bare(args: argparse.Namespace, target: Target) -> dict:
     """N order transactions from P threads, then N ledger transactions from 8 threads."""
-    from framework import ConsumerOptions
-    from outbox import create_database_engine
+    from postbox.framework import ConsumerOptions
+    from postbox.outbox import create_database_engine
 
     count = args.messages
     consumer_threads = ConsumerOptions().consume_thread_count
@@ -303,8 +303,8 @@ def chunks(items: range, size: int) -> Iterator[list[int]]:
 def consumed_messages(ids: dict[int, str], group: str) -> dict[int, Any]:
     """``ConsumedMessage`` objects as a consumer would get them for ``ids`` (records encoded
     here, no broker)."""
-    from framework import ConsumedMessage
-    from storage_engine.formats import (
+    from postbox.framework import ConsumedMessage
+    from postbox.storage_engine.formats import (
         MessageView,
         RecordFields,
         encode_host,
@@ -331,15 +331,15 @@ def db_floor(args: argparse.Namespace, target: Target) -> dict:
     ``FLOOR_RECEIPT_BATCH`` messages each) and handler transactions (``ledger.claim_message`` +
     ledger row in a ``Session``), phase after phase as in ``bare``. No broker, relay thread,
     consumer framework, Redis, or relay record update: the pipeline can at best reach this."""
-    import outbox
-    from framework import ConsumerOptions
-    from idempotency import ledger
-    from outbox import create_database_engine
-    from outbox.claims import claim_stubs, unpublished_due
-    from outbox.clock import utc_now
-    from outbox.database import dialect_name
-    from outbox.relay import RelayOptions
-    from outbox.tables import StubStatus, message_stub
+    from postbox import outbox
+    from postbox.framework import ConsumerOptions
+    from postbox.idempotency import ledger
+    from postbox.outbox import create_database_engine
+    from postbox.outbox.claims import claim_stubs, unpublished_due
+    from postbox.outbox.clock import utc_now
+    from postbox.outbox.database import dialect_name
+    from postbox.outbox.relay import RelayOptions
+    from postbox.outbox.tables import StubStatus, message_stub
 
     count, relay_options = args.messages, RelayOptions()
     target.reset()

@@ -226,8 +226,8 @@ class StatementCounter:
 def running_pipeline(args: argparse.Namespace, target: Target, redis_url: str,
                      root: Path) -> Iterator[dict]:
     """A started app with an ``Outbox`` and the idempotent ``bill`` handler; stopped on exit."""
-    from framework import App, ConsumerOptions
-    from outbox import Outbox, database_engine
+    from postbox.framework import App, ConsumerOptions
+    from postbox.outbox import Outbox, database_engine
 
     target.reset()
     group = f"bench-billing-{uuid.uuid4().hex[:8]}"
@@ -255,7 +255,7 @@ def delete_marks(redis_url: str, group: str) -> None:
     """Delete this run's idempotency marks (best effort)."""
     import redis
 
-    from idempotency.redis_guard import RedisGuard
+    from postbox.idempotency.redis_guard import RedisGuard
 
     with contextlib.suppress(redis.RedisError, OSError):
         client = redis.Redis.from_url(redis_url)
@@ -279,8 +279,7 @@ def send_orders(box: Any, first: int, count: int, thread_count: int,
                 ids: dict[int, str]) -> tuple[float, float]:
     """``count`` producer transactions (order row + outbox stub) from ``thread_count``
     threads; the message ids land in ``ids``."""
-    import outbox
-
+    from postbox import outbox
     session = box.session
 
     def produce(share: range) -> None:
@@ -305,7 +304,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str,
 
 
 def confirmed_at_least(context: dict, count: int) -> Callable[[], bool]:
-    from outbox import StubStatus, message_stub
+    from postbox.outbox import StubStatus, message_stub
 
     def check() -> bool:
         return count_rows(context["poll"], message_stub,
@@ -315,7 +314,7 @@ def confirmed_at_least(context: dict, count: int) -> Callable[[], bool]:
 
 
 def stub_summary(context: dict) -> str:
-    from outbox import message_stub
+    from postbox.outbox import message_stub
 
     with context["poll"].connect() as connection:
         rows = connection.execute(select(message_stub.c.status, func.count())
@@ -553,7 +552,7 @@ def measure(args: argparse.Namespace, target: Target, redis_url: str, root: Path
 
 
 def run(args: argparse.Namespace) -> dict:
-    from framework import ConsumerOptions
+    from postbox.framework import ConsumerOptions
 
     root = Path(tempfile.mkdtemp(prefix="postbox-outbox-bench-", dir=args.dir))
     report: dict = {"settings": {"messages": args.messages, "warmup": args.warmup,

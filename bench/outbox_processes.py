@@ -111,8 +111,8 @@ def processes_pipeline(args: argparse.Namespace, target: Any, redis_url: str,
     """One measurement of the pipeline with ``args.processes`` consumer processes."""
     from bench.outbox_baselines import cpu_window
     from bench.outbox_bench import confirmed_at_least, send_orders, stub_summary, wait_for
-    from framework import App
-    from outbox import Outbox, database_engine
+    from postbox.framework import App
+    from postbox.outbox import Outbox, database_engine
 
     target.reset()
     group = f"bench-billing-{uuid.uuid4().hex[:8]}"
@@ -152,7 +152,7 @@ def processes_pipeline(args: argparse.Namespace, target: Any, redis_url: str,
 
 def consume_main(store_url: str, database_url: str, redis_url: str, group: str) -> int:
     """A consumer process: the ``bill`` handler until stdin closes."""
-    from framework import App
+    from postbox.framework import App
 
     app = App(store_url=store_url, database_url=database_url, redis_url=redis_url)
     register_bill(app, group)

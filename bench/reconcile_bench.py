@@ -39,8 +39,8 @@ import sqlalchemy as sa
 
 from bench.peers import BenchError, run_and_print
 from bench.reconcile_data import generate, read_store_facts, sql_classify
-from outbox.tables import metadata
-from spark_reconcile.classes import ALL_CLASSES
+from postbox.outbox.tables import metadata
+from postbox.spark_reconcile.classes import ALL_CLASSES
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 SAMPLE_INTERVAL_S = 0.2
@@ -255,8 +255,8 @@ def wait_backend_exit(url: str, pid: int) -> None:
 
 def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:
     """Wall seconds, per-step seconds, counts and peak RSS of one reconciliation."""
-    from spark_reconcile import ReconcileOptions
-    from spark_reconcile.job import run_reconciliation
+    from postbox.spark_reconcile import ReconcileOptions
+    from postbox.spark_reconcile.job import run_reconciliation
 
     steps: dict[str, float] = {}
     last = [time.perf_counter()]
@@ -354,7 +354,7 @@ def measure_size(spark, stubs: int, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     """Every size; returns the report as plain data."""
-    from spark_reconcile.session import spark_session
+    from postbox.spark_reconcile.session import spark_session
 
     started = time.perf_counter()
     spark = spark_session(args.master, conf=args.spark_settings)

@@ -42,10 +42,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from outbox.tables import message_log, message_processed, message_stub, metadata
-from spark_reconcile.classes import ALL_CLASSES
-from spark_reconcile.classes import MessageClass as C
-from storage_engine import (
+from postbox.outbox.tables import message_log, message_processed, message_stub, metadata
+from postbox.spark_reconcile.classes import ALL_CLASSES
+from postbox.spark_reconcile.classes import MessageClass as C
+from postbox.storage_engine import (
     CommitLogConfig,
     FlushConfig,
     FlushMode,
@@ -55,8 +55,8 @@ from storage_engine import (
     StoreConfig,
     dead_letter_topic,
 )
-from storage_engine.broker.config_stores import ConfigStores
-from storage_engine.formats import (
+from postbox.storage_engine.broker.config_stores import ConfigStores
+from postbox.storage_engine.formats import (
     COMMIT_LOG_DIR_NAME,
     CONFIG_DIR_NAME,
     CONSUME_QUEUE_DIR_NAME,

@@ -139,7 +139,7 @@ def run_threads(shares: list[int], work) -> float:
 
 def embedded_figures(args: argparse.Namespace, body: bytes) -> dict:
     """``Broker.send`` from ``--threads`` threads, then ``Broker.pull`` of everything."""
-    from storage_engine import Broker, Message, StoreConfig
+    from postbox.storage_engine import Broker, Message, StoreConfig
 
     with temp_dir(args.dir, "remote-embedded") as root:
         config = StoreConfig.from_broker_conf(write_broker_conf(root), root_dir=root / "store")

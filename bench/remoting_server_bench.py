@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from network.remoting.codes import RequestCode
-from network.remoting.server.broker import BrokerRemotingServer
-from network.remoting.wire import FrameDecoder, RemotingCommand, encode
-from storage_engine import Broker, Message, StoreConfig
+from postbox.network.remoting.codes import RequestCode
+from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.network.remoting.wire import FrameDecoder, RemotingCommand, encode
+from postbox.storage_engine import Broker, Message, StoreConfig
 
 TOPIC = "BENCH"
 BODY = b"x" * 100

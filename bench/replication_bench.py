@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def store_config(root: Path, role, put_count: int, ha_listen: str | None = None,
                  master: str | None = None):
     """ASYNC flush, 64 MiB segments, a key index sized for the run."""
-    from storage_engine import (
+    from postbox.storage_engine import (
         CommitLogConfig,
         HAConfig,
         KeyIndexConfig,
@@ -98,7 +98,7 @@ def store_config(root: Path, role, put_count: int, ha_listen: str | None = None,
 
 def slave_child(root: str, master: str) -> int:
     """Run a slave store until stdin closes (``--slave-child ROOT MASTER``)."""
-    from storage_engine import BrokerRole, MessageStore
+    from postbox.storage_engine import BrokerRole, MessageStore
 
     with MessageStore.open(store_config(Path(root), BrokerRole.SLAVE, 1 << 20, master=master)):
         print("ready", flush=True)
@@ -139,7 +139,7 @@ def poll(predicate, timeout_s: float, what: str) -> float:
 
 def measure(args: argparse.Namespace, variant: str, threads: int, pool: list[bytes]) -> dict:
     """One row: a fresh master (and slave process unless embedded), ``threads`` producers."""
-    from storage_engine import BrokerRole, MessageStore, PutStatus
+    from postbox.storage_engine import BrokerRole, MessageStore, PutStatus
 
     per_thread = args.count // threads
     total = per_thread * threads

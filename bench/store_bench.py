@@ -146,7 +146,7 @@ def body_pool(size: int, seed: int) -> list[bytes]:
 
 def build_messages(pool: list[bytes], start: int, stop: int) -> list:
     """Messages ``start..stop-1``: key ``k{i}``, tag ``t``, a body from the pool."""
-    from storage_engine import Message
+    from postbox.storage_engine import Message
 
     return [Message(TOPIC, pool[i % BODY_POOL_SIZE], tags="t", keys=[f"k{i}"])
             for i in range(start, stop)]
@@ -155,8 +155,8 @@ def build_messages(pool: list[bytes], start: int, stop: int) -> list:
 @contextlib.contextmanager
 def fresh_store(args: argparse.Namespace, sync: bool = False) -> Iterator:
     """An open store in a new temp dir; closed and deleted on exit."""
-    from storage_engine import FlushMode, MessageStore, StoreConfig
-    from storage_engine.config import CommitLogConfig, FlushConfig
+    from postbox.storage_engine import FlushMode, MessageStore, StoreConfig
+    from postbox.storage_engine.config import CommitLogConfig, FlushConfig
 
     root = Path(tempfile.mkdtemp(prefix="postbox-bench-", dir=args.dir))
     try:
@@ -172,7 +172,7 @@ def fresh_store(args: argparse.Namespace, sync: bool = False) -> Iterator:
 
 def wait_readable(store, last) -> None:
     """Wait for dispatch, then require ``get_message`` at the last put's offset to be FOUND."""
-    from storage_engine.store.message import GetStatus
+    from postbox.storage_engine.store.message import GetStatus
 
     if not store.wait_dispatched(timeout_ms=WAIT_DISPATCHED_TIMEOUT_MS):
         raise BenchError(f"wait_dispatched(timeout_ms={WAIT_DISPATCHED_TIMEOUT_MS}) returned "
@@ -217,7 +217,7 @@ def time_batched_puts(store, messages: list, batch: int) -> tuple[float, float]:
 
 def time_gets(store, count: int, size: int) -> float:
     """Seconds to read every message back with ``get_message``, touching each body."""
-    from storage_engine.store.message import GetStatus
+    from postbox.storage_engine.store.message import GetStatus
 
     get = store.get_message
     read = body_bytes = 0

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from storage_engine import Broker, BrokerConfig, StoreConfig
+from postbox.storage_engine import Broker, BrokerConfig, StoreConfig
 
 WINDOW = 100
 

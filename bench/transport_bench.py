@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def store_config(root: Path, segment_mib: int, message_count: int):
     """ASYNC flush, ``segment_mib`` segments, a key index sized for ``message_count``."""
-    from storage_engine import CommitLogConfig, KeyIndexConfig, StoreConfig
+    from postbox.storage_engine import CommitLogConfig, KeyIndexConfig, StoreConfig
 
     return StoreConfig(root_dir=root,
                        commit_log=CommitLogConfig(segment_size_bytes=segment_mib * MIB),
@@ -86,7 +86,7 @@ def store_config(root: Path, segment_mib: int, message_count: int):
 @contextlib.contextmanager
 def embedded(args: argparse.Namespace, root: Path) -> Iterator[dict]:
     """An open embedded broker for ``App(broker=...)``."""
-    from storage_engine import Broker
+    from postbox.storage_engine import Broker
 
     with Broker.open(store_config(root, args.segment_mib, args.messages)) as broker:
         yield {"broker": broker}
@@ -156,7 +156,7 @@ def send_all(app, body: bytes, count: int, threads: int) -> dict:
 
 def consume_all(app_options: dict, count: int) -> dict:
     """A new group consumes the topic from the first offset until it committed everything."""
-    from framework import App
+    from postbox.framework import App
 
     consumed = [0]
     app = App(**app_options)
@@ -193,7 +193,7 @@ def committed_all(app, group: str, count: int) -> bool:
 
 def measure(args: argparse.Namespace, transport: str, body: bytes) -> dict:
     """Send then consume ``--messages`` over one transport."""
-    from framework import App
+    from postbox.framework import App
 
     with broker_url(args, transport) as options:
         progress(args, f"{transport}: send {args.messages:,} x {BODY_BYTES} B, "

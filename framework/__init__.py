@@ -1,6 +1,6 @@
 """Postbox's producer/consumer SDK.
 
-    from framework import App, RetryLater, DeadLetter
+    from postbox.framework import App, RetryLater, DeadLetter
 
     app = App(store_url="file:///var/lib/postbox")
 
@@ -16,9 +16,9 @@ consumers deterministically in tests. ``Service`` (the one background loop) and 
 not import the engine.
 """
 
-from storage_engine import SendResult
-from storage_engine.group_commit import GroupCommit
-from storage_engine.service import Service
+from postbox.storage_engine import SendResult
+from postbox.storage_engine.group_commit import GroupCommit
+from postbox.storage_engine.service import Service
 
 from .allocation import MessageQueue, strategy_by_name
 from .app import App

@@ -42,7 +42,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from storage_engine import Broker, Clock, ConsumeFrom, SystemClock
+from postbox.storage_engine import Broker, Clock, ConsumeFrom, SystemClock
 
 from . import environment
 from .consumer import Consumer, ConsumerOptions

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage_engine import Clock, LatencyTally, MessageView, SendBackResult
+from postbox.storage_engine import Clock, LatencyTally, MessageView, SendBackResult
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage

@@ -10,8 +10,8 @@ was read from; ``view`` is the raw record.
 
 from __future__ import annotations
 
-from storage_engine import MessageView
-from storage_engine.formats import PROPERTY_DLQ_REASON, original_topic
+from postbox.storage_engine import MessageView
+from postbox.storage_engine.formats import PROPERTY_DLQ_REASON, original_topic
 
 
 class ConsumedMessage:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage_engine import (
+from postbox.storage_engine import (
     BrokerUnavailableError,
     Clock,
     GetResult,

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from storage_engine import ConsumeFrom, validate_topic
-from storage_engine.formats import is_system_group_topic
+from postbox.storage_engine import ConsumeFrom, validate_topic
+from postbox.storage_engine.formats import is_system_group_topic
 
 from .errors import ConfigurationError, HandlerRegistrationError
 from .event_loop import is_coroutine_callable

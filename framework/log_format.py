@@ -29,8 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import IO, Any
 
-from storage_engine import MessageView
-from storage_engine.formats import original_topic
+from postbox.storage_engine import MessageView
+from postbox.storage_engine.formats import original_topic
 
 from .errors import ConfigurationError
 

@@ -38,8 +38,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from storage_engine.formats import UniqueKeyGenerator as _KeyEncoder
-from storage_engine.formats import decode_unique_key as _decode_key_fields
+from postbox.storage_engine.formats import UniqueKeyGenerator as _KeyEncoder
+from postbox.storage_engine.formats import decode_unique_key as _decode_key_fields
 
 _INTERNAL_NETWORKS = tuple(
     ipaddress.IPv4Network(network) for network in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")

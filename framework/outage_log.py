@@ -17,9 +17,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from storage_engine import BrokerUnavailableError, Clock
+from postbox.storage_engine import BrokerUnavailableError, Clock
 
-log = logging.getLogger("framework.consumer")
+log = logging.getLogger("postbox.framework.consumer")
 
 
 class OutageLog:

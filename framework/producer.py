@@ -26,7 +26,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     Clock,
     Message,
@@ -36,7 +36,7 @@ from storage_engine import (
     retry_topic,
     validate_topic,
 )
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
     delay_level_problem,

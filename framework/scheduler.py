@@ -17,8 +17,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from storage_engine import Clock
-from storage_engine.service import Service
+from postbox.storage_engine import Clock
+from postbox.storage_engine.service import Service
 
 log = logging.getLogger(__name__)
 

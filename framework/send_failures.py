@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import enum
 
-from network.remoting.client.errors import RemotingResponseError, RouteNotFoundError
-from storage_engine import (
+from postbox.network.remoting.client.errors import RemotingResponseError, RouteNotFoundError
+from postbox.storage_engine import (
     BrokerUnavailableError,
     InvalidMessageError,
     NoPermissionError,

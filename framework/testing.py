@@ -17,7 +17,7 @@ that is served from this process (tests of the gRPC transport) passes that broke
 
 from __future__ import annotations
 
-from storage_engine import Broker, FakeClock
+from postbox.storage_engine import Broker, FakeClock
 
 from .app import App
 from .errors import AppStateError

@@ -27,7 +27,7 @@ import importlib.util
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from storage_engine import SendResult
+from postbox.storage_engine import SendResult
 
 from .errors import ConfigurationError
 

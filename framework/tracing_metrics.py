@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 
-from storage_engine import SendResult
-from storage_engine.formats import decode_offset_msg_id
+from postbox.storage_engine import SendResult
+from postbox.storage_engine.formats import decode_offset_msg_id
 
 if TYPE_CHECKING:
     from .middleware import ConsumeContext

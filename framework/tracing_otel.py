@@ -28,8 +28,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
-from storage_engine import SendResult
-from storage_engine.formats import user_properties_problem
+from postbox.storage_engine import SendResult
+from postbox.storage_engine.formats import user_properties_problem
 
 from .tracing import TRACEPARENT, TRACESTATE
 from .tracing_metrics import (

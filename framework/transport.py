@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     Clock,
     ConsumeFrom,
@@ -121,7 +121,7 @@ class BrokerClient(Protocol):
 
 
 if TYPE_CHECKING:  # `make lint` (mypy) holds every implementation to the protocol
-    from network.remoting.client.remote_broker import RemotingBroker
+    from postbox.network.remoting.client.remote_broker import RemotingBroker
 
     def _implementations(embedded: Broker, remoting: RemotingBroker) -> list[BrokerClient]:
         """Type-checked only: each implementation is a ``BrokerClient``."""
@@ -264,7 +264,7 @@ def open_rocketmq_client(namesrv_addresses: list[str], *, namespace: str = "",
     """A client of the RocketMQ cluster (Postbox broker or Apache RocketMQ) whose name servers
     are ``namesrv_addresses``, over the remoting protocol. Connecting is lazy: an unreachable
     cluster is reported by the first call (``BrokerUnavailableError``), not here."""
-    from network.remoting.client.remote_broker import RemotingBroker
+    from postbox.network.remoting.client.remote_broker import RemotingBroker
     if (access_key is None) != (secret_key is None):
         raise ConfigurationError("access_key= and secret_key= go together")
     return RemotingBroker(namesrv_addresses, namespace=namespace, clock=clock,

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from storage_engine import InvalidMessageError as InvalidMessageError  # re-exported
-from storage_engine.formats import (
+from postbox.storage_engine import InvalidMessageError as InvalidMessageError  # re-exported
+from postbox.storage_engine.formats import (
     MAX_MESSAGE_SIZE_BYTES as MAX_MESSAGE_SIZE_BYTES,  # re-exported
 )
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     PROPERTY_ARGUMENTS as PROPERTY_ARGUMENTS,  # re-exported (outbox.send)
 )
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     new_message_problem,
     unique_key_problem,
     user_properties_problem,

@@ -18,8 +18,8 @@ import redis
 from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from framework import App, ConfigurationError
-from outbox.tables import metadata
+from postbox.framework import App, ConfigurationError
+from postbox.outbox.tables import metadata
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from framework import ConsumeContext, RetryLater
-from outbox.async_database import create_async_database_engine
+from postbox.framework import ConsumeContext, RetryLater
+from postbox.outbox.async_database import create_async_database_engine
 
 from . import ledger
 

@@ -60,9 +60,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from framework import ConsumedMessage
-from outbox.database import dialect_name
-from outbox.tables import (
+from postbox.framework import ConsumedMessage
+from postbox.outbox.database import dialect_name
+from postbox.outbox.tables import (
     StubStatus,
     expected_group_names,
     message_log,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from framework.metrics import Metric, counter
+from postbox.framework.metrics import Metric, counter
 
 
 def idempotency_families(middleware: Any) -> list[Metric]:

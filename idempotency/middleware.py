@@ -67,7 +67,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
-from framework import (
+from postbox.framework import (
     App,
     ConfigurationError,
     ConsumeContext,
@@ -80,9 +80,9 @@ from framework import (
     OutcomeKind,
     RetryLater,
 )
-from framework.metrics import Metric
-from outbox.clock import NowFunction, utc_now
-from outbox.database import database_engine, dialect_name
+from postbox.framework.metrics import Metric
+from postbox.outbox.clock import NowFunction, utc_now
+from postbox.outbox.database import database_engine, dialect_name
 
 from . import ledger
 from .app_factory import check_tables, redis_client

@@ -31,7 +31,7 @@ from alembic.util import CommandError
 from sqlalchemy import create_engine, make_url, pool
 from sqlalchemy.exc import SQLAlchemyError
 
-from outbox.database import normalize_database_url
+from postbox.outbox.database import normalize_database_url
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 """The Alembic script directory: ``env.py``, ``script.py.mako`` and ``versions/``."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from migrations.api import URL_ATTRIBUTE
-from migrations.compare import compare_type
-from outbox.tables import metadata
+from postbox.migrations.api import URL_ATTRIBUTE
+from postbox.migrations.compare import compare_type
+from postbox.outbox.tables import metadata
 
 target_metadata = metadata
 

@@ -42,8 +42,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from storage_engine.errors import ConfigError
-from storage_engine.store.topics import DELAY_TOPIC, is_system_group_topic
+from postbox.storage_engine.errors import ConfigError
+from postbox.storage_engine.store.topics import DELAY_TOPIC, is_system_group_topic
 
 DEFAULT_CLOCK_SKEW_S = 900
 CLOCK_SKEW_MAX_S = 24 * 3600

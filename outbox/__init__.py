@@ -2,7 +2,7 @@
 relay that publishes stubs to the broker, the resend rule, alerts and cleanup run by
 ``OutboxWorker`` (as Celery tasks through ``outbox.celery_app``), and the schema they share.
 
-    import outbox
+    from postbox import outbox
     box = outbox.Outbox(app)                       # engine + relay, started with the app
     with box.session.begin() as session:
         session.add(order)

@@ -52,7 +52,7 @@ from http.client import HTTPException
 from typing import Any, Protocol
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
-from framework import environment
+from postbox.framework import environment
 
 from .errors import OutboxError
 

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from framework import ConfigurationError
+from postbox.framework import ConfigurationError
 
 from .database import (
     POOL_SIZE,

@@ -1,7 +1,7 @@
 """The outbox's Celery tasks and beat schedule: ``make_celery(build_worker)``.
 
     # myapp/celery_app.py
-    from outbox.celery_app import make_celery
+    from postbox.outbox.celery_app import make_celery
     celery = make_celery("myapp", build_worker)   # build_worker() -> outbox.OutboxWorker
 
     celery -A myapp.celery_app worker --loglevel=info     # hosts the Postbox app (solo pool)
@@ -30,8 +30,8 @@ from typing import Any
 
 from celery import Celery, signals
 
-from framework import App, environment
-from framework.contrib.celery import create_celery, host_app, scheduler_identity
+from postbox.framework import App, environment
+from postbox.framework.contrib.celery import create_celery, host_app, scheduler_identity
 
 from .worker import TASK_NAMES, OutboxWorker, TaskSchedule
 

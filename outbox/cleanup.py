@@ -62,7 +62,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from framework import ConfigurationError
+from postbox.framework import ConfigurationError
 
 from .clock import utc_now
 from .database import dialect_name, run_transaction

@@ -53,7 +53,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from framework import App, ConfigurationError
+from postbox.framework import App, ConfigurationError
 
 from .errors import DatabaseDriverError, MissingTablesError
 from .sqlite_lock import HOLDERS, SQLITE_LOCK_WAIT_LOG_S, begin_immediate, database_key

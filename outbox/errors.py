@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework import ConfigurationError, InvalidMessageError
+from postbox.framework import ConfigurationError, InvalidMessageError
 
 
 class OutboxError(Exception):

@@ -44,8 +44,8 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import sessionmaker
 
-from framework import App, ConfigurationError
-from framework.transport import remote_address
+from postbox.framework import App, ConfigurationError
+from postbox.framework.transport import remote_address
 
 from .commit_hook import CommitHook
 from .database import database_engine

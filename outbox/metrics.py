@@ -21,8 +21,8 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from framework import App
-from framework.metrics import Metric, counter, gauge, histogram, merge_snapshots
+from postbox.framework import App
+from postbox.framework.metrics import Metric, counter, gauge, histogram, merge_snapshots
 
 from .tables import StubStatus, message_stub
 

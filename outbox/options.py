@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from framework import ConfigurationError
+from postbox.framework import ConfigurationError
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from typing import Any, Self
 
 from sqlalchemy import Connection, Engine, bindparam, select, update
 
-from framework import (
+from postbox.framework import (
     BatchMessage,
     InvalidMessageError,
     Producer,
@@ -61,7 +61,7 @@ from framework import (
     Service,
     send_failure,
 )
-from framework.metrics import LatencyTally
+from postbox.framework.metrics import LatencyTally
 
 from .claims import ClaimedStub, claim_stubs, unpublished_due
 from .clock import NowFunction, utc_now

@@ -68,7 +68,7 @@ from sqlalchemy import (
     update,
 )
 
-from framework import App, ConsumedMessage
+from postbox.framework import App, ConsumedMessage
 
 from .alerts import Alert, Alerter, AlertKind, AlertReport
 from .claims import ClaimedStub, claim_stubs, lease_free

@@ -23,9 +23,9 @@ from sqlalchemy import Connection, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from framework import UniqueKeyGenerator, check_message, check_unique_key
-from framework.tracing import inject_current_context
-from framework.validation import PROPERTY_ARGUMENTS
+from postbox.framework import UniqueKeyGenerator, check_message, check_unique_key
+from postbox.framework.tracing import inject_current_context
+from postbox.framework.validation import PROPERTY_ARGUMENTS
 
 from .async_send import check_async_transaction, run_sync_in_transaction
 from .clock import utc_now

@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from framework import App
+from postbox.framework import App
 
 from .alerts import Alerter, AlertSettings
 from .cleanup import CleanupPolicy, run_cleanup

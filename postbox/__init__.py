@@ -1,5 +1,60 @@
-"""Postbox's command-line package (the edge): ``postbox.cli`` holds the ``postbox`` commands.
+"""Postbox: reliable messaging for Python services, under one import namespace.
 
-Nothing in the project imports this package; it imports the others. Importing it has no side
-effects: the CLI is assembled only when ``postbox.cli`` is imported.
+The repository's packages live under ``postbox``: ``postbox.storage_engine`` (the message store
+and its broker), ``postbox.network`` (RocketMQ's remoting and gRPC protocols),
+``postbox.framework`` (the producer/consumer SDK), ``postbox.outbox``, ``postbox.idempotency``,
+``postbox.migrations``, ``postbox.spark_reconcile``, and ``postbox.cli`` (the ``postbox``
+command). The everyday names are here too::
+
+    from postbox import App, Outbox, RetryLater
+
+They load on first use, so ``import postbox`` (and the command line) imports nothing else.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from postbox.framework import (
+        App,
+        BatchMessage,
+        ConsumedMessage,
+        ConsumerOptions,
+        DeadLetter,
+        RetryLater,
+        SkipMessage,
+    )
+    from postbox.idempotency import IdempotencyMiddleware
+    from postbox.outbox import Outbox, OutboxWorker
+    from postbox.storage_engine import MessageStore, StoreConfig
+
+# everyday name -> the subpackage that defines it
+EVERYDAY_NAMES = {
+    "App": "framework", "BatchMessage": "framework", "ConsumedMessage": "framework",
+    "ConsumerOptions": "framework", "DeadLetter": "framework", "RetryLater": "framework",
+    "SkipMessage": "framework",
+    "IdempotencyMiddleware": "idempotency",
+    "Outbox": "outbox", "OutboxWorker": "outbox",
+    "MessageStore": "storage_engine", "StoreConfig": "storage_engine",
+}
+
+__all__ = [
+    "App", "BatchMessage", "ConsumedMessage", "ConsumerOptions", "DeadLetter", "RetryLater",
+    "SkipMessage", "IdempotencyMiddleware", "Outbox", "OutboxWorker", "MessageStore",
+    "StoreConfig",
+]
+
+
+def __getattr__(name: str) -> Any:
+    package = EVERYDAY_NAMES.get(name)
+    if package is None:
+        raise AttributeError(f"module 'postbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{package}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *EVERYDAY_NAMES})

@@ -1,7 +1,7 @@
 """PySpark reconciliation: every outbox stub classified against consumer logs,
 committed offsets and dead letters, with a report.
 
-    from spark_reconcile import ReconcileOptions, run_reconciliation
+    from postbox.spark_reconcile import ReconcileOptions, run_reconciliation
     result = run_reconciliation(ReconcileOptions(store_dir=Path("store"),
                                                  database_url="sqlite:///app.db",
                                                  out_dir=Path("report")))

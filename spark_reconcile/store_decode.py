@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
     DELAY_TOPIC,
     DLQ_TOPIC_PREFIX,

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     BACKUP_SUFFIX,
     COMMIT_LOG_DIR_NAME,
     CONFIG_DIR_NAME,

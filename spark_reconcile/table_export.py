@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from outbox.tables import message_log, message_processed, message_stub
+from postbox.outbox.tables import message_log, message_processed, message_stub
 
 from .errors import DatabaseUnavailableError, MissingTableError
 

@@ -2,8 +2,8 @@
 
 Public surface (the store and the broker)::
 
-    from storage_engine import MessageStore, StoreConfig, Message, FlushMode, verify_store
-    from storage_engine import Broker
+    from postbox.storage_engine import MessageStore, StoreConfig, Message, FlushMode, verify_store
+    from postbox.storage_engine import Broker
 
 exported here with what using them takes: the config groups of ``StoreConfig``, the values the
 store and the broker return, ``repair_store`` and the store checks tools make, the clocks, the

@@ -16,8 +16,8 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import CursorResult, func, insert, select
 
-import outbox
-from framework import App
+from postbox import outbox
+from postbox.framework import App
 
 from .shop import ORDERS_TOPIC, ShopSettings, build_app, orders, shipments, stock
 

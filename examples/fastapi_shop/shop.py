@@ -20,9 +20,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-import migrations
-import outbox
-from framework import App, ConsumedMessage, DeadLetter
+from postbox import migrations, outbox
+from postbox.framework import App, ConsumedMessage, DeadLetter
 
 ORDERS_TOPIC = "shop-orders"
 STOCK = {"book": 1_000, "pen": 1_000, "lamp": 10}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from outbox.database import create_database_engine
+from postbox.outbox.database import create_database_engine
 
 from .app import prepare_database
 from .config import PaymentsConfig

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import migrations
-from framework import App, ConsumerOptions
-from outbox import Outbox
-from outbox.cleanup import CleanupPolicy
-from outbox.database import create_database_engine, sqlite_file
-from outbox.worker import OutboxWorker
+from postbox import migrations
+from postbox.framework import App, ConsumerOptions
+from postbox.outbox import Outbox
+from postbox.outbox.cleanup import CleanupPolicy
+from postbox.outbox.database import create_database_engine, sqlite_file
+from postbox.outbox.worker import OutboxWorker
 
 from .billing import register_billing
 from .config import PaymentsConfig

@@ -7,8 +7,8 @@ import json
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from framework import App, ConsumedMessage
-from outbox.clock import utc_now
+from postbox.framework import App, ConsumedMessage
+from postbox.outbox.clock import utc_now
 
 from .faults import FLAKY, POISON
 from .models import ledger

@@ -9,7 +9,7 @@ the beat schedules them in UTC. Configuration comes from the environment
 
 from __future__ import annotations
 
-from outbox.celery_app import make_celery
+from postbox.outbox.celery_app import make_celery
 
 from .app import build_worker, prepare_database
 from .config import PaymentsConfig

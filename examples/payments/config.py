@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from outbox.resend import ResendRules
-from outbox.worker import TaskSchedule
+from postbox.outbox.resend import ResendRules
+from postbox.outbox.worker import TaskSchedule
 
 FAST_DELAY_LEVELS = " ".join(f"{40 * level}ms" for level in range(1, 19))
 """Delay levels in milliseconds, so retries and dead letters happen within the demo."""

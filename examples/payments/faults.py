@@ -16,7 +16,7 @@ import json
 import threading
 from typing import Any
 
-from framework import ConsumeContext, Middleware, SkipMessage
+from postbox.framework import ConsumeContext, Middleware, SkipMessage
 
 LOSE = "lose"
 FLAKY = "flaky"

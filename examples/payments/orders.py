@@ -7,8 +7,8 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, insert, update
 from sqlalchemy.orm import Session
 
-import outbox
-from outbox.clock import utc_now
+from postbox import outbox
+from postbox.outbox.clock import utc_now
 
 from .models import orders
 

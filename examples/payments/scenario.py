@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
-from framework import App, AppStateError
-from outbox.tables import StubStatus, message_stub
+from postbox.framework import App, AppStateError
+from postbox.outbox.tables import StubStatus, message_stub
 
 from .app import build_app, build_outbox, build_worker, prepare_database
 from .billing import GROUP

@@ -1,6 +1,6 @@
 """celery -A examples.quickstart.celery_app worker|beat"""
 
-from outbox.celery_app import make_celery
+from postbox.outbox.celery_app import make_celery
 
 from .shop import build_worker
 

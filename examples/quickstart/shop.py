@@ -5,9 +5,8 @@ import os
 
 from sqlalchemy import Column, Integer, MetaData, String, Table
 
-import migrations
-import outbox
-from framework import App
+from postbox import migrations, outbox
+from postbox.framework import App
 
 STORE = os.environ.get("SHOP_STORE", ".postbox/shop-store")
 DATABASE_URL = os.environ.get("SHOP_DATABASE_URL", "sqlite:///.postbox/shop.db")

@@ -2,7 +2,7 @@
 
 from sqlalchemy.orm import sessionmaker
 
-import outbox
+from postbox import outbox
 
 from .shop import DATABASE_URL, orders
 

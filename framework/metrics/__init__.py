@@ -6,7 +6,7 @@ store keeps plain numbers (``LatencyTally``, re-exported for the outbox, which m
 ``storage_engine``); ``families`` turns them into Prometheus families at scrape time.
 """
 
-from storage_engine import LatencySnapshot, LatencyTally
+from postbox.storage_engine import LatencySnapshot, LatencyTally
 
 from .app_metrics import AppMetrics, FamiliesCollector, MetricsSource
 from .families import Metric, counter, gauge, histogram, merge_snapshots

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
-from storage_engine import Broker
+from postbox.storage_engine import Broker
 
 from .consumer_collector import consumer_families
 from .server import MetricsServer

@@ -19,7 +19,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from storage_engine import LatencySnapshot
+from postbox.storage_engine import LatencySnapshot
 
 Labelled = Iterable[tuple[Sequence[str], float]]
 """(label values, value) pairs of one family."""

@@ -7,7 +7,7 @@ remote transport is RocketMQ's classic remoting protocol, ``rocketmq://``, not t
 
 Public surface (imported lazily, so importing the package loads no protocol module)::
 
-    from network.grpc_v2 import BrokerServer, AccessControl, Credentials, signed_metadata
+    from postbox.network.grpc_v2 import BrokerServer, AccessControl, Credentials, signed_metadata
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import grpc
 
-from storage_engine.clock import Clock, SystemClock
+from postbox.storage_engine.clock import Clock, SystemClock
 
 from ..acl_file import PUB, SUB, Account, AclSettings, load_acl_file
 from .protocol import Code

@@ -20,9 +20,9 @@ from urllib.parse import unquote
 
 import grpc
 
-from storage_engine.broker.broker import Broker
-from storage_engine.clock import Clock
-from storage_engine.errors import StorageError
+from postbox.storage_engine.broker.broker import Broker
+from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.errors import StorageError
 
 from .auth import AccessControl, AccessDeniedError
 from .client_sessions import ClientSessions

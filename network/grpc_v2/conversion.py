@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_TOPIC,
@@ -59,7 +59,7 @@ from storage_engine.formats import (
     empty_body_problem,
     user_properties_problem,
 )
-from storage_engine.store.message import Message
+from postbox.storage_engine.store.message import Message
 
 from .protocol import Code, definition
 from .statuses import RequestError

@@ -25,8 +25,8 @@ import heapq
 import itertools
 import threading
 
-from storage_engine.broker.broker import Broker
-from storage_engine.broker.model import ConsumeFrom
+from postbox.storage_engine.broker.broker import Broker
+from postbox.storage_engine.broker.model import ConsumeFrom
 
 from .pop_queue import Lease, PopQueue
 from .protocol import Code

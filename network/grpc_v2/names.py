@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from storage_engine.broker.config_beans import validate_group
-from storage_engine.errors import InvalidMessageError
-from storage_engine.store.topics import DELAY_TOPIC, is_system_group_topic, validate_topic
+from postbox.storage_engine.broker.config_beans import validate_group
+from postbox.storage_engine.errors import InvalidMessageError
+from postbox.storage_engine.store.topics import DELAY_TOPIC, is_system_group_topic, validate_topic
 
 from .protocol import Code, definition
 from .statuses import RequestError

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from storage_engine.store.message import GetStatus
+from postbox.storage_engine.store.message import GetStatus
 
 from .call_context import ServiceParts, report
 from .conversion import message_to_proto

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from storage_engine.formats import MessageView
+from postbox.storage_engine.formats import MessageView
 
 
 @dataclass

@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage_engine.broker.broker import Broker
-from storage_engine.clock import Clock
-from storage_engine.formats import MessageView
-from storage_engine.store.message import GetStatus
-from storage_engine.store.topics import retry_topic
+from postbox.storage_engine.broker.broker import Broker
+from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.store.message import GetStatus
+from postbox.storage_engine.store.topics import retry_topic
 
 from .lease_book import LeaseBook
 from .lease_expiry import redirect

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import grpc
 
-from storage_engine.store.message import PutStatus
+from postbox.storage_engine.store.message import PutStatus
 
 from .call_context import ServiceParts, metadata, peer_host, report
 from .conversion import message_from_proto

@@ -20,8 +20,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from storage_engine.errors import InvalidMessageError
-from storage_engine.store.topics import validate_topic
+from postbox.storage_engine.errors import InvalidMessageError
+from postbox.storage_engine.store.topics import validate_topic
 
 from .protocol import Code
 from .statuses import RequestError

@@ -17,8 +17,8 @@ DNS name keeps using that.
 
 from __future__ import annotations
 
-from storage_engine.broker.config_beans import TopicConfig
-from storage_engine.broker.model import PERM_READ, PERM_WRITE
+from postbox.storage_engine.broker.config_beans import TopicConfig
+from postbox.storage_engine.broker.model import PERM_READ, PERM_WRITE
 
 from .protocol import definition
 

@@ -33,8 +33,8 @@ from concurrent import futures
 
 import grpc
 
-from storage_engine.broker.broker import Broker
-from storage_engine.clock import Clock
+from postbox.storage_engine.broker.broker import Broker
+from postbox.storage_engine.clock import Clock
 
 from .auth import AccessControl
 from .call_context import ServiceParts

@@ -10,7 +10,7 @@ that decides which store error becomes which code; anything unexpected is
 
 from __future__ import annotations
 
-from storage_engine.errors import (
+from postbox.storage_engine.errors import (
     GroupNotFoundError,
     InvalidMessageError,
     InvalidQueueError,

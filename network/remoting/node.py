@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from storage_engine.broker import Broker
+from postbox.storage_engine.broker import Broker
 
 from .admin import (
     AdvertisedTopics,

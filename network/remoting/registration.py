@@ -24,8 +24,8 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 
-from storage_engine.clock import Clock
-from storage_engine.service import Service
+from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.service import Service
 
 from .codes import SERVER_VERSION, RequestCode
 from .namesrv.processor import body_crc32

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from framework import LogFormat, environment
+from postbox.framework import LogFormat, environment
 
 from .bench_commands import bench_app
 from .broker_command import broker_app

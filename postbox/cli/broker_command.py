@@ -31,7 +31,7 @@ from typing import Annotated, Any
 
 import typer
 
-from storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
+from postbox.storage_engine import Broker, BrokerRole, ConfigError, StoreConfig
 
 from .broker_limits import check_descriptor_limit, connection_capacity, raise_descriptor_limit
 from .broker_metrics import MetricsOption, start_metrics
@@ -148,9 +148,9 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
     """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
     5 gRPC until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
-        from network.grpc_v2 import AccessControl, BrokerServer, ServerError, parse_listen
-        from network.remoting.access import RemotingAccess
-        from network.remoting.node import NodeError, RemotingNode, check_advertisable
+        from postbox.network.grpc_v2 import AccessControl, BrokerServer, ServerError, parse_listen
+        from postbox.network.remoting.access import RemotingAccess
+        from postbox.network.remoting.node import NodeError, RemotingNode, check_advertisable
     except ImportError as error:
         raise CliError(f"the broker server needs the 'server' extra "
                        f"(pip install 'postbox[server]'): {error}") from error

@@ -14,8 +14,8 @@ import logging
 import resource
 from typing import Any
 
-from storage_engine import Broker
-from storage_engine.store.open_files import DESCRIPTORS_PER_FILE, descriptors_in_use
+from postbox.storage_engine import Broker
+from postbox.storage_engine.store.open_files import DESCRIPTORS_PER_FILE, descriptors_in_use
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import typer
 from prometheus_client import CollectorRegistry
 
-from framework.metrics import (
+from postbox.framework.metrics import (
     FamiliesCollector,
     Metric,
     MetricsServer,
@@ -34,8 +34,8 @@ from framework.metrics import (
     gauge,
     store_families,
 )
-from network.remoting.codes import RequestCode
-from storage_engine import Broker
+from postbox.network.remoting.codes import RequestCode
+from postbox.storage_engine import Broker
 
 from .common import CliError
 

@@ -41,9 +41,9 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from framework import environment
-from framework.log_format import LogFormat, log_handler
-from storage_engine import (
+from postbox.framework import environment
+from postbox.framework.log_format import LogFormat, log_handler
+from postbox.storage_engine import (
     Broker,
     MessageStore,
     NotAStoreError,

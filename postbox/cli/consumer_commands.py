@@ -23,8 +23,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import Broker, QueueProgress
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.storage_engine import Broker, QueueProgress
 
 from .common import (
     EXIT_NOT_FOUND,

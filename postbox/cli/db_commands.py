@@ -24,10 +24,10 @@ import typer
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-import migrations
-from framework import environment
-from migrations.api import safe_url
-from outbox.database import URL_FORMS, normalize_database_url, sqlite_file
+from postbox import migrations
+from postbox.framework import environment
+from postbox.migrations.api import safe_url
+from postbox.outbox.database import URL_FORMS, normalize_database_url, sqlite_file
 
 from .common import CliError, JsonOption, out_console, print_json, reports_errors
 

@@ -33,10 +33,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import Broker, MessageView, SendResult, StorageError
-from storage_engine.broker.dlq_resends import ResendMark
-from storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.storage_engine import Broker, MessageView, SendResult, StorageError
+from postbox.storage_engine.broker.dlq_resends import ResendMark
+from postbox.storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
 
 from .common import (
     EXIT_NOT_FOUND,

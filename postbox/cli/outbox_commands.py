@@ -33,8 +33,8 @@ from rich.text import Text
 from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from migrations.api import describe, safe_url
-from outbox.admin import (
+from postbox.migrations.api import describe, safe_url
+from postbox.outbox.admin import (
     DEFAULT_MAX_SEND_COUNT,
     AdminError,
     OutboxStats,
@@ -46,9 +46,9 @@ from outbox.admin import (
     stub_stats,
     void,
 )
-from outbox.clock import utc_now
-from outbox.database import create_database_engine
-from outbox.tables import StubStatus, metadata
+from postbox.outbox.clock import utc_now
+from postbox.outbox.database import create_database_engine
+from postbox.outbox.tables import StubStatus, metadata
 
 from .common import (
     EXIT_NOT_FOUND,

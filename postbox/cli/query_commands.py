@@ -14,18 +14,18 @@ from typing import Annotated, Any
 
 import typer
 
-from network.remoting.client.admin_calls import AdminCalls
-from network.remoting.client.inspect_calls import InspectCalls
-from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import (
+from postbox.network.remoting.client.admin_calls import AdminCalls
+from postbox.network.remoting.client.inspect_calls import InspectCalls
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.storage_engine import (
     GetResult,
     GetStatus,
     MessageNotFoundError,
     MessageStore,
     MessageView,
 )
-from storage_engine.broker.model import ConsumeFrom
-from storage_engine.errors import InvalidMessageIdError
+from postbox.storage_engine.broker.model import ConsumeFrom
+from postbox.storage_engine.errors import InvalidMessageIdError
 
 from .common import (
     EXIT_NOT_FOUND,

@@ -28,8 +28,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-import spark_reconcile
-from spark_reconcile import (
+from postbox import spark_reconcile
+from postbox.spark_reconcile import (
     ALL_CLASSES,
     DEFAULT_MASTER,
     EXIT_INTERNAL_ERROR,

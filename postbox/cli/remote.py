@@ -25,12 +25,12 @@ from typing import Annotated
 
 import typer
 
-from framework import environment
-from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import MessageView, SendResult
-from storage_engine.broker.dlq_resends import ResendMark
-from storage_engine.broker.send_back import PROPERTY_DLQ_ORIGIN_MESSAGE_ID, resend_copy
-from storage_engine.store.topics import retry_topic
+from postbox.framework import environment
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.storage_engine import MessageView, SendResult
+from postbox.storage_engine.broker.dlq_resends import ResendMark
+from postbox.storage_engine.broker.send_back import PROPERTY_DLQ_ORIGIN_MESSAGE_ID, resend_copy
+from postbox.storage_engine.store.topics import retry_topic
 
 from .common import CliError
 

@@ -19,7 +19,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from storage_engine import MessageView
+from postbox.storage_engine import MessageView
 
 BODY_PREVIEW_CHARS = 40
 BODY_DETAIL_CHARS = 400

@@ -16,8 +16,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from network.remoting.client.inspect_calls import InspectCalls
-from storage_engine import MessageStore, MessageView, verify_store
+from postbox.network.remoting.client.inspect_calls import InspectCalls
+from postbox.storage_engine import MessageStore, MessageView, verify_store
 
 from .common import (
     BrokerConfOption,

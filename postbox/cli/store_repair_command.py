@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from storage_engine import repair_store
+from postbox.storage_engine import repair_store
 
 from .common import (
     BrokerConfOption,

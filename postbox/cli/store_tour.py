@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from storage_engine import (
+from postbox.storage_engine import (
     GetStatus,
     KeyIndexConfig,
     Message,
@@ -36,7 +36,7 @@ from storage_engine import (
     PutResult,
     SystemClock,
 )
-from storage_engine.formats import UniqueKeyGenerator
+from postbox.storage_engine.formats import UniqueKeyGenerator
 
 from .common import (
     DISPATCH_WAIT_MS,

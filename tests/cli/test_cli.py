@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import CommitLogConfig, Message, MessageStore, StoreConfig
-from storage_engine.formats import UniqueKeyGenerator
+from postbox.storage_engine import CommitLogConfig, Message, MessageStore, StoreConfig
+from postbox.storage_engine.formats import UniqueKeyGenerator
 from tests.cli.cli_support import (
     SEGMENT_SIZE_BYTES,
     WIDE_TERMINAL,

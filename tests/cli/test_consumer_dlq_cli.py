@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     CommitLogConfig,
     GetStatus,

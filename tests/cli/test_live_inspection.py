@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import MessageStore, verify_store
-from storage_engine.store.read_only import writer_holds
+from postbox.storage_engine import MessageStore, verify_store
+from postbox.storage_engine.store.read_only import writer_holds
 from tests.cli.cli_support import run, run_json
 from tests.support.live_writer import GROUP, SEGMENT_SIZE_BYTES, TOPIC, live_config
 from tests.support.paths import REPO_ROOT

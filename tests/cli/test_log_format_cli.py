@@ -26,7 +26,7 @@ def test_log_format_flag_in_a_subprocess(tmp_path: Path):
                           env={**os.environ, "POSTBOX_LOG_FORMAT": "text"})  # the flag wins
     assert done.returncode == 0, done.stderr
     records = _json_lines(done.stderr)
-    assert any(record["logger"] == "storage_engine.store.message_store"
+    assert any(record["logger"] == "postbox.storage_engine.store.message_store"
                and record["message"].startswith("[open] store ") for record in records)
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import MessageStore, NotAStoreError, StoreConfig, require_store, verify_store
+from postbox.storage_engine import (
+    MessageStore,
+    NotAStoreError,
+    StoreConfig,
+    require_store,
+    verify_store,
+)
 from tests.cli.cli_support import assert_one_error_line, run
 
 INSPECTIONS = [

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert
 
-import migrations
-from outbox.database import create_database_engine
-from outbox.tables import message_stub, outbox_task
+from postbox import migrations
+from postbox.outbox.database import create_database_engine
+from postbox.outbox.tables import message_stub, outbox_task
 from tests.cli.cli_support import assert_one_error_line, run, run_json
 from tests.outbox.conftest import stub_row
 

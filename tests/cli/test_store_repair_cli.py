@@ -4,7 +4,7 @@ and by the refusal, and kept under ``DIR/damaged/``."""
 
 from __future__ import annotations
 
-from storage_engine import CommitLogConfig, Message, MessageStore, StoreConfig
+from postbox.storage_engine import CommitLogConfig, Message, MessageStore, StoreConfig
 from tests.cli.cli_support import SEGMENT_SIZE_BYTES, assert_one_error_line, run, run_json
 
 

@@ -30,9 +30,9 @@ from examples.payments.config import PaymentsConfig
 from examples.payments.faults import LOSE, POISON
 from examples.payments.models import ledger
 from examples.payments.orders import place_order
-from outbox.clock import utc_now
-from outbox.database import create_database_engine
-from outbox.tables import message_stub, outbox_task
+from postbox.outbox.clock import utc_now
+from postbox.outbox.database import create_database_engine
+from postbox.outbox.tables import message_stub, outbox_task
 from tests.support.alert_servers import (  # noqa: F401 - fixtures
     SmtpServer,
     WebhookServer,

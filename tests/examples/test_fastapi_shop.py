@@ -19,7 +19,6 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine, func, select
 
-import outbox
 from examples.fastapi_shop.api import Shop, create_api
 from examples.fastapi_shop.shop import (
     ORDERS_TOPIC,
@@ -30,7 +29,8 @@ from examples.fastapi_shop.shop import (
     shipments,
     stock,
 )
-from idempotency import IdempotencyMiddleware
+from postbox import outbox
+from postbox.idempotency import IdempotencyMiddleware
 from tests.support.polling import wait_until
 from tests.support.services import free_port
 from tests.support.transports import StoreUnderTest

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-import outbox
-from framework.testing import InlineRunner
+from postbox import outbox
+from postbox.framework.testing import InlineRunner
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 OUTBOX_DOC = REPOSITORY / "docs" / "outbox.md"

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from framework import BrokerClient
-from framework.transport import open_client
-from storage_engine import Broker, DelayConfig, FakeClock, verify_store
-from storage_engine.config import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from postbox.framework import BrokerClient
+from postbox.framework.transport import open_client
+from postbox.storage_engine import Broker, DelayConfig, FakeClock, verify_store
+from postbox.storage_engine.config import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tests.storage_engine.conftest import START_MS, small_config
 from tests.support.transports import StoreUnderTest
 

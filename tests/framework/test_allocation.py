@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.allocation import (
+from postbox.framework.allocation import (
     Averaging,
     ByCircle,
     ConsistentHash,

@@ -10,9 +10,16 @@ import threading
 
 import pytest
 
-from framework import App, ConfigurationError, ConsumerOptions, DeadLetter, Middleware, RetryLater
-from framework.event_loop import EventLoopError, EventLoopThread, is_coroutine_callable
-from framework.testing import InlineRunner
+from postbox.framework import (
+    App,
+    ConfigurationError,
+    ConsumerOptions,
+    DeadLetter,
+    Middleware,
+    RetryLater,
+)
+from postbox.framework.event_loop import EventLoopError, EventLoopThread, is_coroutine_callable
+from postbox.framework.testing import InlineRunner
 from tests.framework.conftest import DEFAULT_LEVELS
 from tests.support.polling import wait_until
 
@@ -425,6 +432,6 @@ def test_max_concurrency_above_the_consume_threads_is_reported(open_broker, clie
     async def work(message):
         return None
 
-    with caplog.at_level("WARNING", logger="framework.consumer"), app:
+    with caplog.at_level("WARNING", logger="postbox.framework.consumer"), app:
         pass
     assert "max_concurrency=50 but group wide has 2 consume threads" in caplog.text

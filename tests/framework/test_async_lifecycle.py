@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from framework import App, ConsumerOptions, InvalidMessageError, Middleware, RetryLater
-from storage_engine import Broker
+from postbox.framework import App, ConsumerOptions, InvalidMessageError, Middleware, RetryLater
+from postbox.storage_engine import Broker
 
 WAIT_S = 20
 

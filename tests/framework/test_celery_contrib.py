@@ -13,7 +13,7 @@ import pytest
 from celery import signals
 from kombu import Connection
 
-from framework.contrib.celery import (
+from postbox.framework.contrib.celery import (
     VISIBILITY_TIMEOUT_S,
     celery_broker_url,
     create_celery,
@@ -70,8 +70,8 @@ def test_celery_settings_are_utc_json_solo_with_a_long_visibility_timeout(
 
 def test_beat_schedule_has_the_three_outbox_tasks_in_utc(redis_server_url: str,
                                                          tmp_path: Path) -> None:
-    from outbox.celery_app import make_celery
-    from outbox.worker import TaskSchedule
+    from postbox.outbox.celery_app import make_celery
+    from postbox.outbox.worker import TaskSchedule
 
     celery = make_celery("probe", lambda: None, broker_url=redis_server_url,
                          schedule=TaskSchedule(relay_pending_s=3, resend_due_s=7, cleanup_s=11))

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from framework import App, BrokerClient, ConsumerOptions
-from framework.testing import InlineRunner
-from storage_engine import Broker
+from postbox.framework import App, BrokerClient, ConsumerOptions
+from postbox.framework.testing import InlineRunner
+from postbox.storage_engine import Broker
 from tests.support.polling import wait_until
 
 FAST = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=100, persist_interval_ms=100)
@@ -252,7 +252,7 @@ def test_nothing_connects_at_import_or_decoration(tmp_path):
 
 
 def test_conflicting_handlers_are_rejected(tmp_path):
-    from framework import HandlerRegistrationError
+    from postbox.framework import HandlerRegistrationError
 
     app = App(store_url=tmp_path.as_uri())
     app.handler(topic="a", consumer_group="g")(lambda m: None)

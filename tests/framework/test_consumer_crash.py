@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from framework import App
+from postbox.framework import App
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until

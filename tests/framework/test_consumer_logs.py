@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from framework import App, ConsumerOptions
-from framework.outage_log import OutageLog
-from storage_engine import BrokerUnavailableError, FakeClock
+from postbox.framework import App, ConsumerOptions
+from postbox.framework.outage_log import OutageLog
+from postbox.storage_engine import BrokerUnavailableError, FakeClock
 from tests.support.polling import wait_until
 from tests.support.postbox_remoting import serve_remoting
 
@@ -69,7 +69,7 @@ def test_the_outage_ends_when_the_last_failing_call_answers(caplog):
     clock = FakeClock(1_000)
     outage = OutageLog("consumer c1 in billing", clock)
     error = BrokerUnavailableError("cannot connect")
-    with caplog.at_level(logging.DEBUG, logger="framework.consumer"):
+    with caplog.at_level(logging.DEBUG, logger="postbox.framework.consumer"):
         outage.failed("rebalance", error, 2_000)
         outage.failed("pull", error, 1_000)
         outage.failed("rebalance", error, 2_000)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from framework import App
+from postbox.framework import App
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from framework import App, ConsumerOptions
-from storage_engine import Broker, repair_store, verify_store
-from storage_engine.errors import MidLogCorruptionError
+from postbox.framework import App, ConsumerOptions
+from postbox.storage_engine import Broker, repair_store, verify_store
+from postbox.storage_engine.errors import MidLogCorruptionError
 from tests.storage_engine.conftest import small_config
 from tests.support.polling import wait_until
 
@@ -85,7 +85,7 @@ def test_consumer_passes_a_damaged_offset_with_an_alert(tmp_path, caplog, where)
         with pytest.raises(MidLogCorruptionError):
             Broker.open(config)
         assert len(repair_store(config.root_dir).set_aside) == 1
-    with caplog.at_level(logging.WARNING, logger="storage_engine.store.reader"):
+    with caplog.at_level(logging.WARNING, logger="postbox.storage_engine.store.reader"):
         received, broker = _consume_all(config)
     try:
         assert victim_text not in received

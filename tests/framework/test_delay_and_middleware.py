@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from framework import App, ConsumerOptions, Middleware, SkipMessage
-from framework.testing import InlineRunner
-from storage_engine import Broker
-from storage_engine.config import parse_delay_levels
+from postbox.framework import App, ConsumerOptions, Middleware, SkipMessage
+from postbox.framework.testing import InlineRunner
+from postbox.storage_engine import Broker
+from postbox.storage_engine.config import parse_delay_levels
 from tests.framework.conftest import MS_LEVELS
 
 

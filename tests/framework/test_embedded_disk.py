@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from framework import App
-from framework.transport import EMBEDDED_SEGMENT_SIZE_BYTES
-from storage_engine import Broker, StoreConfig
+from postbox.framework import App
+from postbox.framework.transport import EMBEDDED_SEGMENT_SIZE_BYTES
+from postbox.storage_engine import Broker, StoreConfig
 
 GIB = 1 << 30
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sqlalchemy import inspect
 
-import outbox
-from framework import App, environment
-from framework.contrib.celery import celery_broker_url
-from outbox import database_engine
+from postbox import outbox
+from postbox.framework import App, environment
+from postbox.framework.contrib.celery import celery_broker_url
+from postbox.outbox import database_engine
 from tests.cli.cli_support import run_json
 
 ROOT = Path(__file__).resolve().parents[2]

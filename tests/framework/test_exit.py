@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from framework import App
-from storage_engine import verify_store
-from storage_engine.formats import decode_config_json
+from postbox.framework import App
+from postbox.storage_engine import verify_store
+from postbox.storage_engine.formats import decode_config_json
 
 EXIT_TIMEOUT_S = 120
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 STARTED_AND_RAISES = """
     import threading
-    from framework import App
+    from postbox.framework import App
 
     app = App(store_url={store!r})
     handled = threading.Event()
@@ -42,7 +42,7 @@ STARTED_AND_RAISES = """
 """
 
 PRODUCER_ONLY_RAISES = """
-    from framework import App
+    from postbox.framework import App
 
     app = App(store_url={store!r})
     app.producer.send("orders", b"order 1")   # opens the store; start() never called
@@ -50,7 +50,7 @@ PRODUCER_ONLY_RAISES = """
 """
 
 WITH_BLOCK_RAISES = """
-    from framework import App
+    from postbox.framework import App
 
     app = App(store_url={store!r})
     with app:

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from framework import App, ConfigurationError, Middleware
-from framework.plugins import MIDDLEWARE_ENTRY_POINTS
-from framework.testing import InlineRunner
+from postbox.framework import App, ConfigurationError, Middleware
+from postbox.framework.plugins import MIDDLEWARE_ENTRY_POINTS
+from postbox.framework.testing import InlineRunner
 
 
 class Traced(Middleware):
@@ -90,7 +90,7 @@ def registered_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A distribution that registers ``plugin_mw:Counting`` in the middleware entry-point
     group, installed for real: a ``*.dist-info`` and its module on ``sys.path``."""
     (tmp_path / "plugin_mw.py").write_text(textwrap.dedent("""
-        from framework import Middleware
+        from postbox.framework import Middleware
 
         built = []
 

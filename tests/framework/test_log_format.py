@@ -13,9 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework import App, ConfigurationError, ConsumerOptions, DeadLetter, configure_logging
-from framework.log_format import HANDLER_MARK, parse_log_format
-from framework.testing import InlineRunner
+from postbox.framework import (
+    App,
+    ConfigurationError,
+    ConsumerOptions,
+    DeadLetter,
+    configure_logging,
+)
+from postbox.framework.log_format import HANDLER_MARK, parse_log_format
+from postbox.framework.testing import InlineRunner
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
 from tests.support.tracing import spans  # noqa: F401  (fixture)
@@ -87,7 +93,7 @@ def test_handler_and_consumer_lines_carry_the_message(open_broker, client, json_
     assert charged["trace_id"] == f"{process.context.trace_id:032x}"
     assert charged["span_id"] == f"{process.context.span_id:016x}"
     [dead] = [record for record in records if "dead-lettered" in record["message"]
-              and record["logger"] == "framework.consume_service"]
+              and record["logger"] == "postbox.framework.consume_service"]
     assert dead["level"] == "WARNING"
     assert (dead["msg_id"], dead["offset"], dead["group"]) == (
         poison.msg_id, poison.queue_offset, "billing")
@@ -157,7 +163,7 @@ def test_an_async_handlers_lines_carry_the_message(open_broker, client, json_log
 
 CELERY_PROBE = """
 import logging
-from framework.contrib.celery import create_celery
+from postbox.framework.contrib.celery import create_celery
 app = create_celery("probe", broker_url="redis://127.0.0.1:1/0")
 app.log.setup(loglevel="INFO")  # what a worker or beat does at start-up
 logging.getLogger("probe").info("hello")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework import message_id
-from framework.message_id import (
+from postbox.framework import message_id
+from postbox.framework.message_id import (
     UniqueKeyGenerator,
     choose_client_ip,
     decode_unique_key,

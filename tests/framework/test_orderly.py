@@ -6,8 +6,8 @@ import itertools
 import threading
 from collections import defaultdict
 
-from framework import App, ConsumerOptions
-from framework.testing import InlineRunner
+from postbox.framework import App, ConsumerOptions
+from postbox.framework.testing import InlineRunner
 from tests.support.polling import wait_until
 
 

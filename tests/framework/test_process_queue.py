@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.process_queue import (
+from postbox.framework.process_queue import (
     PULL_THRESHOLD_COUNT_DEFAULT,
     PULL_THRESHOLD_SIZE_BYTES_DEFAULT,
     ProcessQueue,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import threading
 
-from framework import App, ConsumerOptions, DeadLetter, RetryLater
-from framework.testing import InlineRunner
-from storage_engine.config import parse_delay_levels
+from postbox.framework import App, ConsumerOptions, DeadLetter, RetryLater
+from postbox.framework.testing import InlineRunner
+from postbox.storage_engine.config import parse_delay_levels
 from tests.framework.conftest import DEFAULT_LEVELS
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from framework.scheduler import IDLE_WAIT_MS, Scheduler
-from storage_engine import FakeClock
-from storage_engine.service import Service
+from postbox.framework.scheduler import IDLE_WAIT_MS, Scheduler
+from postbox.storage_engine import FakeClock
+from postbox.storage_engine.service import Service
 
 
 def test_due_actions_run_in_time_order_when_a_pass_reaches_them():

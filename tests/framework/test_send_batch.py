@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from framework import App, BatchMessage, ConsumedMessage, InvalidMessageError
-from framework.testing import InlineRunner
+from postbox.framework import App, BatchMessage, ConsumedMessage, InvalidMessageError
+from postbox.framework.testing import InlineRunner
 from tests.framework.test_send_rules import written
 
 

@@ -9,16 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework import AppStateError, Producer, SendFailure, send_failure
-from framework.transport import open_client
-from network.remoting.client.broker_errors import response_error
-from network.remoting.client.errors import RemotingTimeoutError, RouteNotFoundError
-from network.remoting.codes import ResponseCode
-from network.remoting.namesrv.processor import NameServer
-from network.remoting.namesrv.route_table import RouteTable
-from network.remoting.server import RemotingServer
-from network.remoting.wire import RemotingCommand
-from storage_engine import BrokerConfig, DiskFullError, NotMasterError, SystemClock
+from postbox.framework import AppStateError, Producer, SendFailure, send_failure
+from postbox.framework.transport import open_client
+from postbox.network.remoting.client.broker_errors import response_error
+from postbox.network.remoting.client.errors import RemotingTimeoutError, RouteNotFoundError
+from postbox.network.remoting.codes import ResponseCode
+from postbox.network.remoting.namesrv.processor import NameServer
+from postbox.network.remoting.namesrv.route_table import RouteTable
+from postbox.network.remoting.server import RemotingServer
+from postbox.network.remoting.wire import RemotingCommand
+from postbox.storage_engine import BrokerConfig, DiskFullError, NotMasterError, SystemClock
 from tests.support.postbox_remoting import serve_remoting
 from tests.support.services import free_port
 

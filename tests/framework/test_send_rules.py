@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import storage_engine
-from framework import (
+from postbox import storage_engine
+from postbox.framework import (
     App,
     AppStateError,
     BrokerClient,
@@ -18,10 +18,10 @@ from framework import (
     SendStatus,
     check_message,
 )
-from framework.testing import InlineRunner
-from storage_engine import Broker, Message, PutStatus, infer_config
-from storage_engine import InvalidMessageError as StoreInvalidMessageError
-from storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
+from postbox.framework.testing import InlineRunner
+from postbox.storage_engine import Broker, Message, PutStatus, infer_config
+from postbox.storage_engine import InvalidMessageError as StoreInvalidMessageError
+from postbox.storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_NAMES
 from tests.support.polling import wait_until
 
 HINTS = [("UNIQ_KEY", "unique_key="), ("KEYS", "keys="), ("TAGS", "tags="),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from framework import App, ConfigurationError
+from postbox.framework import App, ConfigurationError
 
 
 @pytest.mark.parametrize("url", ["grpc://127.0.0.1:8081", "grpc://broker.internal:8081",

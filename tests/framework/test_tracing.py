@@ -8,10 +8,10 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from framework import App, ConsumerOptions, DeadLetter, Middleware, RetryLater
-from framework.tracing import TRACEPARENT
-from framework.tracing_middleware import TracingMiddleware
-from storage_engine import Broker
+from postbox.framework import App, ConsumerOptions, DeadLetter, Middleware, RetryLater
+from postbox.framework.tracing import TRACEPARENT
+from postbox.framework.tracing_middleware import TracingMiddleware
+from postbox.storage_engine import Broker
 from tests.support.polling import wait_until
 from tests.support.tracing import parent_id, spans, traceparent_of  # noqa: F401  (fixture)
 

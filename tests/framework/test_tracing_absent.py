@@ -14,11 +14,11 @@ PROBE = """
 import json, sys
 sys.modules["opentelemetry"] = None  # what an environment without the package sees
 from sqlalchemy import create_engine
-import idempotency, outbox
-from framework import App, ConfigurationError
-from framework.testing import InlineRunner
-from framework.tracing import Tracing, inject_current_context, opentelemetry_installed
-from outbox.tables import metadata
+from postbox import idempotency, outbox
+from postbox.framework import App, ConfigurationError
+from postbox.framework.testing import InlineRunner
+from postbox.framework.tracing import Tracing, inject_current_context, opentelemetry_installed
+from postbox.outbox.tables import metadata
 
 root = sys.argv[1]
 app = App(store_url=root + "/store")
@@ -46,7 +46,8 @@ print(json.dumps({
     "injected": inject_current_context(None),
     "loaded": sorted(name for name, module in sys.modules.items()
                      if module is not None and (name.startswith("opentelemetry")
-                                                or name.startswith("framework.tracing_")))}))
+                                                or name.startswith(
+                                                    "postbox.framework.tracing_")))}))
 """
 
 

@@ -8,9 +8,9 @@ import threading
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from framework import App, BatchMessage, ConsumerOptions
-from framework.tracing import TRACEPARENT
-from storage_engine import StoreClosedError
+from postbox.framework import App, BatchMessage, ConsumerOptions
+from postbox.framework.tracing import TRACEPARENT
+from postbox.storage_engine import StoreClosedError
 from tests.support.tracing import parent_id, spans, traceparent_of  # noqa: F401  (fixture)
 
 FAST = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=100, persist_interval_ms=100)

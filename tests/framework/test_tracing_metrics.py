@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from framework import App, BatchMessage, ConsumerOptions, RetryLater
-from storage_engine.errors import InvalidQueueError
+from postbox.framework import App, BatchMessage, ConsumerOptions, RetryLater
+from postbox.storage_engine.errors import InvalidQueueError
 from tests.support.tracing import spans  # noqa: F401  (fixture)
 
 FAST = ConsumerOptions(long_polling_ms=100, rebalance_interval_ms=100, persist_interval_ms=100)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from framework import App
+from postbox.framework import App
 from tests.support.paths import REPO_ROOT
 from tests.support.tracing import parent_id, spans  # noqa: F401  (fixture)
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import func, select
 
-import outbox
-from framework import App, ConsumerOptions
-from framework.tracing import TracingSetting
-from storage_engine import FakeClock
+from postbox import outbox
+from postbox.framework import App, ConsumerOptions
+from postbox.framework.tracing import TracingSetting
+from postbox.storage_engine import FakeClock
 from tests.storage_engine.conftest import START_MS
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS, business, ledger

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 
-import outbox
-from framework import App
+from postbox import outbox
+from postbox.framework import App
 from tests.support.consumer_process import BROKER_CONF, embedded_conf
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS
 from tests.support.paths import REPO_ROOT

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-import outbox
-from framework import App, ConsumerOptions, DeadLetter
-from framework.testing import InlineRunner
-from idempotency import IdempotencyMiddleware
-from idempotency.async_handler import LoopEngines
+from postbox import outbox
+from postbox.framework import App, ConsumerOptions, DeadLetter
+from postbox.framework.testing import InlineRunner
+from postbox.idempotency import IdempotencyMiddleware
+from postbox.idempotency.async_handler import LoopEngines
 from tests.idempotency.conftest import count_rows, ledger
 from tests.idempotency.test_middleware import _middleware, _publish, _send_stub, _stub
 from tests.support.polling import wait_until

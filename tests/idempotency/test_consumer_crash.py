@@ -11,8 +11,8 @@ import time
 import redis
 from sqlalchemy import select
 
-import outbox
-from idempotency import RedisGuard
+from postbox import outbox
+from postbox.idempotency import RedisGuard
 from tests.idempotency.conftest import count_rows
 from tests.idempotency.process_support import (
     publish_copies,

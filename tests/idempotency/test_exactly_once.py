@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-import outbox
+from postbox import outbox
 from tests.idempotency.conftest import count_rows
 from tests.idempotency.process_support import (
     publish_copies,

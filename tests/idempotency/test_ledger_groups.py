@@ -8,12 +8,12 @@ import threading
 
 from sqlalchemy import event, select
 
-import outbox
-from framework import ConsumedMessage
-from idempotency import ledger
-from outbox.clock import utc_now
-from outbox.database import create_database_engine, dialect_name
-from outbox.tables import StubStatus
+from postbox import outbox
+from postbox.framework import ConsumedMessage
+from postbox.idempotency import ledger
+from postbox.outbox.clock import utc_now
+from postbox.outbox.database import create_database_engine, dialect_name
+from postbox.outbox.tables import StubStatus
 from tests.support.polling import wait_until
 
 GROUPS = ("billing", "shipping")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from sqlalchemy import Column, MetaData, String, Table, insert
 
-import outbox
-from framework import App
-from framework.testing import InlineRunner
+from postbox import outbox
+from postbox.framework import App
+from postbox.framework.testing import InlineRunner
 from tests.observability.scrape import Scrape, scrape
 from tests.support.services import free_port
 

@@ -11,11 +11,18 @@ import redis
 from sqlalchemy import Column, MetaData, String, Table, create_engine, insert, select, text
 from sqlalchemy.orm import DeclarativeBase
 
-import outbox
-from framework import App, ConfigurationError, DeadLetter, Middleware, RetryLater, SkipMessage
-from framework.testing import InlineRunner
-from idempotency import GuardState, IdempotencyMiddleware, RedisGuard
-from storage_engine import Message
+from postbox import outbox
+from postbox.framework import (
+    App,
+    ConfigurationError,
+    DeadLetter,
+    Middleware,
+    RetryLater,
+    SkipMessage,
+)
+from postbox.framework.testing import InlineRunner
+from postbox.idempotency import GuardState, IdempotencyMiddleware, RedisGuard
+from postbox.storage_engine import Message
 from tests.idempotency.conftest import count_rows, ledger
 from tests.support.services import database_backend, free_port
 from tests.support.tcp_proxy import TcpProxy

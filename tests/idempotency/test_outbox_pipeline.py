@@ -8,8 +8,8 @@ import threading
 
 from sqlalchemy import insert, select
 
-import outbox
-from framework import ConsumerOptions
+from postbox import outbox
+from postbox.framework import ConsumerOptions
 from tests.idempotency.conftest import count_rows
 from tests.idempotency.process_support import stub_counts
 from tests.support.idempotent_consumer import business, ledger

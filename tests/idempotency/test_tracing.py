@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import insert
 
-import outbox
-from framework.testing import InlineRunner
+from postbox import outbox
+from postbox.framework.testing import InlineRunner
 from tests.support.idempotent_consumer import ledger
 from tests.support.tracing import parent_id, spans  # noqa: F401  (fixture)
 

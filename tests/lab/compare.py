@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import base64
 
-from storage_engine import MessageStore
-from storage_engine.formats.record import HostAddress
+from postbox.storage_engine import MessageStore
+from postbox.storage_engine.formats.record import HostAddress
 
 CLIENT_ADDED_PROPERTIES = frozenset({"MIN_OFFSET", "MAX_OFFSET"})
 

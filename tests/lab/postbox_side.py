@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage_engine import Broker, StoreConfig, SubscriptionGroupConfig, verify_store
+from postbox.storage_engine import Broker, StoreConfig, SubscriptionGroupConfig, verify_store
 from tests.support.broker_process import BrokerProcess
 
 BROKER_CONF = """\

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import Broker, HAConfig, MessageStore, StoreConfig, verify_store
+from postbox.storage_engine import Broker, HAConfig, MessageStore, StoreConfig, verify_store
 from tests.lab.compare import differences, read_queue
 from tests.support.rocketmq_lab import copy_store
 

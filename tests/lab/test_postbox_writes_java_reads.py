@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import Broker, HAConfig, Message, StoreConfig
+from postbox.storage_engine import Broker, HAConfig, Message, StoreConfig
 from tests.lab.compare import differences, postbox_fields, read_queue
 from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import copy_store

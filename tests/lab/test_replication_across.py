@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     BrokerRole,
     HAConfig,
     Message,
@@ -40,7 +40,7 @@ from storage_engine import (
     StoreConfig,
     verify_store,
 )
-from storage_engine.broker_conf import parse_properties
+from postbox.storage_engine.broker_conf import parse_properties
 from tests.remoting.rocketmq_clients import configuration, start_producer
 from tests.remoting.rocketmq_clients import message as client_message
 from tests.support.broker_process import BrokerProcess, write_broker_conf

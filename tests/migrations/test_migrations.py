@@ -32,10 +32,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-import migrations
-from migrations.api import SCRIPT_LOCATION
-from migrations.compare import compare_type
-from outbox.tables import message_resend, message_stub, metadata
+from postbox import migrations
+from postbox.migrations.api import SCRIPT_LOCATION
+from postbox.migrations.compare import compare_type
+from postbox.outbox.tables import message_resend, message_stub, metadata
 from tests.cli.cli_support import assert_one_error_line, run, run_json
 from tests.support.services import database_backend
 

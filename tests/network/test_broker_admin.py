@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from network.remoting import fastjson
-from network.remoting.admin import BrokerAdmin, RuntimeStats
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker, Message
-from storage_engine.clock import FakeClock
+from postbox.network.remoting import fastjson
+from postbox.network.remoting.admin import BrokerAdmin, RuntimeStats
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.storage_engine import Broker, Message
+from postbox.storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 

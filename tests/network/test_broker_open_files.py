@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from network.remoting.codes import RequestCode, ResponseCode
-from storage_engine import StoreConfig, verify_store
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.storage_engine import StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.remoting_raw import (
     RawRemotingClient,

@@ -4,8 +4,8 @@ lite pull consumer against ``postbox broker`` received nothing."""
 
 from __future__ import annotations
 
-from network.remoting.codes import RequestCode, ResponseCode
-from storage_engine import Message
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.storage_engine import Message
 from tests.support.remoting_raw import decode_records, pull_fields
 
 LITE_PULL_MESSAGE = 361

@@ -10,15 +10,15 @@ import zlib
 
 import pytest
 
-from network.remoting import fastjson
-from network.remoting.admin import AdvertisedTopics, advertised_topics
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
-from network.remoting.namesrv.route_bodies import register_body
-from network.remoting.namesrv.route_table import QueueData
-from network.remoting.server import RemotingServer
-from storage_engine import Broker, StoreConfig
-from storage_engine.clock import FakeClock
+from postbox.network.remoting import fastjson
+from postbox.network.remoting.admin import AdvertisedTopics, advertised_topics
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
+from postbox.network.remoting.namesrv.route_bodies import register_body
+from postbox.network.remoting.namesrv.route_table import QueueData
+from postbox.network.remoting.server import RemotingServer
+from postbox.storage_engine import Broker, StoreConfig
+from postbox.storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from network.remoting.codes import RequestCode
-from network.remoting.node import NodeOptions, RemotingNode
-from storage_engine import Broker
+from postbox.network.remoting.codes import RequestCode
+from postbox.network.remoting.node import NodeOptions, RemotingNode
+from postbox.storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.rocketmq_lab import LabDriver
 from tests.support.rocketmq_processes import start_broker

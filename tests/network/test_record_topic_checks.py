@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from network.acl_file import parse_acl
-from network.remoting.access import RemotingAccess
-from network.remoting.acl_signature import sign_request
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker, Message
+from postbox.network.acl_file import parse_acl
+from postbox.network.remoting.access import RemotingAccess
+from postbox.network.remoting.acl_signature import sign_request
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.storage_engine import Broker, Message
 from tests.support.remoting_raw import RawRemotingClient, decode_records
 from tests.support.small_store import small_store_config
 

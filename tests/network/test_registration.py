@@ -9,13 +9,13 @@ import socket
 
 import pytest
 
-from network.remoting.admin import advertised_topics, data_version
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
-from network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
-from network.remoting.server import RemotingServer
-from storage_engine import Broker
-from storage_engine.clock import SystemClock
+from postbox.network.remoting.admin import advertised_topics, data_version
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
+from postbox.network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
+from postbox.network.remoting.server import RemotingServer
+from postbox.storage_engine import Broker
+from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 

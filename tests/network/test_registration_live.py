@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 
-from network.remoting.admin import advertised_topics, data_version
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.namesrv import BrokerIdentity
-from network.remoting.node import NodeOptions, RemotingNode
-from network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
-from storage_engine import Broker
-from storage_engine.clock import SystemClock
+from postbox.network.remoting.admin import advertised_topics, data_version
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.namesrv import BrokerIdentity
+from postbox.network.remoting.node import NodeOptions, RemotingNode
+from postbox.network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
+from postbox.storage_engine import Broker
+from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 

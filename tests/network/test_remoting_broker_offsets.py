@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.server import AccessDeniedError
-from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker
-from storage_engine.formats import decode_offset_msg_id
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.server import AccessDeniedError
+from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.storage_engine import Broker
+from postbox.storage_engine.formats import decode_offset_msg_id
 from tests.storage_engine.conftest import small_config
 from tests.support.remoting_raw import RawRemotingClient, decode_records, send_fields
 

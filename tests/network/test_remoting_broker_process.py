@@ -4,8 +4,8 @@ consistent)."""
 
 from __future__ import annotations
 
-from network.remoting.codes import RequestCode, ResponseCode
-from storage_engine import StoreConfig, verify_store
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.storage_engine import StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.remoting_raw import (
     RawRemotingClient,

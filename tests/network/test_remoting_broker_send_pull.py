@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 import time
 
-from network.remoting.codes import RequestCode, ResponseCode
-from storage_engine.formats import decode_offset_msg_id
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.storage_engine.formats import decode_offset_msg_id
 from tests.support.remoting_raw import decode_records, pull_fields, send_fields
 
 SEND, SEND_V2, BATCH, PULL = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
@@ -173,7 +173,7 @@ def test_long_poll_answers_not_found_after_the_suspend_time(connect, broker):
 
 
 def test_parked_pulls_are_bounded(broker):
-    from network.remoting.server.broker import BrokerRemotingServer
+    from postbox.network.remoting.server.broker import BrokerRemotingServer
     from tests.support.remoting_raw import RawRemotingClient
 
     broker.create_topic("TB2", 1)

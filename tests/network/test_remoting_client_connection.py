@@ -8,15 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from network.remoting.client.connection import Connection, Connections
-from network.remoting.client.errors import (
+from postbox.network.remoting.client.connection import Connection, Connections
+from postbox.network.remoting.client.errors import (
     ConnectionClosedError,
     RemotingClientError,
     RemotingTimeoutError,
 )
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.wire import RemotingCommand
-from storage_engine.errors import BrokerUnavailableError
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.wire import RemotingCommand
+from postbox.storage_engine.errors import BrokerUnavailableError
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer, free_port_address
 
 

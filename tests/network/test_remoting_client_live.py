@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from network.remoting.client.connection import Connections
-from network.remoting.client.remote_broker import RemotingBroker
-from network.remoting.client.routes import RouteTable
-from storage_engine import Message
-from storage_engine.errors import InvalidMessageError
+from postbox.network.remoting.client.connection import Connections
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.remoting.client.routes import RouteTable
+from postbox.storage_engine import Message
+from postbox.storage_engine.errors import InvalidMessageError
 from tests.support.polling import wait_until
 
 _runs = itertools.count()

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from framework import App
-from network.remoting.access import RemotingAccess
-from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine import Broker, Message
-from storage_engine.errors import InvalidMessageError, NoPermissionError
+from postbox.framework import App
+from postbox.network.remoting.access import RemotingAccess
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.storage_engine import Broker, Message
+from postbox.storage_engine.errors import InvalidMessageError, NoPermissionError
 from tests.support.postbox_remoting import PostboxRemoting, serve_remoting
 from tests.support.small_store import small_store_config
 

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from network.remoting.client.connection import Connections
-from network.remoting.client.errors import ConnectionClosedError, RouteNotFoundError
-from network.remoting.client.naming import Namespace
-from network.remoting.client.routes import QueueRef, RouteTable, parse_route
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.wire import RemotingCommand
-from storage_engine.clock import FakeClock
+from postbox.network.remoting.client.connection import Connections
+from postbox.network.remoting.client.errors import ConnectionClosedError, RouteNotFoundError
+from postbox.network.remoting.client.naming import Namespace
+from postbox.network.remoting.client.routes import QueueRef, RouteTable, parse_route
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.wire import RemotingCommand
+from postbox.storage_engine.clock import FakeClock
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer, free_port_address
 
 # fastjson's default form, as a Java name server answers a client of version < 401

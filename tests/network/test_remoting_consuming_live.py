@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from network.remoting.client.consuming import Consuming
-from storage_engine import ConsumeFrom, GetStatus, SendBackOutcome
+from postbox.network.remoting.client.consuming import Consuming
+from postbox.storage_engine import ConsumeFrom, GetStatus, SendBackOutcome
 from tests.support.consuming_clients import ConsumingClients
 
 QUEUES = 2

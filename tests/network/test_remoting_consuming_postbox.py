@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from network.remoting.client.errors import RemotingResponseError
-from network.remoting.client.membership import HeartbeatService
-from network.remoting.client.remote_broker import RemotingBroker
-from network.remoting.codes import RequestCode
-from storage_engine import (
+from postbox.network.remoting.client.errors import RemotingResponseError
+from postbox.network.remoting.client.membership import HeartbeatService
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.remoting.codes import RequestCode
+from postbox.storage_engine import (
     Broker,
     ConsumeFrom,
     FakeClock,
@@ -28,7 +28,7 @@ from storage_engine import (
     MessageView,
     SendBackOutcome,
 )
-from storage_engine.formats import encode_record_parts, unpack_record
+from postbox.storage_engine.formats import encode_record_parts, unpack_record
 from tests.storage_engine.conftest import small_config
 from tests.support.consuming_clients import ConsumingClients
 from tests.support.polling import wait_until

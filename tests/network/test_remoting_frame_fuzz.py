@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from network.remoting import fastjson
-from network.remoting.client.connection import Connection
-from network.remoting.client.errors import ConnectionClosedError
-from network.remoting.wire import (
+from postbox.network.remoting import fastjson
+from postbox.network.remoting.client.connection import Connection
+from postbox.network.remoting.client.errors import ConnectionClosedError
+from postbox.network.remoting.wire import (
     FrameDecoder,
     FrameLimits,
     RemotingCommand,

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from network.remoting.acl_signature import sign, sign_request
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.namesrv import QueueData
-from network.remoting.namesrv.route_bodies import register_body
-from network.remoting.wire import RemotingCommand
-from storage_engine import Broker, StoreConfig
+from postbox.network.remoting.acl_signature import sign, sign_request
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.namesrv import QueueData
+from postbox.network.remoting.namesrv.route_bodies import register_body
+from postbox.network.remoting.wire import RemotingCommand
+from postbox.storage_engine import Broker, StoreConfig
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient, send_fields

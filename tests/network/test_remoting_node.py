@@ -8,15 +8,15 @@ import json
 
 import pytest
 
-from network.acl_file import parse_acl
-from network.remoting.access import RemotingAccess
-from network.remoting.acl_signature import sign_request
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.namesrv import NameServer, RouteTable
-from network.remoting.node import NodeError, NodeOptions, RemotingNode
-from network.remoting.server import RemotingServer
-from storage_engine import Broker
-from storage_engine.clock import SystemClock
+from postbox.network.acl_file import parse_acl
+from postbox.network.remoting.access import RemotingAccess
+from postbox.network.remoting.acl_signature import sign_request
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.namesrv import NameServer, RouteTable
+from postbox.network.remoting.node import NodeError, NodeOptions, RemotingNode
+from postbox.network.remoting.server import RemotingServer
+from postbox.storage_engine import Broker
+from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.server import ServerLimits
-from network.remoting.server.broker import BrokerRemotingServer
-from storage_engine import Broker
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.server import ServerLimits
+from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.storage_engine import Broker
 from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from tests.support.small_store import small_store_config

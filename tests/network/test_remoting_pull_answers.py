@@ -12,17 +12,17 @@ import zlib
 
 import pytest
 
-from network.remoting.client.broker_errors import (
+from postbox.network.remoting.client.broker_errors import (
     RemotingBrokerBusyError,
     RemotingNoPermissionError,
 )
-from network.remoting.client.pull_answers import get_result, pull_request
-from network.remoting.client.records import RecordDecodeError, decode_records
-from network.remoting.codes import RequestCode
-from network.remoting.wire import RemotingCommand
-from storage_engine import Broker, GetStatus, Message, MessageView
-from storage_engine.errors import BrokerUnavailableError, NoPermissionError
-from storage_engine.formats import encode_record_parts
+from postbox.network.remoting.client.pull_answers import get_result, pull_request
+from postbox.network.remoting.client.records import RecordDecodeError, decode_records
+from postbox.network.remoting.codes import RequestCode
+from postbox.network.remoting.wire import RemotingCommand
+from postbox.storage_engine import Broker, GetStatus, Message, MessageView
+from postbox.storage_engine.errors import BrokerUnavailableError, NoPermissionError
+from postbox.storage_engine.formats import encode_record_parts
 from tests.storage_engine.conftest import small_config
 
 

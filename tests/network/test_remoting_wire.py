@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from network.remoting import fastjson
-from network.remoting.codes import RequestCode
-from network.remoting.fastjson import ObjectKey
-from network.remoting.wire import (
+from postbox.network.remoting import fastjson
+from postbox.network.remoting.codes import RequestCode
+from postbox.network.remoting.fastjson import ObjectKey
+from postbox.network.remoting.wire import (
     FrameDecoder,
     FrameLimits,
     HeaderFieldError,

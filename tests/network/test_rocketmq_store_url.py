@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from framework import App, ConfigurationError
-from framework.transport import open_client, rocketmq_cluster
-from network.remoting.client.remote_broker import RemotingBroker
-from storage_engine.errors import BrokerUnavailableError
+from postbox.framework import App, ConfigurationError
+from postbox.framework.transport import open_client, rocketmq_cluster
+from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.storage_engine.errors import BrokerUnavailableError
 from tests.support.tiny_remoting_server import free_port_address
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ from pathlib import Path
 import prometheus_client
 import pytest
 
-from framework import App, DeadLetter, RetryLater
-from framework.metrics import MetricsServerError
-from storage_engine import Broker, DiskFullError, MessageStore, RetentionConfig, StoreConfig
+from postbox.framework import App, DeadLetter, RetryLater
+from postbox.framework.metrics import MetricsServerError
+from postbox.storage_engine import Broker, DiskFullError, MessageStore, RetentionConfig, StoreConfig
 from tests.support.polling import wait_until
 
 from .scrape import scrape

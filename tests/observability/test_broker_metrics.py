@@ -11,7 +11,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from framework import App, ConsumerOptions
+from postbox.framework import App, ConsumerOptions
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 

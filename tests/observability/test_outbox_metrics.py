@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from framework import App
-from outbox import Outbox, Relay, send
-from outbox.database import create_database_engine
-from outbox.metrics import OutboxMetrics, outbox_metrics
-from outbox.tables import StubStatus, message_stub
+from postbox.framework import App
+from postbox.outbox import Outbox, Relay, send
+from postbox.outbox.database import create_database_engine
+from postbox.outbox.metrics import OutboxMetrics, outbox_metrics
+from postbox.outbox.tables import StubStatus, message_stub
 from tests.support.polling import wait_until
 
 from .scrape import scrape

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 
-from framework import App, BrokerClient
-from outbox import create_database_engine, message_stub
-from storage_engine import Broker, MessageView
+from postbox.framework import App, BrokerClient
+from postbox.outbox import create_database_engine, message_stub
+from postbox.storage_engine import Broker, MessageView
 from tests.framework.conftest import open_broker  # noqa: F401  (fixture used below)
 from tests.storage_engine.conftest import read_queue
 

@@ -26,13 +26,20 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-import outbox
-from framework import App, ConsumeContext, ConsumerOptions, DeadLetter, Middleware, SkipMessage
-from outbox.alerts import Alert, Alerter
-from outbox.resend import ResendRules
-from outbox.tables import StubStatus, message_processed, message_stub
-from outbox.worker import OutboxWorker
-from storage_engine import Broker, MessageView
+from postbox import outbox
+from postbox.framework import (
+    App,
+    ConsumeContext,
+    ConsumerOptions,
+    DeadLetter,
+    Middleware,
+    SkipMessage,
+)
+from postbox.outbox.alerts import Alert, Alerter
+from postbox.outbox.resend import ResendRules
+from postbox.outbox.tables import StubStatus, message_processed, message_stub
+from postbox.outbox.worker import OutboxWorker
+from postbox.storage_engine import Broker, MessageView
 from tests.support.polling import wait_until
 
 TOPIC = "orders"

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-import outbox
-from framework import App
-from outbox import Relay, message_log, message_processed, message_resend
-from outbox.alerts import Alerter, WebhookSink
-from outbox.clock import utc_now
-from outbox.resend import Resender, ResendRules
-from storage_engine import Broker
+from postbox import outbox
+from postbox.framework import App
+from postbox.outbox import Relay, message_log, message_processed, message_resend
+from postbox.outbox.alerts import Alerter, WebhookSink
+from postbox.outbox.clock import utc_now
+from postbox.outbox.resend import Resender, ResendRules
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import records_of, stub_row
 from tests.support.alert_servers import WebhookServer
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, insert, select
 
-from framework import Producer
-from outbox import (
+from postbox.framework import Producer
+from postbox.outbox import (
     Relay,
     RelayOptions,
     ResendRules,
@@ -24,7 +24,7 @@ from outbox import (
     claim_stubs,
     message_stub,
 )
-from outbox.admin import (
+from postbox.outbox.admin import (
     AdminError,
     get_stub,
     list_stubs,
@@ -33,10 +33,10 @@ from outbox.admin import (
     stub_stats,
     void,
 )
-from outbox.claims import unpublished_due
-from outbox.clock import utc_now
-from outbox.tables import message_log, message_processed, outbox_task
-from storage_engine import Broker
+from postbox.outbox.claims import unpublished_due
+from postbox.outbox.clock import utc_now
+from postbox.outbox.tables import message_log, message_processed, outbox_task
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import stored_records, stub_row, stub_rows
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 123456)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from outbox.alerts import (
+from postbox.outbox.alerts import (
     Alert,
     AlertDeliveryError,
     Alerter,

@@ -20,10 +20,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-import outbox
-from framework import App, ConfigurationError
-from framework.tracing import TRACEPARENT
-from outbox import (
+from postbox import outbox
+from postbox.framework import App, ConfigurationError
+from postbox.framework.tracing import TRACEPARENT
+from postbox.outbox import (
     InvalidMessageError,
     NoTransactionError,
     Outbox,
@@ -31,7 +31,7 @@ from outbox import (
     async_database_url,
     create_async_database_engine,
 )
-from storage_engine import Broker
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import add_order, order_count, stored_records, stub_count, stub_row
 from tests.support.polling import wait_until
 from tests.support.tracing import spans, traceparent_of  # noqa: F401  (fixture)

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from framework import ConfigurationError
-from outbox import (
+from postbox.framework import ConfigurationError
+from postbox.outbox import (
     StubStatus,
     cleanup,
     create_database_engine,
@@ -24,8 +24,8 @@ from outbox import (
     message_processed,
     message_stub,
 )
-from outbox.cleanup import MAX_BATCH_SIZE, CleanupPolicy, CleanupReport, run_cleanup
-from outbox.clock import utc_now
+from postbox.outbox.cleanup import MAX_BATCH_SIZE, CleanupPolicy, CleanupReport, run_cleanup
+from postbox.outbox.clock import utc_now
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, 678901)
 DAY = timedelta(days=1)
@@ -347,14 +347,15 @@ def test_composite_keys_without_row_values_use_or_of_ands(engine: Engine,
 
 def test_empty_database_run_is_a_no_op(engine: Engine, caplog: pytest.LogCaptureFixture):
     policy = CleanupPolicy(void_retention=30 * DAY)
-    with caplog.at_level(logging.INFO, logger="outbox.cleanup"), recorded(engine) as statements:
+    with caplog.at_level(logging.INFO, logger="postbox.outbox.cleanup"), \
+            recorded(engine) as statements:
         report = run_cleanup(engine, policy, now=NOW)
 
     assert report == CleanupReport()
     assert report.deleted == 0
     assert statements.deletes == [] and statements.others == []
     assert statements.selects == 5  # one key lookup per kind of row
-    [record] = [r for r in caplog.records if r.name == "outbox.cleanup"]
+    [record] = [r for r in caplog.records if r.name == "postbox.outbox.cleanup"]
     assert record.levelno == logging.INFO
     assert "[cleanup]" in record.getMessage() and "batches=0" in record.getMessage()
 
@@ -363,12 +364,12 @@ def test_one_info_line_per_run_with_the_counts(engine: Engine, caplog: pytest.Lo
     add_stubs(engine, ids("confirmed", 3), StubStatus.CONFIRMED, confirmed_at=OLD)
     add_processed(engine, [("billing", "m")], processed_at=OLD)
 
-    with caplog.at_level(logging.INFO, logger="outbox.cleanup"):
+    with caplog.at_level(logging.INFO, logger="postbox.outbox.cleanup"):
         report = run_cleanup(engine, CleanupPolicy(batch_size=2, max_batches=1), now=NOW)
 
     assert report == CleanupReport(stubs=2, processed=1, batches=2, largest_batch=2,
                                    complete=False)
-    [record] = [r for r in caplog.records if r.name == "outbox.cleanup"]
+    [record] = [r for r in caplog.records if r.name == "postbox.outbox.cleanup"]
     message = record.getMessage()
     for part in ("stubs=2", "void_stubs=0", "logs=0", "processed=1", "batches=2",
                  "largest_batch=2", "complete=False", "max_batches=1"):

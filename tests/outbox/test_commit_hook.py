@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session
 
-import outbox
-from framework import App
-from outbox import Outbox, Relay, RelayOptions
-from storage_engine import Broker
+from postbox import outbox
+from postbox.framework import App
+from postbox.outbox import Outbox, Relay, RelayOptions
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import add_order, stored_records, stub_row
 from tests.outbox.test_relay import send_stubs
 from tests.support.polling import wait_until
@@ -139,9 +139,9 @@ def test_a_stub_whose_hand_off_died_with_its_process_is_found_by_the_poll(
     starts: the stub is committed, no relay heard of it, and a polling pass publishes it."""
     script = textwrap.dedent("""
         import os, signal, sys
-        import outbox
-        from framework import Producer
-        from outbox import Relay, create_database_engine
+        from postbox import outbox
+        from postbox.framework import Producer
+        from postbox.outbox import Relay, create_database_engine
 
         class DyingRelay(Relay):
             def notify(self, message_ids):

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, select
 
-from framework import ConfigurationError
-from outbox import Outbox
-from outbox.alerts import AlertKind
-from outbox.tables import StubStatus, message_stub
+from postbox.framework import ConfigurationError
+from postbox.outbox import Outbox
+from postbox.outbox.alerts import AlertKind
+from postbox.outbox.tables import StubStatus, message_stub
 from tests.outbox.consumer_groups_scenario import GROUPS, KINDS, TOPIC, Played, play
 
 

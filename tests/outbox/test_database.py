@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, event
 
-from framework import App, ConsumerOptions
-from outbox import database_engine
-from outbox.database import (
+from postbox.framework import App, ConsumerOptions
+from postbox.outbox import database_engine
+from postbox.outbox.database import (
     POOL_HEADROOM,
     POOL_SIZE,
     create_database_engine,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import outbox
-from framework import App, ConfigurationError
-from outbox import DatabaseDriverError, MissingTablesError, OutboxWorker
-from outbox.database import URL_FORMS, create_database_engine
+from postbox import outbox
+from postbox.framework import App, ConfigurationError
+from postbox.outbox import DatabaseDriverError, MissingTablesError, OutboxWorker
+from postbox.outbox.database import URL_FORMS, create_database_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def test_a_missing_driver_names_the_extra_to_install(tmp_path, url, driver, extr
                             check=False)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("outbox.errors.DatabaseDriverError: cannot use database URL"), \
+    assert last.startswith("postbox.outbox.errors.DatabaseDriverError: cannot use database URL"), \
         result.stderr
     assert f"pip install 'postbox[{extra}]'" in last and URL_FORMS in last
     assert "secret" not in last

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-import outbox
-from framework import App, Producer, SendFailure
-from outbox import (
+from postbox import outbox
+from postbox.framework import App, Producer, SendFailure
+from postbox.outbox import (
     Outbox,
     Relay,
     RelayOptions,
@@ -23,12 +23,12 @@ from outbox import (
     create_database_engine,
     message_stub,
 )
-from outbox.claims import unpublished_due
-from outbox.clock import utc_now
-from outbox.database import TRANSACTION_ATTEMPTS, run_transaction
-from outbox.relay import PublishFailure
-from storage_engine import Broker
-from storage_engine.store.topics import DELAY_TOPIC
+from postbox.outbox.claims import unpublished_due
+from postbox.outbox.clock import utc_now
+from postbox.outbox.database import TRANSACTION_ATTEMPTS, run_transaction
+from postbox.outbox.relay import PublishFailure
+from postbox.storage_engine import Broker
+from postbox.storage_engine.store.topics import DELAY_TOPIC
 from tests.outbox.conftest import (
     add_order,
     embedded,
@@ -337,7 +337,7 @@ def test_an_unavailable_broker_backs_off_and_never_counts_the_attempts(
 
 
 def test_outage_waits_are_jittered_within_their_share():
-    from outbox.outage import OutageBackoff
+    from postbox.outbox.outage import OutageBackoff
 
     draws = iter([0.0, 0.999, 0.5])
     backoff = OutageBackoff(1_000, 8_000, 0.5, draw=lambda: next(draws))

@@ -8,12 +8,12 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, update
 
-import outbox
-from framework import App, ConfigurationError
-from outbox import Relay, RelayOptions, message_stub
-from outbox.claims import ClaimedStub
-from outbox.relay import BATCH_CONTENT_MAX, publish_groups
-from storage_engine import Broker
+from postbox import outbox
+from postbox.framework import App, ConfigurationError
+from postbox.outbox import Relay, RelayOptions, message_stub
+from postbox.outbox.claims import ClaimedStub
+from postbox.outbox.relay import BATCH_CONTENT_MAX, publish_groups
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import add_order, stub_row
 from tests.outbox.test_relay import assert_published_as_stored, send_stubs
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-import outbox
-from framework import App
-from outbox import Outbox, RelayOptions, ResendRules, StubStatus
-from outbox.alerts import Alert, Alerter
-from outbox.worker import OutboxWorker
+from postbox import outbox
+from postbox.framework import App
+from postbox.outbox import Outbox, RelayOptions, ResendRules, StubStatus
+from postbox.outbox.alerts import Alert, Alerter
+from postbox.outbox.worker import OutboxWorker
 from tests.outbox.conftest import records_of, stub_row, stub_rows
 from tests.outbox.resend_support import Clock
 from tests.support.broker_process import BrokerProcess, write_broker_conf

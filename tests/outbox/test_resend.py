@@ -19,15 +19,15 @@ import pytest
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session
 
-from framework import App
-from idempotency import ledger
-from outbox import (
+from postbox.framework import App
+from postbox.idempotency import ledger
+from postbox.outbox import (
     StubStatus,
     claim_stubs,
     message_stub,
 )
-from outbox.resend import ResendReport, ResendRules
-from storage_engine import Broker, FakeClock, SendBackOutcome
+from postbox.outbox.resend import ResendReport, ResendRules
+from postbox.storage_engine import Broker, FakeClock, SendBackOutcome
 from tests.outbox.conftest import stub_row
 from tests.outbox.resend_support import (  # noqa: F401  (the build and clock fixtures)
     GRACE,

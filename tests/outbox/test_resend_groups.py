@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from outbox.resend import ResendReport, ResendRules
-from storage_engine import Broker
+from postbox.outbox.resend import ResendReport, ResendRules
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import stub_row
 from tests.outbox.resend_support import (  # noqa: F401  (the build and clock fixtures)
     GROUP,

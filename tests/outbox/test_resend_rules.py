@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from framework import ConfigurationError
-from outbox import RelayOptions
-from outbox.resend import ResendRules, retention_horizon
+from postbox.framework import ConfigurationError
+from postbox.outbox import RelayOptions
+from postbox.outbox.resend import ResendRules, retention_horizon
 
 
 def test_backoff_is_exponential_and_capped():

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-import outbox
-from framework import App
-from outbox import (
+from postbox import outbox
+from postbox.framework import App
+from postbox.outbox import (
     BodyNotSerializableError,
     InvalidMessageError,
     NoTransactionError,
@@ -20,7 +20,7 @@ from outbox import (
     RelayOptions,
     StubStatus,
 )
-from storage_engine import Broker
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import (
     add_order,
     order_count,

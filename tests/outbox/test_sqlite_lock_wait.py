@@ -12,7 +12,7 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from outbox.database import create_database_engine
+from postbox.outbox.database import create_database_engine
 from tests.support.polling import wait_until
 
 LOG_AFTER_S = 0.2
@@ -46,7 +46,7 @@ def insert_in_thread(engine, order_id: int) -> tuple[threading.Thread, list[Base
 
 def lock_messages(caplog) -> list[tuple[str, str]]:
     return [(record.levelname, record.getMessage()) for record in caplog.records
-            if record.name == "outbox.sqlite_lock"]
+            if record.name == "postbox.outbox.sqlite_lock"]
 
 
 def hold_the_lock(engine, held: threading.Event, release: threading.Event) -> None:
@@ -62,7 +62,7 @@ def test_a_long_wait_names_the_thread_of_this_process_holding_the_lock(engine, c
                               name="slow-handler")
     holder.start()
     assert held.wait(10)
-    with caplog.at_level(logging.INFO, logger="outbox.sqlite_lock"):
+    with caplog.at_level(logging.INFO, logger="postbox.outbox.sqlite_lock"):
         waiter, errors = insert_in_thread(engine, 2)
         wait_until(lambda: lock_messages(caplog), what="the lock-wait warning")
         release.set()
@@ -90,7 +90,7 @@ def test_a_lock_held_by_another_process_is_named_so(engine, tmp_path, caplog):
                              stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout is not None and other.stdout.readline() == "held\n"
-        with caplog.at_level(logging.INFO, logger="outbox.sqlite_lock"):
+        with caplog.at_level(logging.INFO, logger="postbox.outbox.sqlite_lock"):
             waiter, errors = insert_in_thread(engine, 3)
             wait_until(lambda: lock_messages(caplog), what="the lock-wait warning")
             assert other.stdin is not None
@@ -106,7 +106,7 @@ def test_a_lock_held_by_another_process_is_named_so(engine, tmp_path, caplog):
 
 
 def test_a_short_wait_logs_nothing(engine, caplog):
-    with caplog.at_level(logging.DEBUG, logger="outbox.sqlite_lock"):
+    with caplog.at_level(logging.DEBUG, logger="postbox.outbox.sqlite_lock"):
         for order_id in range(10, 20):
             with engine.begin() as connection:
                 connection.execute(text("INSERT INTO orders VALUES (:id)"), {"id": order_id})

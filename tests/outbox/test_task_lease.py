@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from outbox.clock import utc_now
-from outbox.tables import outbox_task
-from outbox.task_lease import TaskLease, TaskRun
+from postbox.outbox.clock import utc_now
+from postbox.outbox.tables import outbox_task
+from postbox.outbox.task_lease import TaskLease, TaskRun
 
 LEASE = timedelta(minutes=1)
 THREADS = 8
@@ -149,7 +149,7 @@ def test_state_round_trips_as_json_through_hold(leases: TaskLease, engine: Engin
 
 def test_a_run_skipped_for_another_scheduler_warns_naming_both(
         leases: TaskLease, clock: Clock, caplog: pytest.LogCaptureFixture):
-    caplog.set_level(logging.WARNING, logger="outbox.task_lease")
+    caplog.set_level(logging.WARNING, logger="postbox.outbox.task_lease")
     interval = timedelta(seconds=24)
     run = leases.begin("relay_pending", lease=LEASE, min_interval=interval,
                        scheduler="beat@host-a")

@@ -10,10 +10,10 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncSession
 
-import outbox
-from framework import App, ConsumerOptions
-from framework.tracing import TRACEPARENT
-from outbox import Outbox, RelayOptions, create_async_database_engine
+from postbox import outbox
+from postbox.framework import App, ConsumerOptions
+from postbox.framework.tracing import TRACEPARENT
+from postbox.outbox import Outbox, RelayOptions, create_async_database_engine
 from tests.outbox.conftest import add_order, stub_row
 from tests.support.tracing import parent_id, spans, traceparent_of  # noqa: F401  (fixture)
 

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-import outbox
-from framework import App, ConfigurationError, DeadLetter
-from outbox import RelayOptions, StubStatus, message_processed, message_stub
-from outbox.alerts import Alerter
-from outbox.cleanup import CleanupPolicy, CleanupReport
-from outbox.resend import ResendRules, retention_horizon
-from outbox.tables import outbox_task
-from outbox.worker import DEFAULT_CONSUMER_RETRY, TASK_NAMES, OutboxWorker, TaskSchedule
-from storage_engine import Broker
+from postbox import outbox
+from postbox.framework import App, ConfigurationError, DeadLetter
+from postbox.outbox import RelayOptions, StubStatus, message_processed, message_stub
+from postbox.outbox.alerts import Alerter
+from postbox.outbox.cleanup import CleanupPolicy, CleanupReport
+from postbox.outbox.resend import ResendRules, retention_horizon
+from postbox.outbox.tables import outbox_task
+from postbox.outbox.worker import DEFAULT_CONSUMER_RETRY, TASK_NAMES, OutboxWorker, TaskSchedule
+from postbox.storage_engine import Broker
 from tests.outbox.conftest import records_of, stub_row, stub_rows
 from tests.outbox.resend_support import carried_reason
 from tests.outbox.test_resend import Clock, move_past, send_stub, webhook_alerter

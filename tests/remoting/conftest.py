@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import Broker, StoreConfig, verify_store
+from postbox.storage_engine import Broker, StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 
 

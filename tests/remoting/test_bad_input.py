@@ -7,8 +7,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from network.grpc_v2.protocol import Code, definition, service
-from storage_engine import Broker
+from postbox.network.grpc_v2.protocol import Code, definition, service
+from postbox.storage_engine import Broker
 from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import (
     TIMEOUT_S,

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from network.grpc_v2.conversion import (
+from postbox.network.grpc_v2.conversion import (
     PROPERTY_DELIVERY_TIMESTAMP_MS,
     message_from_proto,
     message_to_proto,
     timestamp,
 )
-from network.grpc_v2.protocol import Code, definition
-from network.grpc_v2.statuses import RequestError
-from storage_engine import Broker, StoreConfig
+from postbox.network.grpc_v2.protocol import Code, definition
+from postbox.network.grpc_v2.statuses import RequestError
+from postbox.storage_engine import Broker, StoreConfig
 from tests.support.broker_process import write_broker_conf
 from tests.support.polling import wait_until
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import itertools
 import zlib
 
-from network.remoting.codes import RequestCode, ResponseCode
-from network.remoting.namesrv.processor import GET_KV_CONFIG
-from network.remoting.namesrv.route_bodies import register_body
-from network.remoting.namesrv.route_table import QueueData
+from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.remoting.namesrv.processor import GET_KV_CONFIG
+from postbox.network.remoting.namesrv.route_bodies import register_body
+from postbox.network.remoting.namesrv.route_table import QueueData
 from tests.support.remoting_raw import (
     RawRemotingClient,
     ascii_frame,

@@ -9,8 +9,8 @@ import time
 import grpc
 import pytest
 
-from network.grpc_v2.protocol import Code, service
-from storage_engine import Broker
+from postbox.network.grpc_v2.protocol import Code, service
+from postbox.storage_engine import Broker
 from tests.cli.cli_support import assert_one_error_line, run
 from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import TIMEOUT_S, resource, stub

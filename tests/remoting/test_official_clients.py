@@ -9,7 +9,7 @@ import time
 
 from rocketmq import ConsumeResult, MessageListener
 
-from storage_engine import Broker, SubscriptionGroupConfig
+from postbox.storage_engine import Broker, SubscriptionGroupConfig
 from tests.remoting.raw_calls import pull_all
 from tests.remoting.rocketmq_clients import (
     configuration,

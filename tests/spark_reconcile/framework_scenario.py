@@ -25,13 +25,12 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-import migrations
-import outbox
 from examples.payments.faults import FaultInjector
-from framework import App, ConsumerOptions, DeadLetter
-from outbox.resend import ResendRules
-from outbox.tables import StubStatus, message_log, message_stub
-from outbox.worker import OutboxWorker
+from postbox import migrations, outbox
+from postbox.framework import App, ConsumerOptions, DeadLetter
+from postbox.outbox.resend import ResendRules
+from postbox.outbox.tables import StubStatus, message_log, message_stub
+from postbox.outbox.worker import OutboxWorker
 from tests.idempotency.process_support import stub_counts
 from tests.support.polling import wait_until
 

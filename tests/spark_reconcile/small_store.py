@@ -10,9 +10,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, insert
 
-from outbox.tables import message_stub, metadata
-from storage_engine import Message, MessageStore
-from storage_engine.formats import encode_config_json
+from postbox.outbox.tables import message_stub, metadata
+from postbox.storage_engine import Message, MessageStore
+from postbox.storage_engine.formats import encode_config_json
 from tests.storage_engine.conftest import small_config
 
 TOPIC = "orders"

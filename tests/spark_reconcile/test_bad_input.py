@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from spark_reconcile import (
+from postbox.spark_reconcile import (
     DatabaseUnavailableError,
     EmptyStoreError,
     MissingTableError,
     ReconcileOptions,
     StoreNotFoundError,
 )
-from spark_reconcile.job import run_reconciliation
+from postbox.spark_reconcile.job import run_reconciliation
 from tests.cli.cli_support import assert_one_error_line, run
 from tests.spark_reconcile.conftest import SQLITE_JDBC_JAR
 from tests.spark_reconcile.small_store import build_small_store, segment_files

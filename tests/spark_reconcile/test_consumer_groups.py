@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from spark_reconcile.job import ReconcileOptions, run_reconciliation
+from postbox.spark_reconcile.job import ReconcileOptions, run_reconciliation
 from tests.outbox.consumer_groups_scenario import Played, play
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_reconcile.job import ReconcileOptions, run_reconciliation
+from postbox.spark_reconcile.job import ReconcileOptions, run_reconciliation
 from tests.spark_reconcile.framework_scenario import ScenarioCounts, build_scenario
 from tests.support.filesystems import scratch_dir
 from tests.support.services import DATABASE_URL_ENV, reset_database

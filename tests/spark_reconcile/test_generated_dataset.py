@@ -18,9 +18,9 @@ from bench.reconcile_data import (
     read_store_facts,
     sql_classify,
 )
-from spark_reconcile import ReconcileOptions
-from spark_reconcile.job import run_reconciliation
-from storage_engine.formats import decode_config_json
+from postbox.spark_reconcile import ReconcileOptions
+from postbox.spark_reconcile.job import run_reconciliation
+from postbox.storage_engine.formats import decode_config_json
 
 STUBS = 5_000
 SEGMENT_SIZE_BYTES = 256 * 1024  # ~1.3 MB of messages: six segments, six scan tasks

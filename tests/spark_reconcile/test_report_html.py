@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_reconcile.classes import ALL_CLASSES, MessageClass
-from spark_reconcile.report_html import CLASS_COLOURS, LAG_COLOUR, render_report
-from spark_reconcile.results import (
+from postbox.spark_reconcile.classes import ALL_CLASSES, MessageClass
+from postbox.spark_reconcile.report_html import CLASS_COLOURS, LAG_COLOUR, render_report
+from postbox.spark_reconcile.results import (
     ClassCount,
     GroupRetries,
     QueueLag,

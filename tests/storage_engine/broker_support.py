@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from storage_engine import Broker, BrokerConfig, FakeClock, StoreConfig, verify_store
+from postbox.storage_engine import Broker, BrokerConfig, FakeClock, StoreConfig, verify_store
 from tests.storage_engine.conftest import small_config
 
 WAIT_S = 5.0  # generous bound for "happens soon" conditions; tests finish far sooner

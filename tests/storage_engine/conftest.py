@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     CommitLogConfig,
     ConsumeQueueConfig,
     FakeClock,

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     BrokerRole,
     CommitLogConfig,
@@ -57,7 +57,7 @@ from storage_engine import (
     StorageError,
     StoreConfig,
 )
-from storage_engine.formats import PROPERTY_DELAY
+from postbox.storage_engine.formats import PROPERTY_DELAY
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
 

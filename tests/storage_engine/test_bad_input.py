@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     CorruptionError,
     GetStatus,
     InvalidMessageError,
@@ -26,7 +26,7 @@ from storage_engine import (
     StoreLockedError,
     verify_store,
 )
-from storage_engine.errors import (
+from postbox.storage_engine.errors import (
     InvalidMessageIdError,
     InvalidQueueError,
     InvalidTopicError,

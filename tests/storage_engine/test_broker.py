@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     ConfigError,
     ConsumeFrom,
@@ -29,24 +29,28 @@ from storage_engine import (
     SubscriptionGroupConfig,
     verify_store,
 )
-from storage_engine.broker import PERM_READ, PERM_WRITE
-from storage_engine.broker.config_file import ConfigFileError
-from storage_engine.broker.config_stores import ConfigStores, ConsumerOffsetTable, DelayOffsetTable
-from storage_engine.broker.topic_manager import sharding_queue
-from storage_engine.errors import (
+from postbox.storage_engine.broker import PERM_READ, PERM_WRITE
+from postbox.storage_engine.broker.config_file import ConfigFileError
+from postbox.storage_engine.broker.config_stores import (
+    ConfigStores,
+    ConsumerOffsetTable,
+    DelayOffsetTable,
+)
+from postbox.storage_engine.broker.topic_manager import sharding_queue
+from postbox.storage_engine.errors import (
     GroupNotFoundError,
     InvalidQueueError,
     InvalidTopicError,
     NoPermissionError,
     TopicNotFoundError,
 )
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     java_string_hashcode,
 )
-from storage_engine.store.topics import DELAY_TOPIC
+from postbox.storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.broker_support import BrokerFactory, broker_config
 from tests.storage_engine.conftest import START_MS
 from tests.support.polling import wait_until

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import Broker, FakeClock, InvalidMessageError
-from storage_engine.errors import InvalidQueueError, InvalidTopicError
+from postbox.storage_engine import Broker, FakeClock, InvalidMessageError
+from postbox.storage_engine.errors import InvalidQueueError, InvalidTopicError
 from tests.storage_engine.broker_support import BrokerFactory
 
 GROUP = "billing"

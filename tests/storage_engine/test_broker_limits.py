@@ -14,8 +14,15 @@ from __future__ import annotations
 
 import pytest
 
-from storage_engine import Broker, BrokerConfig, ConfigError, Message, RetentionConfig, StoreConfig
-from storage_engine.errors import LimitExceededError, TableFullError
+from postbox.storage_engine import (
+    Broker,
+    BrokerConfig,
+    ConfigError,
+    Message,
+    RetentionConfig,
+    StoreConfig,
+)
+from postbox.storage_engine.errors import LimitExceededError, TableFullError
 from tests.storage_engine.conftest import DiskProbe, small_config
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     FakeClock,
     GetStatus,
@@ -21,14 +21,14 @@ from storage_engine import (
     SendBackOutcome,
     SubscriptionGroupConfig,
 )
-from storage_engine.broker.dlq_resends import DlqResends
-from storage_engine.broker.send_back import (
+from postbox.storage_engine.broker.dlq_resends import DlqResends
+from postbox.storage_engine.broker.send_back import (
     DLQ_REASON_LENGTH_MAX,
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
 )
-from storage_engine.errors import GroupNotFoundError, NoPermissionError
-from storage_engine.formats import (
+from postbox.storage_engine.errors import GroupNotFoundError, NoPermissionError
+from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QID,
@@ -36,7 +36,7 @@ from storage_engine.formats import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
 )
-from storage_engine.store.topics import DELAY_TOPIC
+from postbox.storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.broker_support import BrokerFactory
 
 TOPIC = "orders"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     CommitLogConfig,
     ConsumeQueueConfig,
     FakeClock,
@@ -25,9 +25,9 @@ from storage_engine import (
     MessageView,
     StoreConfig,
 )
-from storage_engine.formats import MAGIC_V1, RecordFields, UniqueKeyGenerator, encode_record
-from storage_engine.formats import index_key_hash as engine_index_key_hash
-from storage_engine.store.key_index import KeyIndexFile
+from postbox.storage_engine.formats import MAGIC_V1, RecordFields, UniqueKeyGenerator, encode_record
+from postbox.storage_engine.formats import index_key_hash as engine_index_key_hash
+from postbox.storage_engine.store.key_index import KeyIndexFile
 from tests.storage_engine.conftest import (
     TINY_SEGMENT_SIZE_BYTES,
     put_all,

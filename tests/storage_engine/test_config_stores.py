@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_engine import FakeClock, InvalidMessageError
-from storage_engine.broker.config_file import ConfigFile, ConfigFileError
-from storage_engine.broker.config_stores import (
+from postbox.storage_engine import FakeClock, InvalidMessageError
+from postbox.storage_engine.broker.config_file import ConfigFile, ConfigFileError
+from postbox.storage_engine.broker.config_stores import (
     ConfigStores,
     ConsumerFilterTable,
     ConsumerOffsetTable,
@@ -36,8 +36,8 @@ from storage_engine.broker.config_stores import (
     TopicConfig,
     TopicConfigTable,
 )
-from storage_engine.errors import InvalidQueueError, InvalidTopicError, StorageIOError
-from storage_engine.formats import NESTING_DEPTH_MAX, decode_config_json, encode_config_json
+from postbox.storage_engine.errors import InvalidQueueError, InvalidTopicError, StorageIOError
+from postbox.storage_engine.formats import NESTING_DEPTH_MAX, decode_config_json, encode_config_json
 from tests.support.rmq_decoder import VECTORS_DIR
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -300,7 +300,7 @@ def crash_document(counter):
 '''
 _CRASH_CHILD = _CRASH_DOCUMENT_SOURCE + '''
 import sys
-from storage_engine.broker.config_file import ConfigFile
+from postbox.storage_engine.broker.config_file import ConfigFile
 config, counter = ConfigFile(sys.argv[1]), int(sys.argv[2])
 print("ready", flush=True)
 while True:

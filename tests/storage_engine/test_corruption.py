@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage_engine import (
+from postbox.storage_engine import (
     CorruptionError,
     FlushConfig,
     FlushMode,
@@ -34,7 +34,7 @@ from storage_engine import (
     repair_store,
     verify_store,
 )
-from storage_engine.errors import MidLogCorruptionError
+from postbox.storage_engine.errors import MidLogCorruptionError
 from tests.storage_engine.conftest import small_config
 
 TOPIC = "orders"
@@ -151,7 +151,7 @@ def test_one_flipped_bit_in_the_third_last_segment_refuses_open_then_repair_keep
             view = store.read_message(result.log_position)
             assert (view.queue_offset, view.body) == (result.queue_offset,
                                                       bodies[result.log_position])
-        with caplog.at_level(logging.WARNING, logger="storage_engine.store.reader"):
+        with caplog.at_level(logging.WARNING, logger="postbox.storage_engine.store.reader"):
             pulled, end = _pull_all(store, victim.queue_id)
         expected = [r.log_position for r in results
                     if r.queue_id == victim.queue_id and r is not victim]

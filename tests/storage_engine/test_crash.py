@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     FakeClock,
     FlushConfig,
     FlushMode,

@@ -15,27 +15,27 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     DelayConfig,
     DiskFullError,
     Message,
     MessageStore,
 )
-from storage_engine.broker.config_stores import CONFIG_DIR_NAME, DelayOffsetTable
-from storage_engine.broker.delay_service import (
+from postbox.storage_engine.broker.config_stores import CONFIG_DIR_NAME, DelayOffsetTable
+from postbox.storage_engine.broker.delay_service import (
     DELIVER_BATCH_MAX,
     WAIT_MAX_MS,
     DelayService,
     schedule_delayed,
 )
-from storage_engine.config import parse_delay_levels
-from storage_engine.formats import (
+from postbox.storage_engine.config import parse_delay_levels
+from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_WAIT,
 )
-from storage_engine.store.topics import DELAY_TOPIC
+from postbox.storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 
 LEVELS_MS = parse_delay_levels("100ms 200ms 300ms")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     ConsumeQueueConfig,
     DiskFullError,
     KeyIndexConfig,
@@ -28,7 +28,7 @@ from storage_engine import (
     StoreConfig,
     verify_store,
 )
-from storage_engine.store.retention import disk_used_ratio
+from postbox.storage_engine.store.retention import disk_used_ratio
 from tests.storage_engine.conftest import read_queue, small_config
 from tests.support import rmq_decoder
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     FlushConfig,
     FlushMode,
     GetStatus,
@@ -18,8 +18,8 @@ from storage_engine import (
     StorageIOError,
     verify_store,
 )
-from storage_engine.errors import StoreNotWritableError
-from storage_engine.store import segment as segment_module
+from postbox.storage_engine.errors import StoreNotWritableError
+from postbox.storage_engine.store import segment as segment_module
 from tests.storage_engine.conftest import put_all, read_queue, small_config
 
 TOPIC = "orders"

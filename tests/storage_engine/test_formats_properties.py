@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     MAGIC_V1,
     MAGIC_V2,
     PROPERTY_CRC_PLACEHOLDER,
@@ -46,7 +46,7 @@ from storage_engine.formats import (
     seal_property_crc,
     unpack_record,
 )
-from storage_engine.formats.message_id import month_start_ms
+from postbox.storage_engine.formats.message_id import month_start_ms
 from tests.support import rmq_decoder
 from tests.support.property_vectors import PROPERTY_PARSE_CASES
 

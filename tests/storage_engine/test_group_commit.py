@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from storage_engine.group_commit import GroupCommit
+from postbox.storage_engine.group_commit import GroupCommit
 
 
 def test_a_lone_call_runs_at_once_with_its_own_items():

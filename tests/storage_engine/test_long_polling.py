@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from storage_engine import Broker, GetStatus, Message
-from storage_engine.broker.long_polling import ArrivalWaiter
-from storage_engine.errors import InvalidQueueError
+from postbox.storage_engine import Broker, GetStatus, Message
+from postbox.storage_engine.broker.long_polling import ArrivalWaiter
+from postbox.storage_engine.errors import InvalidQueueError
 from tests.storage_engine.broker_support import Background, BrokerFactory
 from tests.support.polling import wait_until
 

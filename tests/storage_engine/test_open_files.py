@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from storage_engine import ConfigError, ConsumeQueueConfig, Message, StoreConfig
-from storage_engine.store.open_files import OpenFiles
-from storage_engine.store.segment import Allocation
-from storage_engine.store.segment_set import SegmentSet
+from postbox.storage_engine import ConfigError, ConsumeQueueConfig, Message, StoreConfig
+from postbox.storage_engine.store.open_files import OpenFiles
+from postbox.storage_engine.store.segment import Allocation
+from postbox.storage_engine.store.segment_set import SegmentSet
 from tests.storage_engine.conftest import abandon, read_queue, small_config
 
 OPEN_FILES_MAX = 8

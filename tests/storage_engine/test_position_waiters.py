@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from storage_engine.group_commit import PositionWaiters
+from postbox.storage_engine.group_commit import PositionWaiters
 from tests.support.polling import wait_until
 
 

@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from storage_engine import (
+from postbox.storage_engine import (
     CommitLogConfig,
     ConsumeQueueConfig,
     CorruptionError,

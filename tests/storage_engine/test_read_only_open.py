@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     CommitLogConfig,
     Message,
     MessageStore,
     NotAStoreError,
     StoreConfig,
 )
-from storage_engine.errors import StoreNotWritableError
+from postbox.storage_engine.errors import StoreNotWritableError
 
 SEGMENT_SIZE_BYTES = 8192
 

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     CorruptionError,
     FakeClock,
     Message,
@@ -22,7 +22,7 @@ from storage_engine import (
     StoreConfig,
     verify_store,
 )
-from storage_engine.formats import CheckpointState, encode_checkpoint
+from postbox.storage_engine.formats import CheckpointState, encode_checkpoint
 from tests.storage_engine.conftest import (
     TINY_SEGMENT_SIZE_BYTES,
     abandon,

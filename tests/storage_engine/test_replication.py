@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import BrokerRole, verify_store
+from postbox.storage_engine import BrokerRole, verify_store
 from tests.support.polling import wait_until
 
 from .replication_process import QUEUE_COUNT, SEGMENT_SIZE_BYTES, ReplicationProcess, body_for

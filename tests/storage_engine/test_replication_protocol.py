@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     BrokerRole,
     CommitLogConfig,
     ConfigError,
@@ -29,11 +29,11 @@ from storage_engine import (
     SystemClock,
     verify_store,
 )
-from storage_engine.errors import ReplicationError
-from storage_engine.formats import BLANK_MAGIC
-from storage_engine.group_commit import PositionWaiters
-from storage_engine.ha.connection import SlaveConnection
-from storage_engine.ha.protocol import (
+from postbox.storage_engine.errors import ReplicationError
+from postbox.storage_engine.formats import BLANK_MAGIC
+from postbox.storage_engine.group_commit import PositionWaiters
+from postbox.storage_engine.ha.connection import SlaveConnection
+from postbox.storage_engine.ha.protocol import (
     FRAME_HEADER_SIZE_BYTES,
     FrameDecoder,
     ReportDecoder,
@@ -42,7 +42,7 @@ from storage_engine.ha.protocol import (
     frame_body_size,
     transfer_start,
 )
-from storage_engine.ha.slave import HASlaveClient
+from postbox.storage_engine.ha.slave import HASlaveClient
 from tests.support.polling import wait_until
 
 SEGMENT = 4096

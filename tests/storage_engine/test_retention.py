@@ -14,14 +14,14 @@ import subprocess
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     DiskFullError,
     GetStatus,
     Message,
     MessageStore,
     RetentionConfig,
 )
-from storage_engine.store.retention import disk_used_ratio
+from postbox.storage_engine.store.retention import disk_used_ratio
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 
 TOPIC = "orders"

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from storage_engine import FakeClock
-from storage_engine.service import Service
+from postbox.storage_engine import FakeClock
+from postbox.storage_engine.service import Service
 
 WAIT_S = 10.0  # a liveness bound for the thread, not a latency
 

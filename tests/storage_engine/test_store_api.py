@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import (
+from postbox.storage_engine import (
     BrokerRole,
     ConfigError,
     FakeClock,
@@ -24,7 +24,7 @@ from storage_engine import (
     PutResult,
     StoreConfig,
 )
-from storage_engine.formats import HostAddress, UniqueKeyGenerator
+from postbox.storage_engine.formats import HostAddress, UniqueKeyGenerator
 from tests.storage_engine.conftest import START_MS, put_all, read_queue, small_config
 from tests.support.rmq_decoder import index_key_hash, java_hash
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import FlushMode, LatencyTally, Message, MessageStore
+from postbox.storage_engine import FlushMode, LatencyTally, Message, MessageStore
 from tests.support.small_store import small_store_config
 
 

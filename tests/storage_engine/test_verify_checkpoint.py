@@ -8,8 +8,8 @@ and RocketMQ 5.3.3 sets it only in controller or duplication mode, so a Java sla
 
 from __future__ import annotations
 
-from storage_engine import Message, MessageStore, verify_store
-from storage_engine.formats import decode_checkpoint, encode_checkpoint
+from postbox.storage_engine import Message, MessageStore, verify_store
+from postbox.storage_engine.formats import decode_checkpoint, encode_checkpoint
 from tests.storage_engine.conftest import put_all, small_config
 
 TOPIC = "orders"

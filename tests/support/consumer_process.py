@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 
-from framework import App, ConsumerOptions
+from postbox.framework import App, ConsumerOptions
 
 BROKER_CONF = {
     "mappedFileSizeCommitLog": str(1024 * 1024),

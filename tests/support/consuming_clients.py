@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from network.remoting.client.connection import Connections
-from network.remoting.client.consuming import Consuming
-from network.remoting.client.context import DEFAULT_TIMEOUT_MS, ClientContext
-from network.remoting.client.routes import RouteTable
-from storage_engine.clock import SystemClock
+from postbox.network.remoting.client.connection import Connections
+from postbox.network.remoting.client.consuming import Consuming
+from postbox.network.remoting.client.context import DEFAULT_TIMEOUT_MS, ClientContext
+from postbox.network.remoting.client.routes import RouteTable
+from postbox.storage_engine.clock import SystemClock
 
 
 class ConsumingClients:

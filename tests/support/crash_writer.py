@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from storage_engine import (
+from postbox.storage_engine import (
     Clock,
     CommitLogConfig,
     ConsumeQueueConfig,

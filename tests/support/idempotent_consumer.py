@@ -26,7 +26,7 @@ import time
 
 from sqlalchemy import Column, MetaData, String, Table, insert
 
-from framework import App, ConsumerOptions
+from postbox.framework import App, ConsumerOptions
 from tests.support.consumer_process import BROKER_CONF, embedded_conf
 
 MS_DELAY_LEVELS = " ".join(f"{20 * level}ms" for level in range(1, 19))

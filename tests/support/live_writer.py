@@ -22,7 +22,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from storage_engine import (
+from postbox.storage_engine import (
     Broker,
     CommitLogConfig,
     ConsumeQueueConfig,

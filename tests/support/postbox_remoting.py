@@ -10,9 +10,9 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from network.remoting.node import NodeOptions, RemotingNode
-from network.remoting.server import AccessControl
-from storage_engine import Broker
+from postbox.network.remoting.node import NodeOptions, RemotingNode
+from postbox.network.remoting.server import AccessControl
+from postbox.storage_engine import Broker
 
 CLUSTER = "PostboxCluster"
 BROKER_NAME = "postbox-a"

@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from framework import App, ConsumerOptions
+from postbox.framework import App, ConsumerOptions
 
 OPTIONS = ConsumerOptions(persist_interval_ms=100, long_polling_ms=500,
                           rebalance_interval_ms=200)

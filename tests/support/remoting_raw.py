@@ -16,7 +16,7 @@ import struct
 import threading
 from typing import Any
 
-from network.remoting.wire import (
+from postbox.network.remoting.wire import (
     FrameDecoder,
     RemotingCommand,
     SerializeType,

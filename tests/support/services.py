@@ -23,7 +23,7 @@ import pytest
 import redis
 from sqlalchemy import MetaData, create_engine, inspect
 
-from outbox.tables import metadata
+from postbox.outbox.tables import metadata
 from tests.support.polling import wait_until
 
 DATABASE_URL_ENV = "POSTBOX_TEST_DATABASE_URL"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage_engine import StoreConfig
+from postbox.storage_engine import StoreConfig
 
 SEGMENT_SIZE_BYTES = 1024 * 1024
 

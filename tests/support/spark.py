@@ -17,7 +17,9 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The shared local Spark session (two cores)."""
-    from spark_reconcile.session import spark_session  # pyspark is imported only when needed
+    from postbox.spark_reconcile.session import (
+        spark_session,  # pyspark is imported only when needed
+    )
 
     session = spark_session("local[2]")
     yield session

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from storage_engine import MessageStore
+from postbox.storage_engine import MessageStore
 
 PAGE_SIZE_BYTES = 4096
 SECTOR_BYTES = 512  # the unit a disk writes atomically (at best)

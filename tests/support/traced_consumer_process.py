@@ -22,8 +22,8 @@ from pathlib import Path
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from framework import App, ConsumerOptions, RetryLater
-from framework.tracing import Tracing
+from postbox.framework import App, ConsumerOptions, RetryLater
+from postbox.framework.tracing import Tracing
 
 OPTIONS = ConsumerOptions(long_polling_ms=200, rebalance_interval_ms=200,
                           persist_interval_ms=200)

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
-from framework.tracing import Tracing
+from postbox.framework.tracing import Tracing
 from tests.support.polling import wait_until
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from storage_engine.config import parse_delay_levels
+from postbox.storage_engine.config import parse_delay_levels
 from tests.support.broker_process import BrokerProcess
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from storage_engine.broker import Broker
-from storage_engine.clock import Clock
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.clock import Clock
 
 from ..codes import RequestCode
 from ..namesrv.processor import refuse_config_write

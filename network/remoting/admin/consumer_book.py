@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from storage_engine.broker import Broker
+from postbox.storage_engine.broker import Broker
 
 if TYPE_CHECKING:  # types only: the admin reads the data plane, never the reverse
     from ..server.broker.clients import ClientRegistry, ConsumerInfo

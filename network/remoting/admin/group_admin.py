@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.broker.config_beans import (
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.config_beans import (
     SubscriptionGroupConfig,
     bean_from_json,
     bean_to_json,
     validate_group,
 )
-from storage_engine.errors import ConfigError, InvalidMessageError
+from postbox.storage_engine.errors import ConfigError, InvalidMessageError
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.clock import Clock
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.clock import Clock
 
 from ..codes import SERVER_VERSION, RequestCode
 from ..namesrv.route_bodies import kv_table_body

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.broker.config_beans import TopicConfig, bean_to_json
-from storage_engine.errors import ConfigError
-from storage_engine.store.topics import DELAY_TOPIC
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.config_beans import TopicConfig, bean_to_json
+from postbox.storage_engine.errors import ConfigError
+from postbox.storage_engine.store.topics import DELAY_TOPIC
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

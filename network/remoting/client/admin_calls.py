@@ -29,17 +29,17 @@ import dataclasses
 import struct
 from typing import Any
 
-from storage_engine.broker.config_beans import (
+from postbox.storage_engine.broker.config_beans import (
     SubscriptionGroupConfig,
     TopicConfig,
     bean_from_json,
     bean_to_json,
     validate_group,
 )
-from storage_engine.broker.model import QueueProgress
-from storage_engine.errors import InvalidMessageError
-from storage_engine.formats import MessageView
-from storage_engine.store.topics import dead_letter_topic, validate_topic
+from postbox.storage_engine.broker.model import QueueProgress
+from postbox.storage_engine.errors import InvalidMessageError
+from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.store.topics import dead_letter_topic, validate_topic
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

@@ -17,7 +17,7 @@ Every error carries the code, the broker's remark and its address. Pure; safe fr
 
 from __future__ import annotations
 
-from storage_engine.errors import (
+from postbox.storage_engine.errors import (
     BrokerUnavailableError,
     GroupNotFoundError,
     InvalidMessageError,

@@ -41,22 +41,31 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from storage_engine.broker.broker import PULL_BATCH_MAX, RETRY_BASE_DELAY_LEVEL
-from storage_engine.broker.config_beans import validate_group
-from storage_engine.broker.consumer_registry import validate_client_id
-from storage_engine.broker.model import ConsumeFrom, SendBackOutcome, SendBackResult, SendResult
-from storage_engine.broker.progress import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
-from storage_engine.broker.queue_locks import validate_queue_key
-from storage_engine.broker.send_back import send_back_copy
-from storage_engine.errors import BrokerUnavailableError, InvalidMessageError, InvalidQueueError
-from storage_engine.formats import (
+from postbox.storage_engine.broker.broker import PULL_BATCH_MAX, RETRY_BASE_DELAY_LEVEL
+from postbox.storage_engine.broker.config_beans import validate_group
+from postbox.storage_engine.broker.consumer_registry import validate_client_id
+from postbox.storage_engine.broker.model import (
+    ConsumeFrom,
+    SendBackOutcome,
+    SendBackResult,
+    SendResult,
+)
+from postbox.storage_engine.broker.progress import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
+from postbox.storage_engine.broker.queue_locks import validate_queue_key
+from postbox.storage_engine.broker.send_back import send_back_copy
+from postbox.storage_engine.errors import (
+    BrokerUnavailableError,
+    InvalidMessageError,
+    InvalidQueueError,
+)
+from postbox.storage_engine.formats import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_RECONSUME_TIME,
     MessageView,
     original_topic,
 )
-from storage_engine.store.message import GetResult, Message
-from storage_engine.store.topics import RETRY_TOPIC_PREFIX, retry_topic, validate_topic
+from postbox.storage_engine.store.message import GetResult, Message
+from postbox.storage_engine.store.topics import RETRY_TOPIC_PREFIX, retry_topic, validate_topic
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storage_engine.clock import Clock
-from storage_engine.errors import BrokerUnavailableError
-from storage_engine.formats import MessageView
+from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.errors import BrokerUnavailableError
+from postbox.storage_engine.formats import MessageView
 
 from ..wire import RemotingCommand
 from .connection import Connections

@@ -9,7 +9,7 @@ the remark. Nothing here has behaviour; safe from any thread.
 
 from __future__ import annotations
 
-from storage_engine.errors import BrokerUnavailableError
+from postbox.storage_engine.errors import BrokerUnavailableError
 
 
 class RemotingClientError(Exception):

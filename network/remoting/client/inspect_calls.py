@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from storage_engine.formats import MessageView, decode_offset_msg_id
+from postbox.storage_engine.formats import MessageView, decode_offset_msg_id
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

@@ -36,12 +36,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from storage_engine.broker.config_beans import validate_group
-from storage_engine.broker.consumer_registry import validate_client_id
-from storage_engine.clock import Clock
-from storage_engine.errors import BrokerUnavailableError, InvalidMessageError
-from storage_engine.service import Service
-from storage_engine.store.topics import validate_topic
+from postbox.storage_engine.broker.config_beans import validate_group
+from postbox.storage_engine.broker.consumer_registry import validate_client_id
+from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.errors import BrokerUnavailableError, InvalidMessageError
+from postbox.storage_engine.service import Service
+from postbox.storage_engine.store.topics import validate_topic
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from storage_engine.store.message import GetResult, GetStatus
+from postbox.storage_engine.store.message import GetResult, GetStatus
 
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand

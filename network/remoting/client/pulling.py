@@ -47,9 +47,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from storage_engine.broker.queue_locks import validate_queue_key
-from storage_engine.errors import BrokerUnavailableError, InvalidQueueError
-from storage_engine.store.message import GetResult, GetStatus
+from postbox.storage_engine.broker.queue_locks import validate_queue_key
+from postbox.storage_engine.errors import BrokerUnavailableError, InvalidQueueError
+from postbox.storage_engine.store.message import GetResult, GetStatus
 
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand

@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     MAGIC_V1,
     MAGIC_V2,
     PROPERTY_RETRY_TOPIC,
@@ -37,7 +37,7 @@ from storage_engine.formats import (
     MessageView,
     unpack_record,
 )
-from storage_engine.formats.record import RECORD_HEADER_V4
+from postbox.storage_engine.formats.record import RECORD_HEADER_V4
 
 from .errors import RemotingClientError
 

@@ -27,12 +27,17 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from storage_engine.broker.config_beans import SubscriptionGroupConfig, TopicConfig
-from storage_engine.broker.model import ConsumeFrom, QueueProgress, SendBackResult, SendResult
-from storage_engine.clock import Clock, SystemClock
-from storage_engine.errors import StoreClosedError
-from storage_engine.formats import MessageView
-from storage_engine.store.message import GetResult, Message
+from postbox.storage_engine.broker.config_beans import SubscriptionGroupConfig, TopicConfig
+from postbox.storage_engine.broker.model import (
+    ConsumeFrom,
+    QueueProgress,
+    SendBackResult,
+    SendResult,
+)
+from postbox.storage_engine.clock import Clock, SystemClock
+from postbox.storage_engine.errors import StoreClosedError
+from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.store.message import GetResult, Message
 
 from ..acl_signature import sign_request
 from ..wire import DEFAULT_LIMITS, FrameLimits, RemotingCommand

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage_engine.clock import Clock, SystemClock
-from storage_engine.errors import BrokerUnavailableError
+from postbox.storage_engine.clock import Clock, SystemClock
+from postbox.storage_engine.errors import BrokerUnavailableError
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

@@ -47,17 +47,17 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from storage_engine.broker.model import SendResult
-from storage_engine.broker.send_rules import batch_shape_problem
-from storage_engine.broker.topic_manager import sharding_queue
-from storage_engine.errors import (
+from postbox.storage_engine.broker.model import SendResult
+from postbox.storage_engine.broker.send_rules import batch_shape_problem
+from postbox.storage_engine.broker.topic_manager import sharding_queue
+from postbox.storage_engine.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
     InvalidQueueError,
     PropertiesTooLargeError,
     TopicNotFoundError,
 )
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     DELAY_TOPIC,
     MAX_MESSAGE_SIZE_BYTES,
     PROPERTIES_SIZE_MAX_BYTES,
@@ -69,8 +69,8 @@ from storage_engine.formats import (
     encode_properties,
     property_name_problem,
 )
-from storage_engine.store.message import Message, PutStatus
-from storage_engine.store.topics import RETRY_TOPIC_PREFIX, validate_topic
+from postbox.storage_engine.store.message import Message, PutStatus
+from postbox.storage_engine.store.topics import RETRY_TOPIC_PREFIX, validate_topic
 
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand

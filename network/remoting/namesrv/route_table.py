@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from storage_engine.clock import Clock
+from postbox.storage_engine.clock import Clock
 
 from ..route_data import QueueData
 

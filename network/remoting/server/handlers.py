@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from storage_engine.errors import (
+from postbox.storage_engine.errors import (
     DiskFullError,
     GroupNotFoundError,
     InvalidMessageError,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.config import BrokerRole, FlushMode
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.config import BrokerRole, FlushMode
 
 from ...wire import RemotingCommand
 from ..handlers import AccessControl

@@ -30,9 +30,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.broker.config_beans import validate_group
-from storage_engine.store.topics import validate_topic
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.config_beans import validate_group
+from postbox.storage_engine.store.topics import validate_topic
 
 from ... import fastjson
 from ...codes import RequestCode, ResponseCode

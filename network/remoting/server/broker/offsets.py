@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from storage_engine.broker import Broker
-from storage_engine.broker.model import ConsumeFrom
-from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import INDEX_QUERY_RESULT_MAX
-from storage_engine.store.topics import validate_topic
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.model import ConsumeFrom
+from postbox.storage_engine.errors import CorruptionError, MessageNotFoundError
+from postbox.storage_engine.formats import INDEX_QUERY_RESULT_MAX
+from postbox.storage_engine.store.topics import validate_topic
 
 from ...codes import RequestCode, ResponseCode
 from ...wire import HeaderFields, RemotingCommand

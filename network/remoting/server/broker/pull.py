@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.broker.broker import PULL_BATCH_MAX
-from storage_engine.store.message import GetResult, GetStatus
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.broker import PULL_BATCH_MAX
+from postbox.storage_engine.store.message import GetResult, GetStatus
 
 from ...codes import SERVER_VERSION, RequestCode, ResponseCode
 from ...wire import RemotingCommand

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 
-from storage_engine.formats import (
+from postbox.storage_engine.formats import (
     PROPERTY_CRC_NAME,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -26,7 +26,7 @@ from storage_engine.formats import (
     decode_properties,
     encode_record_parts,
 )
-from storage_engine.store.message import Message
+from postbox.storage_engine.store.message import Message
 
 from ...codes import ResponseCode
 from ..errors import RequestRefusedError

@@ -29,18 +29,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from storage_engine.broker import Broker
-from storage_engine.broker.model import SendResult
-from storage_engine.errors import CorruptionError, MessageNotFoundError
-from storage_engine.formats import (
+from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.model import SendResult
+from postbox.storage_engine.errors import CorruptionError, MessageNotFoundError
+from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
 )
-from storage_engine.formats.directory import DELAY_TOPIC, is_system_group_topic
-from storage_engine.store.message import Message, PutStatus
-from storage_engine.store.topics import dead_letter_topic
+from postbox.storage_engine.formats.directory import DELAY_TOPIC, is_system_group_topic
+from postbox.storage_engine.store.message import Message, PutStatus
+from postbox.storage_engine.store.topics import dead_letter_topic
 
 from ...codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from ...wire import HeaderFields, RemotingCommand
