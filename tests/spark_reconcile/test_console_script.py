@@ -54,7 +54,7 @@ def reconcile(small, tmp_path: Path, *more: str) -> subprocess.CompletedProcess:
 
 def test_bare_python_lacks_postbox():
     """The premise: the PATH's python3 cannot import the reconciliation."""
-    completed = subprocess.run([str(BARE_PYTHON), "-c", "import spark_reconcile"],
+    completed = subprocess.run([str(BARE_PYTHON), "-c", "import postbox.spark_reconcile"],
                                cwd="/", capture_output=True, text=True, check=False)
     assert "ModuleNotFoundError" in completed.stderr
 
