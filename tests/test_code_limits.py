@@ -2,7 +2,8 @@
 
 STYLE.md asks for functions under ~50 lines and modules under ~500; these are the hard limits a
 machine checks, with room above the soft ones. They hold for every ``.py`` file of the packages
-``pyproject.toml`` ships (``[tool.setuptools.packages.find] include``), the benchmarks
+the install ships (``postbox`` and the folders ``[tool.postbox] namespace-folders`` maps under
+it), the examples, the benchmarks
 (``bench``) and the tests themselves (``tests``), with the same limits: a long test reads no
 better than long code. A function counts from its ``def`` line to its last line, nested
 functions and methods each on their own as well as inside the one that holds them; a module
@@ -19,14 +20,13 @@ from tests.support.paths import REPO_ROOT
 
 FUNCTION_LINES_MAX = 70
 MODULE_LINES_MAX = 600
-EXTRA_ROOTS = ("bench", "tests")
+EXTRA_ROOTS = ("examples", "bench", "tests", "scripts")
 
 
 def checked_roots() -> list[Path]:
-    """The shipped packages (from pyproject.toml), then ``bench`` and ``tests``."""
+    """The shipped packages (from pyproject.toml), then examples, benchmarks, tests, scripts."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    names = sorted({pattern.rstrip("*").rstrip(".") for pattern in patterns})
+    names = ["postbox", *sorted(project["tool"]["postbox"]["namespace-folders"])]
     return [REPO_ROOT / name for name in [*names, *EXTRA_ROOTS]]
 
 
