@@ -11,7 +11,7 @@ Everything comes from the tree and its configuration, nothing from a list kept h
 
 Each table sits between a ``<!-- BEGIN name … -->`` and an ``<!-- END name -->`` comment; the text
 outside them is left alone. tests/test_architecture_doc.py regenerates the tables in memory and
-fails when the files differ.
+fails when the files differ. docs/development.md repeats the folder table for the site.
 
     python scripts/architecture_tables.py          # rewrite the files
     python scripts/architecture_tables.py --check  # exit 1 when a file is stale
@@ -30,6 +30,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 ARCHITECTURE = Path("docs/architecture.md")
 README = Path("README.md")
+DEVELOPMENT = Path("docs/development.md")
 SKIPPED = {"__pycache__"}
 NOT_A_FOLDER_OF_THE_PROJECT = {"build", "dist"}
 # What a top-level folder is, for the folders that say it neither in an ``__init__`` docstring
@@ -179,6 +180,7 @@ def generated(root: Path = REPOSITORY) -> dict[Path, dict[str, str]]:
         ARCHITECTURE: {"layer chain": layer_chain(root), "room table": rooms_table(tops),
                        "module tables": module_tables(tops)},
         README: {"folder table": folder_table(root)},
+        DEVELOPMENT: {"folder table": folder_table(root)},
     }
 
 
