@@ -3,7 +3,8 @@
 ``scripts/architecture_tables.py`` writes them (the layer chain from ``.importlinter``, every
 package and module of the ``postbox`` namespace with its docstring's first sentence, the
 top-level folders); this regenerates them in memory, so a moved, added or removed module, or a
-changed docstring, fails here until the script is run again.
+changed docstring, fails here until the script is run again. The API reference's page of
+``postbox`` lists the everyday names ``postbox.EVERYDAY_NAMES`` loads.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib.util
 import sys
 from types import ModuleType
 
+import postbox
 from tests.support.paths import REPO_ROOT
 
 
@@ -49,3 +51,11 @@ def test_summaries_cite_nothing_outside_the_repository() -> None:
     assert script.summary("Checkpoint page (§5.1): a ``page``.\n\nDetails") == (
         "Checkpoint page: a `page`.")
     assert script.summary("a | b") == "a \\| b"
+
+
+def test_the_api_reference_lists_every_everyday_name() -> None:
+    page = (REPO_ROOT / "docs" / "reference" / "postbox.md").read_text(encoding="utf-8")
+    listed = {line.split("`")[1] for line in page.splitlines() if line.startswith("| [`")}
+    assert listed == set(postbox.EVERYDAY_NAMES)
+    for name, package in postbox.EVERYDAY_NAMES.items():
+        assert f"[`{name}`][postbox.{package}.{name}]" in page
