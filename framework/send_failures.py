@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 
-from postbox.network.remoting.client.errors import RemotingResponseError, RouteNotFoundError
+from postbox.network.client.errors import RemotingResponseError, RouteNotFoundError
 from postbox.storage_engine import (
     BrokerUnavailableError,
     InvalidMessageError,

@@ -34,7 +34,7 @@ from postbox.framework.metrics import (
     gauge,
     store_families,
 )
-from postbox.network.remoting.codes import RequestCode
+from postbox.network.protocol.codes import RequestCode
 from postbox.storage_engine import Broker
 
 from .common import CliError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config

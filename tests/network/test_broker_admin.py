@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from postbox.network.remoting import fastjson
-from postbox.network.remoting.admin import BrokerAdmin, RuntimeStats
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.broker_node.admin import BrokerAdmin, RuntimeStats
+from postbox.broker_node.server.broker import BrokerRemotingServer
+from postbox.network.protocol import fastjson
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, Message
 from postbox.storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient

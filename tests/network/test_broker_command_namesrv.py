@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from postbox.network.remoting.acl_signature import sign_request
-from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.protocol.acl_signature import sign_request
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
 from tests.support.remoting_raw import RawRemotingClient, send_fields
 
@@ -118,9 +118,9 @@ def test_node_options_take_flags_then_broker_conf_then_defaults(tmp_path):
 
 
 def test_remoting_limits_come_from_broker_conf_keys_and_bad_ones_name_the_key(tmp_path):
+    from postbox.broker_node.server import ServerLimits
     from postbox.cli.broker_remoting import node_options
     from postbox.cli.common import CliError
-    from postbox.network.remoting.server import ServerLimits
 
     flags = dict(namesrv_listen="127.0.0.1:9876", remoting_listen=None, namesrv=None,
                  advertise=None, broker_name=None, cluster_name=None)

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.remoting_raw import (

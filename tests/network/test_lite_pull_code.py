@@ -4,7 +4,7 @@ lite pull consumer against ``postbox broker`` received nothing."""
 
 from __future__ import annotations
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Message
 from tests.support.remoting_raw import decode_records, pull_fields
 

@@ -10,13 +10,13 @@ import zlib
 
 import pytest
 
-from postbox.network.remoting import fastjson
-from postbox.network.remoting.admin import AdvertisedTopics, advertised_topics
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
-from postbox.network.remoting.namesrv.route_bodies import register_body
-from postbox.network.remoting.namesrv.route_table import QueueData
-from postbox.network.remoting.server import RemotingServer
+from postbox.broker_node.admin import AdvertisedTopics, advertised_topics
+from postbox.broker_node.namesrv import BrokerIdentity, NameServer, RouteTable
+from postbox.broker_node.namesrv.route_bodies import register_body
+from postbox.broker_node.namesrv.route_table import QueueData
+from postbox.broker_node.server import RemotingServer
+from postbox.network.protocol import fastjson
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, StoreConfig
 from postbox.storage_engine.clock import FakeClock
 from tests.support.remoting_raw import RawRemotingClient

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from postbox.network.remoting.codes import RequestCode
-from postbox.network.remoting.node import NodeOptions, RemotingNode
+from postbox.broker_node.remoting_node import NodeOptions, RemotingNode
+from postbox.network.protocol.codes import RequestCode
 from postbox.storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.rocketmq_lab import LabDriver

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from postbox.network.acl_file import parse_acl
-from postbox.network.remoting.access import RemotingAccess
-from postbox.network.remoting.acl_signature import sign_request
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.broker_node.access import RemotingAccess
+from postbox.broker_node.acl_file import parse_acl
+from postbox.broker_node.server.broker import BrokerRemotingServer
+from postbox.network.protocol.acl_signature import sign_request
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, Message
 from tests.support.remoting_raw import RawRemotingClient, decode_records
 from tests.support.small_store import small_store_config

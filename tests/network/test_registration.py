@@ -9,11 +9,11 @@ import socket
 
 import pytest
 
-from postbox.network.remoting.admin import advertised_topics, data_version
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
-from postbox.network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
-from postbox.network.remoting.server import RemotingServer
+from postbox.broker_node.admin import advertised_topics, data_version
+from postbox.broker_node.namesrv import BrokerIdentity, NameServer, RouteTable
+from postbox.broker_node.registration import NamesrvRegistrar, parse_namesrv_list
+from postbox.broker_node.server import RemotingServer
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from postbox.network.remoting.admin import advertised_topics, data_version
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv import BrokerIdentity
-from postbox.network.remoting.node import NodeOptions, RemotingNode
-from postbox.network.remoting.registration import NamesrvRegistrar, parse_namesrv_list
+from postbox.broker_node.admin import advertised_topics, data_version
+from postbox.broker_node.namesrv import BrokerIdentity
+from postbox.broker_node.registration import NamesrvRegistrar, parse_namesrv_list
+from postbox.broker_node.remoting_node import NodeOptions, RemotingNode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient

@@ -10,13 +10,13 @@ import json
 
 import pytest
 
-from postbox.network.remoting.access import RemotingAccess
-from postbox.network.remoting.acl_signature import sign, sign_request, signature_content, verify
-from postbox.network.remoting.admin import AdvertisedTopics, BrokerAdmin
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv import BrokerIdentity, NameServer, RouteTable
-from postbox.network.remoting.server import RemotingServer
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.broker_node.access import RemotingAccess
+from postbox.broker_node.admin import AdvertisedTopics, BrokerAdmin
+from postbox.broker_node.namesrv import BrokerIdentity, NameServer, RouteTable
+from postbox.broker_node.server import RemotingServer
+from postbox.network.protocol.acl_signature import sign, sign_request, signature_content, verify
+from postbox.network.protocol.codes import RequestCode, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Broker
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
@@ -151,7 +151,7 @@ def test_oneway_refusal_answers_nothing_and_runs_nothing(servers):
     with RawRemotingClient(broker_server.address) as client:
         refused = client.request(RC.UPDATE_CONSUMER_OFFSET, fields, oneway=True)
         sign_request(refused, "pub", SECRETS["pub"])
-        client.send_bytes(__import__("postbox.network.remoting.wire", fromlist=["encode"])
+        client.send_bytes(__import__("postbox.network.protocol.wire", fromlist=["encode"])
                           .encode(refused))
         assert _call(client, "sub", RC.GET_MAX_OFFSET, {"topic": "orders", "queueId": 0}
                      ).code == 0  # answered after the oneway: nothing came back for it

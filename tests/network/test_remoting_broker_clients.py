@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import queue
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from tests.support.remoting_raw import decode_records, pull_fields, send_fields
 
 HEART_BEAT, CONSUMERS = RequestCode.HEART_BEAT, RequestCode.GET_CONSUMER_LIST_BY_GROUP

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.server import AccessDeniedError
-from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.broker_node.server import AccessDeniedError
+from postbox.broker_node.server.broker import BrokerRemotingServer
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.formats import decode_offset_msg_id
 from tests.storage_engine.conftest import small_config

@@ -4,7 +4,7 @@ consistent)."""
 
 from __future__ import annotations
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.remoting_raw import (

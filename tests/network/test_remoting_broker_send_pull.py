@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 import time
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine.formats import decode_offset_msg_id
 from tests.support.remoting_raw import decode_records, pull_fields, send_fields
 
@@ -173,7 +173,7 @@ def test_long_poll_answers_not_found_after_the_suspend_time(connect, broker):
 
 
 def test_parked_pulls_are_bounded(broker):
-    from postbox.network.remoting.server.broker import BrokerRemotingServer
+    from postbox.broker_node.server.broker import BrokerRemotingServer
     from tests.support.remoting_raw import RawRemotingClient
 
     broker.create_topic("TB2", 1)

@@ -8,14 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from postbox.network.remoting.client.connection import Connection, Connections
-from postbox.network.remoting.client.errors import (
+from postbox.network.client.connection import Connection, Connections
+from postbox.network.client.errors import (
     ConnectionClosedError,
     RemotingClientError,
     RemotingTimeoutError,
 )
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.network.protocol.codes import RequestCode, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine.errors import BrokerUnavailableError
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer, free_port_address
 

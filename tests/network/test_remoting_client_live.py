@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from postbox.network.remoting.client.connection import Connections
-from postbox.network.remoting.client.remote_broker import RemotingBroker
-from postbox.network.remoting.client.routes import RouteTable
+from postbox.network.client.connection import Connections
+from postbox.network.client.remote_broker import RemotingBroker
+from postbox.network.client.routes import RouteTable
 from postbox.storage_engine import Message
 from postbox.storage_engine.errors import InvalidMessageError
 from tests.support.polling import wait_until

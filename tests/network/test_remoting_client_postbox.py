@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from postbox.broker_node.access import RemotingAccess
 from postbox.framework import App
-from postbox.network.remoting.access import RemotingAccess
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Broker, Message
 from postbox.storage_engine.errors import InvalidMessageError, NoPermissionError
 from tests.support.postbox_remoting import PostboxRemoting, serve_remoting

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from postbox.network.remoting.client.connection import Connections
-from postbox.network.remoting.client.errors import ConnectionClosedError, RouteNotFoundError
-from postbox.network.remoting.client.naming import Namespace
-from postbox.network.remoting.client.routes import QueueRef, RouteTable, parse_route
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.network.client.connection import Connections
+from postbox.network.client.errors import ConnectionClosedError, RouteNotFoundError
+from postbox.network.client.naming import Namespace
+from postbox.network.client.routes import QueueRef, RouteTable, parse_route
+from postbox.network.protocol.codes import RequestCode, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine.clock import FakeClock
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer, free_port_address
 

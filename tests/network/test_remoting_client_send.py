@@ -16,15 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from postbox.network.remoting.client.remote_broker import RemotingBroker
-from postbox.network.remoting.client.send_lanes import Lane, Slot
-from postbox.network.remoting.client.sending import SendAlone
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.network.client.remote_broker import RemotingBroker
+from postbox.network.client.send_lanes import Lane, Slot
+from postbox.network.client.sending import SendAlone
+from postbox.network.protocol.codes import RequestCode, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Message
+from postbox.storage_engine.contract.message import PutStatus
 from postbox.storage_engine.errors import BrokerUnavailableError, NoPermissionError
 from postbox.storage_engine.formats import decode_properties, encode_host, encode_offset_msg_id
-from postbox.storage_engine.store.message import PutStatus
 from tests.support.polling import wait_until
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer, free_port_address
 

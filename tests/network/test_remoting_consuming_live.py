@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from postbox.network.remoting.client.consuming import Consuming
+from postbox.network.client.consuming import Consuming
 from postbox.storage_engine import ConsumeFrom, GetStatus, SendBackOutcome
 from tests.support.consuming_clients import ConsumingClients
 

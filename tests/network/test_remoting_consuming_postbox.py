@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from postbox.network.remoting.client.errors import RemotingResponseError
-from postbox.network.remoting.client.membership import HeartbeatService
-from postbox.network.remoting.client.remote_broker import RemotingBroker
-from postbox.network.remoting.codes import RequestCode
+from postbox.network.client.errors import RemotingResponseError
+from postbox.network.client.membership import HeartbeatService
+from postbox.network.client.remote_broker import RemotingBroker
+from postbox.network.protocol.codes import RequestCode
 from postbox.storage_engine import (
     Broker,
     ConsumeFrom,

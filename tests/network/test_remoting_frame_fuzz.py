@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from postbox.network.remoting import fastjson
-from postbox.network.remoting.client.connection import Connection
-from postbox.network.remoting.client.errors import ConnectionClosedError
-from postbox.network.remoting.wire import (
+from postbox.network.client.connection import Connection
+from postbox.network.client.errors import ConnectionClosedError
+from postbox.network.protocol import fastjson
+from postbox.network.protocol.wire import (
     FrameDecoder,
     FrameLimits,
     RemotingCommand,

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from postbox.network.remoting.acl_signature import sign, sign_request
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv import QueueData
-from postbox.network.remoting.namesrv.route_bodies import register_body
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.broker_node.namesrv import QueueData
+from postbox.broker_node.namesrv.route_bodies import register_body
+from postbox.network.protocol.acl_signature import sign, sign_request
+from postbox.network.protocol.codes import RequestCode, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Broker, StoreConfig
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until

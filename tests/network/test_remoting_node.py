@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from postbox.network.acl_file import parse_acl
-from postbox.network.remoting.access import RemotingAccess
-from postbox.network.remoting.acl_signature import sign_request
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv import NameServer, RouteTable
-from postbox.network.remoting.node import NodeError, NodeOptions, RemotingNode
-from postbox.network.remoting.server import RemotingServer
+from postbox.broker_node.access import RemotingAccess
+from postbox.broker_node.acl_file import parse_acl
+from postbox.broker_node.namesrv import NameServer, RouteTable
+from postbox.broker_node.remoting_node import NodeError, NodeOptions, RemotingNode
+from postbox.broker_node.server import RemotingServer
+from postbox.network.protocol.acl_signature import sign_request
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.server import ServerLimits
-from postbox.network.remoting.server.broker import BrokerRemotingServer
+from postbox.broker_node.server import ServerLimits
+from postbox.broker_node.server.broker import BrokerRemotingServer
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient, pull_fields, send_fields

@@ -12,14 +12,14 @@ import zlib
 
 import pytest
 
-from postbox.network.remoting.client.broker_errors import (
+from postbox.network.client.broker_errors import (
     RemotingBrokerBusyError,
     RemotingNoPermissionError,
 )
-from postbox.network.remoting.client.pull_answers import get_result, pull_request
-from postbox.network.remoting.client.records import RecordDecodeError, decode_records
-from postbox.network.remoting.codes import RequestCode
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.network.client.pull_answers import get_result, pull_request
+from postbox.network.client.records import RecordDecodeError, decode_records
+from postbox.network.protocol.codes import RequestCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Broker, GetStatus, Message, MessageView
 from postbox.storage_engine.errors import BrokerUnavailableError, NoPermissionError
 from postbox.storage_engine.formats import encode_record_parts

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.wire import RemotingCommand, encode
+from postbox.network.protocol.codes import RequestCode, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand, encode
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient, send_fields

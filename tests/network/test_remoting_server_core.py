@@ -11,15 +11,15 @@ import threading
 
 import pytest
 
-from postbox.network.remoting.codes import SERVER_VERSION, ResponseCode
-from postbox.network.remoting.server import (
+from postbox.broker_node.server import (
     AccessDeniedError,
     CallTimeoutError,
     RemotingServer,
     ServerLimits,
     Session,
 )
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.network.protocol.codes import SERVER_VERSION, ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient
 
@@ -198,7 +198,7 @@ def test_full_worker_queue_answers_system_busy():
 
 
 def test_binary_header_requests_are_served(server):
-    from postbox.network.remoting.wire import SerializeType
+    from postbox.network.protocol.wire import SerializeType
 
     with RawRemotingClient(server.address) as client:
         request = client.request(ECHO, {"k": "v"}, b"bin")
@@ -230,7 +230,7 @@ def test_a_peer_that_never_reads_does_not_stall_the_others():
                                  inline=True)
         stalled = socket.create_connection(server.address)
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        from postbox.network.remoting.wire import encode
+        from postbox.network.protocol.wire import encode
         burst = b"".join(encode(RemotingCommand.request(ECHO)) for _ in range(200))
         stalled.sendall(burst)  # 200 answers of 64 KiB it will never read
         with RawRemotingClient(server.address) as other:
@@ -262,7 +262,7 @@ def test_a_peer_that_takes_none_of_its_answers_is_closed_after_the_idle_timeout(
                                  inline=True)
         stalled = socket.create_connection(server.address)
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        from postbox.network.remoting.wire import encode
+        from postbox.network.protocol.wire import encode
         stalled.sendall(b"".join(encode(RemotingCommand.request(ECHO)) for _ in range(200)))
         with RawRemotingClient(server.address) as other:
             wait_until(lambda: other.call(ECHO, timeout_s=5).code == 0  # served meanwhile

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postbox.network.remoting import fastjson
-from postbox.network.remoting.codes import RequestCode
-from postbox.network.remoting.fastjson import ObjectKey
-from postbox.network.remoting.wire import (
+from postbox.network.protocol import fastjson
+from postbox.network.protocol.codes import RequestCode
+from postbox.network.protocol.fastjson import ObjectKey
+from postbox.network.protocol.wire import (
     FrameDecoder,
     FrameLimits,
     HeaderFieldError,

@@ -13,7 +13,7 @@ import pytest
 
 from postbox.framework import App, ConfigurationError
 from postbox.framework.transport import open_client, rocketmq_cluster
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine.errors import BrokerUnavailableError
 from tests.support.tiny_remoting_server import free_port_address
 

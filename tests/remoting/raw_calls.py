@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from postbox.network.grpc_v2.protocol import definition, service, service_grpc
+from postbox.broker_node.grpc_v2.protocol import definition, service, service_grpc
 
 TIMEOUT_S = 10
 

@@ -11,10 +11,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from postbox.network.acl_file import parse_acl
-from postbox.network.grpc_v2 import AccessControl, AccessDeniedError, Credentials, signed_metadata
-from postbox.network.grpc_v2.auth import sign
-from postbox.network.grpc_v2.protocol import Code
+from postbox.broker_node.acl_file import parse_acl
+from postbox.broker_node.grpc_v2 import (
+    AccessControl,
+    AccessDeniedError,
+    Credentials,
+    signed_metadata,
+)
+from postbox.broker_node.grpc_v2.auth import sign
+from postbox.broker_node.grpc_v2.protocol import Code
 from postbox.storage_engine import Broker, ConfigError
 from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import pull_status, receive_status, send

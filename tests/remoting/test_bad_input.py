@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from postbox.network.grpc_v2.protocol import Code, definition, service
+from postbox.broker_node.grpc_v2.protocol import Code, definition, service
 from postbox.storage_engine import Broker
 from tests.remoting.conftest import store_config
 from tests.remoting.raw_calls import (

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from rocketmq.v5.util.misc import Misc
 
-from postbox.network.grpc_v2.conversion import body_digest, message_to_proto
-from postbox.network.grpc_v2.protocol import Code, definition
+from postbox.broker_node.grpc_v2.conversion import body_digest, message_to_proto
+from postbox.broker_node.grpc_v2.protocol import Code, definition
 from postbox.storage_engine import Broker, Message, StoreConfig
 from tests.remoting.java_client import java_digest_check, run_digest_check
 from tests.remoting.raw_calls import send

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from postbox.network.grpc_v2.conversion import (
+from postbox.broker_node.grpc_v2.conversion import (
     PROPERTY_DELIVERY_TIMESTAMP_MS,
     message_from_proto,
     message_to_proto,
     timestamp,
 )
-from postbox.network.grpc_v2.protocol import Code, definition
-from postbox.network.grpc_v2.statuses import RequestError
+from postbox.broker_node.grpc_v2.protocol import Code, definition
+from postbox.broker_node.grpc_v2.statuses import RequestError
 from postbox.storage_engine import Broker, StoreConfig
 from tests.support.broker_process import write_broker_conf
 from tests.support.polling import wait_until

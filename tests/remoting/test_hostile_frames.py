@@ -9,10 +9,10 @@ from __future__ import annotations
 import itertools
 import zlib
 
-from postbox.network.remoting.codes import RequestCode, ResponseCode
-from postbox.network.remoting.namesrv.processor import GET_KV_CONFIG
-from postbox.network.remoting.namesrv.route_bodies import register_body
-from postbox.network.remoting.namesrv.route_table import QueueData
+from postbox.broker_node.namesrv.processor import GET_KV_CONFIG
+from postbox.broker_node.namesrv.route_bodies import register_body
+from postbox.broker_node.namesrv.route_table import QueueData
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 from tests.support.remoting_raw import (
     RawRemotingClient,
     ascii_frame,

@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from postbox.network.grpc_v2.protocol import Code, service
+from postbox.broker_node.grpc_v2.protocol import Code, service
 from postbox.storage_engine import Broker
 from tests.cli.cli_support import assert_one_error_line, run
 from tests.remoting.conftest import store_config

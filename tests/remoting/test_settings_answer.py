@@ -5,8 +5,8 @@ The live comparison is ``tests/lab/test_side_by_side.py``."""
 
 from __future__ import annotations
 
-from postbox.network.grpc_v2.protocol import definition
-from postbox.network.grpc_v2.settings_answer import consumer_backoff_s, settings_answer
+from postbox.broker_node.grpc_v2.protocol import definition
+from postbox.broker_node.grpc_v2.settings_answer import consumer_backoff_s, settings_answer
 from postbox.storage_engine import StoreConfig
 
 APACHE_DEFAULT_RETRY_S = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,

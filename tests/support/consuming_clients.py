@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from postbox.network.remoting.client.connection import Connections
-from postbox.network.remoting.client.consuming import Consuming
-from postbox.network.remoting.client.context import DEFAULT_TIMEOUT_MS, ClientContext
-from postbox.network.remoting.client.routes import RouteTable
+from postbox.network.client.connection import Connections
+from postbox.network.client.consuming import Consuming
+from postbox.network.client.context import DEFAULT_TIMEOUT_MS, ClientContext
+from postbox.network.client.routes import RouteTable
 from postbox.storage_engine.clock import SystemClock
 
 

@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from postbox.network.remoting.node import NodeOptions, RemotingNode
-from postbox.network.remoting.server import AccessControl
+from postbox.broker_node.remoting_node import NodeOptions, RemotingNode
+from postbox.broker_node.server import AccessControl
 from postbox.storage_engine import Broker
 
 CLUSTER = "PostboxCluster"
