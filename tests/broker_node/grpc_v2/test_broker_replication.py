@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from postbox.storage_engine import Broker, StoreConfig
-from tests.remoting.rocketmq_clients import configuration, message, start_producer
+from tests.broker_node.grpc_v2.rocketmq_clients import configuration, message, start_producer
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 

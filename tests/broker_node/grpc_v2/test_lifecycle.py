@@ -11,15 +11,15 @@ import pytest
 
 from postbox.broker_node.grpc_v2.protocol import Code, service
 from postbox.storage_engine import Broker
-from tests.cli.cli_support import assert_one_error_line, run
-from tests.remoting.conftest import store_config
-from tests.remoting.raw_calls import TIMEOUT_S, resource, stub
-from tests.remoting.rocketmq_clients import (
+from tests.broker_node.grpc_v2.conftest import store_config
+from tests.broker_node.grpc_v2.raw_calls import TIMEOUT_S, resource, stub
+from tests.broker_node.grpc_v2.rocketmq_clients import (
     configuration,
     message,
     start_producer,
     start_simple_consumer,
 )
+from tests.cli.cli_support import assert_one_error_line, run
 from tests.support.broker_process import BrokerProcess
 from tests.support.polling import wait_until
 

@@ -19,8 +19,8 @@ from rocketmq.v5.util.misc import Misc
 from postbox.broker_node.grpc_v2.conversion import body_digest, message_to_proto
 from postbox.broker_node.grpc_v2.protocol import Code, definition
 from postbox.storage_engine import Broker, Message, StoreConfig
-from tests.remoting.java_client import java_digest_check, run_digest_check
-from tests.remoting.raw_calls import send
+from tests.broker_node.grpc_v2.java_client import java_digest_check, run_digest_check
+from tests.broker_node.grpc_v2.raw_calls import send
 
 KNOWN = {  # body -> MD5 upper-case hex (RFC 1321 test suite values and one binary body)
     b"a": "0CC175B9C0F1B6A831C399E269772661",

@@ -21,9 +21,9 @@ from postbox.broker_node.grpc_v2 import (
 from postbox.broker_node.grpc_v2.auth import sign
 from postbox.broker_node.grpc_v2.protocol import Code
 from postbox.storage_engine import Broker, ConfigError
-from tests.remoting.conftest import store_config
-from tests.remoting.raw_calls import pull_status, receive_status, send
-from tests.remoting.rocketmq_clients import (
+from tests.broker_node.grpc_v2.conftest import store_config
+from tests.broker_node.grpc_v2.raw_calls import pull_status, receive_status, send
+from tests.broker_node.grpc_v2.rocketmq_clients import (
     configuration,
     message,
     start_producer,

@@ -16,7 +16,7 @@ from postbox.broker_node.grpc_v2.auth import Credentials, signed_metadata
 from postbox.broker_node.grpc_v2.protocol import Code, definition, service
 from postbox.broker_node.grpc_v2.servicer import MessagingServicer
 from postbox.storage_engine import Broker, Message
-from tests.remoting.raw_calls import TIMEOUT_S, queue, resource, send_request, stub
+from tests.broker_node.grpc_v2.raw_calls import TIMEOUT_S, queue, resource, send_request, stub
 from tests.support.acl_keys import ALL, KEYS_LACKING_ONE_RIGHT
 
 KEYS = {**KEYS_LACKING_ONE_RIGHT, "orders-only": {**ALL, "topics": {"orders": "PUB|SUB"}}}

@@ -10,8 +10,8 @@ import time
 from rocketmq import ConsumeResult, MessageListener
 
 from postbox.storage_engine import Broker, SubscriptionGroupConfig
-from tests.remoting.raw_calls import pull_all
-from tests.remoting.rocketmq_clients import (
+from tests.broker_node.grpc_v2.raw_calls import pull_all
+from tests.broker_node.grpc_v2.rocketmq_clients import (
     configuration,
     message,
     start_producer,

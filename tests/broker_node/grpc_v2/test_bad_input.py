@@ -9,8 +9,8 @@ import pytest
 
 from postbox.broker_node.grpc_v2.protocol import Code, definition, service
 from postbox.storage_engine import Broker
-from tests.remoting.conftest import store_config
-from tests.remoting.raw_calls import (
+from tests.broker_node.grpc_v2.conftest import store_config
+from tests.broker_node.grpc_v2.raw_calls import (
     TIMEOUT_S,
     receive_status,
     resource,
