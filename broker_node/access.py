@@ -3,7 +3,7 @@
 The server calls ``check(request, session)`` before every handler. It authenticates the request
 (``AccessKey`` of a known account, a ``Signature`` that matches, ``acl_signature.verify``, and
 holds for the request's code, ``acl_signature.code_problem``) and
-then checks the account's rights (the ACL file, ``network.acl_file``) on **every topic and group
+then checks the account's rights (the ACL file, ``broker_node.acl_file``) on **every topic and group
 the request names**, before anything is read or written. A refusal raises
 ``AccessDeniedError``, answered 16 NO_PERMISSION with the reason in the remark (nothing at all
 for a oneway request).

@@ -1,7 +1,7 @@
 """The consumer side of ``BrokerClient`` over RocketMQ's remoting protocol.
 
 ``Consuming`` holds what a consumer asks of a broker, with the embedded ``Broker``'s
-semantics (``framework.transport.BrokerClient``; facts: ``reference/rocketmq-remoting.md``
+semantics (``storage_engine.contract.BrokerClient``; facts: ``reference/rocketmq-remoting.md``
 §2.2, §4, §5, §9.5, §9.9–§9.12). Queues are the framework's: ``queue_id`` is the global number
 of ``routes`` (a (broker, queue) pair of the topic's route), and every call goes to the master
 of that queue's broker. Names are the application's; ``routes.namespace`` adds and strips a

@@ -8,7 +8,8 @@ line ``listening on HOST:PORT`` goes to stdout once clients can connect (then
 SIGTERM or SIGINT stops it cleanly: new calls are refused, long polls end, running calls get
 ``--grace`` seconds, then the broker closes (consumer offsets persisted, store closed without
 ``abort``) and the command exits 0 after printing ``stopped``. The remoting side
-(``network.remoting.node.RemotingNode``, options in ``broker_remoting``) serves beside it: the
+(``broker_node.remoting_node.RemotingNode``, options in ``broker_remoting``; both composed by
+``broker_node.node.BrokerNode``) serves beside it: the
 broker on ``--remoting-listen`` (``remoting listening on HOST:PORT``, after the ``ha
 listening`` line), the name server on ``--namesrv-listen`` (``namesrv listening on
 HOST:PORT``), and registrations with ``--namesrv``; it stops (unregistered, connections closed,

@@ -1,7 +1,7 @@
 """The remoting options of ``postbox broker start``: where the name server and the broker
 listen, who the broker is, which external name servers it registers with.
 
-``node_options`` builds the ``NodeOptions`` of ``network.remoting.node.RemotingNode`` from the
+``node_options`` builds the ``NodeOptions`` of ``broker_node.remoting_node.RemotingNode`` from the
 flags, falling back to the RocketMQ keys of ``--broker-conf`` a RocketMQ operator already has
 (``brokerName``, ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``brokerIP1``), then to
 the defaults. Flags win. The listeners' bounds come from the ``remoting*`` keys of

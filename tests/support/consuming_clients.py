@@ -1,4 +1,4 @@
-"""Consumer sides of remoting clients (``network.remoting.client.consuming.Consuming``), each
+"""Consumer sides of remoting clients (``network.client.consuming.Consuming``), each
 over its own connections to one name server, for tests that compare several clients (members,
 locks) or need no producer facade around them. ``close`` closes them all."""
 

@@ -17,7 +17,7 @@ from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine.errors import BrokerUnavailableError
 from tests.support.tiny_remoting_server import free_port_address
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("url", "addresses", "namespace"), [
@@ -83,14 +83,18 @@ def test_open_client_builds_a_remoting_broker_with_namespace_and_credentials() -
 
 
 def test_mypy_accepts_the_remoting_broker_as_a_broker_client(tmp_path: Path) -> None:
-    module = tmp_path / "client_check.py"
+    tree = tmp_path / "namespace"  # postbox/… as installed (scripts/namespace_tree.py)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "namespace_tree.py"), str(tree)],
+                   check=True, capture_output=True, timeout=120)
+    module = tree / "client_check.py"
     module.write_text(
-        "from framework import BrokerClient\n"
-        "from network.remoting.client.remote_broker import RemotingBroker\n\n"
+        "from postbox.framework import BrokerClient\n"
+        "from postbox.network.client.remote_broker import RemotingBroker\n\n"
         "def client(remote: RemotingBroker) -> BrokerClient:\n"
         "    return remote\n")
     checked = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--no-error-summary", "--follow-imports=silent", str(module)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+         "--cache-dir", str(ROOT / ".mypy_cache"), "--no-error-summary",
+         "--follow-imports=silent", module.name],
+        cwd=tree, capture_output=True, text=True, timeout=300, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
