@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from postbox.network.remoting.codes import RequestCode
-from postbox.network.remoting.server.broker import BrokerRemotingServer
-from postbox.network.remoting.wire import FrameDecoder, RemotingCommand, encode
+from postbox.broker_node.server.broker import BrokerRemotingServer
+from postbox.network.protocol.codes import RequestCode
+from postbox.network.protocol.wire import FrameDecoder, RemotingCommand, encode
 from postbox.storage_engine import Broker, Message, StoreConfig
 
 TOPIC = "BENCH"

@@ -172,7 +172,7 @@ def fresh_store(args: argparse.Namespace, sync: bool = False) -> Iterator:
 
 def wait_readable(store, last) -> None:
     """Wait for dispatch, then require ``get_message`` at the last put's offset to be FOUND."""
-    from postbox.storage_engine.store.message import GetStatus
+    from postbox.storage_engine.contract.message import GetStatus
 
     if not store.wait_dispatched(timeout_ms=WAIT_DISPATCHED_TIMEOUT_MS):
         raise BenchError(f"wait_dispatched(timeout_ms={WAIT_DISPATCHED_TIMEOUT_MS}) returned "
@@ -217,7 +217,7 @@ def time_batched_puts(store, messages: list, batch: int) -> tuple[float, float]:
 
 def time_gets(store, count: int, size: int) -> float:
     """Seconds to read every message back with ``get_message``, touching each body."""
-    from postbox.storage_engine.store.message import GetStatus
+    from postbox.storage_engine.contract.message import GetStatus
 
     get = store.get_message
     read = body_bytes = 0

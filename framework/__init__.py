@@ -17,6 +17,7 @@ not import the engine.
 """
 
 from postbox.storage_engine import SendResult
+from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.group_commit import GroupCommit
 from postbox.storage_engine.service import Service
 
@@ -33,7 +34,6 @@ from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import BatchMessage, Producer, SendStatus
 from .send_failures import SendFailure, send_failure
-from .transport import BrokerClient
 from .validation import (
     MAX_MESSAGE_SIZE_BYTES,
     InvalidMessageError,

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from postbox.storage_engine import Broker, Clock, ConsumeFrom, SystemClock
+from postbox.storage_engine.contract import BrokerClient
 
 from . import environment
 from .consumer import Consumer, ConsumerOptions
@@ -59,7 +60,7 @@ from .middleware import Middleware
 from .plugins import MiddlewarePlugins
 from .producer import Producer
 from .tracing import TracingSetting, resolve_tracing, traced_chain
-from .transport import BrokerClient, check_store_url, open_client
+from .transport import check_store_url, embedded_broker, open_client
 
 log = logging.getLogger(__name__)
 
@@ -262,10 +263,10 @@ class App:
     @property
     def broker(self) -> Broker:
         """The embedded broker (only for ``file://`` stores, or an embedded ``broker=``)."""
-        client = self.client
-        if not isinstance(client, Broker):
+        broker = embedded_broker(self.client)
+        if broker is None:
             raise AppStateError("this app talks to a remote broker; there is no embedded one")
-        return client
+        return broker
 
     @property
     def producer(self) -> Producer:

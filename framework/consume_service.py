@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from postbox.storage_engine import Clock, LatencyTally, MessageView, SendBackResult
+from postbox.storage_engine.contract import BrokerClient
 
 from .allocation import MessageQueue
 from .consumed_message import ConsumedMessage
@@ -45,7 +46,6 @@ from .offset_store import OffsetStore
 from .outcomes import ConsumeOutcome, OutcomeKind
 from .process_queue import ProcessQueue
 from .scheduler import Scheduler
-from .transport import BrokerClient
 from .worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)

@@ -50,6 +50,7 @@ from postbox.storage_engine import (
     MessageView,
     retry_topic,
 )
+from postbox.storage_engine.contract import BrokerClient
 
 from .allocation import MessageQueue, strategy_by_name
 from .consume_service import ConsumeService, QueueState
@@ -61,7 +62,6 @@ from .offset_store import BrokerOffsetStore, LocalFileOffsetStore, OffsetStore
 from .outage_log import OutageLog
 from .process_queue import ProcessQueue
 from .scheduler import Scheduler
-from .transport import BrokerClient
 from .worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from postbox.storage_engine.contract import BrokerClient
+
 from .allocation import MessageQueue
-from .transport import BrokerClient
 
 log = logging.getLogger(__name__)
 

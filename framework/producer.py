@@ -6,10 +6,10 @@ resending a message passes the id it had). User properties may not use system pr
 (``UNIQ_KEY``, ``KEYS``, ``TAGS``, ``DELAY``, ...): they are refused with the argument to use,
 as is an empty body, before anything is sent (``framework.validation``, which applies the rules
 of ``storage_engine.formats.message_rules``); so is a ``delay_level`` outside 1..the broker's
-level count (``DELAY_LEVEL_COUNT``, RocketMQ's 18, unless an embedded store's
-``messageDelayLevel`` defines another number). The broker picks the queue: round-robin per topic,
-or by ``sharding_key`` so that all messages of one key land in one queue in order (orderly
-consumers then see them in order). ``send`` returns the broker's own result, re-exported as
+level count (the client's ``delay_level_count``: RocketMQ's 18 over a network, an embedded
+store's ``messageDelayLevel`` count in this process). The broker picks the queue: round-robin
+per topic, or by ``sharding_key`` so that all messages of one key land in one queue in order
+(orderly consumers then see them in order). ``send`` returns the broker's own result, re-exported as
 ``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
 coroutines: the blocking send runs in the running loop's default executor (with the caller's
 contextvars), never on the loop. With a ``Tracing`` (``App(tracing=...)``) each send is a
@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from postbox.storage_engine import (
-    Broker,
     Clock,
     Message,
     PutStatus,
@@ -36,6 +35,7 @@ from postbox.storage_engine import (
     retry_topic,
     validate_topic,
 )
+from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
@@ -46,13 +46,7 @@ from postbox.storage_engine.formats import (
 from .errors import AppStateError
 from .message_id import UniqueKeyGenerator
 from .tracing import Tracing
-from .transport import BrokerClient
 from .validation import InvalidMessageError, check_properties, check_unique_key
-
-DELAY_LEVEL_COUNT = 18
-"""Delay levels of RocketMQ's default ``messageDelayLevel`` (1 s … 2 h): the highest
-``delay_level`` a send may ask for, unless the embedded store it sends to defines more or fewer
-(a remote broker clamps a higher level to its last; this refuses it instead)."""
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -104,8 +98,8 @@ class Producer:
         self._tracing = None if tracing is None else tracing.for_client(client)
         clock = clock or SystemClock()
         self._ids = id_generator or UniqueKeyGenerator(clock.now_ms)
-        self._delay_level_count = (len(client.store.config.delay.levels_ms)
-                                   if isinstance(client, Broker) else DELAY_LEVEL_COUNT)
+        # a remote broker clamps a higher level to its last; the producer refuses it instead
+        self._delay_level_count = client.delay_level_count
         self._closed_by: str | None = None
 
     def close(self, reason: str = "the producer was closed") -> None:
@@ -169,7 +163,7 @@ class Producer:
         if self._tracing is None:
             return deliver(merged)
         return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
-                                     remote=not isinstance(self._client, Broker))
+                                     remote=self._client.remote)
 
     def send_to_group(self, consumer_group: str, topic: str, body: bytes | str, *,
                       tags: str | None = None, keys: Iterable[str] | str | None = None,
@@ -197,7 +191,7 @@ class Producer:
         if self._tracing is None:
             return deliver(dict(properties or {}))
         return self._tracing.publish(topic, dict(properties or {}), deliver, message_id=msg_id,
-                                     tags=tags, remote=not isinstance(self._client, Broker))
+                                     tags=tags, remote=self._client.remote)
 
     def send_batch(self, topic: str, messages: Sequence[BatchMessage | bytes | str], *,
                    queue_id: int | None = None, sharding_key: str | None = None
@@ -228,7 +222,7 @@ class Producer:
         published = [(dict(entry.properties or {}), msg_id, entry.tags)
                      for entry, _, msg_id in entries]
         return self._tracing.publish_batch(topic, published, deliver,
-                                           remote=not isinstance(self._client, Broker))
+                                           remote=self._client.remote)
 
     async def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
                          keys: Iterable[str] | str | None = None,

@@ -13,7 +13,7 @@
 
 ``send_failure(error)`` is the one place the errors of both transports are sorted: the embedded
 broker raises the store's errors (``storage_engine``), the ``rocketmq://`` client raises the
-remoting client's, which are also the store's for the same cause (``network.remoting.client``:
+remoting client's, which are also the store's for the same cause (``network.client``:
 ``errors``, ``broker_errors``), plus ``RemotingResponseError`` with the response code for a
 refusal no store error stands for. An unknown failure counts (``MESSAGE``): a stub that can
 never be sent then ends ``void`` with an alert instead of being retried silently forever.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 
-from postbox.network.remoting.client.errors import RemotingResponseError, RouteNotFoundError
+from postbox.network.client.errors import RemotingResponseError, RouteNotFoundError
 from postbox.storage_engine import (
     BrokerUnavailableError,
     InvalidMessageError,

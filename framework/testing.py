@@ -21,6 +21,7 @@ from postbox.storage_engine import Broker, FakeClock
 
 from .app import App
 from .errors import AppStateError
+from .transport import embedded_broker
 
 _ROUND_LIMIT = 100_000
 
@@ -42,8 +43,7 @@ class InlineRunner:
     def _broker(self) -> Broker | None:
         if self._embedded is not None:
             return self._embedded
-        client = self.app.client
-        return client if isinstance(client, Broker) else None
+        return embedded_broker(self.app.client)
 
     def run_once(self) -> int:
         """One round: housekeeping, due deliveries, one pull round per consumer."""

@@ -1,7 +1,8 @@
-"""``BrokerClient``: the one interface the framework talks to, and how a store URL opens one.
+"""How a store URL opens a ``BrokerClient``, the one interface the framework talks to.
 
-Implementations share it: embedded — ``storage_engine.Broker`` in this process,
-which already has exactly these methods — and remote: ``network.remoting.client.RemotingBroker``,
+``BrokerClient`` is the broker contract's (``storage_engine.contract``, re-exported here and as
+``framework.BrokerClient``). Implementations share it: embedded — ``storage_engine.Broker`` in
+this process — and remote: ``network.client.RemotingBroker``,
 the same methods over RocketMQ's classic remoting protocol to a Postbox broker or an Apache
 RocketMQ cluster (``docs/remote-transport.md``). ``open_client`` turns a store URL into one:
 ``file:///path`` (or a plain path) plus optional broker.conf keys opens an embedded broker
@@ -22,31 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, unquote, urlparse
 
-from postbox.storage_engine import (
-    Broker,
-    Clock,
-    ConsumeFrom,
-    GetResult,
-    Message,
-    MessageView,
-    QueueProgress,
-    SendBackResult,
-    SendResult,
-    StoreConfig,
-    SubscriptionGroupConfig,
-    TopicConfig,
-    infer_config,
-    parse_properties,
-)
+from postbox.storage_engine import Broker, Clock, StoreConfig, infer_config, parse_properties
+from postbox.storage_engine.contract import BrokerClient
 
 from .errors import ConfigurationError
 
-QueueKey = tuple[str, int]
 GRPC_SCHEME = "grpc"
 ROCKETMQ_SCHEME = "rocketmq"
 EMBEDDED_SEGMENT_SIZE_BYTES = 64 << 20
@@ -58,74 +44,21 @@ GRPC_GONE = ("grpc:// named Postbox's private gRPC service, which is gone: reach
              "through its name servers with rocketmq://host:9876[;host2:9876]")
 
 
-class BrokerClient(Protocol):
-    """Broker operations the producer and consumers use (embedded or remote)."""
-
-    def send(self, message: Message, *, queue_id: int | None = None,
-             sharding_key: str | None = None) -> SendResult: ...
-
-    def send_batch(self, messages: Sequence[Message], *, queue_id: int | None = None,
-                   sharding_key: str | None = None) -> list[SendResult]: ...
-
-    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, *,
-             tags: str | None = None, suspend_timeout_ms: int = 0) -> GetResult: ...
-
-    def wait_for_arrival(self, positions: Mapping[QueueKey, int], timeout_ms: int,
-                         cancel: Callable[[], bool] | None = None) -> bool: ...
-
-    def wake_waiters(self) -> None: ...
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
-
-    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
-
-    def start_offset(self, group: str, topic: str, queue_id: int,
-                     consume_from: ConsumeFrom = ConsumeFrom.LAST,
-                     timestamp_ms: int | None = None) -> int: ...
-
-    def send_back(self, group: str, message: MessageView, *, delay_level: int = 0,
-                  max_reconsume_times: int | None = None) -> SendBackResult: ...
-
-    def create_topic(self, topic: str, queue_count: int | None = None, *, perm: int = 6,
-                     order: bool = False) -> TopicConfig: ...
-
-    def topic_config(self, topic: str) -> TopicConfig | None: ...
-
-    def queue_ids(self, topic: str) -> list[int]: ...
-
-    def subscription_group(self, group: str) -> SubscriptionGroupConfig: ...
-
-    def register_consumer(self, group: str, client_id: str, topics: Iterable[str]) -> bool: ...
-
-    def unregister_consumer(self, group: str, client_id: str) -> None: ...
-
-    def consumer_ids(self, group: str) -> list[str]: ...
-
-    def add_membership_listener(self, listener: Callable[[str], None]) -> None: ...
-
-    def lock_queues(self, group: str, client_id: str, queues: Iterable[QueueKey]
-                    ) -> set[QueueKey]: ...
-
-    def unlock_queues(self, group: str, client_id: str, queues: Iterable[QueueKey]) -> None: ...
-
-    def consumer_progress(self, group: str) -> list[QueueProgress]: ...
-
-    def consumer_groups(self) -> list[str]: ...
-
-    def dead_letters(self, group: str, offset: int = 0, max_count: int = 100
-                     ) -> list[MessageView]: ...
-
-    def find_by_unique_key(self, topic: str, unique_key: str) -> list[MessageView]: ...
-
-    def close(self) -> None: ...
-
-
 if TYPE_CHECKING:  # `make lint` (mypy) holds every implementation to the protocol
-    from postbox.network.remoting.client.remote_broker import RemotingBroker
+    from postbox.network.client.remote_broker import RemotingBroker
 
     def _implementations(embedded: Broker, remoting: RemotingBroker) -> list[BrokerClient]:
         """Type-checked only: each implementation is a ``BrokerClient``."""
         return [embedded, remoting]
+
+
+def embedded_broker(client: BrokerClient | None) -> Broker | None:
+    """The broker in this process ``client`` is (its store, delay service, tables), or None for
+    a client of a remote broker: a ``BrokerClient`` that is not ``remote`` is the embedded
+    ``Broker`` (the contract's capability; no type check)."""
+    if client is None or client.remote:
+        return None
+    return cast(Broker, client)
 
 
 def store_path(store_url: str | os.PathLike[str]) -> Path:
@@ -264,7 +197,7 @@ def open_rocketmq_client(namesrv_addresses: list[str], *, namespace: str = "",
     """A client of the RocketMQ cluster (Postbox broker or Apache RocketMQ) whose name servers
     are ``namesrv_addresses``, over the remoting protocol. Connecting is lazy: an unreachable
     cluster is reported by the first call (``BrokerUnavailableError``), not here."""
-    from postbox.network.remoting.client.remote_broker import RemotingBroker
+    from postbox.network.client.remote_broker import RemotingBroker
     if (access_key is None) != (secret_key is None):
         raise ConfigurationError("access_key= and secret_key= go together")
     return RemotingBroker(namesrv_addresses, namespace=namespace, clock=clock,

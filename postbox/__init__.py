@@ -1,10 +1,11 @@
 """Postbox: reliable messaging for Python services, under one import namespace.
 
 The repository's packages live under ``postbox``: ``postbox.storage_engine`` (the message store
-and its broker), ``postbox.network`` (RocketMQ's remoting and gRPC protocols),
-``postbox.framework`` (the producer/consumer SDK), ``postbox.outbox``, ``postbox.idempotency``,
-``postbox.migrations``, ``postbox.spark_reconcile``, and ``postbox.cli`` (the ``postbox``
-command). The everyday names are here too::
+and its broker, with the broker contract), ``postbox.network`` (RocketMQ's remoting protocol
+and its client), ``postbox.broker_node`` (the servers ``postbox broker start`` runs: remoting,
+name server, admin, RocketMQ 5 gRPC), ``postbox.framework`` (the producer/consumer SDK),
+``postbox.outbox``, ``postbox.idempotency``, ``postbox.migrations``, ``postbox.spark_reconcile``,
+and ``postbox.cli`` (the ``postbox`` command). The everyday names are here too::
 
     from postbox import App, Outbox, RetryLater
 

@@ -11,22 +11,14 @@ topic-name rules, and the errors a caller handles differently (every one of them
 ``StorageError``; the full list is ``storage_engine.errors``). ``storage_engine.formats`` is
 public too, for tools that decode store files (the Spark jobs, the CLI).
 
-The rooms (docs/architecture.md, checked by ``.importlinter``): ``store`` (the core),
-``broker`` (broker semantics and its config tables), ``ha`` (replication), ``remoting`` (the
-network server and client), ``formats`` (byte layouts, pure). ``store`` and ``broker`` export
-their own front doors; every other module is internal to the engine.
+The rooms (docs/architecture.md, checked by ``.importlinter``): ``contract`` (the values every
+broker takes and returns, the ``BrokerClient`` protocol and the request rules; pure), ``store``
+(the core), ``broker`` (broker semantics and its config tables), ``ha`` (replication),
+``formats`` (byte layouts, pure). ``contract``, ``store`` and ``broker`` export their own front
+doors; every other module is internal to the engine.
 """
 
-from .broker import (
-    Broker,
-    ConsumeFrom,
-    QueueProgress,
-    SendBackOutcome,
-    SendBackResult,
-    SendResult,
-    SubscriptionGroupConfig,
-    TopicConfig,
-)
+from .broker import Broker
 from .broker_conf import parse_properties
 from .clock import Clock, FakeClock, SystemClock
 from .config import (
@@ -41,6 +33,23 @@ from .config import (
     KeyIndexConfig,
     RetentionConfig,
     StoreConfig,
+)
+from .contract import (
+    ConsumeFrom,
+    GetResult,
+    GetStatus,
+    Message,
+    PutResult,
+    PutStatus,
+    QueueProgress,
+    SendBackOutcome,
+    SendBackResult,
+    SendResult,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    dead_letter_topic,
+    retry_topic,
+    validate_topic,
 )
 from .errors import (
     BrokerUnavailableError,
@@ -60,20 +69,14 @@ from .errors import (
 )
 from .formats import MessageView
 from .store import (
-    GetResult,
-    GetStatus,
     LatencySnapshot,
     LatencyTally,
-    Message,
     MessageStore,
-    PutResult,
-    PutStatus,
     infer_config,
     repair_store,
     require_store,
     verify_store,
 )
-from .store.topics import dead_letter_topic, retry_topic, validate_topic
 
 __all__ = [
     # the store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -104,9 +105,17 @@ def test_the_projects_code_imports_only_namespaced_names():
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """A wheel built from a copy of the sources (setuptools' build/ in the checkout may hold
+    modules an earlier build saw and the tree no longer has)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy2(REPO_ROOT / name, source / name)
+    for folder in ["postbox", *FOLDERS]:
+        shutil.copytree(REPO_ROOT / folder, source / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(out), str(REPO_ROOT)],
+                    "--no-build-isolation", "--wheel-dir", str(out), str(source)],
                    check=True, capture_output=True, timeout=300)
     [built] = out.glob("postbox-*.whl")
     return zipfile.ZipFile(built)

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
-from postbox.storage_engine import Broker
-
+from ..transport import embedded_broker
 from .consumer_collector import consumer_families
 from .server import MetricsServer
 from .store_collector import store_families
@@ -95,8 +94,9 @@ class AppMetrics:
         """Every family of the app, built now."""
         app = self._app
         client = app._client  # never opens the store: a scrape shows what is open
-        if isinstance(client, Broker):
-            yield from store_families(client.store)
+        broker = embedded_broker(client)
+        if broker is not None:
+            yield from store_families(broker.store)
         if client is not None:
             yield from consumer_families(list(app.consumers), client)
         with self._lock:

@@ -8,7 +8,8 @@ line ``listening on HOST:PORT`` goes to stdout once clients can connect (then
 SIGTERM or SIGINT stops it cleanly: new calls are refused, long polls end, running calls get
 ``--grace`` seconds, then the broker closes (consumer offsets persisted, store closed without
 ``abort``) and the command exits 0 after printing ``stopped``. The remoting side
-(``network.remoting.node.RemotingNode``, options in ``broker_remoting``) serves beside it: the
+(``broker_node.remoting_node.RemotingNode``, options in ``broker_remoting``; both composed by
+``broker_node.node.BrokerNode``) serves beside it: the
 broker on ``--remoting-listen`` (``remoting listening on HOST:PORT``, after the ``ha
 listening`` line), the name server on ``--namesrv-listen`` (``namesrv listening on
 HOST:PORT``), and registrations with ``--namesrv``; it stops (unregistered, connections closed,
@@ -27,7 +28,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -62,6 +63,9 @@ from .common import (
     print_note,
     reports_errors,
 )
+
+if TYPE_CHECKING:  # grpc is an optional extra: imported when the broker starts
+    from postbox.broker_node.node import BrokerNode
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
 SIGNAL_CHECK_S = 0.5
@@ -148,51 +152,39 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
     """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
     5 gRPC until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
-        from postbox.network.grpc_v2 import AccessControl, BrokerServer, ServerError, parse_listen
-        from postbox.network.remoting.access import RemotingAccess
-        from postbox.network.remoting.node import NodeError, RemotingNode, check_advertisable
+        from postbox.broker_node.grpc_v2 import ServerError
+        from postbox.broker_node.node import BrokerNode, BrokerNodeOptions
+        from postbox.broker_node.remoting_node import NodeError
     except ImportError as error:
         raise CliError(f"the broker server needs the 'server' extra "
                        f"(pip install 'postbox[server]'): {error}") from error
-    try:
-        parse_listen(listen)  # before the store is opened
-    except ServerError as error:
-        raise CliError(str(error)) from error
     limits = RequestLimitOptions(heartbeat_max_groups, heartbeat_max_subscriptions,
                                  namesrv_registrants)
-    options = node_options(broker_conf, namesrv_listen=namesrv_listen,
-                           remoting_listen=remoting_listen, namesrv=namesrv, advertise=advertise,
-                           broker_name=broker_name, cluster_name=cluster_name, limits=limits)
+    options = BrokerNodeOptions(
+        node_options(broker_conf, namesrv_listen=namesrv_listen, remoting_listen=remoting_listen,
+                     namesrv=namesrv, advertise=advertise, broker_name=broker_name,
+                     cluster_name=cluster_name, limits=limits),
+        grpc_listen=listen, acl=acl, workers=workers, max_request_bytes=max_request_bytes)
     config = store_config(store, broker_conf, segment_size,
                           ReplicationOptions(role, ha_listen, master_ha, slave_timeout_ms))
-    try:
-        check_advertisable(options)  # before the store takes the address as its store host
-    except NodeError as error:
+    try:  # before the store opens and takes the advertised address as its store host
+        grpc_access = BrokerNode.check(options)
+    except (NodeError, ServerError) as error:
         raise CliError(str(error)) from error
-    config = config.replace(store_host=store_host(options))
-    access = AccessControl.load(acl) if acl is not None else None
+    config = config.replace(store_host=store_host(options.remoting))
     raise_descriptor_limit()
     with _stop_on_signals() as stop, Broker.open(config) as broker:
-        remote_access = None if acl is None else RemotingAccess.load(
-            acl, lambda topic: broker.topic_config(topic) is not None)
         try:
-            node = RemotingNode(broker, options, access=remote_access)
-        except NodeError as error:
+            node = BrokerNode(broker, options, grpc_access=grpc_access)
+        except (NodeError, ServerError) as error:
             raise CliError(str(error)) from error
-        check_descriptor_limit(broker, connection_capacity(node))
-        server = BrokerServer(broker, listen, access=access, workers=workers,
-                              max_request_bytes=max_request_bytes)
+        check_descriptor_limit(broker, connection_capacity(node.remoting))
         try:
-            server.start()
-        except ServerError as error:
-            raise CliError(str(error)) from error
-        try:
-            _serve(broker, server, node, stop, metrics, note=(
+            _serve(broker, node, stop, metrics, note=(
                 f"store {config.root_dir}; role {config.broker_role.value}; "
                 f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
         finally:
-            node.stop()
-            server.stop(grace)
+            node.stop(grace)
     typer.echo("stopped")
 
 
@@ -210,16 +202,20 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(number, handler)
 
 
-def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, metrics: str | None,
+def _serve(broker: Broker, broker_node: BrokerNode, stop: threading.Event, metrics: str | None,
            note: str) -> None:
-    """Start the remoting node (and the metrics endpoint), print the addresses, wait for
+    """Start the broker node (and the metrics endpoint), print the addresses, wait for
     SIGTERM."""
+    from postbox.broker_node.grpc_v2 import ServerError
+    node = broker_node.remoting
     try:
-        node.start()
+        broker_node.start()  # the gRPC server, then the remoting node
+    except ServerError as error:
+        raise CliError(str(error)) from error
     except OSError as error:
         raise CliError(f"cannot serve remoting ({node.options.remoting_listen}, name server "
                        f"{node.options.namesrv_listen}): {error}") from error
-    typer.echo(f"listening on {server.address}")
+    typer.echo(f"listening on {broker_node.grpc.address}")
     ha_address = broker.store.ha_listen_address
     if ha_address is not None:
         typer.echo(f"ha listening on {ha_address[0]}:{ha_address[1]}")
@@ -228,6 +224,7 @@ def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, metric
         typer.echo(f"namesrv listening on {node.namesrv_address}")
     metrics_server = None if metrics is None else start_metrics(metrics, broker, node)
     identity = node.identity
+    assert identity is not None  # set by start
     print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
                f"{identity.address}" + "".join(
                    f"; registering with {host}:{port} every 30 s"

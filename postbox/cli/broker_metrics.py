@@ -4,7 +4,7 @@ Serves the store's families (``framework.metrics.store_families``: puts per topi
 latency, disk use, log end, dispatch lag) and the remoting server's: open connections, the
 requests it received by code (counted by its IO thread), and the messages its SEND and PULL
 handlers counted (the runtime statistics ``mqadmin brokerStatus`` reads,
-``network.remoting.admin.RuntimeStats``), and the consumer lag of every group the broker knows
+``broker_node.admin.RuntimeStats``), and the consumer lag of every group the broker knows
 (committed offsets, subscription groups, live members) per topic and queue, computed from the
 broker's own offsets: ``postbox_broker_consumer_lag_messages``. The lag is at most
 ``lag_series_max`` series (``POSTBOX_METRICS_LAG_SERIES_MAX``, default 5 000; groups in name
@@ -34,7 +34,7 @@ from postbox.framework.metrics import (
     gauge,
     store_families,
 )
-from postbox.network.remoting.codes import RequestCode
+from postbox.network.protocol.codes import RequestCode
 from postbox.storage_engine import Broker
 
 from .common import CliError

@@ -1,7 +1,7 @@
 """The remoting options of ``postbox broker start``: where the name server and the broker
 listen, who the broker is, which external name servers it registers with.
 
-``node_options`` builds the ``NodeOptions`` of ``network.remoting.node.RemotingNode`` from the
+``node_options`` builds the ``NodeOptions`` of ``broker_node.remoting_node.RemotingNode`` from the
 flags, falling back to the RocketMQ keys of ``--broker-conf`` a RocketMQ operator already has
 (``brokerName``, ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``brokerIP1``), then to
 the defaults. Flags win. The listeners' bounds come from the ``remoting*`` keys of
@@ -28,8 +28,8 @@ from postbox.storage_engine.broker_conf import parse_properties
 from .common import CliError
 
 if TYPE_CHECKING:  # the network package is imported only when the broker starts
-    from postbox.network.remoting.node import NodeOptions
-    from postbox.network.remoting.server import ServerLimits
+    from postbox.broker_node.remoting_node import NodeOptions
+    from postbox.broker_node.server import ServerLimits
 
 DEFAULT_NAMESRV_LISTEN = "127.0.0.1:9876"
 DEFAULT_REMOTING_LISTEN = "127.0.0.1:10911"
@@ -100,7 +100,7 @@ def _conf_keys(broker_conf: Path | None) -> dict[str, str]:
 
 
 if TYPE_CHECKING:
-    from postbox.network.remoting.node import NodeOptions
+    from postbox.broker_node.remoting_node import NodeOptions
 
 
 def node_options(broker_conf: Path | None, *, namesrv_listen: str,
@@ -108,9 +108,9 @@ def node_options(broker_conf: Path | None, *, namesrv_listen: str,
                  broker_name: str | None, cluster_name: str | None,
                  limits: RequestLimitOptions = RequestLimitOptions()) -> NodeOptions:
     """The ``NodeOptions`` of the flags and ``--broker-conf`` (``CliError`` when invalid)."""
-    from postbox.network.remoting.node import NodeOptions
-    from postbox.network.remoting.registration import parse_namesrv_list
-    from postbox.network.remoting.server.broker import HeartbeatLimits
+    from postbox.broker_node.registration import parse_namesrv_list
+    from postbox.broker_node.remoting_node import NodeOptions
+    from postbox.broker_node.server.broker import HeartbeatLimits
     conf = _conf_keys(broker_conf)
     if remoting_listen is None:
         port = conf.get("listenPort", "").strip()
@@ -152,7 +152,7 @@ SERVER_LIMIT_KEYS = {
 def server_limits(conf: dict[str, str]) -> ServerLimits:
     """The ``ServerLimits`` of the ``remoting*`` keys of ``--broker-conf`` (defaults for the
     others); ``CliError`` naming the key when a value is not a valid whole number."""
-    from postbox.network.remoting.server import ServerLimits
+    from postbox.broker_node.server import ServerLimits
     values: dict[str, Any] = {}
     for key, name in SERVER_LIMIT_KEYS.items():
         text = conf.get(key, "").strip()

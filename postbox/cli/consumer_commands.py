@@ -23,7 +23,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Broker, QueueProgress
 
 from .common import (

@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Broker, MessageView, SendResult, StorageError
 from postbox.storage_engine.broker.dlq_resends import ResendMark
 from postbox.storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from postbox.network.remoting.client.admin_calls import AdminCalls
-from postbox.network.remoting.client.inspect_calls import InspectCalls
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.admin_calls import AdminCalls
+from postbox.network.client.inspect_calls import InspectCalls
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import (
     GetResult,
     GetStatus,
@@ -24,7 +24,7 @@ from postbox.storage_engine import (
     MessageStore,
     MessageView,
 )
-from postbox.storage_engine.broker.model import ConsumeFrom
+from postbox.storage_engine.contract.model import ConsumeFrom
 from postbox.storage_engine.errors import InvalidMessageIdError
 
 from .common import (

@@ -16,7 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from postbox.network.remoting.client.inspect_calls import InspectCalls
+from postbox.network.client.inspect_calls import InspectCalls
 from postbox.storage_engine import MessageStore, MessageView, verify_store
 
 from .common import (

@@ -42,6 +42,33 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, StoreConfig
+from ..contract.config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
+from ..contract.message import GetResult, Message
+from ..contract.model import (
+    PERM_READ,
+    PERM_READ_WRITE,
+    ConsumeFrom,
+    QueueProgress,
+    SendBackOutcome,
+    SendBackResult,
+    SendResult,
+)
+from ..contract.rules import (
+    PULL_BATCH_MAX,
+    RETRY_BASE_DELAY_LEVEL,
+    validate_client_id,
+    validate_queue_key,
+)
+from ..contract.send_back import resend_copy, send_back_copy
+from ..contract.topics import (
+    DELAY_TOPIC,
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+    dead_letter_topic,
+    is_system_group_topic,
+    retry_topic,
+    validate_topic,
+)
 from ..errors import (
     GroupNotFoundError,
     InvalidMessageError,
@@ -53,37 +80,16 @@ from ..errors import (
 )
 from ..formats import MessageView, empty_body_problem
 from ..service import Service
-from ..store.message import GetResult, Message
 from ..store.message_store import MessageStore
-from ..store.topics import (
-    DELAY_TOPIC,
-    DLQ_TOPIC_PREFIX,
-    RETRY_TOPIC_PREFIX,
-    dead_letter_topic,
-    is_system_group_topic,
-    retry_topic,
-    validate_topic,
-)
-from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
 from .config_stores import CONFIG_DIR_NAME, ConfigStores
-from .consumer_registry import ConsumerRegistry, MembershipListener, validate_client_id
+from .consumer_registry import ConsumerRegistry, MembershipListener
 from .consumption_floor import ConsumptionFloor
 from .delay_service import DelayService, schedule_delayed
 from .dlq_resends import DlqResends, dead_letter_at
 from .long_polling import ArrivalWaiter, long_poll
-from .model import (
-    PERM_READ,
-    PERM_READ_WRITE,
-    ConsumeFrom,
-    QueueProgress,
-    SendBackOutcome,
-    SendBackResult,
-    SendResult,
-)
 from .persist import BrokerPersistService
 from .progress import ProgressReader, physical_memory_bytes
-from .queue_locks import QueueLockTable, validate_queue_key
-from .send_back import resend_copy, send_back_copy
+from .queue_locks import QueueLockTable
 from .send_rules import batch_problem, send_result
 from .topic_manager import TopicManager, check_writable
 
@@ -91,10 +97,7 @@ log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]  # (topic, queue_id)
 
-PULL_BATCH_MAX = 1024
-"""Largest ``max_count`` of one pull (RocketMQ clients pull 32)."""
 DLQ_QUEUE_COUNT = 1
-RETRY_BASE_DELAY_LEVEL = 3  # retry #n waits level 3 + n (10 s, 30 s, 1 min, ...)
 
 
 class Broker:
@@ -108,6 +111,8 @@ class Broker:
     config tables, already loaded (``Broker.open`` passes them); by default they are loaded
     here from the store's ``config/`` directory (``ConfigFileError`` when one cannot be).
     """
+
+    remote = False  # the contract's capability: this object is the broker, in this process
 
     def __init__(self, store: MessageStore, *, clock: Clock | None = None,
                  owns_store: bool = False, memory_bytes: int | None = None,
@@ -201,6 +206,11 @@ class Broker:
     def store(self) -> MessageStore:
         """The store this broker works on."""
         return self._store
+
+    @property
+    def delay_level_count(self) -> int:
+        """Delay levels a send may ask for: the store's ``messageDelayLevel``."""
+        return len(self._store.config.delay.levels_ms)
 
     @property
     def tables(self) -> ConfigStores:

@@ -46,11 +46,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..clock import Clock, SystemClock
-from ..errors import InvalidMessageError, InvalidQueueError, InvalidTopicError
-from ..formats.directory import CONFIG_DIR_NAME, CONSUMER_OFFSET_FILE_NAME, TOPIC_GROUP_SEPARATOR
-from ..formats.fastjson import EncodedJson, encode_config_json, encode_json_value
-from ..store.topics import validate_topic
-from .config_beans import (
+from ..contract.config_beans import (
     DataVersion,
     SubscriptionGroupConfig,
     TopicConfig,
@@ -58,6 +54,10 @@ from .config_beans import (
     bean_to_json,
     validate_group,
 )
+from ..contract.topics import validate_topic
+from ..errors import InvalidMessageError, InvalidQueueError, InvalidTopicError
+from ..formats.directory import CONFIG_DIR_NAME, CONSUMER_OFFSET_FILE_NAME, TOPIC_GROUP_SEPARATOR
+from ..formats.fastjson import EncodedJson, encode_config_json, encode_json_value
 from .config_file import ConfigFile, ConfigFileError
 
 log = logging.getLogger(__name__)

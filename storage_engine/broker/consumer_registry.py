@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..clock import Clock
-from ..errors import InvalidMessageError
+from ..contract.rules import validate_client_id
 from .queue_locks import QueueLockTable
 
 log = logging.getLogger(__name__)
@@ -37,13 +37,6 @@ class Member:
     client_id: str
     topics: frozenset[str]
     last_heartbeat_ms: int
-
-
-def validate_client_id(client_id: object) -> str:
-    """Return ``client_id`` if it is a non-empty string, else raise ``InvalidMessageError``."""
-    if not isinstance(client_id, str) or not client_id:
-        raise InvalidMessageError(f"client id must be a non-empty string, got {client_id!r}")
-    return client_id
 
 
 class ConsumerRegistry:

@@ -59,6 +59,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from ..clock import Clock
+from ..contract.message import Message
+from ..contract.topics import DELAY_TOPIC, validate_topic
 from ..errors import (
     ConfigError,
     CorruptionError,
@@ -81,9 +83,7 @@ from ..formats import (
     MessageView,
 )
 from ..service import Service
-from ..store.message import Message
 from ..store.message_store import MessageStore
-from ..store.topics import DELAY_TOPIC, validate_topic
 from .config_stores import DelayOffsetTable
 
 log = logging.getLogger(__name__)

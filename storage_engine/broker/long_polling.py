@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from ..store.message import GetResult, GetStatus
+from ..contract.message import GetResult, GetStatus
 
 QueueKey = tuple[str, int]  # (topic, queue_id)
 

@@ -21,16 +21,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
-from ..store.message import GetStatus
+from ..contract.message import GetStatus
+from ..contract.model import ConsumeFrom, QueueProgress
+from ..contract.rules import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
+from ..contract.topics import RETRY_TOPIC_PREFIX
 from ..store.message_store import MessageStore
-from ..store.topics import RETRY_TOPIC_PREFIX
 from .config_stores import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable
-from .model import ConsumeFrom, QueueProgress
 
 IN_MEMORY_RATIO_PERCENT = 40
 """RocketMQ's ``accessMessageInMemoryMaxRatio``: the share of RAM assumed to cache the log."""
-CONSUME_TIMESTAMP_DEFAULT_AGE_MS = 30 * 60 * 1000
-"""CONSUME_FROM_TIMESTAMP without a timestamp starts 30 minutes back (RocketMQ's default)."""
 MEMORY_BYTES_FALLBACK = 8 << 30
 
 

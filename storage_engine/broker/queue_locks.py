@@ -16,22 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from ..errors import InvalidQueueError, InvalidTopicError
-
-QueueKey = tuple[str, int]  # (topic, queue_id)
-
-
-def validate_queue_key(queue: object) -> QueueKey:
-    """Return ``queue`` if it is a (topic, queue id >= 0) pair, else raise."""
-    if not isinstance(queue, tuple) or len(queue) != 2:
-        raise InvalidQueueError(f"a queue must be a (topic, queue_id) pair, got {queue!r}")
-    topic, queue_id = queue
-    if not isinstance(topic, str) or not topic:
-        raise InvalidTopicError(f"topic must be a non-empty string, got {topic!r}")
-    if type(queue_id) is not int or queue_id < 0:
-        raise InvalidQueueError(f"queue id must be an integer >= 0, got {queue_id!r}",
-                                topic=topic)
-    return topic, queue_id
+from ..contract.rules import QueueKey, validate_queue_key
 
 
 class QueueLockTable:

@@ -4,19 +4,20 @@
 (the topic and queue the caller asked for beside where the store put it: the delay topic for a
 delayed message). ``batch_problem`` says why a batch cannot be stored as one append (RocketMQ's
 batch rules: at least one message, one topic, no delay level, bodies of at most
-``MAX_MESSAGE_SIZE_BYTES`` in all, the size of one send), or None; ``batch_shape_problem`` is
-those rules on (topic, delayed, size) alone, which the remoting client applies to the batch it
-encodes (its size: the encoded entries).
+``MAX_MESSAGE_SIZE_BYTES`` in all, the size of one send), or None; the rules on (topic,
+delayed, size) alone are ``contract.rules.batch_shape_problem``, which the remoting client applies
+to the batch it encodes too (its size: the encoded entries).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from ..formats import MAX_MESSAGE_SIZE_BYTES, body_problem
-from ..store.message import Message, PutResult
+from ..contract.message import Message, PutResult
+from ..contract.model import SendResult
+from ..contract.rules import batch_shape_problem
+from ..formats import body_problem
 from .delay_service import delay_level
-from .model import SendResult
 
 
 def send_result(message: Message, queue_id: int, result: PutResult, level: int) -> SendResult:
@@ -40,23 +41,3 @@ def batch_problem(messages: Sequence[Message], levels_ms: tuple[int, ...]) -> st
                                 len(message.body)) for message in messages)
 
 
-def batch_shape_problem(entries: Iterable[tuple[str, bool, int]]) -> str | None:
-    """Why messages given as (topic, delayed, size in bytes) cannot be one batch, or None:
-    at least one, one topic, none delayed, ``MAX_MESSAGE_SIZE_BYTES`` in all."""
-    topic: str | None = None
-    count = size = 0
-    for entry_topic, delayed, entry_size in entries:
-        if topic is None:
-            topic = entry_topic
-        elif entry_topic != topic:
-            return f"a batch goes to one topic: {topic!r} and {entry_topic!r}"
-        if delayed:
-            return "a batch cannot carry delayed messages: send them one by one"
-        count += 1
-        size += entry_size
-    if topic is None:
-        return "a batch needs at least one message"
-    if size > MAX_MESSAGE_SIZE_BYTES:
-        return (f"a batch of {count} messages is {size:,} bytes, over the "
-                f"{MAX_MESSAGE_SIZE_BYTES:,}-byte limit of one send: split it")
-    return None

@@ -26,6 +26,10 @@ import threading
 from typing import Any
 
 from ..config import BrokerConfig
+from ..contract.config_beans import TopicConfig
+from ..contract.model import PERM_READ_WRITE, PERM_WRITE
+from ..contract.rules import sharding_queue
+from ..contract.topics import DELAY_TOPIC, validate_topic
 from ..errors import (
     ConfigError,
     InvalidQueueError,
@@ -35,20 +39,10 @@ from ..errors import (
     TableFullError,
     TopicNotFoundError,
 )
-from ..formats import java_string_hashcode
-from ..store.topics import DELAY_TOPIC, validate_topic
-from .config_beans import TopicConfig
 from .config_stores import TopicConfigTable
-from .model import PERM_READ_WRITE, PERM_WRITE
 
 PERM_MAX = 15  # PRIORITY 8 | READ 4 | WRITE 2 | INHERIT 1
-_INT32_MIN = -(1 << 31)
 
-
-def sharding_queue(sharding_key: str, write_queue_nums: int) -> int:
-    """``abs(java_hash(key)) % write_queue_nums`` with ``Integer.MIN_VALUE`` mapped to 0."""
-    value = java_string_hashcode(sharding_key)
-    return 0 if value == _INT32_MIN else abs(value) % write_queue_nums
 
 
 class TopicManager:
@@ -193,4 +187,4 @@ def check_writable(config: TopicConfig) -> None:
                                 f"(perm={config.perm})", topic=config.topic_name)
 
 
-__all__ = ["PERM_MAX", "TopicManager", "check_user_topic", "check_writable", "sharding_queue"]
+__all__ = ["PERM_MAX", "TopicManager", "check_user_topic", "check_writable"]

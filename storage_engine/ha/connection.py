@@ -35,7 +35,7 @@ from collections.abc import Callable
 from ..clock import Clock
 from ..config import HAConfig
 from ..group_commit import PositionWaiters
-from ..store.commit_log import CommitLog
+from .log_port import ReplicatedLog
 from .protocol import (
     ReportDecoder,
     encode_frame_header,
@@ -51,7 +51,7 @@ RECEIVE_BYTES_MAX = 4096
 class SlaveConnection:
     """One connected slave."""
 
-    def __init__(self, sock: socket.socket, peer: str, commit_log: CommitLog, config: HAConfig,
+    def __init__(self, sock: socket.socket, peer: str, commit_log: ReplicatedLog, config: HAConfig,
                  acks: PositionWaiters, clock: Clock,
                  on_closed: Callable[[SlaveConnection], None]) -> None:
         self.peer = peer

@@ -27,8 +27,8 @@ from ..config import HAConfig
 from ..errors import StorageIOError
 from ..group_commit import PositionWaiters
 from ..service import Service
-from ..store.commit_log import CommitLog
 from .connection import SlaveConnection
+from .log_port import ReplicatedLog
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class HAMasterService(Service):
     name = "ha-master"
     interval_ms = 1
 
-    def __init__(self, commit_log: CommitLog, config: HAConfig, clock: Clock) -> None:
+    def __init__(self, commit_log: ReplicatedLog, config: HAConfig, clock: Clock) -> None:
         super().__init__(clock)
         self._commit_log = commit_log
         self._config = config

@@ -28,7 +28,7 @@ from ..formats import (
     RECORD_FIXED_OVERHEAD_BYTES,
     DispatchRecord,
 )
-from ..store.commit_log import CommitLog
+from .log_port import ReplicatedLog
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class RecordBoundary:
     was dispatched whole).
     """
 
-    def __init__(self, commit_log: CommitLog, floor: Callable[[], int]) -> None:
+    def __init__(self, commit_log: ReplicatedLog, floor: Callable[[], int]) -> None:
         self._commit_log = commit_log
         self._floor = floor
         self._position = 0
@@ -89,7 +89,7 @@ class RecordBoundary:
 class LogTimestampDispatcher:
     """Sets the commit log's newest store time from dispatched records (slaves only)."""
 
-    def __init__(self, commit_log: CommitLog) -> None:
+    def __init__(self, commit_log: ReplicatedLog) -> None:
         self._commit_log = commit_log
         self._newest_ms = 0
 

@@ -29,7 +29,7 @@ from ..clock import Clock
 from ..config import HAConfig
 from ..errors import ReplicationError, StorageError, StoreNotWritableError
 from ..service import Service
-from ..store.commit_log import CommitLog
+from .log_port import ReplicatedLog
 from .protocol import FrameDecoder, encode_report
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class HASlaveClient(Service):
     interval_ms = 50  # between reconnect checks while disconnected
     reconnect_delay_ms = 1_000
 
-    def __init__(self, commit_log: CommitLog, config: HAConfig, clock: Clock,
+    def __init__(self, commit_log: ReplicatedLog, config: HAConfig, clock: Clock,
                  on_applied: Callable[[], None]) -> None:
         super().__init__(clock)
         self._commit_log = commit_log

@@ -5,7 +5,6 @@ Imports nothing of the broker or the network layers (``.importlinter``); replica
 modules inside are internal to the engine.
 """
 
-from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .message_store import MessageStore
 from .repair import RepairReport, repair_store
 from .store_layout import infer_config, is_store, require_store
@@ -13,7 +12,6 @@ from .store_tally import LatencySnapshot, LatencyTally
 from .verify import verify_store
 
 __all__ = [
-    "GetResult", "GetStatus", "LatencySnapshot", "LatencyTally", "Message", "MessageStore",
-    "PutResult", "PutStatus",
+    "LatencySnapshot", "LatencyTally", "MessageStore",
     "RepairReport", "infer_config", "is_store", "repair_store", "require_store", "verify_store",
 ]

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from ..clock import Clock
 from ..config import CommitLogConfig
+from ..contract.message import PutResult
 from ..errors import (
     CorruptionError,
     DiskFullError,
@@ -52,7 +53,6 @@ from ..formats import (
     takes_queue_offset,
 )
 from .damage import next_valid_position, survey
-from .message import PutResult
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ import logging
 import os
 from pathlib import Path
 
+from ..contract.topics import validate_topic
 from ..errors import InvalidTopicError
 from .consume_queue import ConsumeQueue
 from .open_files import OpenFiles
-from .topics import validate_topic
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import NoReturn
 
 from ..config import StoreConfig
+from ..contract.message import Message
+from ..contract.topics import validate_topic
 from ..errors import (
     InvalidMessageError,
     InvalidQueueError,
@@ -35,8 +37,6 @@ from ..formats import (
     uses_v2,
 )
 from .commit_log import PreparedMessage
-from .message import Message
-from .topics import validate_topic
 
 _CACHE_LIMIT = 10_000
 

@@ -44,6 +44,7 @@ from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, FlushMode, StoreConfig
+from ..contract.message import GetResult, Message, PutResult, PutStatus
 from ..errors import (
     DiskFullError,
     NotMasterError,
@@ -75,7 +76,6 @@ from .flush import (
 )
 from .fsutil import StoreLock, fsync_dir
 from .key_index import KeyIndex
-from .message import GetResult, Message, PutResult, PutStatus
 from .message_encoder import MessageEncoder
 from .open_files import OpenFiles, fit_files_max
 from .reader import MessageReader, TagFilter

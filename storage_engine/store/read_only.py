@@ -33,6 +33,7 @@ import os
 import struct
 from pathlib import Path
 
+from ..contract.topics import validate_topic
 from ..errors import ConfigMismatchError, InvalidTopicError
 from ..formats import (
     FILLER_UNIT_SIZE,
@@ -50,7 +51,6 @@ from .key_index import KeyIndex, KeyIndexFile
 from .recovery import SCAN_SEGMENTS_BACK
 from .segment import MappedSegment
 from .segment_set import SegmentSet
-from .topics import validate_topic
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+from ..contract.message import GetResult, GetStatus
 from ..errors import CorruptionError, InvalidMessageIdError, MessageNotFoundError
 from ..formats import (
     FILLER_UNIT_SIZE,
@@ -31,7 +32,6 @@ from ..formats import (
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet
 from .key_index import KeyIndex
-from .message import GetResult, GetStatus
 from .repair import SET_ASIDE_TOPIC, set_aside_spans
 
 log = logging.getLogger(__name__)

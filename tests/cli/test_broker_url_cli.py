@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Message
 from tests.cli.cli_support import assert_one_error_line, run, run_json
 from tests.support.broker_process import BrokerProcess, write_broker_conf

@@ -17,10 +17,10 @@ from postbox.outbox import database_engine
 from tests.cli.cli_support import run_json
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("storage_engine", "network", "framework", "outbox", "idempotency", "migrations",
-            "spark_reconcile", "examples", "postbox")
+PACKAGES = ("storage_engine", "network", "broker_node", "framework", "outbox", "idempotency",
+            "migrations", "spark_reconcile", "examples", "postbox")
 NOT_VARIABLES = {"POSTBOX_SET_ASIDE": "a topic name (storage_engine.store.repair)",
-                 "POSTBOX_PRODUCER": "a producer group name (network.remoting.client)"}
+                 "POSTBOX_PRODUCER": "a producer group name (network.client)"}
 
 
 def test_from_env_reads_store_database_and_redis(tmp_path):

@@ -9,15 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from postbox.broker_node.namesrv.processor import NameServer
+from postbox.broker_node.namesrv.route_table import RouteTable
+from postbox.broker_node.server import RemotingServer
 from postbox.framework import AppStateError, Producer, SendFailure, send_failure
 from postbox.framework.transport import open_client
-from postbox.network.remoting.client.broker_errors import response_error
-from postbox.network.remoting.client.errors import RemotingTimeoutError, RouteNotFoundError
-from postbox.network.remoting.codes import ResponseCode
-from postbox.network.remoting.namesrv.processor import NameServer
-from postbox.network.remoting.namesrv.route_table import RouteTable
-from postbox.network.remoting.server import RemotingServer
-from postbox.network.remoting.wire import RemotingCommand
+from postbox.network.client.broker_errors import response_error
+from postbox.network.client.errors import RemotingTimeoutError, RouteNotFoundError
+from postbox.network.protocol.codes import ResponseCode
+from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import BrokerConfig, DiskFullError, NotMasterError, SystemClock
 from tests.support.postbox_remoting import serve_remoting
 from tests.support.services import free_port

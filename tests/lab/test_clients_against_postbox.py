@@ -17,14 +17,14 @@ import time
 import pytest
 from rocketmq import ConsumeResult, MessageListener
 
-from tests.lab.postbox_side import Deliveries, PostboxEndpoint
-from tests.remoting.rocketmq_clients import (
+from tests.broker_node.grpc_v2.rocketmq_clients import (
     configuration,
     message,
     start_producer,
     start_push_consumer,
     start_simple_consumer,
 )
+from tests.lab.postbox_side import Deliveries, PostboxEndpoint
 from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import LabDriver
 

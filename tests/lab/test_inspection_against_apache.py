@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from postbox.network.remoting.client.remote_broker import RemotingBroker
+from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Message
 from tests.cli.cli_support import run, run_json
 from tests.support.polling import wait_until

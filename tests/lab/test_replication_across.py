@@ -41,8 +41,8 @@ from postbox.storage_engine import (
     verify_store,
 )
 from postbox.storage_engine.broker_conf import parse_properties
-from tests.remoting.rocketmq_clients import configuration, start_producer
-from tests.remoting.rocketmq_clients import message as client_message
+from tests.broker_node.grpc_v2.rocketmq_clients import configuration, start_producer
+from tests.broker_node.grpc_v2.rocketmq_clients import message as client_message
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import DriverError, copy_store

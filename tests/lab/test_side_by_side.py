@@ -25,8 +25,8 @@ import base64
 
 import pytest
 
+from tests.broker_node.grpc_v2.raw_calls import pull_all
 from tests.lab.postbox_side import Deliveries, PostboxEndpoint
-from tests.remoting.raw_calls import pull_all
 from tests.support.polling import wait_until
 from tests.support.rocketmq_lab import DriverError, LabDriver
 

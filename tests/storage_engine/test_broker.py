@@ -29,14 +29,15 @@ from postbox.storage_engine import (
     SubscriptionGroupConfig,
     verify_store,
 )
-from postbox.storage_engine.broker import PERM_READ, PERM_WRITE
 from postbox.storage_engine.broker.config_file import ConfigFileError
 from postbox.storage_engine.broker.config_stores import (
     ConfigStores,
     ConsumerOffsetTable,
     DelayOffsetTable,
 )
-from postbox.storage_engine.broker.topic_manager import sharding_queue
+from postbox.storage_engine.contract import PERM_READ, PERM_WRITE
+from postbox.storage_engine.contract.rules import sharding_queue
+from postbox.storage_engine.contract.topics import DELAY_TOPIC
 from postbox.storage_engine.errors import (
     GroupNotFoundError,
     InvalidQueueError,
@@ -50,7 +51,6 @@ from postbox.storage_engine.formats import (
     PROPERTY_REAL_TOPIC,
     java_string_hashcode,
 )
-from postbox.storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.broker_support import BrokerFactory, broker_config
 from tests.storage_engine.conftest import START_MS
 from tests.support.polling import wait_until

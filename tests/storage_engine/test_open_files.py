@@ -3,7 +3,7 @@
 every message readable before and after a reopen and after an unclean stop; the setting is
 validated and read from broker.conf; a file retention detached reads as deleted once closed.
 The process-level proof (a broker under ``RLIMIT_NOFILE`` 256, kill -9, restart) is
-``tests/network/test_broker_open_files.py``."""
+``tests/broker_node/server/test_broker_open_files.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consumer sides of remoting clients (``network.remoting.client.consuming.Consuming``), each
+"""Consumer sides of remoting clients (``network.client.consuming.Consuming``), each
 over its own connections to one name server, for tests that compare several clients (members,
 locks) or need no producer facade around them. ``close`` closes them all."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from postbox.network.remoting.client.connection import Connections
-from postbox.network.remoting.client.consuming import Consuming
-from postbox.network.remoting.client.context import DEFAULT_TIMEOUT_MS, ClientContext
-from postbox.network.remoting.client.routes import RouteTable
+from postbox.network.client.connection import Connections
+from postbox.network.client.consuming import Consuming
+from postbox.network.client.context import DEFAULT_TIMEOUT_MS, ClientContext
+from postbox.network.client.routes import RouteTable
 from postbox.storage_engine.clock import SystemClock
 
 

@@ -1,4 +1,4 @@
-"""A Postbox broker served over remoting in this process: ``network.remoting.node.RemotingNode``
+"""A Postbox broker served over remoting in this process: ``broker_node.remoting_node.RemotingNode``
 (name server + broker data plane + admin over one embedded ``Broker``, as ``postbox broker
 start`` runs it) on free loopback ports. For client tests that need a real Postbox peer without
 a second process.
@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from postbox.network.remoting.node import NodeOptions, RemotingNode
-from postbox.network.remoting.server import AccessControl
+from postbox.broker_node.remoting_node import NodeOptions, RemotingNode
+from postbox.broker_node.server import AccessControl
 from postbox.storage_engine import Broker
 
 CLUSTER = "PostboxCluster"
@@ -42,7 +42,7 @@ class PostboxRemoting:
 def serve_remoting(broker: Broker, access: AccessControl | None = None
                    ) -> Iterator[PostboxRemoting]:
     """Serve ``broker`` over remoting until the block ends (the broker stays the caller's);
-    ``access``: the ACL both listeners check (``network.remoting.access.RemotingAccess``)."""
+    ``access``: the ACL both listeners check (``broker_node.access.RemotingAccess``)."""
     node = RemotingNode(broker, NodeOptions(remoting_listen="127.0.0.1:0",
                                             namesrv_listen="127.0.0.1:0", cluster=CLUSTER,
                                             broker_name=BROKER_NAME), access)

@@ -16,7 +16,7 @@ import struct
 import threading
 from typing import Any
 
-from postbox.network.remoting.wire import (
+from postbox.network.protocol.wire import (
     FrameDecoder,
     RemotingCommand,
     SerializeType,

@@ -23,8 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from postbox.network.remoting import fastjson
-from postbox.network.remoting.codes import RequestCode
+from postbox.network.protocol import fastjson
+from postbox.network.protocol.codes import RequestCode
 from tests.support.polling import wait_until
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.rocketmq_install import LabInstall, LabSetupError, tail

@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from postbox.network.remoting.wire import FrameDecoder, RemotingCommand, encode
+from postbox.network.protocol.wire import FrameDecoder, RemotingCommand, encode
 
 
 class PeerSocket:
