@@ -136,7 +136,7 @@ def open_store() -> Iterator[Callable[..., MessageStore]]:
 @pytest.fixture
 def brokers(tmp_path: Path, clock: FakeClock):
     """Factory of brokers on tiny stores under ``tmp_path``; closed and verified at teardown."""
-    from tests.storage_engine.broker_support import BrokerFactory  # it imports this module
+    from tests.storage_engine.broker.broker_support import BrokerFactory  # it imports this module
 
     with BrokerFactory(tmp_path, clock) as factory:
         yield factory

@@ -37,7 +37,7 @@ from postbox.storage_engine.formats import (
     PROPERTY_WAIT,
 )
 from postbox.storage_engine.store.topics import DELAY_TOPIC
-from tests.storage_engine.broker_support import BrokerFactory
+from tests.storage_engine.broker.broker_support import BrokerFactory
 
 TOPIC = "orders"
 GROUP = "billing"

@@ -11,7 +11,7 @@ import pytest
 
 from postbox.storage_engine import Broker, FakeClock, InvalidMessageError
 from postbox.storage_engine.errors import InvalidQueueError, InvalidTopicError
-from tests.storage_engine.broker_support import BrokerFactory
+from tests.storage_engine.broker.broker_support import BrokerFactory
 
 GROUP = "billing"
 EXPIRY_MS = 120_000

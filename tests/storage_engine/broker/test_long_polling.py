@@ -16,7 +16,7 @@ import pytest
 from postbox.storage_engine import Broker, GetStatus, Message
 from postbox.storage_engine.broker.long_polling import ArrivalWaiter
 from postbox.storage_engine.errors import InvalidQueueError
-from tests.storage_engine.broker_support import Background, BrokerFactory
+from tests.storage_engine.broker.broker_support import Background, BrokerFactory
 from tests.support.polling import wait_until
 
 TOPIC = "orders"

@@ -51,7 +51,7 @@ from postbox.storage_engine.formats import (
     java_string_hashcode,
 )
 from postbox.storage_engine.store.topics import DELAY_TOPIC
-from tests.storage_engine.broker_support import BrokerFactory, broker_config
+from tests.storage_engine.broker.broker_support import BrokerFactory, broker_config
 from tests.storage_engine.conftest import START_MS
 from tests.support.polling import wait_until
 
