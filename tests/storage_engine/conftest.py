@@ -93,9 +93,10 @@ class DiskProbe:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    """A clock that moves only when the test advances it."""
-    return FakeClock(START_MS)
+def clock(fake_clock: FakeClock) -> FakeClock:
+    """A clock that moves only when the test advances it (``fake_clock``,
+    tests/support/brokers.py)."""
+    return fake_clock
 
 
 @pytest.fixture

@@ -149,9 +149,8 @@ class Driver:
                   delay_service_running=self.broker.delay_service.is_running)
 
     def do_wait_dispatched(self, position: str, timeout_ms: str) -> None:
-        deadline = time.monotonic() + int(timeout_ms) / 1000
-        while self.store.dispatch.position < int(position) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: self.store.dispatch.position >= int(position), int(timeout_ms) / 1000,
+                   interval_s=0.005, fail=False)
         self.emit(event="waited", ok=self.store.dispatch.position >= int(position))
 
     def do_read(self, position: str) -> None:
