@@ -2,5 +2,6 @@
 
 pytest_plugins = ["tests.support.services", "tests.support.ci_policy",
                   "tests.support.rocketmq_lab", "tests.support.threads", "tests.support.spark",
-                  "tests.support.transports", "tests.support.filesystems",
+                  "tests.support.transports", "tests.support.brokers",
+                  "tests.support.filesystems",
                   "pytester"]

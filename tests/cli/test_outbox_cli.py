@@ -10,7 +10,6 @@ nothing is found.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,15 +27,6 @@ NO_ENV = {"POSTBOX_DATABASE_URL": None}
 UNREACHABLE_URL = "postgresql+psycopg://postgres:s3cret@127.0.0.1:1/x"
 COMMANDS = [["list"], ["show", "a"], ["stats"], ["rearm", "a"], ["rearm", "--all-void"],
             ["void", "a", "--reason", "test"], ["resend", "a"]]
-
-
-@pytest.fixture
-def engine(migrated_database_url: str) -> Iterator[Engine]:
-    engine = create_database_engine(migrated_database_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture

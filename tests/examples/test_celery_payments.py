@@ -31,7 +31,6 @@ from examples.payments.faults import LOSE, POISON
 from examples.payments.models import ledger
 from examples.payments.orders import place_order
 from postbox.outbox.clock import utc_now
-from postbox.outbox.database import create_database_engine
 from postbox.outbox.tables import message_stub, outbox_task
 from tests.support.alert_servers import (  # noqa: F401 - fixtures
     SmtpServer,
@@ -143,10 +142,9 @@ def deployment(tmp_path: Path, database_url: str, redis_server_url: str,
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    made = create_database_engine(database_url)
-    yield made
-    made.dispose()
+def engine(make_engine: Callable[..., Engine], database_url: str) -> Engine:
+    """An engine on the test's database (the worker's app migrates it)."""
+    return make_engine(database_url)
 
 
 def place(engine: Engine, count: int, fault: str | None = None) -> list[str]:

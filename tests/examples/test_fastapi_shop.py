@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -47,10 +47,8 @@ def settings(store: StoreUnderTest, database_url: str, redis_url: str) -> ShopSe
 
 
 @pytest.fixture
-def engine(settings: ShopSettings) -> Iterator[Engine]:
-    engine = outbox.create_database_engine(settings.database_url)
-    yield engine
-    engine.dispose()
+def engine(make_engine: Callable[..., Engine], settings: ShopSettings) -> Engine:
+    return make_engine(settings.database_url)
 
 
 class ServerThread:

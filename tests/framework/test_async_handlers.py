@@ -20,7 +20,7 @@ from postbox.framework import (
 )
 from postbox.framework.event_loop import EventLoopError, EventLoopThread, is_coroutine_callable
 from postbox.framework.testing import InlineRunner
-from tests.framework.conftest import DEFAULT_LEVELS
+from tests.support.brokers import DEFAULT_LEVELS
 from tests.support.polling import wait_until
 
 WAIT_S = 20

@@ -11,7 +11,7 @@ from postbox.framework import App, ConsumerOptions, Middleware, SkipMessage
 from postbox.framework.testing import InlineRunner
 from postbox.storage_engine import Broker
 from postbox.storage_engine.config import parse_delay_levels
-from tests.framework.conftest import MS_LEVELS
+from tests.support.brokers import MS_LEVELS
 
 
 def short_levels(levels_ms: tuple[int, ...], most_ms: int = 5_000) -> list[int]:

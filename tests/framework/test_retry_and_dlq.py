@@ -8,7 +8,7 @@ import threading
 from postbox.framework import App, ConsumerOptions, DeadLetter, RetryLater
 from postbox.framework.testing import InlineRunner
 from postbox.storage_engine.config import parse_delay_levels
-from tests.framework.conftest import DEFAULT_LEVELS
+from tests.support.brokers import DEFAULT_LEVELS
 
 
 def test_failing_handler_sees_delays_in_level_order_then_lands_in_dlq(open_broker, client,

@@ -13,7 +13,6 @@ from postbox import outbox
 from postbox.framework import App, ConsumerOptions
 from postbox.framework.tracing import TracingSetting
 from postbox.storage_engine import FakeClock
-from tests.storage_engine.conftest import START_MS
 from tests.support.consumer_process import BROKER_CONF
 from tests.support.idempotent_consumer import MS_DELAY_LEVELS, business, ledger
 from tests.support.transports import StoreUnderTest
@@ -49,8 +48,3 @@ def make_app(store: StoreUnderTest, migrated_database_url: str,
     yield factory
     for app in reversed(apps):
         app.stop()
-
-
-@pytest.fixture
-def fake_clock() -> FakeClock:
-    return FakeClock(START_MS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,6 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
-    create_engine,
     insert,
     inspect,
     select,
@@ -46,12 +45,9 @@ NO_ENV = {"POSTBOX_DATABASE_URL": None}
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_engine(database_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+def engine(make_engine: Callable[..., Engine], database_url: str) -> Engine:
+    """A plain SQLAlchemy engine on the test's database, not migrated."""
+    return make_engine(database_url, plain=True)
 
 
 def table_names(engine: Engine) -> set[str]:

@@ -3,9 +3,11 @@
 - ``engine``: ``create_database_engine(migrated_database_url)`` (SQLite file by default,
   PostgreSQL/MariaDB with ``POSTBOX_TEST_DATABASE_URL``), with a business table ``orders``
   created next to the outbox tables through its own ``MetaData``.
-- ``make_engine()``: more engines on the same database (other "processes"), disposed at teardown.
-- ``broker``: an embedded broker on a small store under ``tmp_path`` (delay levels in
-  milliseconds), closed and verified by ``open_broker`` at teardown.
+- ``make_engine()`` (``tests/support/services.py``): more engines on the same database (other
+  "processes"), disposed at teardown.
+- ``broker`` (``tests/support/brokers.py``): an embedded broker on a small store under
+  ``tmp_path`` (delay levels in milliseconds), closed and verified by ``open_broker`` at
+  teardown.
 - ``app``: an ``App`` on that broker with ``database_url`` = the migrated database; stopped at
   teardown (before the broker closes).
 - helpers: ``stub_row``/``stub_rows``/``stub_count``, ``order_count``, ``stored_records``
@@ -26,9 +28,8 @@ import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 
 from postbox.framework import App, BrokerClient
-from postbox.outbox import create_database_engine, message_stub
+from postbox.outbox import message_stub
 from postbox.storage_engine import Broker, MessageView
-from tests.framework.conftest import open_broker  # noqa: F401  (fixture used below)
 from tests.storage_engine.conftest import read_queue
 
 SETTLE_TIMEOUT_S = 10.0
@@ -128,29 +129,10 @@ def records_of(broker: BrokerClient, topic: str, message_id: str) -> list[Messag
 
 
 @pytest.fixture
-def make_engine(migrated_database_url: str) -> Iterator[Callable[[], Engine]]:
-    made: list[Engine] = []
-
-    def factory() -> Engine:
-        engine = create_database_engine(migrated_database_url)
-        made.append(engine)
-        return engine
-
-    yield factory
-    for engine in made:
-        engine.dispose()
-
-
-@pytest.fixture
-def engine(make_engine: Callable[[], Engine]) -> Engine:
-    engine = make_engine()
+def engine(engine: Engine) -> Engine:
+    """``engine`` (tests/support/services.py) with the business table created."""
     business.create_all(engine)
     return engine
-
-
-@pytest.fixture
-def broker(open_broker) -> BrokerClient:  # noqa: F811  (the imported fixture)
-    return open_broker("store")
 
 
 @pytest.fixture

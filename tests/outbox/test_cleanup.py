@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,11 +33,6 @@ OLD = NOW - 8 * DAY
 """Past the default seven-day retentions."""
 YOUNG = NOW - 6 * DAY
 HORIZON = timedelta(hours=30)
-
-
-@pytest.fixture
-def engine(make_engine: Callable[[], Engine]) -> Engine:
-    return make_engine()
 
 
 # ---- helpers ---------------------------------------------------------------------------------

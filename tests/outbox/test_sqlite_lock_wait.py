@@ -12,20 +12,19 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from postbox.outbox.database import create_database_engine
 from tests.support.polling import wait_until
 
 LOG_AFTER_S = 0.2
 
 
 @pytest.fixture
-def engine(tmp_path):
-    engine = create_database_engine(f"sqlite:///{tmp_path / 'app.db'}",
-                                    sqlite_lock_wait_log_s=LOG_AFTER_S)
+def engine(make_engine, tmp_path):
+    """A SQLite engine (whatever database the run uses) that logs lock waits after
+    ``LOG_AFTER_S``."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'app.db'}", sqlite_lock_wait_log_s=LOG_AFTER_S)
     with engine.begin() as connection:
         connection.execute(text("CREATE TABLE orders (id INTEGER PRIMARY KEY)"))
-    yield engine
-    engine.dispose()
+    return engine
 
 
 def insert_in_thread(engine, order_id: int) -> tuple[threading.Thread, list[BaseException]]:

@@ -93,9 +93,10 @@ class DiskProbe:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    """A clock that moves only when the test advances it."""
-    return FakeClock(START_MS)
+def clock(fake_clock: FakeClock) -> FakeClock:
+    """A clock that moves only when the test advances it (``fake_clock``,
+    tests/support/brokers.py)."""
+    return fake_clock
 
 
 @pytest.fixture
@@ -135,11 +136,18 @@ def open_store() -> Iterator[Callable[..., MessageStore]]:
 
 @pytest.fixture
 def brokers(tmp_path: Path, clock: FakeClock):
-    """Factory of brokers on tiny stores under ``tmp_path``; closed and verified at teardown."""
-    from tests.storage_engine.broker_support import BrokerFactory  # it imports this module
+    """Factory of brokers on small stores under ``tmp_path``, on the test's fake clock; closed
+    and verified at teardown."""
+    from tests.support.brokers import BrokerFactory  # it imports this module
 
     with BrokerFactory(tmp_path, clock) as factory:
         yield factory
+
+
+@pytest.fixture
+def broker_factory(brokers) -> Callable[..., object]:
+    """``broker`` (tests/support/brokers.py) here: a broker of ``brokers``, on the fake clock."""
+    return brokers.open
 
 
 @pytest.fixture

@@ -18,18 +18,21 @@ INTERVAL_S = 0.01
 
 
 def wait_until(condition: Callable[[], T], timeout_s: float = WAIT_S, what: str = "condition",
-               *, interval_s: float = INTERVAL_S, detail: Callable[[], object] | None = None
-               ) -> T:
+               *, interval_s: float = INTERVAL_S, detail: Callable[[], object] | None = None,
+               fail: bool = True) -> T:
     """Call ``condition`` every ``interval_s`` until it returns something truthy, and return
     that. After ``timeout_s`` fail with an ``AssertionError`` naming ``what`` (and
-    ``detail()``, when given, for the state that was not reached). An exception from
-    ``condition`` ends the wait at once (a process that died, say)."""
+    ``detail()``, when given, for the state that was not reached), or with ``fail=False``
+    return the last (falsy) value: the caller checks the outcome itself, after its clean-up.
+    An exception from ``condition`` ends the wait at once (a process that died, say)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
+            if not fail:
+                return value
             context = f": {detail()}" if detail is not None else ""
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{context}")
         time.sleep(interval_s)

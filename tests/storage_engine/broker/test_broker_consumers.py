@@ -5,13 +5,12 @@ drive expiry through ``run_once`` alone.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from postbox.storage_engine import Broker, FakeClock, InvalidMessageError
 from postbox.storage_engine.errors import InvalidQueueError, InvalidTopicError
-from tests.storage_engine.broker_support import BrokerFactory
 
 GROUP = "billing"
 EXPIRY_MS = 120_000
@@ -20,12 +19,16 @@ Q0, Q1, Q2 = ("orders", 0), ("orders", 1), ("orders", 2)
 
 
 @pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock):
-    with BrokerFactory(tmp_path, clock) as factory:
-        broker = factory.open(consumer_expiry_ms=EXPIRY_MS,
+def broker_factory(brokers) -> Callable[[str], Broker]:
+    """``broker`` (tests/support/brokers.py) with this module's expiries and its persist
+    service's thread stopped."""
+    def open_quiet(name: str) -> Broker:
+        opened = brokers.open(name, consumer_expiry_ms=EXPIRY_MS,
                               queue_lock_expiry_ms=LOCK_EXPIRY_MS)
-        broker.persist_service.stop()
-        yield broker
+        opened.persist_service.stop()
+        return opened
+
+    return open_quiet
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ will, so the deliver time in the consume queue comes from the real dispatch.
 from __future__ import annotations
 
 import os
-import time
 import weakref
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from postbox.storage_engine.formats import (
     PROPERTY_WAIT,
 )
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
+from tests.support.polling import wait_until
 
 LEVELS_MS = parse_delay_levels("100ms 200ms 300ms")
 TOPIC = "orders"
@@ -259,9 +259,7 @@ def test_concurrent_runs_never_deliver_a_unit_twice(dstore, clock):
     try:
         for _ in range(50):
             service.run_once(clock.now_ms())
-        deadline = time.monotonic() + 5
-        while service.pending_count() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: not service.pending_count(), 5, interval_s=0.005, fail=False)
     finally:
         service.stop()
     assert dstore.wait_dispatched()
@@ -404,9 +402,7 @@ def test_the_thread_delivers_on_the_system_clock(open_store, tmp_path):
         stored_ms = store.put_message(diverted, queue_id).store_timestamp_ms
         # a liveness wait, not a latency bound (benchmarks measure delay accuracy): a loaded
         # CI machine once took more than a second for this 50 ms level
-        deadline = time.monotonic() + 10.0
-        while store.max_offset(TOPIC, 0) == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: store.max_offset(TOPIC, 0) != 0, 10.0, interval_s=0.005, fail=False)
     finally:
         service.stop()
     assert service.failure is None

@@ -34,8 +34,8 @@ from postbox.storage_engine.errors import (
     PropertiesTooLargeError,
 )
 from tests.storage_engine.conftest import TINY_SEGMENT_SIZE_BYTES, put_all, small_config
+from tests.support.paths import REPO_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "orders"
 
 
@@ -481,7 +481,7 @@ def _open_in_subprocess(config) -> subprocess.CompletedProcess:
     args = [str(config.root_dir), str(config.commit_log.segment_size_bytes),
             str(config.consume_queue.units_per_file), str(config.key_index.slot_count_max),
             str(config.key_index.entry_count_max)]
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -51,17 +51,12 @@ from postbox.storage_engine.formats import (
     PROPERTY_REAL_TOPIC,
     java_string_hashcode,
 )
-from tests.storage_engine.broker_support import BrokerFactory, broker_config
 from tests.storage_engine.conftest import START_MS
+from tests.support.brokers import BrokerFactory, broker_config
 from tests.support.polling import wait_until
 
 TOPIC = "orders"
 GROUP = "billing"
-
-
-@pytest.fixture
-def broker(brokers: BrokerFactory) -> Broker:
-    return brokers.open()
 
 
 def _send_all(broker: Broker, count: int, topic: str = TOPIC, **send_kwargs) -> list:

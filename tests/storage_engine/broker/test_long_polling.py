@@ -10,26 +10,51 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from postbox.storage_engine import Broker, GetStatus, Message
 from postbox.storage_engine.broker.long_polling import ArrivalWaiter
 from postbox.storage_engine.errors import InvalidQueueError
-from tests.storage_engine.broker_support import Background, BrokerFactory
 from tests.support.polling import wait_until
 
 TOPIC = "orders"
 GROUP = "billing"
 LONG_MS = 5_000  # a timeout the tests must never reach
 SHORT_MS = 150
+BACKGROUND_WAIT_S = 5.0  # generous bound for a background call to finish; tests finish far sooner
 
 
 @pytest.fixture
-def broker(brokers: BrokerFactory) -> Broker:
-    broker = brokers.open()
-    broker.create_topic(TOPIC, 2)
-    return broker
+def broker_topics() -> dict[str, int]:
+    """``broker`` (tests/support/brokers.py) with the test topic on two queues."""
+    return {TOPIC: 2}
+
+
+class Background:
+    """Run a callable on a thread; ``result()`` joins and returns (or re-raises)."""
+
+    def __init__(self, target: Callable[[], object]) -> None:
+        self._target = target
+        self._value: object = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._target()
+        except BaseException as error:  # handed to the test thread by result()
+            self._error = error
+
+    def result(self, timeout_s: float = BACKGROUND_WAIT_S) -> object:
+        """The callable's return value (raises what it raised)."""
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), "background call did not finish"
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _timed(call):
@@ -140,7 +165,7 @@ def test_pull_times_out_with_nothing_new(broker: Broker):
     assert SHORT_MS / 1000 * 0.9 <= elapsed_s < 1.0
 
 
-def test_pull_timeout_is_capped_by_long_polling_max(brokers: BrokerFactory):
+def test_pull_timeout_is_capped_by_long_polling_max(brokers):
     broker = brokers.open(long_polling_max_ms=SHORT_MS)
     result, elapsed_s = _timed(lambda: broker.pull(GROUP, TOPIC, 0, 0,
                                                    suspend_timeout_ms=60_000))
@@ -164,7 +189,7 @@ def test_pull_keeps_waiting_past_messages_the_filter_rejects(broker: Broker):
     assert (waited.status, waited.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 3)
 
 
-def test_wake_waiters_and_close_end_pulls_early(brokers: BrokerFactory):
+def test_wake_waiters_and_close_end_pulls_early(brokers):
     broker = brokers.open()
     background = Background(lambda: _timed(
         lambda: broker.pull(GROUP, TOPIC, 0, 0, suspend_timeout_ms=LONG_MS)))

@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python -m tests.storage_engine.replication_process --root DIR --role SYNC_MASTER \\
+    python -m tests.storage_engine.ha.replication_process --root DIR --role SYNC_MASTER \\
         --ha-listen 127.0.0.1:0
-    python -m tests.storage_engine.replication_process --root DIR --role SLAVE \\
+    python -m tests.storage_engine.ha.replication_process --root DIR --role SLAVE \\
         --master 127.0.0.1:PORT
 
 It opens ``Broker.open(replication_config(...))`` (small segments, queues and index files) and
@@ -149,9 +149,8 @@ class Driver:
                   delay_service_running=self.broker.delay_service.is_running)
 
     def do_wait_dispatched(self, position: str, timeout_ms: str) -> None:
-        deadline = time.monotonic() + int(timeout_ms) / 1000
-        while self.store.dispatch.position < int(position) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: self.store.dispatch.position >= int(position), int(timeout_ms) / 1000,
+                   interval_s=0.005, fail=False)
         self.emit(event="waited", ok=self.store.dispatch.position >= int(position))
 
     def do_read(self, position: str) -> None:
@@ -174,7 +173,7 @@ class Driver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.storage_engine.replication_process")
+    parser = argparse.ArgumentParser(prog="python -m tests.storage_engine.ha.replication_process")
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--role", choices=[role.value for role in BrokerRole], required=True)
     parser.add_argument("--ha-listen")
@@ -209,7 +208,7 @@ class ReplicationProcess:
         self.root = root
         self.role = role
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.storage_engine.replication_process", "--root",
+            [sys.executable, "-m", "tests.storage_engine.ha.replication_process", "--root",
              str(root), "--role", role.value, *extra],
             cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self._lines: queue.Queue[str] = queue.Queue()

@@ -37,7 +37,6 @@ from postbox.storage_engine.formats import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
 )
-from tests.storage_engine.broker_support import BrokerFactory
 
 TOPIC = "orders"
 GROUP = "billing"
@@ -46,10 +45,9 @@ DLQ = f"%DLQ%{GROUP}"
 
 
 @pytest.fixture
-def broker(brokers: BrokerFactory) -> Broker:
-    broker = brokers.open()
-    broker.create_topic(TOPIC, 1)
-    return broker
+def broker_topics() -> dict[str, int]:
+    """``broker`` (tests/support/brokers.py) with the test topic on one queue."""
+    return {TOPIC: 1}
 
 
 def _consume(broker: Broker, *, reconsume_count: int = 0, topic: str = TOPIC,
@@ -235,7 +233,7 @@ def test_group_without_retry_queues_discards(broker: Broker):
     assert broker.topic_config("%RETRY%no-retry") is None
 
 
-def test_unknown_group_is_an_error_when_it_cannot_be_created(brokers: BrokerFactory):
+def test_unknown_group_is_an_error_when_it_cannot_be_created(brokers):
     broker = brokers.open(auto_create_subscription_group=False)
     original = _consume(broker)
     with pytest.raises(GroupNotFoundError, match=GROUP):
