@@ -10,15 +10,17 @@ import pytest
 
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.storage_engine import Broker
+from tests.support.brokers import BrokerFactory
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    """An embedded broker on a fresh store."""
-    with Broker.open(small_store_config(tmp_path / "store")) as opened:
-        yield opened
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """The served brokers (``broker`` of tests/support/brokers.py) open on the remoting tests'
+    small store, closed and verified at teardown."""
+    with BrokerFactory(tmp_path) as brokers:
+        yield lambda name="store": brokers.open(config=small_store_config(tmp_path / name))
 
 
 @pytest.fixture

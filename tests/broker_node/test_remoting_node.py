@@ -15,19 +15,15 @@ from postbox.broker_node.remoting_node import NodeError, NodeOptions, RemotingNo
 from postbox.broker_node.server import RemotingServer
 from postbox.network.protocol.acl_signature import sign_request
 from postbox.network.protocol.codes import RequestCode, ResponseCode
-from postbox.storage_engine import Broker
 from postbox.storage_engine.clock import SystemClock
 from tests.support.remoting_raw import RawRemotingClient
-from tests.support.small_store import small_store_config
 
 LOOPBACK = dict(remoting_listen="127.0.0.1:0", namesrv_listen="127.0.0.1:0")
 
 
 @pytest.fixture
-def broker(tmp_path):
-    with Broker.open(small_store_config(tmp_path / "store")) as broker:
-        broker.create_topic("orders", 2)
-        yield broker
+def broker_topics() -> dict[str, int]:
+    return {"orders": 2}
 
 
 def test_name_server_routes_to_the_broker_it_serves_beside(broker):

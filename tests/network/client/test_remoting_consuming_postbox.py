@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -29,7 +29,7 @@ from postbox.storage_engine import (
     SendBackOutcome,
 )
 from postbox.storage_engine.formats import encode_record_parts, unpack_record
-from tests.storage_engine.conftest import small_config
+from tests.support.brokers import BrokerFactory
 from tests.support.consuming_clients import ConsumingClients
 from tests.support.polling import wait_until
 from tests.support.postbox_remoting import PostboxRemoting, serve_remoting
@@ -38,10 +38,15 @@ QUEUES = 4
 
 
 @pytest.fixture
-def broker(tmp_path) -> Iterator[Broker]:
-    with Broker.open(small_config(tmp_path / "store", tiny=False)) as opened:
-        opened.create_topic("orders", QUEUES)
-        yield opened
+def broker_factory(tmp_path) -> Iterator[Callable[..., Broker]]:
+    """Brokers on the default small store (``BrokerFactory``), closed and verified at the end."""
+    with BrokerFactory(tmp_path) as brokers:
+        yield brokers.open
+
+
+@pytest.fixture
+def broker_topics() -> dict[str, int]:
+    return {"orders": QUEUES}
 
 
 @pytest.fixture
