@@ -53,9 +53,13 @@ from postbox.storage_engine import (
     Message,
     MessageStore,
     StoreConfig,
-    dead_letter_topic,
 )
 from postbox.storage_engine.broker.config_stores import ConfigStores
+from postbox.storage_engine.contract.topics import (
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+    dead_letter_topic,
+)
 from postbox.storage_engine.formats import (
     COMMIT_LOG_DIR_NAME,
     CONFIG_DIR_NAME,
@@ -63,13 +67,11 @@ from postbox.storage_engine.formats import (
     CONSUME_QUEUE_UNIT,
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
     CONSUMER_OFFSET_FILE_NAME,
-    DLQ_TOPIC_PREFIX,
     EMPTY_UNIT,
     FILLER_UNIT_SIZE,
     PROPERTY_DLQ_REASON,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
-    RETRY_TOPIC_PREFIX,
     TOPIC_GROUP_SEPARATOR,
     MessageView,
     decode_config_json,

@@ -20,10 +20,13 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from postbox.storage_engine.formats import (
-    CONSUME_QUEUE_UNIT_SIZE_BYTES,
+from postbox.storage_engine.contract.topics import (
     DELAY_TOPIC,
     DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+)
+from postbox.storage_engine.formats import (
+    CONSUME_QUEUE_UNIT_SIZE_BYTES,
     EMPTY_UNIT,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DLQ_REASON,
@@ -32,7 +35,6 @@ from postbox.storage_engine.formats import (
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
-    RETRY_TOPIC_PREFIX,
     RecordKind,
     check_record,
     decode_properties,

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from postbox.storage_engine.contract.topics import RETRY_TOPIC_PREFIX
 from postbox.storage_engine.formats import (
     BACKUP_SUFFIX,
     COMMIT_LOG_DIR_NAME,
@@ -19,7 +20,6 @@ from postbox.storage_engine.formats import (
     CONSUME_QUEUE_DIR_NAME,
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
     CONSUMER_OFFSET_FILE_NAME,
-    RETRY_TOPIC_PREFIX,
     SEGMENT_NAME_DIGITS,
     TOPIC_GROUP_SEPARATOR,
     decode_config_json,

@@ -42,6 +42,7 @@ from .config import (
     RetentionConfig,
     StoreConfig,
 )
+from .contract.topics import dead_letter_topic, retry_topic
 from .errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -73,7 +74,7 @@ from .store import (
     require_store,
     verify_store,
 )
-from .store.topics import dead_letter_topic, retry_topic, validate_topic
+from .store.topics import validate_topic
 
 __all__ = [
     # the store

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from postbox.storage_engine.broker.broker import Broker
 from postbox.storage_engine.broker.send_back import send_back_copy
 from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.contract.topics import retry_topic
 from postbox.storage_engine.errors import StorageError
 from postbox.storage_engine.formats import MessageView
 from postbox.storage_engine.service import Service
-from postbox.storage_engine.store.topics import retry_topic
 
 from .lease_book import LeaseBook
 from .pop_queue import Lease, PopQueue

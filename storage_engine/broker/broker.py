@@ -42,6 +42,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..clock import Clock, SystemClock
 from ..config import BrokerRole, StoreConfig
+from ..contract.topics import (
+    DELAY_TOPIC,
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+    dead_letter_topic,
+    is_system_group_topic,
+    retry_topic,
+)
 from ..errors import (
     GroupNotFoundError,
     InvalidMessageError,
@@ -56,12 +64,6 @@ from ..service import Service
 from ..store.message import GetResult, Message
 from ..store.message_store import MessageStore
 from ..store.topics import (
-    DELAY_TOPIC,
-    DLQ_TOPIC_PREFIX,
-    RETRY_TOPIC_PREFIX,
-    dead_letter_topic,
-    is_system_group_topic,
-    retry_topic,
     validate_topic,
 )
 from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from ..contract.topics import retry_topic
 from ..errors import ConfigError, InvalidMessageError, InvalidTopicError
-from ..store.topics import retry_topic, validate_topic
+from ..store.topics import validate_topic
 
 
 def validate_group(group: object) -> str:

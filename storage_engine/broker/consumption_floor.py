@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+from ..contract.topics import DELAY_TOPIC
 from ..store.message_store import MessageStore
-from ..store.topics import DELAY_TOPIC
 from .config_stores import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable, DelayOffsetTable
 
 Subscriptions = Callable[[], dict[str, set[str]]]

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
+from ..contract.topics import DLQ_TOPIC_PREFIX, dead_letter_topic
 from ..errors import MessageNotFoundError
 from ..formats import PROPERTY_RETRY_TOPIC, MessageView
 from ..store.message import GetStatus
 from ..store.message_store import MessageStore
-from ..store.topics import DLQ_TOPIC_PREFIX, dead_letter_topic
 from .config_file import ConfigFile
 
 RESENDS_FILE_NAME = "dlqResends.json"

@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
+from ..contract.topics import RETRY_TOPIC_PREFIX
 from ..store.message import GetStatus
 from ..store.message_store import MessageStore
-from ..store.topics import RETRY_TOPIC_PREFIX
 from .config_stores import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable
 from .model import ConsumeFrom, QueueProgress
 

@@ -26,6 +26,7 @@ import threading
 from typing import Any
 
 from ..config import BrokerConfig
+from ..contract.topics import DELAY_TOPIC
 from ..errors import (
     ConfigError,
     InvalidQueueError,
@@ -36,7 +37,7 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..formats import java_string_hashcode
-from ..store.topics import DELAY_TOPIC, validate_topic
+from ..store.topics import validate_topic
 from .config_beans import TopicConfig
 from .config_stores import TopicConfigTable
 from .model import PERM_READ_WRITE, PERM_WRITE

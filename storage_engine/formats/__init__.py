@@ -18,7 +18,7 @@ from .checkpoint_layout import (
 )
 from .constants import *  # noqa: F403  (the constants are part of the format surface)
 from .constants import __all__ as _constant_names
-from .directory import *  # noqa: F403  (the store's file and system-topic names)
+from .directory import *  # noqa: F403  (the store's file names)
 from .directory import __all__ as _directory_names
 from .fastjson import NESTING_DEPTH_MAX as NESTING_DEPTH_MAX
 from .fastjson import decode_config_json as decode_config_json

@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ..contract.topics import is_system_group_topic
 from .constants import (
     PROPERTY_CRC_NAME,
     PROPERTY_DELAY,
@@ -48,7 +49,6 @@ from .constants import (
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
 )
-from .directory import is_system_group_topic
 
 PROPERTY_ARGUMENTS: Mapping[str, str] = {
     PROPERTY_UNIQ_KEY: "unique_key=",

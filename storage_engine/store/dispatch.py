@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..clock import Clock
+from ..contract.topics import DELAY_TOPIC
 from ..errors import CorruptionError
 from ..formats import (
     PROPERTY_DELAY,
@@ -36,7 +37,6 @@ from ..service import Service
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet
 from .key_index import KeyIndex
-from .topics import DELAY_TOPIC
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import StoreConfig
+from ..contract.topics import DELAY_TOPIC
 from ..errors import NotAStoreError
 from ..formats import (
     CHECKPOINT_FILE_SIZE_BYTES,
@@ -42,7 +43,6 @@ from ..formats import (
 from .damage import FileSegment, next_valid_position
 from .repair import set_aside_spans
 from .store_layout import infer_config, require_store
-from .topics import DELAY_TOPIC
 
 
 def verify_store(root_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> list[str]:

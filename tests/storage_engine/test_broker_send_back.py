@@ -27,6 +27,7 @@ from postbox.storage_engine.broker.send_back import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
 )
+from postbox.storage_engine.contract.topics import DELAY_TOPIC
 from postbox.storage_engine.errors import GroupNotFoundError, NoPermissionError
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
@@ -36,7 +37,6 @@ from postbox.storage_engine.formats import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
 )
-from postbox.storage_engine.store.topics import DELAY_TOPIC
 from tests.storage_engine.broker_support import BrokerFactory
 
 TOPIC = "orders"

@@ -26,8 +26,8 @@ from typing import Any
 
 from postbox.storage_engine.broker import Broker
 from postbox.storage_engine.broker.config_beans import TopicConfig, bean_to_json
+from postbox.storage_engine.contract.topics import AUTO_CREATE_TOPIC, DELAY_TOPIC
 from postbox.storage_engine.errors import ConfigError
-from postbox.storage_engine.store.topics import DELAY_TOPIC
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode
@@ -35,7 +35,6 @@ from ..namesrv.route_table import QueueData
 from ..server.errors import RequestRefusedError
 from ..wire import RemotingCommand
 
-AUTO_CREATE_TOPIC = "TBW102"
 AUTO_CREATE_TOPIC_PERM = 7  # READ | WRITE | INHERIT
 NAME_MAX_CHARS = 255
 GET_TOPIC_CONFIG = 351
@@ -195,5 +194,5 @@ def _check_attributes(topic: str, attributes: str | None) -> None:
                 f"{_MESSAGE_TYPE_ATTRIBUTE}...)")
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "TopicAdmin", "advertised_topics",
+__all__ = ["AdvertisedTopics", "TopicAdmin", "advertised_topics",
            "data_version", "last_store_time_ms"]

@@ -53,6 +53,7 @@ from postbox.storage_engine.broker.model import (
 from postbox.storage_engine.broker.progress import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
 from postbox.storage_engine.broker.queue_locks import validate_queue_key
 from postbox.storage_engine.broker.send_back import send_back_copy
+from postbox.storage_engine.contract.topics import RETRY_TOPIC_PREFIX, retry_topic
 from postbox.storage_engine.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
@@ -65,7 +66,7 @@ from postbox.storage_engine.formats import (
     original_topic,
 )
 from postbox.storage_engine.store.message import GetResult, Message
-from postbox.storage_engine.store.topics import RETRY_TOPIC_PREFIX, retry_topic, validate_topic
+from postbox.storage_engine.store.topics import validate_topic
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode

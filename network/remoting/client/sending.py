@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from postbox.storage_engine.broker.model import SendResult
 from postbox.storage_engine.broker.send_rules import batch_shape_problem
 from postbox.storage_engine.broker.topic_manager import sharding_queue
+from postbox.storage_engine.contract.topics import AUTO_CREATE_TOPIC, DELAY_TOPIC, is_retry_topic
 from postbox.storage_engine.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
@@ -58,7 +59,6 @@ from postbox.storage_engine.errors import (
     TopicNotFoundError,
 )
 from postbox.storage_engine.formats import (
-    DELAY_TOPIC,
     MAX_MESSAGE_SIZE_BYTES,
     PROPERTIES_SIZE_MAX_BYTES,
     PROPERTY_DELAY,
@@ -70,7 +70,7 @@ from postbox.storage_engine.formats import (
     property_name_problem,
 )
 from postbox.storage_engine.store.message import Message, PutStatus
-from postbox.storage_engine.store.topics import RETRY_TOPIC_PREFIX, validate_topic
+from postbox.storage_engine.store.topics import validate_topic
 
 from ..codes import RequestCode, ResponseCode
 from ..wire import RemotingCommand
@@ -82,7 +82,6 @@ from .routes import QueueRef, TopicRoute
 from .send_lanes import Lane, Slot
 
 PRODUCER_GROUP = "POSTBOX_PRODUCER"
-DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 8
 SEND_ATTEMPTS = 3
 _DEFAULT_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
@@ -126,7 +125,7 @@ class Outgoing:
     @property
     def batchable(self) -> bool:
         """Whether it may share a SEND_BATCH_MESSAGE (no delay, not a retry topic)."""
-        return not self.delay_level and not self.wire_topic.startswith(RETRY_TOPIC_PREFIX)
+        return not self.delay_level and not is_retry_topic(self.wire_topic)
 
     def entry(self) -> bytes:
         """Its entry in a batch body (reference §2.6)."""
@@ -238,7 +237,7 @@ class Sender:
             return routes.wire_route(outgoing.wire_topic, refresh=refresh), False
         except RouteNotFoundError:
             try:
-                return routes.wire_route(DEFAULT_TOPIC, refresh=refresh), True
+                return routes.wire_route(AUTO_CREATE_TOPIC, refresh=refresh), True
             except RouteNotFoundError:
                 if not routes.cluster_info().masters():
                     raise RouteNotFoundError(
@@ -381,7 +380,7 @@ class Sender:
         first = batch[0]
         message = first.message
         fields = {
-            "a": self._group, "b": first.wire_topic, "c": DEFAULT_TOPIC,
+            "a": self._group, "b": first.wire_topic, "c": AUTO_CREATE_TOPIC,
             "d": _DEFAULT_QUEUE_NUMS_TEXT, "e": str(ref.queue_id),
             "f": str(message.sys_flag & ~0x30), "g": str(_born_ms(first, self._context)),
             "h": str(message.flag), "j": str(message.reconsume_count), "k": "false",
