@@ -28,6 +28,7 @@ from postbox.storage_engine.broker import Broker
 from postbox.storage_engine.broker.config_beans import TopicConfig, bean_to_json
 from postbox.storage_engine.contract.topics import AUTO_CREATE_TOPIC, DELAY_TOPIC
 from postbox.storage_engine.errors import ConfigError
+from postbox.storage_engine.formats.fastjson import ObjectKey
 
 from .. import fastjson
 from ..codes import RequestCode, ResponseCode
@@ -168,7 +169,7 @@ class TopicAdmin:
         table = {}
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
             low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
-            key = fastjson.ObjectKey.of(brokerName=self._broker_name, queueId=queue_id,
+            key = ObjectKey.of(brokerName=self._broker_name, queueId=queue_id,
                                         topic=topic)
             table[key] = {"lastUpdateTimestamp": last_store_time_ms(self._broker, topic,
                                                                     queue_id, high),

@@ -44,6 +44,7 @@ from postbox.storage_engine.contract.topics import (
 )
 from postbox.storage_engine.errors import InvalidMessageError
 from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.formats.fastjson import ObjectKey
 from postbox.storage_engine.store.topics import validate_topic
 
 from .. import fastjson
@@ -178,7 +179,7 @@ class AdminCalls:
             table = fastjson.loads(answer.body).get("offsetTable") or {}
             min_offsets: dict[str, dict[tuple[str, int], int]] = {}
             for key, value in table.items():
-                queue = key.as_dict() if isinstance(key, fastjson.ObjectKey) else {}
+                queue = key.as_dict() if isinstance(key, ObjectKey) else {}
                 row = self._progress_row(queue, value, address, min_offsets)
                 if row is not None:
                     rows[(row.topic, row.queue_id)] = row
@@ -210,7 +211,7 @@ class AdminCalls:
         table = fastjson.loads(answer.body).get("offsetTable") or {}
         offsets = {}
         for key, value in table.items():
-            if isinstance(key, fastjson.ObjectKey):
+            if isinstance(key, ObjectKey):
                 queue = key.as_dict()
                 offsets[(str(queue.get("brokerName")), int(queue.get("queueId", -1)))] = int(
                     value.get("minOffset", 0))

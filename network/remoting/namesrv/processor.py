@@ -40,6 +40,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from postbox.storage_engine.formats.fastjson import FastjsonError
+
 from .. import fastjson
 from ..codes import VERSION_V4_9_4, RequestCode, ResponseCode
 from ..server.errors import RequestRefusedError
@@ -212,7 +214,7 @@ class NameServer:
         held = self.routes.data_version(name, broker_id)
         try:
             sent = fastjson.loads(request.body) if request.body else None
-        except (fastjson.FastjsonError, UnicodeDecodeError) as error:
+        except (FastjsonError, UnicodeDecodeError) as error:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"DataVersion does not parse: {error}") from None
         changed = held is None or not isinstance(sent, dict) or _version_key(sent) != \
