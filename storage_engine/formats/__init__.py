@@ -23,7 +23,14 @@ from .directory import __all__ as _directory_names
 from .fastjson import NESTING_DEPTH_MAX as NESTING_DEPTH_MAX
 from .fastjson import decode_config_json as decode_config_json
 from .fastjson import encode_config_json as encode_config_json
-from .hashing import index_key, index_key_hash, java_string_hashcode, masked_crc32, tag_hash
+from .hashing import (
+    TagFilter,
+    index_key,
+    index_key_hash,
+    java_string_hashcode,
+    masked_crc32,
+    tag_hash,
+)
 from .index_layout import (
     INDEX_ENTRY,
     INDEX_ENTRY_SIZE_BYTES,
@@ -133,6 +140,7 @@ __all__ = [
     "RecordFields",
     "RecordKind",
     "SYSTEM_PROPERTY_NAMES",
+    "TagFilter",
     "UniqueKeyGenerator",
     "UniqueKeyParts",
     "body_problem",

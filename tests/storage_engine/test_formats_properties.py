@@ -26,6 +26,7 @@ from postbox.storage_engine.formats import (
     MessageView,
     RecordFields,
     RecordKind,
+    TagFilter,
     UniqueKeyGenerator,
     check_record,
     decode_for_dispatch,
@@ -44,6 +45,7 @@ from postbox.storage_engine.formats import (
     record_size,
     scan_records,
     seal_property_crc,
+    tag_hash,
     unpack_record,
 )
 from postbox.storage_engine.formats.message_id import month_start_ms
@@ -285,6 +287,18 @@ def test_v1_and_v2_boundary_is_127_characters():
 def test_java_string_hashcode_matches_the_independent_hash(text: str):
     assert java_string_hashcode(text) == rmq_decoder.java_hash(text)
     assert index_key_hash(text) == rmq_decoder.index_key_hash(text)
+
+
+def test_tag_filter_is_one_expression_for_the_store_and_the_client():
+    """One parse for the broker's hash check of a unit and the exact check after it."""
+    assert TagFilter.parse(None) is None and TagFilter.parse("  ") is None
+    assert TagFilter.parse(" * ") is None
+    tag_filter = TagFilter.parse(" TagA ||TAG1|| ||")
+    assert tag_filter is not None and tag_filter.tags == {"TagA", "TAG1"}
+    assert tag_filter.hashes == {2598919, 2567159} == {tag_hash("TagA"), tag_hash("TAG1")}
+    assert tag_filter.accepts_code(2598919) and not tag_filter.accepts_code(tag_hash(None))
+    assert tag_filter.accepts("TAG1") and not tag_filter.accepts(None)
+    assert not tag_filter.accepts("TagA || TAG1")  # TAGS is matched whole, as its code is
 
 
 def test_java_string_hashcode_long_and_edge_inputs():

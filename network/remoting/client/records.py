@@ -17,8 +17,8 @@ framework's numbering:
   before delivering. LZ4 and zstd bodies (RocketMQ 5 options) are delivered as stored, with a
   warning: the standard library has no codec for them.
 
-``TagFilter`` is the exact tag check a client must still apply (a broker filters by tag hash
-only, §9.9). Pure functions and immutable values; safe from any thread.
+A client must still apply the exact tag check (``formats.TagFilter.accepts``: a broker filters
+by tag hash only, §9.9). Pure functions and immutable values; safe from any thread.
 """
 
 from __future__ import annotations
@@ -54,26 +54,6 @@ _FIELD_QUEUE_ID, _FIELD_SYS_FLAG, _FIELD_MAGIC = 3, 7, 1
 
 class RecordDecodeError(RemotingClientError):
     """A pull body whose records do not decode (sizes, magic code, compressed body)."""
-
-
-class TagFilter:
-    """A subscription expression ``*`` / ``a || b``: which TAGS a consumer takes."""
-
-    __slots__ = ("tags",)
-
-    def __init__(self, expression: str) -> None:
-        self.tags = frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
-
-    @classmethod
-    def parse(cls, expression: str | None) -> TagFilter | None:
-        """None for "everything" (``None``, empty or ``*``), as the embedded store reads it."""
-        if expression is None or expression.strip() in ("", "*"):
-            return None
-        return cls(expression)
-
-    def accepts(self, view: MessageView) -> bool:
-        """Whether the message's TAGS is one of the expression's tags."""
-        return view.tags in self.tags
 
 
 def subscription_expression(tags: str | None) -> str:
@@ -190,4 +170,4 @@ def _unwrap_retry_topic(view: MessageView, unwrap: Callable[[str], str]) -> None
         properties[PROPERTY_RETRY_TOPIC] = unwrap(retry)
 
 
-__all__ = ["RecordDecodeError", "TagFilter", "decode_records", "subscription_expression"]
+__all__ = ["RecordDecodeError", "decode_records", "subscription_expression"]
