@@ -6,7 +6,8 @@ IPv4/IPv6 hosts), the blank end-of-file record, the properties codec, masked CRC
 checkpoint page, offsetMsgId and UNIQ_KEY. The engine, the CLI and the Spark jobs all decode
 through it. Facts come from ``reference/rocketmq-store.md`` §0–§5 and ``vectors/``; all integers
 are big-endian. Modules: ``constants``, ``hashing``, ``properties``, ``record``, ``message_view``,
-``message_id``, ``message_rules``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``.
+``message_id``, ``message_rules``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``,
+``received_record`` (the checked decoder of records received in a pull body).
 """
 
 from .checkpoint_layout import (
