@@ -17,6 +17,7 @@ not import the engine.
 """
 
 from postbox.storage_engine import SendResult
+from postbox.storage_engine.formats.message_id import UniqueKeyGenerator
 from postbox.storage_engine.group_commit import GroupCommit
 from postbox.storage_engine.service import Service
 
@@ -28,7 +29,6 @@ from .errors import AppStateError, ConfigurationError, FrameworkError, HandlerRe
 from .event_loop import CoroutineCancelledError, EventLoopError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .log_format import LogFormat, configure_logging
-from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import BatchMessage, Producer, SendStatus

@@ -1,4 +1,5 @@
-"""Byte layouts of the RocketMQ-compatible store, in one place. Pure: no I/O.
+"""Byte layouts of the RocketMQ-compatible store, in one place. Pure: no I/O but one lookup of
+the host's client address (``message_id``, for the UNIQ_KEY generator's IP field).
 
 Everything that defines bytes on disk lives in this package, once: commit-log records (v1/v2,
 IPv4/IPv6 hosts), the blank end-of-file record, the properties codec, masked CRC32, Java

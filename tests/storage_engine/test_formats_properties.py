@@ -387,7 +387,7 @@ def test_offset_msg_id_golden_vectors(ip, port, position, msg_id):
                                                               4_000_000_000_000),
        count=st.integers(2, 40))
 def test_unique_keys_decode_back_and_count_up(ip: str, pid: int, now_ms: int, count: int):
-    generator = UniqueKeyGenerator(ip, pid)
+    generator = UniqueKeyGenerator(ip=ip, pid=pid, class_loader_hash=0x18B4AAC2)
     keys = [generator.next_key(now_ms) for _ in range(count)]
     parts = [decode_unique_key(key) for key in keys]
 
@@ -404,7 +404,7 @@ def test_unique_keys_decode_back_and_count_up(ip: str, pid: int, now_ms: int, co
 
 
 def test_unique_key_counter_wraps_at_16_bits():
-    generator = UniqueKeyGenerator("10.0.0.1", 1)
+    generator = UniqueKeyGenerator(ip="10.0.0.1", pid=1)
     now_ms = 1_700_000_000_000
     counters = [decode_unique_key(generator.next_key(now_ms)).counter for _ in range(65_538)]
     assert counters[:2] == [0, 1]

@@ -39,9 +39,7 @@ Thread safety: ``send`` may be called from any thread.
 from __future__ import annotations
 
 import itertools
-import os
 import random
-import socket
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -135,16 +133,6 @@ class Outgoing:
                          self.body, _PROPERTIES_LENGTH.pack(len(properties)), properties))
 
 
-def local_ip() -> str:
-    """This host's address as producers report it (loopback when it has no other)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("10.255.255.255", 1))  # no packet is sent: routing only
-            return str(probe.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
-
-
 class Sender:
     """``BrokerClient.send`` over remoting (see the module docstring)."""
 
@@ -153,7 +141,7 @@ class Sender:
         self._context = context
         self._group = producer_group
         self._coalesce = coalesce
-        self._keys = UniqueKeyGenerator(local_ip(), os.getpid(), random.getrandbits(31))
+        self._keys = UniqueKeyGenerator(context.clock.now_ms)
         self._turns: dict[str, itertools.count[int]] = {}
         self._lock = threading.Lock()
         self._lanes: dict[tuple[str, int | str | None], Lane] = {}
@@ -218,7 +206,7 @@ class Sender:
         if sharding_key is not None and not isinstance(sharding_key, str):
             raise InvalidQueueError(f"sharding key must be a str, got {sharding_key!r}",
                                     topic=topic)
-        unique_key = message.unique_key or self._keys.next_key(self._context.clock.now_ms())
+        unique_key = message.unique_key or self._keys.next()
         properties = _properties_text(message, unique_key)
         delay = (message.properties or {}).get(PROPERTY_DELAY)
         delay_level = min(int(delay), DELAY_LEVEL_MAX) if delay and delay.isdigit() else 0
