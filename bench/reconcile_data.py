@@ -53,13 +53,10 @@ from postbox.storage_engine import (
     Message,
     MessageStore,
     StoreConfig,
-)
-from postbox.storage_engine.broker.config_stores import ConfigStores
-from postbox.storage_engine.contract.topics import (
-    DLQ_TOPIC_PREFIX,
-    RETRY_TOPIC_PREFIX,
     dead_letter_topic,
 )
+from postbox.storage_engine.broker.config_stores import ConfigStores
+from postbox.storage_engine.contract.topics import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 from postbox.storage_engine.formats import (
     COMMIT_LOG_DIR_NAME,
     CONFIG_DIR_NAME,

@@ -12,8 +12,8 @@
 
 Nothing connects at import or decoration time. ``framework.testing.InlineRunner`` drives the
 consumers deterministically in tests. ``Service`` (the one background loop) and ``GroupCommit``
-(the one leader/follower batcher) are the engine's, re-exported for the packages above, which do
-not import the engine.
+(the leader/follower batcher of synchronous rounds) are the engine's, re-exported for the
+packages above, which do not import the engine.
 """
 
 from postbox.storage_engine import SendResult
