@@ -63,17 +63,16 @@ from postbox.storage_engine.formats import (
     CONSUME_QUEUE_UNIT,
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
     CONSUMER_OFFSET_FILE_NAME,
-    DLQ_TOPIC_PREFIX,
     EMPTY_UNIT,
     FILLER_UNIT_SIZE,
     PROPERTY_DLQ_REASON,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
-    RETRY_TOPIC_PREFIX,
     TOPIC_GROUP_SEPARATOR,
     MessageView,
     decode_config_json,
 )
+from postbox.storage_engine.formats.topic_names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 
 TOPIC = "bench-orders"
 GROUP = "bench-billing"

@@ -34,6 +34,7 @@ from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol.codes import RequestCode
 from postbox.network.protocol.wire import FrameDecoder, RemotingCommand, encode
 from postbox.storage_engine import Broker, Message, StoreConfig
+from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC
 
 TOPIC = "BENCH"
 BODY = b"x" * 100
@@ -104,7 +105,7 @@ def _remote(address: tuple[str, int], messages: int, threads: int,
 
     def send(n: int) -> int:
         client = _Client(address)
-        fields = {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": n % 4, "f": 0, "h": 0,
+        fields = {"a": "PG", "b": topic, "c": AUTO_CREATE_TOPIC, "d": 4, "e": n % 4, "f": 0, "h": 0,
                   "g": 0}
         for first in range(0, per, window):
             requests = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {

@@ -57,11 +57,11 @@ from postbox.network.protocol import fastjson
 from postbox.network.protocol.acl_signature import ACCESS_KEY, SIGNATURE, code_problem, verify
 from postbox.network.protocol.codes import RequestCode
 from postbox.network.protocol.wire import RemotingCommand
+from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC, is_retry_topic
 
 from .acl_file import PUB, SUB, Account, AclSettings, load_acl_file
 from .server.errors import AccessDeniedError
 
-AUTO_CREATE_TOPIC = "TBW102"
 ANY = "ANY"
 ACCESS_KEY_MAX_CHARS = 128
 RC = RequestCode
@@ -193,7 +193,7 @@ def _group(name: str | None) -> Iterator[Need]:
 def _send(topic_key: str, group_key: str) -> Callable[[Fields, bytes], Iterator[Need]]:
     def needs(fields: Fields, body: bytes) -> Iterator[Need]:
         topic = fields.get(topic_key)
-        if topic is not None and topic.startswith("%RETRY%"):
+        if topic is not None and is_retry_topic(topic):
             yield from _topic(topic, SUB)  # SUB on %RETRY%g comes with SUB on g
             return
         yield from _topic(topic, PUB)

@@ -42,8 +42,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from postbox.storage_engine.contract.topics import DELAY_TOPIC, is_system_group_topic
 from postbox.storage_engine.errors import ConfigError
+from postbox.storage_engine.formats.topic_names import (
+    is_internal_topic,
+    is_system_group_topic,
+)
 
 DEFAULT_CLOCK_SKEW_S = 900
 CLOCK_SKEW_MAX_S = 24 * 3600
@@ -55,7 +58,6 @@ _PERMISSIONS = {"PUB": frozenset({PUB}), "SUB": frozenset({SUB}),
                 "DENY": frozenset()}
 _ACCESS_KEY = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 ACL_FILE_SIZE_MAX_BYTES = 4 * 1024 * 1024
-INTERNAL_TOPIC_PREFIX = "RMQ_SYS_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +97,7 @@ class Account:
 
 
 def _internal(kind: str, name: str) -> bool:
-    return kind == "topic" and (name == DELAY_TOPIC or name.startswith(INTERNAL_TOPIC_PREFIX))
+    return kind == "topic" and is_internal_topic(name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,12 +12,13 @@
 
 Nothing connects at import or decoration time. ``framework.testing.InlineRunner`` drives the
 consumers deterministically in tests. ``Service`` (the one background loop) and ``GroupCommit``
-(the one leader/follower batcher) are the engine's, re-exported for the packages above, which do
-not import the engine.
+(the leader/follower batcher of synchronous rounds) are the engine's, re-exported for the
+packages above, which do not import the engine.
 """
 
 from postbox.storage_engine import SendResult
 from postbox.storage_engine.contract import BrokerClient
+from postbox.storage_engine.formats.message_id import UniqueKeyGenerator
 from postbox.storage_engine.group_commit import GroupCommit
 from postbox.storage_engine.service import Service
 
@@ -29,7 +30,6 @@ from .errors import AppStateError, ConfigurationError, FrameworkError, HandlerRe
 from .event_loop import CoroutineCancelledError, EventLoopError, EventLoopThread
 from .handlers import ConsumerGroupPlan, HandlerSpec
 from .log_format import LogFormat, configure_logging
-from .message_id import UniqueKeyGenerator
 from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import BatchMessage, Producer, SendStatus

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from postbox.storage_engine import ConsumeFrom, validate_topic
-from postbox.storage_engine.formats import is_system_group_topic
+from postbox.storage_engine.formats.topic_names import is_system_group_topic
 
 from .errors import ConfigurationError, HandlerRegistrationError
 from .event_loop import is_coroutine_callable

@@ -42,9 +42,9 @@ from postbox.storage_engine.formats import (
     delay_level_problem,
     empty_body_problem,
 )
+from postbox.storage_engine.formats.message_id import UniqueKeyGenerator
 
 from .errors import AppStateError
-from .message_id import UniqueKeyGenerator
 from .tracing import Tracing
 from .validation import InvalidMessageError, check_properties, check_unique_key
 

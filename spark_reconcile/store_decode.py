@@ -22,8 +22,6 @@ from typing import NamedTuple
 
 from postbox.storage_engine.formats import (
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
-    DELAY_TOPIC,
-    DLQ_TOPIC_PREFIX,
     EMPTY_UNIT,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DLQ_REASON,
@@ -32,12 +30,16 @@ from postbox.storage_engine.formats import (
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
-    RETRY_TOPIC_PREFIX,
     RecordKind,
     check_record,
     decode_properties,
     topic_and_properties,
     unpack_record,
+)
+from postbox.storage_engine.formats.topic_names import (
+    DELAY_TOPIC,
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
 )
 
 DLQ = "dlq"

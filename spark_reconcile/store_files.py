@@ -19,11 +19,11 @@ from postbox.storage_engine.formats import (
     CONSUME_QUEUE_DIR_NAME,
     CONSUME_QUEUE_UNIT_SIZE_BYTES,
     CONSUMER_OFFSET_FILE_NAME,
-    RETRY_TOPIC_PREFIX,
     SEGMENT_NAME_DIGITS,
     TOPIC_GROUP_SEPARATOR,
     decode_config_json,
 )
+from postbox.storage_engine.formats.topic_names import RETRY_TOPIC_PREFIX
 
 from .errors import EmptyStoreError, StoreNotFoundError
 from .results import StoreProblem

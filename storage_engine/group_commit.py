@@ -1,5 +1,8 @@
-"""Group commit, the project's one leader/follower mechanism: ``PositionWaiters`` and, on it,
-``GroupCommit``.
+"""Group commit, the project's leader/follower mechanism for synchronous rounds: ``PositionWaiters``
+and, on it, ``GroupCommit``. (The remote client's sends coalesce in ``network``'s send lanes
+instead: their calls are asynchronous — answered later on the connection's reader thread, two in
+flight, finished out of order — and each sender has its own timeout, none of which a round here
+has; see the end of this docstring.)
 
 **``PositionWaiters``**: threads waiting for a growing position. One position only grows (the
 flushed end of the commit log; the end a slave acknowledged; the rounds a ``GroupCommit`` has
@@ -20,13 +23,20 @@ or leading ones (``wait_or_lead``), never both: leadership is handed only to a t
 lead.
 
 **``GroupCommit``**: one call of a batch function for the items of every thread waiting on it
-(the idempotency admission rounds, the remote client's ``SendBatch`` calls). Each ``run`` queues
+(the idempotency admission rounds). Each ``run`` queues
 its request under a ticket (1, 2, 3, …) and waits in a ``PositionWaiters`` for the finished
 tickets to cover its own; the leader takes queued requests from the head (up to ``max_items``
 items, and while ``joins`` accepts the next one; a request is never split), runs the function
 once for all of them outside any lock, hands each request its own results — or the exception,
 re-raised in each of their threads — and advances the position to the round's last ticket.
 Nothing waits for company: a lone caller leads a round of its own items at once.
+
+Why the send lanes are not a ``GroupCommit``: a round here ends before the next begins, so
+finished rounds form one growing position and a waiter needs only its ticket. A lane writes a
+call and returns; up to two calls are unanswered at once and may be answered in either order,
+so each message is released on its own slot, and a sender that times out is taken out of the
+queue or its call forgotten. Those are the lane's whole mechanism; a round function that
+returns its results has no use for them.
 
 Thread-safety: every method may be called from any thread; each structure is guarded by one
 lock. Nothing here is persisted (a thread only returns after its position or round was reached).

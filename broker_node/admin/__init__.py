@@ -26,7 +26,6 @@ from .consumer_book import Connection, ConsumerBook, GroupView
 from .group_admin import GroupAdmin
 from .runtime_info import RuntimeStats, register_runtime_info, runtime_table
 from .topic_admin import (
-    AUTO_CREATE_TOPIC,
     AdvertisedTopics,
     TopicAdmin,
     advertised_topics,
@@ -68,6 +67,6 @@ class BrokerAdmin:
         return admin
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "BrokerAdmin", "Connection", "ConsumerBook",
+__all__ = ["AdvertisedTopics", "BrokerAdmin", "Connection", "ConsumerBook",
            "GroupAdmin", "GroupView", "RuntimeStats", "TopicAdmin", "advertised_topics",
            "data_version", "runtime_table"]

@@ -33,6 +33,7 @@ from postbox.storage_engine.contract.config_beans import (
     validate_group,
 )
 from postbox.storage_engine.errors import ConfigError, InvalidMessageError
+from postbox.storage_engine.formats.fastjson import FastjsonError, ObjectKey
 
 from ..server.errors import RequestRefusedError
 from .consumer_book import ConsumerBook
@@ -116,7 +117,7 @@ class GroupAdmin:
             if topic is not None and progress.topic != topic:
                 continue
             consumed = progress.committed_offset or 0
-            key = fastjson.ObjectKey.of(brokerName=self._broker_name,
+            key = ObjectKey.of(brokerName=self._broker_name,
                                         queueId=progress.queue_id, topic=progress.topic)
             table[key] = {"brokerOffset": progress.max_offset, "consumerOffset": consumed,
                           "lastTimestamp": last_store_time_ms(self._broker, progress.topic,
@@ -157,7 +158,7 @@ def parse_group_body(body: bytes) -> SubscriptionGroupConfig:
         config: SubscriptionGroupConfig = bean_from_json(SubscriptionGroupConfig, raw,
                                                          "group_name", str(name))
         return config
-    except (fastjson.FastjsonError, UnicodeDecodeError, ConfigError, InvalidMessageError,
+    except (FastjsonError, UnicodeDecodeError, ConfigError, InvalidMessageError,
             ValueError, TypeError) as error:
         raise RequestRefusedError(ResponseCode.INVALID_PARAMETER,
                                   f"bad SubscriptionGroupConfig: {error}") from None

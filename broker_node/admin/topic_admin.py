@@ -29,13 +29,13 @@ from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine.broker import Broker
 from postbox.storage_engine.contract.config_beans import TopicConfig, bean_to_json
-from postbox.storage_engine.contract.topics import DELAY_TOPIC
 from postbox.storage_engine.errors import ConfigError
+from postbox.storage_engine.formats.fastjson import ObjectKey
+from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC, DELAY_TOPIC
 
 from ..namesrv.route_table import QueueData
 from ..server.errors import RequestRefusedError
 
-AUTO_CREATE_TOPIC = "TBW102"
 AUTO_CREATE_TOPIC_PERM = 7  # READ | WRITE | INHERIT
 NAME_MAX_CHARS = 255
 GET_TOPIC_CONFIG = 351
@@ -169,7 +169,7 @@ class TopicAdmin:
         table = {}
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
             low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
-            key = fastjson.ObjectKey.of(brokerName=self._broker_name, queueId=queue_id,
+            key = ObjectKey.of(brokerName=self._broker_name, queueId=queue_id,
                                         topic=topic)
             table[key] = {"lastUpdateTimestamp": last_store_time_ms(self._broker, topic,
                                                                     queue_id, high),
@@ -195,5 +195,5 @@ def _check_attributes(topic: str, attributes: str | None) -> None:
                 f"{_MESSAGE_TYPE_ATTRIBUTE}...)")
 
 
-__all__ = ["AUTO_CREATE_TOPIC", "AdvertisedTopics", "TopicAdmin", "advertised_topics",
+__all__ = ["AdvertisedTopics", "TopicAdmin", "advertised_topics",
            "data_version", "last_store_time_ms"]

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from postbox.storage_engine.broker.broker import Broker
 from postbox.storage_engine.clock import Clock
 from postbox.storage_engine.contract.send_back import send_back_copy
-from postbox.storage_engine.contract.topics import retry_topic
 from postbox.storage_engine.errors import StorageError
 from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.formats.topic_names import retry_topic
 from postbox.storage_engine.service import Service
 
 from .lease_book import LeaseBook

@@ -15,19 +15,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from postbox.storage_engine.contract.config_beans import validate_group
-from postbox.storage_engine.contract.topics import (
-    DELAY_TOPIC,
-    is_system_group_topic,
-    validate_topic,
-)
+from postbox.storage_engine.contract.topics import validate_topic
 from postbox.storage_engine.errors import InvalidMessageError
+from postbox.storage_engine.formats.topic_names import (
+    is_internal_topic,
+    is_system_group_topic,
+)
 
 from .protocol import Code, definition
 from .statuses import RequestError
 
 CLIENT_ID_METADATA_KEY = "x-mq-client-id"
 CLIENT_ID_LENGTH_MAX = 256
-SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
 DURATION_MAX_MS = 12 * 3600 * 1000
 """Longest invisible duration or long-polling timeout accepted (RocketMQ's 12 h cap)."""
 
@@ -39,7 +38,7 @@ def topic_name(resource: definition.Resource) -> str:
         topic = validate_topic(resource.name)
     except InvalidMessageError as error:
         raise RequestError(Code.ILLEGAL_TOPIC, str(error)) from error
-    if topic == DELAY_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_internal_topic(topic):
         raise RequestError(Code.ILLEGAL_TOPIC, f"{topic} is an internal topic of the broker")
     return topic
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from postbox.storage_engine.broker.broker import Broker
 from postbox.storage_engine.clock import Clock
 from postbox.storage_engine.contract.message import GetStatus
-from postbox.storage_engine.contract.topics import retry_topic
 from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.formats.topic_names import retry_topic
 
 from .lease_book import LeaseBook
 from .lease_expiry import redirect

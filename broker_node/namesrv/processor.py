@@ -43,6 +43,7 @@ from typing import Any
 from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import VERSION_V4_9_4, RequestCode, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand
+from postbox.storage_engine.formats.fastjson import FastjsonError
 
 from ..server.errors import RequestRefusedError
 from .kv_config import KvConfig, KvConfigFullError
@@ -213,7 +214,7 @@ class NameServer:
         held = self.routes.data_version(name, broker_id)
         try:
             sent = fastjson.loads(request.body) if request.body else None
-        except (fastjson.FastjsonError, UnicodeDecodeError) as error:
+        except (FastjsonError, UnicodeDecodeError) as error:
             raise RequestRefusedError(ResponseCode.SYSTEM_ERROR,
                                       f"DataVersion does not parse: {error}") from None
         changed = held is None or not isinstance(sent, dict) or _version_key(sent) != \

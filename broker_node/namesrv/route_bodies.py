@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from postbox.network.protocol import fastjson
+from postbox.storage_engine.formats.fastjson import FastjsonError
 
 from .route_table import BrokerData, QueueData, Route
 
@@ -132,7 +133,7 @@ def parse_register_body(body: bytes, broker_name: str) -> tuple[dict[str, QueueD
     """(topic → ``QueueData``, dataVersion) of a ``RegisterBrokerBody``."""
     try:
         document = fastjson.loads(body) if body else {}
-    except (fastjson.FastjsonError, UnicodeDecodeError, ValueError) as error:
+    except (FastjsonError, UnicodeDecodeError, ValueError) as error:
         raise BodyError(f"RegisterBrokerBody does not parse: {error}") from None
     wrapper = document.get("topicConfigSerializeWrapper") if isinstance(document, dict) else None
     wrapper = wrapper if isinstance(wrapper, dict) else {}

@@ -42,8 +42,6 @@ from ..log_format import LogFormat, configure_logging, parse_log_format
 log = logging.getLogger(__name__)
 
 REDIS_URL_ENV_VAR = environment.REDIS_URL.name
-STATE_DIR_ENV_VAR = environment.STATE_DIR.name
-LOG_FORMAT_ENV_VAR = environment.LOG_FORMAT.name
 DEFAULT_STATE_DIR = Path(environment.STATE_DIR.default or ".")
 EMBEDDED_POOLS = ("solo", "thread")  # matches "threads" and celery.concurrency.thread
 VISIBILITY_TIMEOUT_S = 6 * 3600

@@ -37,9 +37,15 @@ from postbox.storage_engine.contract.config_beans import (
     validate_group,
 )
 from postbox.storage_engine.contract.model import QueueProgress
-from postbox.storage_engine.contract.topics import dead_letter_topic, validate_topic
+from postbox.storage_engine.contract.topics import validate_topic
 from postbox.storage_engine.errors import InvalidMessageError
 from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.formats.fastjson import ObjectKey
+from postbox.storage_engine.formats.topic_names import (
+    AUTO_CREATE_TOPIC,
+    dead_letter_topic,
+    is_system_group,
+)
 
 from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode
@@ -47,10 +53,8 @@ from ..protocol.wire import RemotingCommand
 from .broker_errors import check_success
 from .context import ClientContext
 from .errors import RouteNotFoundError
-from .naming import is_system_group
 from .routes import PERM_READ, TopicRoute
 
-DEFAULT_TOPIC = "TBW102"
 DEFAULT_QUEUE_COUNT = 8  # the embedded broker's broker.default_topic_queue_count
 QUEUE_COUNT_MAX = 1024
 QUERY_MAX_NUM = 64
@@ -68,7 +72,7 @@ class AdminCalls:
         masters = self._context.masters()
         if not masters:
             raise RouteNotFoundError("the name servers know no broker with a master",
-                                     topic=DEFAULT_TOPIC)
+                                     topic=AUTO_CREATE_TOPIC)
         return masters
 
     def _call_ok(self, address: str, request: RemotingCommand, what: str,
@@ -90,7 +94,7 @@ class AdminCalls:
             raise InvalidMessageError(f"perm must be PermName bits 0..15, got {perm!r}",
                                       topic=topic)
         wire = self._context.wire(topic)
-        fields = {"topic": wire, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": count,
+        fields = {"topic": wire, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": count,
                   "writeQueueNums": count, "perm": perm, "topicFilterType": "SINGLE_TAG",
                   "topicSysFlag": 0, "order": bool(order)}
         for address in self._masters().values():
@@ -175,7 +179,7 @@ class AdminCalls:
             table = fastjson.loads(answer.body).get("offsetTable") or {}
             min_offsets: dict[str, dict[tuple[str, int], int]] = {}
             for key, value in table.items():
-                queue = key.as_dict() if isinstance(key, fastjson.ObjectKey) else {}
+                queue = key.as_dict() if isinstance(key, ObjectKey) else {}
                 row = self._progress_row(queue, value, address, min_offsets)
                 if row is not None:
                     rows[(row.topic, row.queue_id)] = row
@@ -207,7 +211,7 @@ class AdminCalls:
         table = fastjson.loads(answer.body).get("offsetTable") or {}
         offsets = {}
         for key, value in table.items():
-            if isinstance(key, fastjson.ObjectKey):
+            if isinstance(key, ObjectKey):
                 queue = key.as_dict()
                 offsets[(str(queue.get("brokerName")), int(queue.get("queueId", -1)))] = int(
                     value.get("minOffset", 0))

@@ -57,7 +57,7 @@ from postbox.storage_engine.contract.rules import (
     validate_queue_key,
 )
 from postbox.storage_engine.contract.send_back import send_back_copy
-from postbox.storage_engine.contract.topics import RETRY_TOPIC_PREFIX, retry_topic, validate_topic
+from postbox.storage_engine.contract.topics import validate_topic
 from postbox.storage_engine.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
@@ -69,6 +69,7 @@ from postbox.storage_engine.formats import (
     MessageView,
     original_topic,
 )
+from postbox.storage_engine.formats.topic_names import RETRY_TOPIC_PREFIX, retry_topic
 
 from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode

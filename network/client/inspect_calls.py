@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from postbox.storage_engine.formats import MessageView, decode_offset_msg_id
+from postbox.storage_engine.formats.fastjson import ObjectKey
 
 from ..protocol import fastjson
 from ..protocol.codes import RequestCode, ResponseCode
@@ -63,7 +64,7 @@ class InspectCalls:
                 continue
             table = fastjson.loads(answer.body).get("offsetTable") or {}
             for key, value in table.items():
-                if not isinstance(key, fastjson.ObjectKey):
+                if not isinstance(key, ObjectKey):
                     continue
                 queue = key.as_dict()
                 broker, queue_id = str(queue.get("brokerName")), int(queue.get("queueId", -1))

@@ -12,33 +12,14 @@ from __future__ import annotations
 
 import re
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
+from postbox.storage_engine.formats.topic_names import (
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+    is_system_resource,
+)
+
 SEPARATOR = "%"
-_SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "DefaultCluster",
-})
-_SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "%SYS%")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-_SYSTEM_GROUPS = frozenset({
-    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER",
-    "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION",
-    "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL", "CID_SYS_RMQ_TRANS", "DEFAULT_CONSUMER",
-    "DEFAULT_PRODUCER",
-})
-
-
-def is_system_group(name: str) -> bool:
-    """Whether ``name`` is one of the groups an Apache broker keeps for itself."""
-    return name in _SYSTEM_GROUPS or name.startswith(("CID_RMQ_SYS_", "CID_SYS_"))
-
-
-def is_system_resource(name: str) -> bool:
-    """Whether ``name`` is a broker-owned topic or group that is never namespaced."""
-    return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES)
 
 
 class Namespace:
@@ -56,7 +37,7 @@ class Namespace:
         """The wire name of an application topic or group (retry/DLQ topics included)."""
         if not self.name or is_system_resource(name):
             return name
-        for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        for prefix in (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX):
             if name.startswith(prefix):
                 rest = name[len(prefix):]
                 return name if rest.startswith(self._prefix) else prefix + self._prefix + rest
@@ -66,7 +47,7 @@ class Namespace:
         """The application name of a wire name (names outside the namespace unchanged)."""
         if not self.name:
             return name
-        for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        for prefix in (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX):
             if name.startswith(prefix):
                 rest = name[len(prefix):]
                 return prefix + rest[len(self._prefix):] if rest.startswith(self._prefix) \
@@ -77,7 +58,7 @@ class Namespace:
         """Whether a wire name belongs to this namespace (always, when there is none)."""
         if not self.name:
             return True
-        for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        for prefix in (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX):
             if name.startswith(prefix):
                 return name[len(prefix):].startswith(self._prefix)
         return name.startswith(self._prefix)

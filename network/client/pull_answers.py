@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from postbox.storage_engine.contract.message import GetResult, GetStatus
+from postbox.storage_engine.formats import TagFilter
 
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.wire import RemotingCommand
 from .broker_errors import response_error
-from .records import TagFilter, decode_records, subscription_expression
+from .records import decode_records, subscription_expression
 
 SYSFLAG_SUSPEND = 0x2
 SYSFLAG_SUBSCRIPTION = 0x4
@@ -74,7 +75,7 @@ def get_result(answer: RemotingCommand, *, offset: int, queue_id: int, tags: str
         views = decode_records(answer.body, queue_id, unwrap=unwrap)
         tag_filter = TagFilter.parse(tags)
         if tag_filter is not None:
-            views = [view for view in views if tag_filter.accepts(view)]
+            views = [view for view in views if tag_filter.accepts(view.tags)]
         if views:
             return GetResult(GetStatus.FOUND, views, next_offset, min_offset, max_offset)
         return GetResult(GetStatus.NO_MATCHED_MESSAGE, [], next_offset, min_offset, max_offset)

@@ -2,11 +2,11 @@
 
 A PULL_MESSAGE answer carries the broker's stored records back to back, each exactly its
 ``TOTALSIZE`` bytes (``reference/rocketmq-remoting.md`` §2.6); they are the commit-log records
-the embedded store reads, so ``MessageView`` decodes them unchanged. ``decode_records`` checks
-every size against the body before it reads (input from the network: a record that does not
-fit, has no known magic code or whose fields do not add up to its size raises
-``RecordDecodeError``, and nothing of that body is delivered), then adapts each view to the
-framework's numbering:
+the embedded store reads, so ``MessageView`` decodes them unchanged. ``decode_records`` reads
+them with the store's decoder of received records (``formats.received_record``: every size is
+checked against the body before it is read; a record that does not fit, has no known magic
+code or whose fields do not add up to its size raises ``RecordDecodeError``, and nothing of
+that body is delivered), then adapts each view to the framework's numbering:
 
 - ``queue_id`` becomes the framework's global queue id of the topic (``routes``: the broker's
   own queue id is only unique within one broker);
@@ -17,63 +17,35 @@ framework's numbering:
   before delivering. LZ4 and zstd bodies (RocketMQ 5 options) are delivered as stored, with a
   warning: the standard library has no codec for them.
 
-``TagFilter`` is the exact tag check a client must still apply (a broker filters by tag hash
-only, §9.9). Pure functions and immutable values; safe from any thread.
+A client must still apply the exact tag check (``formats.TagFilter.accepts``: a broker filters
+by tag hash only, §9.9). Pure functions and immutable values; safe from any thread.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 import zlib
 from collections.abc import Callable
 from typing import Any
 
-from postbox.storage_engine.formats import (
-    MAGIC_V1,
-    MAGIC_V2,
-    PROPERTY_RETRY_TOPIC,
-    SYSFLAG_COMPRESSED,
-    MessageView,
-    unpack_record,
+from postbox.storage_engine.formats import PROPERTY_RETRY_TOPIC, SYSFLAG_COMPRESSED, MessageView
+from postbox.storage_engine.formats.received_record import (
+    RecordLayoutError,
+    unpack_received_record,
 )
-from postbox.storage_engine.formats.record import RECORD_HEADER_V4
 
 from .errors import RemotingClientError
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
-_HEADER_V4 = RECORD_HEADER_V4  # v1 layout with IPv4 hosts: 88 bytes up to the body
-_RECORD_SIZE_MIN = 91  # v1, IPv4 hosts, empty body, topic and properties (formats §1)
 _COMPRESSION_TYPE_MASK = 0x700
 _ZLIB_TYPES = (0x0, 0x300)  # no type bits (RocketMQ 4.x) or ZLIB
-_FIELD_BODY, _FIELD_TOPIC, _FIELD_PROPERTIES = 14, 15, 16
-_FIELD_QUEUE_ID, _FIELD_SYS_FLAG, _FIELD_MAGIC = 3, 7, 1
+_FIELD_BODY, _FIELD_TOPIC = 14, 15
+_FIELD_QUEUE_ID, _FIELD_SYS_FLAG = 3, 7
 
 
 class RecordDecodeError(RemotingClientError):
     """A pull body whose records do not decode (sizes, magic code, compressed body)."""
-
-
-class TagFilter:
-    """A subscription expression ``*`` / ``a || b``: which TAGS a consumer takes."""
-
-    __slots__ = ("tags",)
-
-    def __init__(self, expression: str) -> None:
-        self.tags = frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
-
-    @classmethod
-    def parse(cls, expression: str | None) -> TagFilter | None:
-        """None for "everything" (``None``, empty or ``*``), as the embedded store reads it."""
-        if expression is None or expression.strip() in ("", "*"):
-            return None
-        return cls(expression)
-
-    def accepts(self, view: MessageView) -> bool:
-        """Whether the message's TAGS is one of the expression's tags."""
-        return view.tags in self.tags
 
 
 def subscription_expression(tags: str | None) -> str:
@@ -93,7 +65,10 @@ def decode_records(body: bytes, queue_id: int, *,
     views: list[MessageView] = []
     at, end = 0, len(body)
     while at < end:
-        fields = _common_fields(body, at, end) or _checked_fields(body, at, end)
+        try:
+            fields = unpack_received_record(body, at, end)
+        except RecordLayoutError as error:
+            raise RecordDecodeError(f"pull body: {error}") from None
         size = fields[0]
         if (fields[_FIELD_QUEUE_ID] != queue_id or fields[_FIELD_SYS_FLAG] & SYSFLAG_COMPRESSED
                 or unwrap is not None):
@@ -104,57 +79,6 @@ def decode_records(body: bytes, queue_id: int, *,
         views.append(view)
         at += size
     return views
-
-
-def _common_fields(body: bytes, at: int, end: int) -> tuple[Any, ...] | None:
-    """The fast path: a v1 record with IPv4 hosts that adds up exactly; None for anything
-    else (``_checked_fields`` then decides, and names what is wrong)."""
-    if end - at < _RECORD_SIZE_MIN:
-        return None
-    fields = _HEADER_V4.unpack_from(body, at)
-    size = fields[0]
-    if fields[_FIELD_MAGIC] != MAGIC_V1 or fields[_FIELD_SYS_FLAG] & 0x30 or size > end - at:
-        return None
-    body_start = at + 88
-    topic_at = body_start + fields[_FIELD_BODY]
-    record_end = at + size
-    if not body_start <= topic_at < record_end - 2:
-        return None
-    props_at = topic_at + 1 + body[topic_at]
-    if props_at + 2 > record_end:
-        return None
-    if props_at + 2 + ((body[props_at] << 8) | body[props_at + 1]) != record_end:
-        return None
-    return (*fields[:14], body[body_start:topic_at], body[topic_at + 1:props_at],
-            body[props_at + 2:record_end])
-
-
-def _checked_fields(body: bytes, at: int, end: int) -> tuple[Any, ...]:
-    """The fields of the record at ``at``, after checking that it fits and adds up."""
-    if end - at < _RECORD_SIZE_MIN:
-        raise RecordDecodeError(f"pull body: {end - at} bytes left at byte {at}, less than "
-                                "the smallest record")
-    size = _SIZE.unpack_from(body, at)[0]
-    if not _RECORD_SIZE_MIN <= size <= end - at:
-        raise RecordDecodeError(f"pull body: record at byte {at} claims {size} bytes, "
-                                f"{end - at} are left")
-    try:
-        fields = unpack_record(body, at)
-    except (struct.error, IndexError) as error:
-        raise RecordDecodeError(f"pull body: record at byte {at} does not decode: "
-                                f"{error}") from None
-    magic = fields[_FIELD_MAGIC]
-    if magic != MAGIC_V1 and magic != MAGIC_V2:
-        raise RecordDecodeError(f"pull body: record at byte {at} has magic code "
-                                f"{magic & 0xFFFFFFFF:#x}")
-    header_bytes = 88 + (12 if fields[_FIELD_SYS_FLAG] & 0x10 else 0) + (
-        12 if fields[_FIELD_SYS_FLAG] & 0x20 else 0)
-    used = (header_bytes + len(fields[_FIELD_BODY]) + (2 if magic == MAGIC_V2 else 1)
-            + len(fields[_FIELD_TOPIC]) + 2 + len(fields[_FIELD_PROPERTIES]))
-    if used != size:
-        raise RecordDecodeError(f"pull body: record at byte {at} is {size} bytes but its "
-                                f"fields take {used}")
-    return fields
 
 
 def _adapted(fields: tuple[Any, ...], queue_id: int,
@@ -190,4 +114,4 @@ def _unwrap_retry_topic(view: MessageView, unwrap: Callable[[str], str]) -> None
         properties[PROPERTY_RETRY_TOPIC] = unwrap(retry)
 
 
-__all__ = ["RecordDecodeError", "TagFilter", "decode_records", "subscription_expression"]
+__all__ = ["RecordDecodeError", "decode_records", "subscription_expression"]

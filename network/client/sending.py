@@ -39,9 +39,7 @@ Thread safety: ``send`` may be called from any thread.
 from __future__ import annotations
 
 import itertools
-import os
 import random
-import socket
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -50,7 +48,7 @@ from dataclasses import dataclass
 from postbox.storage_engine.contract.message import Message, PutStatus
 from postbox.storage_engine.contract.model import SendResult
 from postbox.storage_engine.contract.rules import batch_shape_problem, sharding_queue
-from postbox.storage_engine.contract.topics import RETRY_TOPIC_PREFIX, validate_topic
+from postbox.storage_engine.contract.topics import validate_topic
 from postbox.storage_engine.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
@@ -59,7 +57,6 @@ from postbox.storage_engine.errors import (
     TopicNotFoundError,
 )
 from postbox.storage_engine.formats import (
-    DELAY_TOPIC,
     MAX_MESSAGE_SIZE_BYTES,
     PROPERTIES_SIZE_MAX_BYTES,
     PROPERTY_DELAY,
@@ -69,6 +66,11 @@ from postbox.storage_engine.formats import (
     empty_body_problem,
     encode_properties,
     property_name_problem,
+)
+from postbox.storage_engine.formats.topic_names import (
+    AUTO_CREATE_TOPIC,
+    DELAY_TOPIC,
+    is_retry_topic,
 )
 
 from ..protocol.codes import RequestCode, ResponseCode
@@ -81,7 +83,6 @@ from .routes import QueueRef, TopicRoute
 from .send_lanes import Lane, Slot
 
 PRODUCER_GROUP = "POSTBOX_PRODUCER"
-DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 8
 SEND_ATTEMPTS = 3
 _DEFAULT_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
@@ -125,7 +126,7 @@ class Outgoing:
     @property
     def batchable(self) -> bool:
         """Whether it may share a SEND_BATCH_MESSAGE (no delay, not a retry topic)."""
-        return not self.delay_level and not self.wire_topic.startswith(RETRY_TOPIC_PREFIX)
+        return not self.delay_level and not is_retry_topic(self.wire_topic)
 
     def entry(self) -> bytes:
         """Its entry in a batch body (reference §2.6)."""
@@ -133,16 +134,6 @@ class Outgoing:
         size = _entry_size(len(self.body), len(properties))
         return b"".join((_BATCH_ENTRY_HEAD.pack(size, 0, 0, self.message.flag, len(self.body)),
                          self.body, _PROPERTIES_LENGTH.pack(len(properties)), properties))
-
-
-def local_ip() -> str:
-    """This host's address as producers report it (loopback when it has no other)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("10.255.255.255", 1))  # no packet is sent: routing only
-            return str(probe.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
 
 
 class Sender:
@@ -153,7 +144,7 @@ class Sender:
         self._context = context
         self._group = producer_group
         self._coalesce = coalesce
-        self._keys = UniqueKeyGenerator(local_ip(), os.getpid(), random.getrandbits(31))
+        self._keys = UniqueKeyGenerator(context.clock.now_ms)
         self._turns: dict[str, itertools.count[int]] = {}
         self._lock = threading.Lock()
         self._lanes: dict[tuple[str, int | str | None], Lane] = {}
@@ -218,7 +209,7 @@ class Sender:
         if sharding_key is not None and not isinstance(sharding_key, str):
             raise InvalidQueueError(f"sharding key must be a str, got {sharding_key!r}",
                                     topic=topic)
-        unique_key = message.unique_key or self._keys.next_key(self._context.clock.now_ms())
+        unique_key = message.unique_key or self._keys.next()
         properties = _properties_text(message, unique_key)
         delay = (message.properties or {}).get(PROPERTY_DELAY)
         delay_level = min(int(delay), DELAY_LEVEL_MAX) if delay and delay.isdigit() else 0
@@ -237,7 +228,7 @@ class Sender:
             return routes.wire_route(outgoing.wire_topic, refresh=refresh), False
         except RouteNotFoundError:
             try:
-                return routes.wire_route(DEFAULT_TOPIC, refresh=refresh), True
+                return routes.wire_route(AUTO_CREATE_TOPIC, refresh=refresh), True
             except RouteNotFoundError:
                 if not routes.cluster_info().masters():
                     raise RouteNotFoundError(
@@ -380,7 +371,7 @@ class Sender:
         first = batch[0]
         message = first.message
         fields = {
-            "a": self._group, "b": first.wire_topic, "c": DEFAULT_TOPIC,
+            "a": self._group, "b": first.wire_topic, "c": AUTO_CREATE_TOPIC,
             "d": _DEFAULT_QUEUE_NUMS_TEXT, "e": str(ref.queue_id),
             "f": str(message.sys_flag & ~0x30), "g": str(_born_ms(first, self._context)),
             "h": str(message.flag), "j": str(message.reconsume_count), "k": "false",

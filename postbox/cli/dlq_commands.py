@@ -37,6 +37,7 @@ from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Broker, MessageView, SendResult, StorageError
 from postbox.storage_engine.broker.dlq_resends import ResendMark
 from postbox.storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
+from postbox.storage_engine.formats.topic_names import is_dead_letter_topic
 
 from .common import (
     EXIT_NOT_FOUND,
@@ -216,7 +217,7 @@ def resend_one(broker: AnyBroker, group: str, dead_letter: MessageView) -> SendR
     if isinstance(broker, Broker):
         return broker.resend_dead_letter(group, dead_letter.queue_offset)
     target = original_topic(dead_letter)
-    if not target or target.startswith("%DLQ%"):
+    if not target or is_dead_letter_topic(target):
         raise CliError(f"dead letter at offset {dead_letter.queue_offset} has no "
                        f"{PROPERTY_RETRY_TOPIC}: its original topic is unknown")
     return resend_remotely(broker, group, dead_letter, target)

@@ -30,7 +30,7 @@ from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import MessageView, SendResult
 from postbox.storage_engine.broker.dlq_resends import ResendMark
 from postbox.storage_engine.contract.send_back import PROPERTY_DLQ_ORIGIN_MESSAGE_ID, resend_copy
-from postbox.storage_engine.contract.topics import retry_topic
+from postbox.storage_engine.formats.topic_names import retry_topic
 
 from .common import CliError
 

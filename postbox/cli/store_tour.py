@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -170,7 +169,7 @@ def order_message(number: int, unique_key: str) -> Message:
 
 def write_orders(message_store: MessageStore, count: int, console: Console) -> list[WrittenOrder]:
     """Store ``count`` orders in batches, round-robin over the demo's queues."""
-    keys = UniqueKeyGenerator("127.0.0.1", os.getpid())
+    keys = UniqueKeyGenerator(ip="127.0.0.1", class_loader_hash=0x18B4AAC2)
     clock = SystemClock()
     orders: list[WrittenOrder] = []
     columns = (TextColumn("writing orders"), BarColumn(), MofNCompleteColumn())

@@ -60,15 +60,7 @@ from ..contract.rules import (
     validate_queue_key,
 )
 from ..contract.send_back import resend_copy, send_back_copy
-from ..contract.topics import (
-    DELAY_TOPIC,
-    DLQ_TOPIC_PREFIX,
-    RETRY_TOPIC_PREFIX,
-    dead_letter_topic,
-    is_system_group_topic,
-    retry_topic,
-    validate_topic,
-)
+from ..contract.topics import validate_topic
 from ..errors import (
     GroupNotFoundError,
     InvalidMessageError,
@@ -79,6 +71,14 @@ from ..errors import (
     TableFullError,
 )
 from ..formats import MessageView, empty_body_problem
+from ..formats.topic_names import (
+    DELAY_TOPIC,
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+    dead_letter_topic,
+    is_system_group_topic,
+    retry_topic,
+)
 from ..service import Service
 from ..store.message_store import MessageStore
 from .config_stores import CONFIG_DIR_NAME, ConfigStores

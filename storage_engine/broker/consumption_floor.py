@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from ..contract.topics import DELAY_TOPIC
+from ..formats.topic_names import DELAY_TOPIC
 from ..store.message_store import MessageStore
 from .config_stores import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable, DelayOffsetTable
 

@@ -60,7 +60,7 @@ from typing import Protocol
 
 from ..clock import Clock
 from ..contract.message import Message
-from ..contract.topics import DELAY_TOPIC, validate_topic
+from ..contract.topics import validate_topic
 from ..errors import (
     ConfigError,
     CorruptionError,
@@ -82,6 +82,7 @@ from ..formats import (
     SYSFLAG_TRANSACTION_NOT,
     MessageView,
 )
+from ..formats.topic_names import DELAY_TOPIC, TRANSACTION_HALF_TOPIC
 from ..service import Service
 from ..store.message_store import MessageStore
 from .config_stores import DelayOffsetTable
@@ -97,7 +98,6 @@ RETRY_DELAY_MS = 100
 """Wait before retrying a failed put (RocketMQ 5.x retries the same unit after 100 ms)."""
 LATENESS_SAMPLES_MAX = 100_000
 """How many of the latest ``now - deliver time`` values ``lateness_ms_samples`` keeps."""
-TRANSACTION_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 """A delayed message aimed here is discarded (RocketMQ ``ScheduleMessageService``)."""
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"

@@ -21,9 +21,9 @@ from typing import Any
 
 from ..clock import Clock
 from ..contract.message import GetStatus
-from ..contract.topics import DLQ_TOPIC_PREFIX, dead_letter_topic
 from ..errors import MessageNotFoundError
 from ..formats import PROPERTY_RETRY_TOPIC, MessageView
+from ..formats.topic_names import DLQ_TOPIC_PREFIX, dead_letter_topic
 from ..store.message_store import MessageStore
 from .config_file import ConfigFile
 

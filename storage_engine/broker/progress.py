@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from ..contract.message import GetStatus
 from ..contract.model import ConsumeFrom, QueueProgress
 from ..contract.rules import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
-from ..contract.topics import RETRY_TOPIC_PREFIX
+from ..formats.topic_names import RETRY_TOPIC_PREFIX
 from ..store.message_store import MessageStore
 from .config_stores import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable
 

@@ -29,7 +29,7 @@ from ..config import BrokerConfig
 from ..contract.config_beans import TopicConfig
 from ..contract.model import PERM_READ_WRITE, PERM_WRITE
 from ..contract.rules import sharding_queue
-from ..contract.topics import DELAY_TOPIC, validate_topic
+from ..contract.topics import validate_topic
 from ..errors import (
     ConfigError,
     InvalidQueueError,
@@ -39,6 +39,7 @@ from ..errors import (
     TableFullError,
     TopicNotFoundError,
 )
+from ..formats.topic_names import DELAY_TOPIC
 from .config_stores import TopicConfigTable
 
 PERM_MAX = 15  # PRIORITY 8 | READ 4 | WRITE 2 | INHERIT 1

@@ -16,6 +16,7 @@ the store or the broker. Pure: values and rules, no I/O.
 - ``send_back``: the retry and dead-letter copies of a failed message.
 """
 
+from ..formats.topic_names import dead_letter_topic, retry_topic
 from .client import Administering, BrokerClient, Consuming, Producing
 from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
@@ -42,7 +43,7 @@ from .rules import (
     validate_queue_key,
 )
 from .send_back import send_back_copy
-from .topics import dead_letter_topic, retry_topic, validate_topic
+from .topics import validate_topic
 
 __all__ = [
     "Administering", "BrokerClient", "Consuming", "Producing",

@@ -17,7 +17,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, InvalidMessageError, InvalidTopicError
-from .topics import retry_topic, validate_topic
+from ..formats.topic_names import retry_topic
+from .topics import validate_topic
 
 
 def validate_group(group: object) -> str:

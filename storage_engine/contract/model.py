@@ -66,10 +66,6 @@ class SendResult:
         return self.delay_level > 0
 
 
-SendReceipt = SendResult
-"""The name ``SendResult`` had in the broker API before it became the framework's result too;
-kept importable."""
-
 
 @dataclass(frozen=True, slots=True)
 class SendBackResult:

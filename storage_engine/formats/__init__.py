@@ -1,4 +1,5 @@
-"""Byte layouts of the RocketMQ-compatible store, in one place. Pure: no I/O.
+"""Byte layouts of the RocketMQ-compatible store, in one place. Pure: no I/O but one lookup of
+the host's client address (``message_id``, for the UNIQ_KEY generator's IP field).
 
 Everything that defines bytes on disk lives in this package, once: commit-log records (v1/v2,
 IPv4/IPv6 hosts), the blank end-of-file record, the properties codec, masked CRC32, Java
@@ -6,7 +7,8 @@ IPv4/IPv6 hosts), the blank end-of-file record, the properties codec, masked CRC
 checkpoint page, offsetMsgId and UNIQ_KEY. The engine, the CLI and the Spark jobs all decode
 through it. Facts come from ``reference/rocketmq-store.md`` §0–§5 and ``vectors/``; all integers
 are big-endian. Modules: ``constants``, ``hashing``, ``properties``, ``record``, ``message_view``,
-``message_id``, ``message_rules``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``.
+``message_id``, ``message_rules``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``,
+``received_record`` (the checked decoder of records received in a pull body).
 """
 
 from .checkpoint_layout import (
@@ -18,12 +20,19 @@ from .checkpoint_layout import (
 )
 from .constants import *  # noqa: F403  (the constants are part of the format surface)
 from .constants import __all__ as _constant_names
-from .directory import *  # noqa: F403  (the store's file and system-topic names)
+from .directory import *  # noqa: F403  (the store's file names)
 from .directory import __all__ as _directory_names
 from .fastjson import NESTING_DEPTH_MAX as NESTING_DEPTH_MAX
 from .fastjson import decode_config_json as decode_config_json
 from .fastjson import encode_config_json as encode_config_json
-from .hashing import index_key, index_key_hash, java_string_hashcode, masked_crc32, tag_hash
+from .hashing import (
+    TagFilter,
+    index_key,
+    index_key_hash,
+    java_string_hashcode,
+    masked_crc32,
+    tag_hash,
+)
 from .index_layout import (
     INDEX_ENTRY,
     INDEX_ENTRY_SIZE_BYTES,
@@ -133,6 +142,7 @@ __all__ = [
     "RecordFields",
     "RecordKind",
     "SYSTEM_PROPERTY_NAMES",
+    "TagFilter",
     "UniqueKeyGenerator",
     "UniqueKeyParts",
     "body_problem",

@@ -1,8 +1,12 @@
-"""The JSON dialect of RocketMQ's broker config files (fastjson 1.x pretty format). Pure: no I/O.
+"""The JSON dialect of RocketMQ's Java nodes (fastjson 1.x): the one reader, and the config writer.
 
 A Java broker writes ``config/*.json`` with fastjson ``toJSONString(obj, PrettyFormat)``
-(reference §9.1, VECTORS.md §9). It is *not* strict JSON: integer map keys are unquoted. The
-writer below reproduces fastjson's bytes; the reader accepts that dialect and strict JSON.
+(reference §9.1, VECTORS.md §9), and its remoting bodies compactly (``reference/
+rocketmq-remoting.md`` §4). Neither is strict JSON: integer map keys are unquoted
+(``{0:"10.0.0.1:10911"}``) and a remoting body may key a map by an object
+(``{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}``). The writer below reproduces the config
+files' bytes (the remoting writer, compact, is ``network``'s); the one reader accepts the dialect
+and strict JSON, for both.
 
 Writer rules (each one observed in the vector files or read from fastjson 1.2.x's serializers)::
 
@@ -25,12 +29,19 @@ Writer rules (each one observed in the vector files or read from fastjson 1.2.x'
 * ``true``/``false``/``null``; integers in decimal; floats (never written by RocketMQ) as Python's
   ``repr``, so they read back exactly.
 
-Reader: a small recursive-descent parser (strings go through the standard library's
-``json.decoder.scanstring``). An object key is either a JSON string or an unquoted integer
-(``-?[0-9]+``); unquoted keys come back as Python ``int``, quoted ones stay ``str``, so
-``decode(encode(x)) == x`` holds for str- and int-keyed dicts alike. Because the parser reads
-tokens, text inside string literals (``"{1:2}"``) is never mistaken for a key. Errors are
-``json.JSONDecodeError`` (a ``ValueError``) with line and column.
+Reader: ``decode_fastjson(text, number_keys=...)``. A standard document goes through the C
+``json`` module; only one that fails it is read by the small recursive-descent parser here
+(strings through ``json.decoder.scanstring``, so text inside a string literal, ``"{1:2}"``, is
+never mistaken for a key). ``NaN`` and ``Infinity`` are refused by both. An object key is a JSON
+string, an unquoted number or an object (an ``ObjectKey``: hashable, its items sorted). The
+caller states what an unquoted number key becomes, the one detail the two uses need differently:
+
+* ``number_keys="int"`` (``decode_config_json``, config files): an ``int`` (``-?[0-9]+`` only),
+  while quoted keys stay ``str``, so ``decode(encode(x)) == x`` for str- and int-keyed dicts;
+* ``number_keys="text"`` (remoting bodies): its text, ``"0"``, so a map reads the same whether
+  the peer quoted its keys (``acceptStandardJsonOnly``) or not.
+
+Errors are ``FastjsonError``, a ``json.JSONDecodeError`` (a ``ValueError``) with line and column.
 
 Limits: nesting depth at most ``NESTING_DEPTH_MAX`` in both directions (config files nest 5 deep).
 """
@@ -41,7 +52,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the C scanner json.decoder exports; typeshed does not declare it
     def scanstring(string: str, end: int, strict: bool = True) -> tuple[str, int]:
@@ -61,7 +72,8 @@ _NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\\x7f-\x9f\u2028]')
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_INT_KEY = re.compile(r"(-?[0-9]+)[ \t\n\r]*:")
+_NUMBER_KEY = re.compile(r"[-+0-9.eE]+")
+_INT_KEY = re.compile(r"-?[0-9]+")
 _LITERALS = {"true": True, "false": False, "null": None}
 
 
@@ -185,40 +197,113 @@ def _check_nesting(nesting: int) -> None:
 # Reader
 # --------------------------------------------------------------------------------------------
 
+NumberKeys = Literal["int", "text"]
+"""What an unquoted number map key becomes: an ``int``, or its text (see the module docstring)."""
+
+
+class FastjsonError(json.JSONDecodeError):
+    """A text that is neither JSON nor fastjson's dialect of it (position attached)."""
+
+
+class ObjectKey(tuple[tuple[str, Any], ...]):
+    """A map key that is an object (a ``MessageQueue``), hashable: its items sorted by name."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, **items: Any) -> ObjectKey:
+        """The key with these members."""
+        return cls(sorted(items.items()))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The key's members."""
+        return dict(self)
+
+
 def decode_config_json(text: str) -> Any:
-    """Parse fastjson's dialect or strict JSON; unquoted integer keys come back as ``int``.
+    """A config file: ``decode_fastjson`` with unquoted integer keys read as ``int``."""
+    return decode_fastjson(text, number_keys="int")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_STANDARD = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def decode_fastjson(text: str, *, number_keys: NumberKeys) -> Any:
+    """Parse fastjson's dialect or strict JSON (see the module docstring for ``number_keys``).
 
     Raises:
-        json.JSONDecodeError: the text is not a single well-formed value (position attached).
+        FastjsonError: the text is not a single well-formed value (position attached), or it
+            nests deeper than ``NESTING_DEPTH_MAX``.
     """
-    reader = _Reader(text)
+    if number_keys not in ("int", "text"):
+        raise ValueError(f"number_keys must be 'int' or 'text', got {number_keys!r}")
+    try:
+        value = _STANDARD.decode(text)
+    except RecursionError:  # the C parser has no depth bound of its own
+        raise FastjsonError(f"nesting deeper than {NESTING_DEPTH_MAX} levels", text, 0) from None
+    except ValueError:
+        pass
+    else:
+        if text.count("[") + text.count("{") > NESTING_DEPTH_MAX:  # else it cannot be too deep
+            _check_depth(value, text)
+        return value
+    reader = _Reader(text, number_keys == "int")
     position = reader.skip_space(0)
     value, position = reader.value(position, 0)
     position = reader.skip_space(position)
     if position != len(text):
-        raise json.JSONDecodeError("Extra data", text, position)
+        raise FastjsonError("Extra data", text, position)
     return value
+
+
+def _check_depth(value: Any, text: str) -> None:
+    """``FastjsonError`` when ``value`` nests deeper than the dialect's parser allows."""
+    level: list[Any] = [value]
+    for _depth in range(NESTING_DEPTH_MAX):
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                below.extend(item.values())
+            elif isinstance(item, list):
+                below.extend(item)
+        if not below:
+            return
+        level = below
+    if any(isinstance(item, dict | list) for item in level):
+        raise FastjsonError(f"nesting deeper than {NESTING_DEPTH_MAX} levels", text, 0)
 
 
 class _Reader:
     """Recursive-descent parser over one text; positions are passed and returned explicitly."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, int_keys: bool) -> None:
         self.text = text
+        self.int_keys = int_keys
 
     def skip_space(self, position: int) -> int:
         space = _WHITESPACE.match(self.text, position)
         assert space is not None  # the pattern matches the empty string
         return space.end()
 
-    def fail(self, message: str, position: int) -> json.JSONDecodeError:
-        return json.JSONDecodeError(message, self.text, position)
+    def fail(self, message: str, position: int) -> FastjsonError:
+        return FastjsonError(message, self.text, position)
+
+    def string(self, position: int) -> tuple[str, int]:
+        """The string literal whose quote is at ``position``, and where it ends."""
+        try:
+            return scanstring(self.text, position + 1, True)
+        except json.JSONDecodeError as error:
+            raise self.fail(error.msg, error.pos) from None
 
     def value(self, position: int, depth: int) -> tuple[Any, int]:
         text = self.text
         char = text[position:position + 1]
         if char == '"':
-            return scanstring(text, position + 1, True)
+            return self.string(position)
         if char == "{":
             return self.object(position, depth)
         if char == "[":
@@ -233,16 +318,19 @@ class _Reader:
                 return literal, position + len(word)
         raise self.fail("Expecting value", position)
 
-    def object(self, position: int, depth: int) -> tuple[dict[str | int, Any], int]:
+    def object(self, position: int, depth: int) -> tuple[dict[Any, Any], int]:
         if depth >= NESTING_DEPTH_MAX:
             raise self.fail(f"nesting deeper than {NESTING_DEPTH_MAX} levels", position)
-        result: dict[str | int, Any] = {}
+        result: dict[Any, Any] = {}
         position = self.skip_space(position + 1)
         if self.text.startswith("}", position):
             return result, position + 1
         while True:
-            key, position = self.key(position)
-            value, position = self.value(self.skip_space(position), depth + 1)
+            key, position = self.key(position, depth)
+            position = self.skip_space(position)
+            if not self.text.startswith(":", position):
+                raise self.fail("Expecting ':' delimiter", position)
+            value, position = self.value(self.skip_space(position + 1), depth + 1)
             result[key] = value
             position = self.skip_space(position)
             char = self.text[position:position + 1]
@@ -252,18 +340,23 @@ class _Reader:
                 raise self.fail("Expecting ',' delimiter or '}'", position)
             position = self.skip_space(position + 1)
 
-    def key(self, position: int) -> tuple[str | int, int]:
-        """A quoted key or an unquoted integer key, through its ``:``."""
-        if self.text.startswith('"', position):
-            key, position = scanstring(self.text, position + 1, True)
-            position = self.skip_space(position)
-            if not self.text.startswith(":", position):
-                raise self.fail("Expecting ':' delimiter", position)
-            return key, position + 1
-        match = _INT_KEY.match(self.text, position)
+    def key(self, position: int, depth: int) -> tuple[Any, int]:
+        """A quoted key, an unquoted number key or an object key, up to its ``:``."""
+        char = self.text[position:position + 1]
+        if char == '"':
+            return self.string(position)
+        if char == "{":
+            members, position = self.object(position, depth + 1)
+            return ObjectKey(sorted(members.items())), position
+        match = _NUMBER_KEY.match(self.text, position)
         if match is None:
-            raise self.fail("Expecting property name (a string or an integer)", position)
-        return int(match.group(1)), match.end()
+            raise self.fail("Expecting property name (a string, a number or an object)",
+                            position)
+        if not self.int_keys:
+            return match.group(), match.end()
+        if _INT_KEY.fullmatch(match.group()) is None:
+            raise self.fail("Expecting an integer property name", position)
+        return int(match.group()), match.end()
 
     def array(self, position: int, depth: int) -> tuple[list[Any], int]:
         if depth >= NESTING_DEPTH_MAX:

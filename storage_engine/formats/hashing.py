@@ -1,4 +1,5 @@
-"""Masked CRC32 and Java ``String.hashCode``, the two checksums/hashes RocketMQ files use (§0)."""
+"""Masked CRC32 and Java ``String.hashCode``, the two checksums/hashes RocketMQ files use (§0),
+and ``TagFilter``, the subscription expression matched against tag codes and tags."""
 
 from __future__ import annotations
 
@@ -44,6 +45,34 @@ def java_string_hashcode(text: str) -> int:
 def tag_hash(tags: str | None) -> int:
     """ConsumeQueue tag code: ``hashCode`` of the whole TAGS string, 0 for none (§3.3)."""
     return java_string_hashcode(tags) if tags else 0
+
+
+class TagFilter:
+    """A subscription expression ``a || b`` (tags, trimmed, empty ones dropped): which TAGS a
+    consumer takes. ``accepts_code`` is the broker's check of a consume-queue unit's tag code
+    (a hash: a colliding tag passes), ``accepts`` the exact check of the record's TAGS that the
+    store and a client apply after it. Immutable; safe from any thread."""
+
+    __slots__ = ("hashes", "tags")
+
+    def __init__(self, expression: str) -> None:
+        self.tags = frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
+        self.hashes = frozenset(tag_hash(tag) for tag in self.tags)
+
+    @classmethod
+    def parse(cls, expression: str | None) -> TagFilter | None:
+        """None for "everything" (``None``, empty or ``*``)."""
+        if expression is None or expression.strip() in ("", "*"):
+            return None
+        return cls(expression)
+
+    def accepts_code(self, tag_code: int) -> bool:
+        """Whether a unit's tag code is the hash of one of the expression's tags."""
+        return tag_code in self.hashes
+
+    def accepts(self, tags: str | None) -> bool:
+        """Whether a message's TAGS is one of the expression's tags."""
+        return tags in self.tags
 
 
 def index_key(topic: str, key: str) -> str:

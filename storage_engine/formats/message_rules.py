@@ -48,7 +48,7 @@ from .constants import (
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
 )
-from .directory import is_system_group_topic
+from .topic_names import is_system_group_topic
 
 PROPERTY_ARGUMENTS: Mapping[str, str] = {
     PROPERTY_UNIQ_KEY: "unique_key=",

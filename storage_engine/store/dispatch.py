@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..clock import Clock
-from ..contract.topics import DELAY_TOPIC
 from ..errors import CorruptionError
 from ..formats import (
     PROPERTY_DELAY,
@@ -33,6 +32,7 @@ from ..formats import (
     tag_hash,
     takes_queue_offset,
 )
+from ..formats.topic_names import DELAY_TOPIC
 from ..service import Service
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet

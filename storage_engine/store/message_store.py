@@ -52,7 +52,7 @@ from ..errors import (
     StoreClosedError,
     StoreNotWritableError,
 )
-from ..formats import END_FILE_MIN_BLANK_LENGTH, PROPERTY_WAIT, MessageView, encode_host
+from ..formats import END_FILE_MIN_BLANK_LENGTH, PROPERTY_WAIT, MessageView, TagFilter, encode_host
 from ..ha import HAMasterService, HASlaveClient, LogTimestampDispatcher, RecordBoundary
 from ..service import Service
 from . import read_only
@@ -78,7 +78,7 @@ from .fsutil import StoreLock, fsync_dir
 from .key_index import KeyIndex
 from .message_encoder import MessageEncoder
 from .open_files import OpenFiles, fit_files_max
-from .reader import MessageReader, TagFilter
+from .reader import MessageReader
 from .recovery import RecoveryReport, recover
 from .retention import ConsumptionFloor, RetentionService, local_hour
 from .store_layout import require_store, write_open_markers

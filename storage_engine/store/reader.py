@@ -23,11 +23,11 @@ from ..formats import (
     SYSFLAG_TRANSACTION_ROLLBACK,
     MessageView,
     RecordKind,
+    TagFilter,
     check_record,
     decode_offset_msg_id,
     is_ext_address,
     masked_crc32,
-    tag_hash,
 )
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet
@@ -38,23 +38,6 @@ log = logging.getLogger(__name__)
 
 UNIQUE_KEY_QUERY_MAX = 32  # RocketMQ defaultQueryMaxNum
 _COLLISION_HEADROOM = 4  # ask the index for this many times the wanted count, then filter
-
-
-class TagFilter:
-    """Subscription expression ``*`` / ``a || b``: hash check on the unit, exact check after."""
-
-    __slots__ = ("tags", "hashes")
-
-    def __init__(self, expression: str) -> None:
-        self.tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-        self.hashes = frozenset(tag_hash(tag) for tag in self.tags)
-
-    @classmethod
-    def parse(cls, expression: str | None) -> TagFilter | None:
-        """None for "everything" (``None``, empty or ``*``)."""
-        if expression is None or expression.strip() in ("", "*"):
-            return None
-        return cls(expression)
 
 
 class MessageReader:
@@ -101,12 +84,12 @@ class MessageReader:
                     removed += 1
                     continue
                 if tag_filter is not None and not is_ext_address(code) and (
-                        code not in tag_filter.hashes):
+                        not tag_filter.accepts_code(code)):
                     continue
                 view = self._read_unit(position, size, topic, queue_id, next_offset - 1)
                 if view is None:
                     continue  # damaged or set aside: skipped with an alert
-                if tag_filter is not None and view.tags not in tag_filter.tags:
+                if tag_filter is not None and not tag_filter.accepts(view.tags):
                     continue
                 messages.append(view)
         if messages:

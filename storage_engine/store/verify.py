@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import StoreConfig
-from ..contract.topics import DELAY_TOPIC
 from ..errors import NotAStoreError
 from ..formats import (
     CHECKPOINT_FILE_SIZE_BYTES,
@@ -40,6 +39,7 @@ from ..formats import (
     tag_hash,
     takes_queue_offset,
 )
+from ..formats.topic_names import DELAY_TOPIC
 from .damage import FileSegment, next_valid_position
 from .repair import set_aside_spans
 from .store_layout import infer_config, require_store

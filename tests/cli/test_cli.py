@@ -56,7 +56,7 @@ def written(tmp_path_factory) -> WrittenStore:
     root_dir = tmp_path_factory.mktemp("cli") / "store"
     config = StoreConfig(root_dir=root_dir,
                          commit_log=CommitLogConfig(segment_size_bytes=SEGMENT_SIZE_BYTES))
-    keys = UniqueKeyGenerator("10.0.0.7", 4242)
+    keys = UniqueKeyGenerator(ip="10.0.0.7", pid=4242, class_loader_hash=0x18B4AAC2)
     data = WrittenStore(root_dir)
     with MessageStore.open(config) as store:
         for number in range(ORDER_COUNT):

@@ -1,4 +1,5 @@
-"""Tests for ``framework.message_id``: UNIQ_KEY as RocketMQ's ``MessageClientIDSetterTest`` does.
+"""UNIQ_KEY (``storage_engine.formats.message_id``, the producers' generator, re-exported by the
+framework) as RocketMQ's ``MessageClientIDSetterTest`` does.
 
 Clocks are injected (a constant or a list) except where the real wall clock is the point.
 """
@@ -13,12 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from postbox.framework import message_id
-from postbox.framework.message_id import (
+from postbox import framework
+from postbox.storage_engine.formats import message_id
+from postbox.storage_engine.formats.message_id import (
     UniqueKeyGenerator,
+    UniqueKeyParts,
     choose_client_ip,
     decode_unique_key,
-    local_month_start_ms,
+    month_start_ms,
     unique_key_timestamp_ms,
 )
 
@@ -39,7 +42,7 @@ class ListClock:
 
 
 def next_month_start_ms(now_ms: int) -> int:
-    return local_month_start_ms(local_month_start_ms(now_ms) + 32 * DAY_MS)
+    return month_start_ms(month_start_ms(now_ms) + 32 * DAY_MS)
 
 
 def test_keys_are_32_uppercase_hex_characters():
@@ -60,9 +63,23 @@ def test_ip_pid_and_class_loader_hash_round_trip():
     parts = decode_unique_key(generator.next())
     assert parts.ip == "10.1.2.3"
     assert parts.pid == 70_000 & 0xFFFF
-    assert parts.class_loader_hash == 0xCAFEBABE
+    assert parts.class_loader_hash == 0xCAFEBABE - (1 << 32)  # a Java int, as the key holds it
     assert parts.counter == 0
-    assert parts.timestamp_ms_approx is None
+
+
+def test_one_generator_family_its_fields_in_the_order_of_the_bytes():
+    """MessageClientIDSetter's layout: IP, pid, class-loader hash, ms since month start,
+    counter. The framework's generator is this one (no second family with its own order)."""
+    assert framework.UniqueKeyGenerator is UniqueKeyGenerator
+    assert UniqueKeyParts._fields == ("ip", "pid", "class_loader_hash", "ms_since_month_start",
+                                      "counter")
+    start_ms = month_start_ms(NOW_MS)
+    generator = UniqueKeyGenerator(lambda: start_ms + 0x01020304, ip=IP, pid=0x0506,
+                                   class_loader_hash=0x0708090A)
+    generator.next()
+    key = generator.next()
+    assert key == "0A010203" "0506" "0708090A" "01020304" "0001"
+    assert decode_unique_key(key) == ("10.1.2.3", 0x0506, 0x0708090A, 0x01020304, 1)
 
 
 def test_prefix_is_fixed_per_generator_and_class_loader_hash_random_between_generators():
@@ -77,14 +94,13 @@ def test_time_decodes_within_20_ms_of_the_wall_clock():
     before_ms = time.time_ns() // 1_000_000
     key = generator.next()
     after_ms = time.time_ns() // 1_000_000
-    decoded_ms = decode_unique_key(key, reference_ms=after_ms).timestamp_ms_approx
-    assert decoded_ms is not None
+    decoded_ms = unique_key_timestamp_ms(key, after_ms)
     assert before_ms - 20 <= decoded_ms <= after_ms + 20
 
 
 def test_time_decodes_exactly_with_an_injected_clock():
     key = UniqueKeyGenerator(lambda: NOW_MS, ip=IP, pid=1).next()
-    assert decode_unique_key(key, reference_ms=NOW_MS + 5_000).timestamp_ms_approx == NOW_MS
+    assert unique_key_timestamp_ms(key, NOW_MS + 5_000) == NOW_MS
     assert unique_key_timestamp_ms(key, NOW_MS) == NOW_MS
 
 
@@ -108,12 +124,12 @@ def local_zone(request, monkeypatch):
 
 def test_month_rollover_restarts_the_time_field(local_zone):
     month_end_ms = next_month_start_ms(NOW_MS)
-    month_start_ms = local_month_start_ms(NOW_MS)
+    start_ms = month_start_ms(NOW_MS)
     generator = UniqueKeyGenerator(ListClock(month_end_ms - 1, month_end_ms + 7), ip=IP, pid=1)
     last_of_month, first_of_next = generator.next(), generator.next()
 
     assert decode_unique_key(last_of_month).ms_since_month_start == (
-        month_end_ms - 1 - month_start_ms)
+        month_end_ms - 1 - start_ms)
     assert decode_unique_key(first_of_next).ms_since_month_start == 7
     reference_ms = month_end_ms + DAY_MS
     assert unique_key_timestamp_ms(last_of_month, reference_ms) == month_end_ms - 1
@@ -121,12 +137,12 @@ def test_month_rollover_restarts_the_time_field(local_zone):
 
 
 def test_month_start_is_local_midnight_on_the_first(local_zone):
-    start = time.localtime(local_month_start_ms(NOW_MS) / 1000)
+    start = time.localtime(month_start_ms(NOW_MS) / 1000)
     assert (start.tm_mday, start.tm_hour, start.tm_min, start.tm_sec) == (1, 0, 0, 0)
 
 
 def test_a_small_step_back_before_the_month_start_gives_zero():
-    start_ms = local_month_start_ms(NOW_MS)
+    start_ms = month_start_ms(NOW_MS)
     generator = UniqueKeyGenerator(ListClock(start_ms + 10, start_ms - 500), ip=IP, pid=1)
     assert decode_unique_key(generator.next()).ms_since_month_start == 10
     assert decode_unique_key(generator.next()).ms_since_month_start == 0

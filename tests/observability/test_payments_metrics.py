@@ -14,7 +14,7 @@ from examples.payments.config import PaymentsConfig
 from examples.payments.orders import TOPIC
 from examples.payments.scenario import ScenarioOptions, ScenarioReport, run_scenario
 from postbox.framework import App
-from postbox.storage_engine.formats.directory import retry_topic
+from postbox.storage_engine.formats.topic_names import retry_topic
 from tests.support.filesystems import scratch_dir
 
 from .scrape import Scrape, alert_rule_metric_names, dashboard_metric_names, scrape

@@ -28,7 +28,7 @@ from postbox.outbox.clock import utc_now
 from postbox.outbox.database import TRANSACTION_ATTEMPTS, run_transaction
 from postbox.outbox.relay import PublishFailure
 from postbox.storage_engine import Broker
-from postbox.storage_engine.contract.topics import DELAY_TOPIC
+from postbox.storage_engine.formats.topic_names import DELAY_TOPIC
 from tests.outbox.conftest import (
     add_order,
     embedded,

@@ -34,7 +34,6 @@ from postbox.network.protocol.wire import HeaderFields, RemotingCommand
 from postbox.storage_engine.broker import Broker
 from postbox.storage_engine.contract.message import Message, PutStatus
 from postbox.storage_engine.contract.model import SendResult
-from postbox.storage_engine.contract.topics import dead_letter_topic
 from postbox.storage_engine.errors import CorruptionError, MessageNotFoundError
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
@@ -42,7 +41,13 @@ from postbox.storage_engine.formats import (
     PROPERTY_RETRY_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
 )
-from postbox.storage_engine.formats.directory import DELAY_TOPIC, is_system_group_topic
+from postbox.storage_engine.formats.topic_names import (
+    RETRY_TOPIC_PREFIX,
+    dead_letter_topic,
+    is_internal_topic,
+    is_retry_topic,
+    is_system_group_topic,
+)
 
 from ..errors import RequestRefusedError
 from ..handlers import HandlerTable
@@ -50,8 +55,6 @@ from ..session import Session
 from ..workers import SEND_LANE
 from .records import decode_batch, message_from_wire, properties_from_wire
 
-SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
-RETRY_PREFIX = "%RETRY%"
 MSG_REGION = "DefaultRegion"
 TRANSACTIONS_REFUSED = ("this broker has no transactional messages (half messages, "
                         "END_TRANSACTION and check-back are not served); send normal messages")
@@ -115,7 +118,7 @@ class SendHandlers:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
         header = _SendHeader(request)
         topic = header.get_str("topic", max_chars=255)
-        if topic == DELAY_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        if is_internal_topic(topic):
             raise RequestRefusedError(ResponseCode.NO_PERMISSION,
                                       f"sending message to topic {topic} is forbidden: it is "
                                       "an internal topic of the broker")
@@ -172,9 +175,9 @@ class SendHandlers:
     def _retry_target(self, topic: str, queue_id: int, properties: dict[str, str],
                       reconsume_count: int, header: _SendHeader) -> tuple[str, int]:
         """``%DLQ%group`` queue 0 for a retry-topic send past its maximum, else as asked."""
-        if not topic.startswith(RETRY_PREFIX):
+        if not is_retry_topic(topic):
             return topic, queue_id
-        group = topic[len(RETRY_PREFIX):]
+        group = topic[len(RETRY_TOPIC_PREFIX):]
         limit = header.get_int("maxReconsumeTimes", None, low=-1)
         if limit is None or limit < 0:
             limit = self._broker.subscription_group(group).retry_max_times

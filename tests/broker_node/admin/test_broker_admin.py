@@ -14,6 +14,7 @@ from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, Message
 from postbox.storage_engine.clock import FakeClock
+from postbox.storage_engine.formats.fastjson import ObjectKey
 from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
@@ -37,7 +38,7 @@ def admin(tmp_path):
 
 
 def _mq(topic, queue_id, broker_name="postbox-a"):
-    return fastjson.ObjectKey.of(brokerName=broker_name, queueId=queue_id, topic=topic)
+    return ObjectKey.of(brokerName=broker_name, queueId=queue_id, topic=topic)
 
 
 def test_create_topic_then_list_and_stats(admin):

@@ -22,7 +22,11 @@ from postbox.network.protocol.codes import RequestCode
 from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Broker, GetStatus, Message, MessageView
 from postbox.storage_engine.errors import BrokerUnavailableError, NoPermissionError
-from postbox.storage_engine.formats import encode_record_parts
+from postbox.storage_engine.formats import encode_record_parts, unpack_record
+from postbox.storage_engine.formats.received_record import (
+    RecordLayoutError,
+    unpack_received_record,
+)
 from tests.storage_engine.conftest import small_config
 
 
@@ -81,8 +85,19 @@ def test_a_zlib_body_is_inflated(views):
     assert decoded.sys_flag & 0x1 == 0
 
 
+def signed_topic_length_record(view: MessageView) -> bytes:
+    """``view``'s record with a 130-byte topic in a v1 record: its length byte 0x82 adds up only
+    when read unsigned; Java reads it signed (-126), so the record is malformed."""
+    record = stored_record(view)
+    body_end = 88 + len(view.body)
+    topic = b"t" * 130
+    rest = record[body_end + 1 + record[body_end]:]  # properties length and properties
+    size = body_end + 1 + len(topic) + len(rest)
+    return size.to_bytes(4, "big") + record[4:body_end] + bytes([len(topic)]) + topic + rest
+
+
 @pytest.mark.parametrize("damage", ["truncated", "size_too_big", "size_too_small", "magic",
-                                    "body_length", "bad_zlib"])
+                                    "body_length", "bad_zlib", "signed_topic_length"])
 def test_a_damaged_body_is_refused(views, damage):
     record = bytearray(stored_record(views[0]))
     if damage == "truncated":
@@ -99,10 +114,22 @@ def test_a_damaged_body_is_refused(views, damage):
     elif damage == "body_length":
         record[84:88] = (len(views[0].body) + 1).to_bytes(4, "big")
         body = bytes(record)
+    elif damage == "signed_topic_length":
+        body = signed_topic_length_record(views[0])
     else:
         body = stored_record(views[0], sys_flag=views[0].sys_flag | 0x1)
     with pytest.raises(RecordDecodeError):
         decode_records(b"".join([stored_record(views[1]), body]), 0)
+
+
+def test_received_records_use_the_store_decoder_and_its_signed_topic_length(views):
+    """The client decodes with ``formats.received_record``: the same fields as the store's
+    ``unpack_record`` for a good record, and the store's (Java's) signed v1 topic length."""
+    record = stored_record(views[0])
+    assert unpack_received_record(record, 0, len(record)) == unpack_record(record, 0)
+    malformed = signed_topic_length_record(views[0])
+    with pytest.raises(RecordLayoutError, match="negative topic length"):
+        unpack_received_record(malformed, 0, len(malformed))
 
 
 def answer(code: int, remark: str | None = None, body: bytes = b"", **fields) -> RemotingCommand:

@@ -30,6 +30,7 @@ from postbox.network.protocol.wire import (
     decode,
     encode,
 )
+from postbox.storage_engine.formats.fastjson import FastjsonError
 from tests.support.remoting_raw import nested_frame
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer
 
@@ -148,7 +149,7 @@ def test_arbitrary_binary_headers_decode_or_raise_wire_error(header: bytes) -> N
 def test_arbitrary_bodies_parse_or_raise_fastjson_error(body) -> None:
     try:
         value = fastjson.loads(body)
-    except fastjson.FastjsonError:
+    except FastjsonError:
         return
     fastjson.dumps(value)  # and what was read can be written back
 

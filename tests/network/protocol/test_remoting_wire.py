@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode
-from postbox.network.protocol.fastjson import ObjectKey
 from postbox.network.protocol.wire import (
     FrameDecoder,
     FrameLimits,
@@ -23,6 +22,7 @@ from postbox.network.protocol.wire import (
     decode,
     encode,
 )
+from postbox.storage_engine.formats.fastjson import FastjsonError, ObjectKey
 
 # The SEND_MESSAGE_V2 request of reference/rocketmq-remoting.md §1.4, as a Java node frames it.
 JAVA_HEADER = (
@@ -163,7 +163,7 @@ def test_fastjson_reads_unquoted_number_keys_and_object_keys() -> None:
 
 @pytest.mark.parametrize("text", ["{0:}", "{{}", "[1,", "{" * 100 + "}" * 100, "{a b}", "1 2"])
 def test_fastjson_refuses_what_is_not_its_dialect(text: str) -> None:
-    with pytest.raises(fastjson.FastjsonError):
+    with pytest.raises(FastjsonError):
         fastjson.loads(text)
 
 

@@ -9,6 +9,7 @@ test.
 
 from __future__ import annotations
 
+import ast
 import json
 import threading
 
@@ -37,7 +38,6 @@ from postbox.storage_engine.broker.config_stores import (
 )
 from postbox.storage_engine.contract import PERM_READ, PERM_WRITE
 from postbox.storage_engine.contract.rules import sharding_queue
-from postbox.storage_engine.contract.topics import DELAY_TOPIC
 from postbox.storage_engine.errors import (
     GroupNotFoundError,
     InvalidQueueError,
@@ -50,9 +50,12 @@ from postbox.storage_engine.formats import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     java_string_hashcode,
+    topic_names,
 )
+from postbox.storage_engine.formats.topic_names import DELAY_TOPIC
 from tests.storage_engine.conftest import START_MS
 from tests.support.brokers import BrokerFactory, broker_config
+from tests.support.paths import REPO_ROOT
 from tests.support.polling import wait_until
 
 TOPIC = "orders"
@@ -67,6 +70,38 @@ def _send_all(broker: Broker, count: int, topic: str = TOPIC, **send_kwargs) -> 
 
 
 # ---- topics --------------------------------------------------------------------------------
+
+_TOPIC_LITERALS = {"%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "TBW102", "RMQ_SYS_",
+                   "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_", "%SYS%", "%LMQ%"}
+_PACKAGES = ("storage_engine", "network", "broker_node", "framework", "outbox", "idempotency",
+             "spark_reconcile", "postbox", "bench")
+
+
+def test_internal_topic_names_are_declared_in_formats_topic_names_only():
+    """Every room takes the broker's internal names from ``formats.topic_names``: a string
+    constant equal to one of them anywhere else is a second declaration that may drift."""
+    declared_at = REPO_ROOT / "storage_engine" / "formats" / "topic_names.py"
+    found = [f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {node.value!r}"
+             for package in _PACKAGES for path in sorted((REPO_ROOT / package).rglob("*.py"))
+             if path != declared_at
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and node.value in _TOPIC_LITERALS]
+    assert found == []
+
+
+def test_internal_topic_rules_broker_refusal_is_narrower_than_namespace_exemption():
+    assert topic_names.retry_topic("g") == "%RETRY%g" and topic_names.is_retry_topic("%RETRY%g")
+    assert topic_names.dead_letter_topic("g") == "%DLQ%g"
+    assert topic_names.is_dead_letter_topic("%DLQ%g") and not topic_names.is_retry_topic("%DLQ%g")
+    assert topic_names.TRANSACTION_HALF_TOPIC == "RMQ_SYS_TRANS_HALF_TOPIC"
+    # the broker refuses sends to its own topics (case-sensitive RMQ_SYS_, as RocketMQ) ...
+    for topic in (DELAY_TOPIC, topic_names.TRANSACTION_HALF_TOPIC):
+        assert topic_names.is_internal_topic(topic) and topic_names.is_system_resource(topic)
+    # ... while a client keeps every broker-owned name out of its namespace
+    for name in ("rmq_sys_x", "%SYS%x", topic_names.AUTO_CREATE_TOPIC, "OFFSET_MOVED_EVENT"):
+        assert topic_names.is_system_resource(name) and not topic_names.is_internal_topic(name)
+    assert topic_names.is_system_group("CID_RMQ_SYS_TRANS") and not topic_names.is_system_group("g")
+
 
 def test_send_auto_creates_topic_with_default_queues_and_persists_it(brokers: BrokerFactory):
     broker = brokers.open("a")

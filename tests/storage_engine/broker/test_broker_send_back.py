@@ -27,7 +27,6 @@ from postbox.storage_engine.contract.send_back import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
 )
-from postbox.storage_engine.contract.topics import DELAY_TOPIC
 from postbox.storage_engine.errors import GroupNotFoundError, NoPermissionError
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
@@ -37,6 +36,7 @@ from postbox.storage_engine.formats import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
 )
+from postbox.storage_engine.formats.topic_names import DELAY_TOPIC
 
 TOPIC = "orders"
 GROUP = "billing"

@@ -38,6 +38,7 @@ from postbox.storage_engine.broker.config_stores import (
 )
 from postbox.storage_engine.errors import InvalidQueueError, InvalidTopicError, StorageIOError
 from postbox.storage_engine.formats import NESTING_DEPTH_MAX, decode_config_json, encode_config_json
+from postbox.storage_engine.formats.fastjson import FastjsonError, ObjectKey, decode_fastjson
 from tests.support.paths import REPO_ROOT
 from tests.support.rmq_decoder import VECTORS_DIR
 
@@ -120,6 +121,30 @@ def test_string_values_that_look_like_int_keys_survive():
     assert decode_config_json(text) == {"k": "{1:2,3:4}", "x{5:": 'a",6:b', 7: "{8:"}
     document = {"{1:": {2: "{3:4}"}, "s": ",9:"}
     assert decode_config_json(encode_config_json(document)) == document
+
+
+def test_one_reader_and_the_caller_states_what_an_unquoted_number_key_becomes():
+    """Config files and remoting bodies share the reader; only the key policy differs, and
+    every caller states it (there is no default that one of them would get wrong)."""
+    text = '{"offsetTable":{0:250,-1:3},"route":{"brokerAddrs":{0:"10.0.0.1:10911"}}}'
+    assert decode_config_json(text) == decode_fastjson(text, number_keys="int") == {
+        "offsetTable": {0: 250, -1: 3}, "route": {"brokerAddrs": {0: "10.0.0.1:10911"}}}
+    assert decode_fastjson(text, number_keys="text") == {
+        "offsetTable": {"0": 250, "-1": 3}, "route": {"brokerAddrs": {"0": "10.0.0.1:10911"}}}
+    with pytest.raises(TypeError):
+        decode_fastjson(text)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="number_keys"):
+        decode_fastjson(text, number_keys="str")  # type: ignore[arg-type]
+    stats = '{{"brokerName":"b","queueId":0,"topic":"T"}:{"brokerOffset":5}}'
+    for policy in ("int", "text"):
+        assert decode_fastjson(stats, number_keys=policy) == {  # type: ignore[arg-type]
+            ObjectKey.of(brokerName="b", queueId=0, topic="T"): {"brokerOffset": 5}}
+    with pytest.raises(FastjsonError):  # only an integer is an int key
+        decode_fastjson("{1.5:2}", number_keys="int")
+    assert decode_fastjson("{1.5:2}", number_keys="text") == {"1.5": 2}
+    for document in ("[NaN]", '{"a":Infinity}'):
+        with pytest.raises(FastjsonError):
+            decode_fastjson(document, number_keys="text")
 
 
 def test_strict_json_loads_and_quoted_numeric_keys_stay_strings():

@@ -28,13 +28,13 @@ from postbox.storage_engine.broker.delay_service import (
     schedule_delayed,
 )
 from postbox.storage_engine.config import parse_delay_levels
-from postbox.storage_engine.contract.topics import DELAY_TOPIC
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_WAIT,
 )
+from postbox.storage_engine.formats.topic_names import DELAY_TOPIC
 from tests.storage_engine.conftest import DiskProbe, put_all, read_queue, small_config
 from tests.support.polling import wait_until
 

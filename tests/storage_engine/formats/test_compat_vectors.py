@@ -399,7 +399,7 @@ INDEX_ENTRIES = 64  # 63 keys a file: several index files
 
 def _workload(seed: int) -> list[tuple[Message, int]]:
     rng = random.Random(seed)
-    unique_keys = UniqueKeyGenerator("10.0.0.7", 4242)
+    unique_keys = UniqueKeyGenerator(ip="10.0.0.7", pid=4242, class_loader_hash=0x18B4AAC2)
     work = []
     for i in range(MESSAGE_COUNT):
         keys = [f"order-{i}", f"cust-{i % 7}"] if i % 3 else []

@@ -26,6 +26,7 @@ from postbox.storage_engine.formats import (
     MessageView,
     RecordFields,
     RecordKind,
+    TagFilter,
     UniqueKeyGenerator,
     check_record,
     decode_for_dispatch,
@@ -44,6 +45,7 @@ from postbox.storage_engine.formats import (
     record_size,
     scan_records,
     seal_property_crc,
+    tag_hash,
     unpack_record,
 )
 from postbox.storage_engine.formats.message_id import month_start_ms
@@ -287,6 +289,18 @@ def test_java_string_hashcode_matches_the_independent_hash(text: str):
     assert index_key_hash(text) == rmq_decoder.index_key_hash(text)
 
 
+def test_tag_filter_is_one_expression_for_the_store_and_the_client():
+    """One parse for the broker's hash check of a unit and the exact check after it."""
+    assert TagFilter.parse(None) is None and TagFilter.parse("  ") is None
+    assert TagFilter.parse(" * ") is None
+    tag_filter = TagFilter.parse(" TagA ||TAG1|| ||")
+    assert tag_filter is not None and tag_filter.tags == {"TagA", "TAG1"}
+    assert tag_filter.hashes == {2598919, 2567159} == {tag_hash("TagA"), tag_hash("TAG1")}
+    assert tag_filter.accepts_code(2598919) and not tag_filter.accepts_code(tag_hash(None))
+    assert tag_filter.accepts("TAG1") and not tag_filter.accepts(None)
+    assert not tag_filter.accepts("TagA || TAG1")  # TAGS is matched whole, as its code is
+
+
 def test_java_string_hashcode_long_and_edge_inputs():
     for text in ("x" * 1024, "x" * 1025, "é" * 5000, "😀" * 700, "polygenelubricants"):
         assert java_string_hashcode(text) == rmq_decoder.java_hash(text)
@@ -373,7 +387,7 @@ def test_offset_msg_id_golden_vectors(ip, port, position, msg_id):
                                                               4_000_000_000_000),
        count=st.integers(2, 40))
 def test_unique_keys_decode_back_and_count_up(ip: str, pid: int, now_ms: int, count: int):
-    generator = UniqueKeyGenerator(ip, pid)
+    generator = UniqueKeyGenerator(ip=ip, pid=pid, class_loader_hash=0x18B4AAC2)
     keys = [generator.next_key(now_ms) for _ in range(count)]
     parts = [decode_unique_key(key) for key in keys]
 
@@ -390,7 +404,7 @@ def test_unique_keys_decode_back_and_count_up(ip: str, pid: int, now_ms: int, co
 
 
 def test_unique_key_counter_wraps_at_16_bits():
-    generator = UniqueKeyGenerator("10.0.0.1", 1)
+    generator = UniqueKeyGenerator(ip="10.0.0.1", pid=1)
     now_ms = 1_700_000_000_000
     counters = [decode_unique_key(generator.next_key(now_ms)).counter for _ in range(65_538)]
     assert counters[:2] == [0, 1]

@@ -39,7 +39,7 @@ def _bodies(store, results: list[PutResult]) -> list[bytes]:
 
 def test_put_get_round_trip_over_queues_and_segment_rolls(store, clock):
     rng = random.Random(1234)
-    unique_keys = UniqueKeyGenerator("192.168.1.20", 777)
+    unique_keys = UniqueKeyGenerator(ip="192.168.1.20", pid=777, class_loader_hash=0x18B4AAC2)
     sent: dict[tuple[str, int], list[Message]] = {}
     results: list[PutResult] = []
     for i in range(240):
@@ -301,7 +301,7 @@ def test_query_by_key_with_a_time_range(store, clock):
 
 
 def test_query_by_unique_key(store, clock):
-    generator = UniqueKeyGenerator("10.0.0.9", 31337)
+    generator = UniqueKeyGenerator(ip="10.0.0.9", pid=31337, class_loader_hash=0x18B4AAC2)
     keys = [generator.next_key(clock.now_ms()) for _ in range(20)]
     put_all(store, [Message(TOPIC, b"u%d" % i, unique_key=key) for i, key in enumerate(keys)])
     put_all(store, [Message("other", b"elsewhere", unique_key=keys[3])])
