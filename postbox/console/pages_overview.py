@@ -18,7 +18,7 @@ from postbox.storage_engine.store.retention import disk_used_ratio
 from .charts import gauge, line_chart
 from .security import OPERATOR_COOKIE, OPERATOR_NAME_MAX, WRITE_COOKIE, Refused, operator
 from .sources import AnyBroker, SourceError, read_summary
-from .web import Console
+from .web import Console, read_form
 
 SAMPLES_KEPT = 120
 
@@ -85,7 +85,7 @@ def overview(console: Console, request: Request) -> Response:
 
 async def login(console: Console, request: Request) -> Response:
     """POST the write token (and a name for the audit): the write role for this browser."""
-    form = await request.form()
+    form = await read_form(request)
     try:
         console.guard.check_post(request, form, write=False)
     except Refused as refusal:
@@ -108,7 +108,7 @@ async def login(console: Console, request: Request) -> Response:
 
 async def logout(console: Console, request: Request) -> Response:
     """Drop the write role of this browser."""
-    form = await request.form()
+    form = await read_form(request)
     try:
         console.guard.check_post(request, form, write=False)
     except Refused as refusal:

@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
@@ -70,9 +70,8 @@ class Console:
                     work: Callable[[dict[str, Any]], tuple[str, str]], back: str) -> Response:
         """Run one write action: CSRF and role checked, ``work(form)`` → (target, outcome),
         audited either way; then back to ``back`` with the outcome shown."""
-        form = await request.form()
-        fields = {key: form.getlist(key) if len(form.getlist(key)) > 1 else form.get(key)
-                  for key in form}
+        form = await read_form(request)
+        fields = {key: values if len(values) > 1 else values[0] for key, values in form.items()}
         who = operator(request)
         try:
             self.guard.check_post(request, form)
@@ -100,6 +99,28 @@ class Console:
                 audit(engine, who, action, target, outcome)
         except SOURCE_ERRORS:
             audit(None, who, action, target, outcome)
+
+
+FORM_BYTES_MAX = 1 << 20
+
+
+class Form(dict[str, list[str]]):
+    """A posted form: every field's values; ``get`` gives the first."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        """The field's first value, or ``default``."""
+        values = super().get(key)
+        return values[0] if values else default
+
+
+async def read_form(request: Request) -> Form:
+    """The request's ``application/x-www-form-urlencoded`` body (the only kind the pages
+    post; anything else reads as an empty form, which the CSRF check then refuses)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    body = await request.body()
+    if kind != "application/x-www-form-urlencoded" or len(body) > FORM_BYTES_MAX:
+        return Form()
+    return Form(parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
 def ids_of(fields: dict[str, Any], name: str) -> list[str]:

@@ -22,7 +22,7 @@ from tests.support.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = ScenarioOptions(orders=30, lose=2, flaky=2, poison=3, duplicates=3, timeout_s=60.0)
-CONSOLE_START_S = 30.0
+CONSOLE_START_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +82,19 @@ def console_process(arguments: list[str], env: dict[str, str] | None = None
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def publish_pending(prepared: Prepared) -> dict:
+    """One run of the outbox relay over the prepared store and database (no consumer)."""
+    from postbox.framework import App
+    from postbox.outbox.worker import OutboxWorker
+
+    config = PaymentsConfig(store_dir=prepared.store_dir, database_url=prepared.database_url)
+    app = App(store_url=config.store_dir, database_url=config.database_url,
+              broker_conf=config.broker_conf)
+    worker = OutboxWorker(app, rules=config.rules, schedule=config.schedule)
+    app.start()
+    try:
+        return worker.run("relay_pending", scheduled=False)
+    finally:
+        app.stop()
