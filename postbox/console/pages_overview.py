@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -53,7 +54,7 @@ def rates(console: Console, figures: dict[str, Any]) -> dict[str, Any]:
     samples.append((now, figures["stored"], figures["consumed"]))
     del samples[:-SAMPLES_KEPT]
     put_rates, consume_rates = [], []
-    for (t0, s0, c0), (t1, s1, c1) in zip(samples, samples[1:], strict=False):
+    for (t0, s0, c0), (t1, s1, c1) in itertools.pairwise(samples):
         span = max(t1 - t0, 1e-3)
         put_rates.append(max(s1 - s0, 0) / span)
         consume_rates.append(max(c1 - c0, 0) / span)

@@ -45,7 +45,8 @@ def reports_page(console: Console, request: Request) -> Response:
     context: dict[str, Any] = {"runs": runs, "classes": ALL_CLASSES}
     if not isinstance(runs, SourceError):
         reports = console.settings.reports_dir or Path(".")
-        rows = [{"name": run_name(reports, run), "summary": read_summary(run)} for run in runs]
+        rows: list[dict[str, Any]] = [{"name": run_name(reports, run),
+                                       "summary": read_summary(run)} for run in runs]
         context["rows"] = rows
         context["trend"] = line_chart(
             [row["name"] for row in rows],

@@ -107,7 +107,7 @@ FORM_BYTES_MAX = 1 << 20
 class Form(dict[str, list[str]]):
     """A posted form: every field's values; ``get`` gives the first."""
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         """The field's first value, or ``default``."""
         values = super().get(key)
         return values[0] if values else default

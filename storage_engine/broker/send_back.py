@@ -113,5 +113,6 @@ def reason_fingerprint(reason: str) -> str:
 
 __all__ = [
     "DLQ_REASON_LENGTH_MAX", "PROPERTY_DLQ_FINGERPRINT", "PROPERTY_DLQ_ORIGIN_MESSAGE_ID",
-    "PROPERTY_DLQ_REASON", "clean_reason", "reason_fingerprint", "reason_shape", "resend_copy", "send_back_copy", "user_properties",
+    "PROPERTY_DLQ_REASON", "clean_reason", "reason_fingerprint", "reason_shape", "resend_copy",
+    "send_back_copy", "user_properties",
 ]

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.filesystems import scratch_dir
-
 from tests.console.scenario import Prepared, prepare
+from tests.support.filesystems import scratch_dir
 
 CONSOLE_REDIS_URL = "redis://127.0.0.1:6379/9"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"

@@ -16,11 +16,12 @@ from postbox.cli.common import StoreOptions, open_broker, open_store
 from postbox.outbox.tables import StubStatus, console_audit, message_stub
 from postbox.storage_engine.formats import PROPERTY_DLQ_ORIGIN_MESSAGE_ID
 from postbox.storage_engine.store.topics import retry_topic
-
 from tests.console.conftest import SCREENSHOTS
 from tests.console.scenario import Prepared, console_process, publish_pending
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.leaves_threads(
+    "Playwright's sync API runs an asyncio loop for the module's browser, whose default "
+    "executor keeps its worker threads (asyncio_N) until the browser closes")]
 TOKEN = "console-test-token"
 GROUP = "billing"
 TOPIC = "orders"
