@@ -27,13 +27,14 @@ def line_chart(labels: Sequence[str], series: dict[str, Sequence[float]],
     step = (WIDTH - MARGIN - 20) / max(points - 1, 1)
     for index, (name, values) in enumerate(series.items()):
         color = PALETTE[index % len(PALETTE)]
-        coords = " ".join(
-            f"{MARGIN + i * step:.1f},"
-            f"{HEIGHT - MARGIN - (value / top) * (HEIGHT - MARGIN - 24):.1f}"
-            for i, value in enumerate(values))
-        if coords:
+        xy = [(MARGIN + i * step, HEIGHT - MARGIN - (value / top) * (HEIGHT - MARGIN - 24))
+              for i, value in enumerate(values)]
+        if xy:
+            coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
             parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" '
                          f'points="{coords}"/>')
+            parts.extend(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>'
+                         for x, y in xy[-40:])
         parts.append(f'<text x="{MARGIN + index * 110}" y="{HEIGHT - 8}" font-size="11" '
                      f'fill="{color}">{escape(name)}</text>')
     if labels:
@@ -49,7 +50,7 @@ def gauge(used_ratio: float, marks: dict[str, float], title: str) -> str:
     fill = max(min(used_ratio, 1.0), 0.0)
     alarm = any(fill >= ratio for ratio in marks.values())
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="gauge" role="img" '
-             f'viewBox="0 0 {WIDTH} 56" width="{WIDTH}" height="56">',
+             f'viewBox="0 0 {WIDTH} 60" width="{WIDTH}" height="60">',
              f'<title>{escape(title)}</title>',
              f'<rect x="{MARGIN}" y="18" width="{width}" height="14" fill="#edf2f7"/>',
              f'<rect x="{MARGIN}" y="18" width="{width * fill:.1f}" height="14" '
@@ -59,7 +60,7 @@ def gauge(used_ratio: float, marks: dict[str, float], title: str) -> str:
     for name, ratio in marks.items():
         x = MARGIN + width * ratio
         parts.append(f'<line x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="36" stroke="#333"/>'
-                     f'<text x="{x:.1f}" y="50" font-size="10" text-anchor="middle">'
-                     f'{escape(name)} {ratio * 100:.0f}%</text>')
+                     f'<text x="{x:.1f}" y="{46 + 9 * (len(parts) % 2)}" font-size="10" '
+                     f'text-anchor="middle">{escape(name)} {ratio * 100:.0f}%</text>')
     parts.append("</svg>")
     return "".join(parts)
