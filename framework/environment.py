@@ -104,7 +104,7 @@ CONSOLE_WRITE_TOKEN = EnvVar(
     "Token that unlocks the web console's write actions (requeue, re-arm, void, offset reset, "
     "topic creation); also what lets it listen beyond loopback",
     None, "unset: the console is read-only and listens on loopback only",
-    "`--write-token` of `postbox console`")
+    "`--write-token` of `postbox console`; `--console-write-token` of `postbox broker start`")
 
 ENV_VARS = (STORE, DATABASE_URL, REDIS_URL, STATE_DIR, LOG_FORMAT, METRICS_LISTEN,
             METRICS_LAG_SERIES_MAX, BROKER, ACCESS_KEY, SECRET_KEY, ALERT_WEBHOOK_URL,

@@ -62,6 +62,7 @@ from .common import (
     print_note,
     reports_errors,
 )
+from .console_command import ConsoleListenOption, ConsoleTokenOption, start_console_beside
 
 DEFAULT_LISTEN = "127.0.0.1:8081"
 SIGNAL_CHECK_S = 0.5
@@ -144,7 +145,8 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   heartbeat_max_subscriptions: HeartbeatSubscriptionsOption =
                   DEFAULT_HEARTBEAT_MAX_SUBSCRIPTIONS,
                   namesrv_registrants: RegistrantsOption = None,
-                  metrics: MetricsOption = None) -> None:
+                  metrics: MetricsOption = None, console: ConsoleListenOption = None,
+                  console_write_token: ConsoleTokenOption = None) -> None:
     """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
     5 gRPC until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
@@ -187,7 +189,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
         except ServerError as error:
             raise CliError(str(error)) from error
         try:
-            _serve(broker, server, node, stop, metrics, note=(
+            _serve(broker, server, node, stop, (metrics, console, console_write_token), note=(
                 f"store {config.root_dir}; role {config.broker_role.value}; "
                 f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
         finally:
@@ -210,10 +212,12 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(number, handler)
 
 
-def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, metrics: str | None,
-           note: str) -> None:
-    """Start the remoting node (and the metrics endpoint), print the addresses, wait for
+def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event,
+           extras: tuple[str | None, str | None, str | None], note: str) -> None:
+    """Start the remoting node (and the metrics endpoint and the console: ``extras`` =
+    (metrics address, console address, console write token)), print the addresses, wait for
     SIGTERM."""
+    metrics, console, console_write_token = extras
     try:
         node.start()
     except OSError as error:
@@ -227,16 +231,22 @@ def _serve(broker: Broker, server: Any, node: Any, stop: threading.Event, metric
     if node.namesrv_address is not None:
         typer.echo(f"namesrv listening on {node.namesrv_address}")
     metrics_server = None if metrics is None else start_metrics(metrics, broker, node)
-    identity = node.identity
-    print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
-               f"{identity.address}" + "".join(
-                   f"; registering with {host}:{port} every 30 s"
-                   for host, port in node.options.namesrv_addresses))
-    print_note(note)
+    console_server = None
     try:
+        if console is not None:
+            console_server = start_console_beside(console, broker, broker.store.root_dir,
+                                                  console_write_token)
+        identity = node.identity
+        print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
+                   f"{identity.address}" + "".join(
+                       f"; registering with {host}:{port} every 30 s"
+                       for host, port in node.options.namesrv_addresses))
+        print_note(note)
         while not stop.wait(SIGNAL_CHECK_S):
             pass  # a Python signal handler runs only when the main thread runs bytecode
     finally:
+        if console_server is not None:
+            console_server.stop()
         if metrics_server is not None:
             metrics_server.stop()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -71,3 +71,34 @@ def console_command(
                f"({', '.join(settings.sources())}; "
                f"{'write token set' if settings.writable else 'read-only'})", err=True)
     console.serve(settings)
+
+
+ConsoleListenOption = Annotated[str | None, typer.Option(
+    "--console", metavar="HOST:PORT", show_default=False,
+    help="Also serve the web console over this broker's store (loopback unless a write token "
+         "is set; port 0: any free port, printed).")]
+ConsoleTokenOption = Annotated[str | None, typer.Option(
+    "--console-write-token", metavar="TOKEN", envvar=WRITE_TOKEN_ENV_VAR, show_default=False,
+    help="The console's write token (read-only without).")]
+
+
+def start_console_beside(listen: str, broker: Any, store_dir: Path,
+                         write_token: str | None) -> Any:
+    """The web console over a running broker's store, served from a thread of its process
+    (``postbox broker start --console``); returns the started ``ConsoleThread`` (``stop()``
+    it) and prints where it listens."""
+    try:
+        console = importlib.import_module("postbox.console")
+    except ImportError as error:
+        raise CliError(f"--console needs the web extra: pip install 'postbox[web]' "
+                       f"({error})") from error
+    try:
+        host, port = console.parse_listen(listen)
+        settings = console.ConsoleSettings(host=host, port=port, store_dir=store_dir,
+                                           write_token=write_token or None)
+        served = console.ConsoleThread(settings, broker)
+        address = served.start()
+    except console.ConsoleConfigError as error:
+        raise CliError(str(error)) from error
+    typer.echo(f"console listening on {address}")
+    return served

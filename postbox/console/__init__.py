@@ -10,8 +10,8 @@ and the audit: ``security``; charts: ``charts`` (server-side SVG).
 
 from __future__ import annotations
 
-from .app import build_app, serve
+from .app import ConsoleThread, build_app, serve
 from .settings import ConsoleConfigError, ConsoleSettings, check_settings, parse_listen
 
-__all__ = ["ConsoleConfigError", "ConsoleSettings", "build_app", "check_settings",
+__all__ = ["ConsoleConfigError", "ConsoleSettings", "ConsoleThread", "build_app", "check_settings",
            "parse_listen", "serve"]

@@ -63,8 +63,11 @@ def attempt(source: str, work: Callable[[], T]) -> T | SourceError:
 class Sources:
     """The sources of one console; every method opens, uses and closes (nothing kept open)."""
 
-    def __init__(self, settings: ConsoleSettings) -> None:
+    def __init__(self, settings: ConsoleSettings, live_broker: Broker | None = None) -> None:
         self.settings = settings
+        self.live_broker = live_broker
+        """The broker of the process the console runs in (``postbox broker start
+        --console``): the store's reads and writes go through it, never a second opening."""
 
     @property
     def broker_sources(self) -> list[str]:
@@ -80,7 +83,9 @@ class Sources:
     @contextlib.contextmanager
     def broker(self, source: str, *, writable: bool = False) -> Iterator[AnyBroker]:
         """A broker over the store (read-only unless ``writable``) or the remote broker."""
-        if source == "store" and "store" in self.broker_sources:
+        if source == "store" and self.live_broker is not None:
+            yield self.live_broker
+        elif source == "store" and "store" in self.broker_sources:
             with open_broker(self.store_options(), writable=writable) as broker:
                 yield broker
         elif source == "broker" and self.settings.broker_url:

@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from postbox.cli.outbox_commands import format_age
 from postbox.cli.render import format_time_ms
+from postbox.storage_engine import Broker
 
 from .security import SESSION_COOKIE, Guard, Refused, audit, operator
 from .settings import ConsoleSettings
@@ -34,9 +35,9 @@ NAVIGATION = (("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer gr
 class Console:
     """What every page works with: the settings, the sources, the guard and the templates."""
 
-    def __init__(self, settings: ConsoleSettings) -> None:
+    def __init__(self, settings: ConsoleSettings, live_broker: Broker | None = None) -> None:
         self.settings = settings
-        self.sources = Sources(settings)
+        self.sources = Sources(settings, live_broker)
         self.guard = Guard(settings.write_token)
         self.templates = Environment(loader=FileSystemLoader(TEMPLATES),
                                      autoescape=select_autoescape(["html"]))
