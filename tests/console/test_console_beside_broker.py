@@ -48,7 +48,6 @@ def test_the_console_reads_a_running_broker_through_remoting(tmp_path: Path) -> 
     """``postbox console --broker rocketmq://…``: every page over the remoting admin
     requests, with a dead letter and a consumer group to show."""
     from postbox.storage_engine.formats import PROPERTY_DLQ_REASON
-
     from tests.console.scenario import console_process
 
     server = BrokerProcess(tmp_path / "store").start()
