@@ -32,6 +32,7 @@ from postbox.outbox.tables import message_log, message_processed, message_resend
 from postbox.storage_engine import Broker, MessageView
 from postbox.storage_engine.broker.model import ConsumeFrom
 
+from .pages_topics import parse_moment_ms
 from .sources import AnyBroker, SourceError, attempt
 from .web import Console
 
@@ -101,8 +102,8 @@ def search(broker: AnyBroker, kind: str, params: Any) -> list[MessageView]:
                                 int(need(params, "offset", number=True)))
         return [] if view is None else [view]
     if kind == "time":
-        return time_range(broker, topic, int(need(params, "begin", number=True)),
-                          int(need(params, "end", number=True)))
+        return time_range(broker, topic, parse_moment_ms(need(params, "begin")),
+                          parse_moment_ms(need(params, "end")))
     raise CliError(f"unknown search {kind!r}: one of {', '.join(SEARCH_KINDS)}")
 
 

@@ -74,6 +74,7 @@ def stubs(prepared: Prepared, status: StubStatus) -> list[str]:
 
 
 def test_every_page_renders_and_refreshes_itself(page, prepared: Prepared) -> None:
+    sign_in(page)  # the screenshots show the write actions too
     page.goto("/")
     assert page.locator("#alerts-open").inner_text().strip() == str(
         len(stubs(prepared, StubStatus.VOID)))

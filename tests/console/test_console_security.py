@@ -122,7 +122,8 @@ def test_bad_search_input_is_a_message(read_only_url: str) -> None:
                                 "queue must be a whole number"),
                                ("by=key&q=k", "give topic"),
                                ("by=nonsense&topic=orders", "unknown search"),
-                               ("by=time&topic=orders&begin=1&end=", "give end")):
+                               ("by=time&topic=orders&begin=1&end=", "give end"),
+                               ("by=time&topic=orders&begin=yesterday&end=1", "not a time")):
             answer = httpx.get(f"{url}/messages?{query}", timeout=60)
             assert answer.status_code == 200
             assert message in answer.text, query
