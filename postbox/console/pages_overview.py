@@ -96,7 +96,10 @@ async def login(console: Console, request: Request) -> Response:
     if not console.guard.check_token(str(form.get("token") or "")):
         console.audit(operator(request), "sign-in", "write role", "refused: wrong token")
         return HTMLResponse("<p class='error'>refused: wrong write token</p>", status_code=403)
-    response = RedirectResponse(str(form.get("next") or "/"), status_code=303)
+    back = str(form.get("next") or "/")
+    if not back.startswith("/") or back.startswith("//"):
+        back = "/"  # only this console's own pages
+    response = RedirectResponse(back, status_code=303)
     response.set_cookie(WRITE_COOKIE, console.guard.write_mark(session), httponly=True,
                         samesite="strict")
     name = "".join(ch for ch in str(form.get("name") or "operator")

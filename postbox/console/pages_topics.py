@@ -95,12 +95,8 @@ def create_topic(console: Console, fields: dict[str, Any]) -> tuple[str, str]:
         raise CliError("give a topic name")
     if not count_text.isdigit() or not 1 <= int(count_text) <= QUEUE_COUNT_MAX:
         raise CliError(f"queues must be 1..{QUEUE_COUNT_MAX}, got {count_text!r}")
-
-    def work(broker: AnyBroker) -> None:
-        broker.create_topic(topic, int(count_text))
-
     with console.sources.broker(source, writable=True) as broker:
-        work(broker)
+        broker.create_topic(topic, int(count_text))
     return f"{source} topic {topic}", f"created with {count_text} queues"
 
 
