@@ -14,7 +14,8 @@ FOLDERS = tomllib.loads((HERE / "pyproject.toml").read_text())["tool"]["postbox"
     "namespace-folders"]
 
 package_dir = {"postbox": "postbox", **{f"postbox.{folder}": folder for folder in FOLDERS}}
-packages = ["postbox", *(f"postbox.{name}" for name in find_packages(include=["cli", "cli.*"],
+EDGES = ["cli", "cli.*", "console", "console.*"]  # the command line and the web console
+packages = ["postbox", *(f"postbox.{name}" for name in find_packages(include=EDGES,
                                                                        where="postbox"))]
 for folder in FOLDERS:
     packages += [f"postbox.{folder}",

@@ -99,10 +99,16 @@ ALERT_EMAIL_TO = EnvVar(
     "POSTBOX_ALERT_EMAIL_TO", "Recipients of alert e-mails (comma-separated)", None,
     "unset: none",
     "`OutboxWorker` (`outbox.AlertSettings.from_env`)")
+CONSOLE_WRITE_TOKEN = EnvVar(
+    "POSTBOX_CONSOLE_WRITE_TOKEN",
+    "Token that unlocks the web console's write actions (requeue, re-arm, void, offset reset, "
+    "topic creation); also what lets it listen beyond loopback",
+    None, "unset: the console is read-only and listens on loopback only",
+    "`--write-token` of `postbox console`; `--console-write-token` of `postbox broker start`")
 
 ENV_VARS = (STORE, DATABASE_URL, REDIS_URL, STATE_DIR, LOG_FORMAT, METRICS_LISTEN,
             METRICS_LAG_SERIES_MAX, BROKER, ACCESS_KEY, SECRET_KEY, ALERT_WEBHOOK_URL,
-            ALERT_SMTP_URL, ALERT_EMAIL_FROM, ALERT_EMAIL_TO)
+            ALERT_SMTP_URL, ALERT_EMAIL_FROM, ALERT_EMAIL_TO, CONSOLE_WRITE_TOKEN)
 """Every ``POSTBOX_*`` variable a Postbox program reads, in the order the docs list them."""
 
 

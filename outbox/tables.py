@@ -195,8 +195,20 @@ outbox_task = Table(
     _timestamp(name="updated_at", nullable=False),
 )
 
+console_audit = Table(
+    # one row per write action of the operator's web console (``postbox console``)
+    "console_audit", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    _timestamp(name="at", nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(1024), nullable=False),
+    Column("outcome", String(1024), nullable=False),
+    Index("ix_console_audit_at", "at"),
+)
+
 __all__ = [
     "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "NAMING_CONVENTION", "TOPIC_LENGTH", "StubStatus",
-    "message_log", "message_processed", "message_resend", "message_stub", "metadata",
-    "outbox_task", "expected_group_names", "group_names_text",
+    "console_audit", "message_log", "message_processed", "message_resend", "message_stub",
+    "metadata", "outbox_task", "expected_group_names", "group_names_text",
 ]

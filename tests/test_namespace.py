@@ -133,6 +133,7 @@ def test_the_wheel_installs_postbox_alone_laid_out_as_the_folders(wheel):
                 for path in (REPO_ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts}
     assert modules == expected
     assert "postbox/migrations/script.py.mako" in names
+    assert "postbox/console/templates/page.html" in names
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     text = wheel.read(entry_points).decode()
     assert "postbox = postbox.cli:main" in text

@@ -1,5 +1,6 @@
 """The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq``,
-``outbox``, ``db`` and ``bench`` sub-apps, and the ``demo`` and ``reconcile`` commands.
+``outbox``, ``db`` and ``bench`` sub-apps, and the ``demo``, ``reconcile`` and ``console``
+commands.
 
 This package is the edge of the system: it may import any project package and nothing imports
 it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
@@ -18,6 +19,7 @@ from postbox.framework import LogFormat, environment
 from .bench_commands import bench_app
 from .broker_command import broker_app
 from .common import err_console, logging_to, structured_logging
+from .console_command import console_command
 from .consumer_commands import consumer_app
 from .db_commands import db_app
 from .demo import demo_command
@@ -47,6 +49,7 @@ app.add_typer(bench_app)
 app.add_typer(broker_app)
 app.command("demo")(demo_command)
 app.command("reconcile")(reconcile_command)
+app.command("console")(console_command)
 
 
 @app.callback()

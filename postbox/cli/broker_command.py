@@ -63,6 +63,7 @@ from .common import (
     print_note,
     reports_errors,
 )
+from .console_command import ConsoleListenOption, ConsoleTokenOption, start_console_beside
 
 if TYPE_CHECKING:  # grpc is an optional extra: imported when the broker starts
     from postbox.broker_node.node import BrokerNode
@@ -148,7 +149,8 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
                   heartbeat_max_subscriptions: HeartbeatSubscriptionsOption =
                   DEFAULT_HEARTBEAT_MAX_SUBSCRIPTIONS,
                   namesrv_registrants: RegistrantsOption = None,
-                  metrics: MetricsOption = None) -> None:
+                  metrics: MetricsOption = None, console: ConsoleListenOption = None,
+                  console_write_token: ConsoleTokenOption = None) -> None:
     """Serve a store over RocketMQ's remoting protocol (name server and broker) and RocketMQ
     5 gRPC until SIGTERM."""
     try:  # imported here: grpc is an optional extra, and other commands start faster
@@ -180,7 +182,7 @@ def start_command(store: StoreDirOption = None, listen: ListenOption = DEFAULT_L
             raise CliError(str(error)) from error
         check_descriptor_limit(broker, connection_capacity(node.remoting))
         try:
-            _serve(broker, node, stop, metrics, note=(
+            _serve(broker, node, stop, (metrics, console, console_write_token), note=(
                 f"store {config.root_dir}; role {config.broker_role.value}; "
                 f"access control {'from ' + str(acl) if acl else 'off'}; SIGTERM stops"))
         finally:
@@ -202,12 +204,13 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(number, handler)
 
 
-def _serve(broker: Broker, broker_node: BrokerNode, stop: threading.Event, metrics: str | None,
-           note: str) -> None:
-    """Start the broker node (and the metrics endpoint), print the addresses, wait for
-    SIGTERM."""
+def _serve(broker: Broker, broker_node: BrokerNode, stop: threading.Event,
+           extras: tuple[str | None, str | None, str | None], note: str) -> None:
+    """Start the broker node (and the metrics endpoint and the console: ``extras`` = (metrics
+    address, console address, console write token)), print the addresses, wait for SIGTERM."""
     from postbox.broker_node.grpc_v2 import ServerError
     node = broker_node.remoting
+    metrics, console, console_write_token = extras
     try:
         broker_node.start()  # the gRPC server, then the remoting node
     except ServerError as error:
@@ -223,17 +226,23 @@ def _serve(broker: Broker, broker_node: BrokerNode, stop: threading.Event, metri
     if node.namesrv_address is not None:
         typer.echo(f"namesrv listening on {node.namesrv_address}")
     metrics_server = None if metrics is None else start_metrics(metrics, broker, node)
-    identity = node.identity
-    assert identity is not None  # set by start
-    print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
-               f"{identity.address}" + "".join(
-                   f"; registering with {host}:{port} every 30 s"
-                   for host, port in node.options.namesrv_addresses))
-    print_note(note)
+    console_server = None
     try:
+        if console is not None:
+            console_server = start_console_beside(console, broker, broker.store.root_dir,
+                                                  console_write_token)
+        identity = node.identity
+        assert identity is not None  # set by start
+        print_note(f"broker {identity.broker_name} of cluster {identity.cluster} at "
+                   f"{identity.address}" + "".join(
+                       f"; registering with {host}:{port} every 30 s"
+                       for host, port in node.options.namesrv_addresses))
+        print_note(note)
         while not stop.wait(SIGNAL_CHECK_S):
             pass  # a Python signal handler runs only when the main thread runs bytecode
     finally:
+        if console_server is not None:
+            console_server.stop()
         if metrics_server is not None:
             metrics_server.stop()
 

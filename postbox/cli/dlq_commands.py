@@ -36,7 +36,12 @@ from rich.text import Text
 from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Broker, MessageView, SendResult, StorageError
 from postbox.storage_engine.broker.dlq_resends import ResendMark
-from postbox.storage_engine.formats import PROPERTY_DLQ_REASON, PROPERTY_RETRY_TOPIC
+from postbox.storage_engine.contract.send_back import reason_fingerprint, reason_shape
+from postbox.storage_engine.formats import (
+    PROPERTY_DLQ_FINGERPRINT,
+    PROPERTY_DLQ_REASON,
+    PROPERTY_RETRY_TOPIC,
+)
 from postbox.storage_engine.formats.topic_names import is_dead_letter_topic
 
 from .common import (
@@ -94,6 +99,17 @@ def iter_dead_letters(broker: AnyBroker, group: str, offset: int,
 def original_topic(view: MessageView) -> str | None:
     """The topic the dead letter first failed on (``RETRY_TOPIC``)."""
     return view.properties.get(PROPERTY_RETRY_TOPIC)
+
+
+def failure_class(view: MessageView) -> tuple[str, str]:
+    """(fingerprint, shape) of why a dead letter failed: its ``DLQ_FINGERPRINT`` (or the one
+    its ``DLQ_REASON`` gives, for dead letters stored before the property existed) and the
+    reason with its varying parts blanked; ("", "") when it carries no reason."""
+    reason = view.properties.get(PROPERTY_DLQ_REASON)
+    if not reason:
+        return "", ""
+    return (view.properties.get(PROPERTY_DLQ_FINGERPRINT) or reason_fingerprint(reason),
+            reason_shape(reason))
 
 
 def dead_letter_document(view: MessageView, mark: ResendMark | None) -> dict[str, Any]:

@@ -10,6 +10,10 @@ Postbox extensions (plain properties, ignored by RocketMQ and its clients):
 
 * ``DLQ_REASON`` — why a message was dead-lettered (``send_back(..., reason=...)``), at most
   ``DLQ_REASON_LENGTH_MAX`` characters, framing characters replaced by spaces.
+* ``DLQ_FINGERPRINT`` — beside ``DLQ_REASON``: the reason with its numbers, hex runs and quoted
+  values blanked, hashed to 16 hex digits (``reason_fingerprint``), so dead letters that failed
+  the same way ("ValueError: order 17 is poison" and "… order 42 …") share one value an operator
+  can group and requeue by.
 * ``DLQ_ORIGIN_MESSAGE_ID`` — on a message re-sent from a DLQ by an operator
   (``resend_dead_letter``, to the group's ``%RETRY%group`` with ``RETRY_TOPIC`` = the original
   topic): the offsetMsgId of the dead-letter record it came from.
@@ -17,8 +21,12 @@ Postbox extensions (plain properties, ignored by RocketMQ and its clients):
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from ..formats import (
     PROPERTY_DELAY,
+    PROPERTY_DLQ_FINGERPRINT,
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_REASON,
     PROPERTY_KEYS,
@@ -59,6 +67,7 @@ def send_back_copy(view: MessageView, topic: str, *, delay_level: int,
         properties.pop(PROPERTY_DELAY, None)
     if reason is not None and delay_level == 0:
         properties[PROPERTY_DLQ_REASON] = clean_reason(reason)
+        properties[PROPERTY_DLQ_FINGERPRINT] = reason_fingerprint(reason)
     return Message(
         topic, view.body, tags=view.tags, keys=view.keys or None, properties=properties,
         unique_key=view.unique_key, flag=view.flag, born_timestamp_ms=view.born_timestamp_ms,
@@ -85,7 +94,25 @@ def clean_reason(reason: str) -> str:
     return text[:DLQ_REASON_LENGTH_MAX]
 
 
+_VARIABLE_PARTS = re.compile(
+    r"'[^']*'|\"[^\"]*\"|\b[0-9a-fA-F]{8,}\b|[0-9a-fA-F-]{36}|\d+(?:\.\d+)?")
+FINGERPRINT_HEX_DIGITS = 16
+
+
+def reason_shape(reason: str) -> str:
+    """``reason`` with what varies from message to message (quoted values, numbers, hex ids)
+    replaced by ``#``: ``ValueError: order # is poison``."""
+    return _VARIABLE_PARTS.sub("#", clean_reason(reason)).strip()
+
+
+def reason_fingerprint(reason: str) -> str:
+    """The ``DLQ_FINGERPRINT`` of a reason: 16 hex digits of the SHA-1 of its shape."""
+    digest = hashlib.sha1(reason_shape(reason).encode("utf-8"), usedforsecurity=False)
+    return digest.hexdigest()[:FINGERPRINT_HEX_DIGITS]
+
+
 __all__ = [
-    "DLQ_REASON_LENGTH_MAX", "PROPERTY_DLQ_ORIGIN_MESSAGE_ID", "PROPERTY_DLQ_REASON",
-    "clean_reason", "resend_copy", "send_back_copy", "user_properties",
+    "DLQ_REASON_LENGTH_MAX", "PROPERTY_DLQ_FINGERPRINT", "PROPERTY_DLQ_ORIGIN_MESSAGE_ID",
+    "PROPERTY_DLQ_REASON", "clean_reason", "reason_fingerprint", "reason_shape", "resend_copy",
+    "send_back_copy", "user_properties",
 ]

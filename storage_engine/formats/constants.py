@@ -39,6 +39,7 @@ PROPERTY_WAIT = "WAIT"
 PROPERTY_CRC_NAME = "__CRC32#"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 PROPERTY_DLQ_REASON = "DLQ_REASON"  # Postbox extension: why a message was dead-lettered
+PROPERTY_DLQ_FINGERPRINT = "DLQ_FINGERPRINT"  # Postbox extension: the reason's failure class
 
 __all__ = [
     "MAGIC_V1",
@@ -73,4 +74,5 @@ __all__ = [
     "PROPERTY_CRC_NAME",
     "PROPERTY_DLQ_ORIGIN_MESSAGE_ID",
     "PROPERTY_DLQ_REASON",
+    "PROPERTY_DLQ_FINGERPRINT",
 ]

@@ -69,8 +69,8 @@ def modified_columns(diffs: list) -> set[tuple[str, str]]:
 
 # --- the Python API ---------------------------------------------------------------------------
 
-def test_head_is_the_consumer_groups_revision() -> None:
-    assert migrations.head() == "0003"
+def test_head_is_the_console_audit_revision() -> None:
+    assert migrations.head() == "0004"
 
 
 def test_upgrade_creates_the_outbox_tables(database_url: str, engine: Engine) -> None:
@@ -93,7 +93,7 @@ def test_downgrade_to_base_removes_them_and_upgrade_works_again(
     assert not OUTBOX_TABLES & table_names(engine)
 
     migrations.upgrade(database_url, "head")
-    assert migrations.current(database_url) == "0003"
+    assert migrations.current(database_url) == "0004"
     assert table_names(engine) >= OUTBOX_TABLES
     assert drift(engine, metadata) == []
 
@@ -109,6 +109,10 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
             consumer_group="shipping", message_id="kept", topic="%RETRY%shipping", queue_id=0,
             queue_offset=3, resent_at=now))
 
+    migrations.downgrade(database_url, "-1")
+
+    assert migrations.current(database_url) == "0003"
+    assert "console_audit" not in table_names(engine)
     migrations.downgrade(database_url, "-1")
 
     assert migrations.current(database_url) == "0002"
@@ -132,7 +136,7 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
 def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
     migrations.upgrade(database_url)
     migrations.upgrade(database_url)
-    assert migrations.current(database_url) == "0003"
+    assert migrations.current(database_url) == "0004"
 
 
 def test_unknown_revision_is_a_migration_error(database_url: str) -> None:
@@ -250,7 +254,7 @@ def test_autogenerate_writes_an_empty_revision(database_url: str, tmp_path: Path
     source = Path(script.path).read_text()
     compile(source, script.path, "exec")
     assert Path(script.path).name == "0099_probe.py"
-    assert "down_revision = '0003'" in source
+    assert "down_revision = '0004'" in source
     assert "op." not in source
 
 
@@ -264,18 +268,21 @@ def test_script_template_ships_with_the_package() -> None:
 def test_cli_upgrade_current_downgrade(database_url: str, engine: Engine) -> None:
     engine.connect().close()  # an existing, empty database (SQLite: the file exists)
     before = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (before["current"], before["head"], before["is_head"]) == (None, "0003", False)
+    assert (before["current"], before["head"], before["is_head"]) == (None, "0004", False)
 
     upgraded = run_json("db", "upgrade", "--db", database_url, env=NO_ENV)
-    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0003", True)
+    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0004", True)
     assert table_names(engine) >= OUTBOX_TABLES
 
     after = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (after["current"], after["is_head"]) == ("0003", True)
+    assert (after["current"], after["is_head"]) == ("0004", True)
     human = run("db", "current", "--db", database_url, env=NO_ENV)
     assert human.exit_code == 0, human.stderr
-    assert "0003 (head)" in human.stdout
+    assert "0004 (head)" in human.stdout
 
+    downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
+    assert (downgraded["from"], downgraded["to"]) == ("0004", "0003")
+    assert "console_audit" not in table_names(engine)
     downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
     assert (downgraded["from"], downgraded["to"]) == ("0003", "0002")
     assert "message_resend" not in table_names(engine)
@@ -288,11 +295,11 @@ def test_cli_human_output_and_env_var(database_url: str) -> None:
     env = {"POSTBOX_DATABASE_URL": database_url}
     result = run("db", "upgrade", env=env)
     assert result.exit_code == 0, result.stderr
-    assert "upgraded from <base> to 0003 (head)" in result.stdout
+    assert "upgraded from <base> to 0004 (head)" in result.stdout
     again = run("db", "upgrade", env=env)
-    assert "already at 0003 (head)" in again.stdout
+    assert "already at 0004 (head)" in again.stdout
     down = run("db", "downgrade", "base", env=env)
-    assert "downgraded from 0003 (head) to <base>" in down.stdout
+    assert "downgraded from 0004 (head) to <base>" in down.stdout
 
 
 def test_cli_default_database_creates_its_directory(
@@ -370,4 +377,4 @@ def test_cli_a_url_without_its_driver_names_the_forms_that_work(url: str, fragme
 def test_cli_json_is_one_document(database_url: str) -> None:
     result = run("db", "upgrade", "--db", database_url, "--json", env=NO_ENV)
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["to"] == "0003"
+    assert json.loads(result.stdout)["to"] == "0004"
