@@ -136,7 +136,7 @@ class _LogLines(logging.Handler):
 @contextlib.contextmanager
 def store_log_lines() -> Iterator[list[str]]:
     """The storage engine's INFO+ log messages while the block runs."""
-    logger, handler = logging.getLogger("storage_engine"), _LogLines()
+    logger, handler = logging.getLogger("postbox.storage_engine"), _LogLines()
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

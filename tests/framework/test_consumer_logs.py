@@ -20,7 +20,7 @@ FAST = ConsumerOptions(rebalance_interval_ms=50, heartbeat_interval_ms=50,
 
 def framework_records(caplog, level: int = logging.DEBUG) -> list[logging.LogRecord]:
     return [record for record in caplog.records
-            if record.name.startswith("framework") and record.levelno >= level]
+            if record.name.startswith("postbox.framework") and record.levelno >= level]
 
 
 def test_a_consumer_start_is_one_line_per_group(open_broker, caplog):
@@ -31,7 +31,7 @@ def test_a_consumer_start_is_one_line_per_group(open_broker, caplog):
     app.handler(topic="orders", consumer_group="billing")(lambda message: None)
     app.handler(topic="refunds", consumer_group="billing")(lambda message: None)
     app.handler(topic="orders", consumer_group="shipping")(lambda message: None)
-    with caplog.at_level(logging.INFO, logger="framework"):
+    with caplog.at_level(logging.INFO, logger="postbox.framework"):
         app.start(threads=False)
         lines = [record.getMessage() for record in framework_records(caplog, logging.INFO)]
         app.stop()
@@ -49,7 +49,7 @@ def test_an_outage_is_one_warning_not_a_traceback_per_rebalance(open_broker, cap
         app.handler(topic="orders", consumer_group="billing")(lambda message: None)
         app.start()
         try:
-            with caplog.at_level(logging.DEBUG, logger="framework"):
+            with caplog.at_level(logging.DEBUG, logger="postbox.framework"):
                 assert remote.node is not None
                 remote.node.stop()  # the outage: name server and broker gone
                 outage = app.consumer("billing").outage
