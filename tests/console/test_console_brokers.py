@@ -20,8 +20,9 @@ from postbox.storage_engine.formats.topic_names import retry_topic
 from tests.console.browsing import TOKEN, sign_in
 from tests.console.scenario import console_process
 from tests.support.polling import wait_until
+from tests.support.rocketmq_lab import LAB_TIMEOUT_S
 
-pytestmark = [pytest.mark.leaves_threads(
+pytestmark = [pytest.mark.timeout(600), pytest.mark.leaves_threads(
     "Playwright's sync API runs an asyncio loop for the module's browser, whose default "
     "executor keeps its worker threads (asyncio_N) until the browser closes; the Python "
     "gRPC client keeps its own until the process ends")]
@@ -52,12 +53,13 @@ class Seeded:
     dead_letter_key: str = ""
 
 
-@pytest.fixture(scope="module", params=["postbox", "apache"])
+@pytest.fixture(scope="module", params=[
+    "postbox", pytest.param("apache", marks=[pytest.mark.live_rocketmq,
+                                             pytest.mark.timeout(LAB_TIMEOUT_S)])])
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[Target]:
     if request.param == "apache":
         lab = request.getfixturevalue("live_rocketmq")
-        request.applymarker(pytest.mark.live_rocketmq)
         yield Target("apache", lab.namesrv, lab.proxy_endpoint)
         return
     from tests.lab.postbox_side import PostboxEndpoint
