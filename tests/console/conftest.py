@@ -1,5 +1,7 @@
-"""The console's browser tests share one prepared scenario, one console process and one
-browser (module scope: the scenario and Spark's reconciliation take a while)."""
+"""The console's browser tests share one prepared scenario (package scope: the scenario and
+Spark's reconciliation take a while), one browser, and a console process per module
+(``console_url``: over every source of the scenario, with a write token; a module may
+override it to point the console elsewhere); ``page`` is a fresh browser context on it."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.console.scenario import Prepared, prepare
+from tests.console.browsing import TOKEN
+from tests.console.scenario import Prepared, console_process, prepare
 from tests.support.filesystems import scratch_dir
 
 CONSOLE_REDIS_URL = "redis://127.0.0.1:6379/9"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 
 
 @pytest.fixture(scope="package")
@@ -45,3 +47,25 @@ def browser() -> Iterator[object]:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(scope="module")
+def console_url(prepared: Prepared) -> Iterator[str]:
+    """The console over every source, with a write token."""
+    with console_process(["--store", str(prepared.store_dir), "--db", prepared.database_url,
+                          "--redis-url", prepared.redis_url, "--reports",
+                          str(prepared.reports_dir)],
+                         env={"POSTBOX_CONSOLE_WRITE_TOKEN": TOKEN}) as url:
+        yield url
+
+
+@pytest.fixture
+def page(browser, console_url: str):
+    """A fresh browser context (its own cookies) on the console."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  base_url=console_url)
+    tab = context.new_page()
+    try:
+        yield tab
+    finally:
+        context.close()

@@ -6,78 +6,28 @@ is checked in the store and the database afterwards, not only on the page."""
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, select
 
 from postbox.cli.common import StoreOptions, open_broker, open_store
-from postbox.outbox.tables import StubStatus, console_audit, message_stub
+from postbox.outbox.tables import StubStatus
 from postbox.storage_engine.formats import PROPERTY_DLQ_ORIGIN_MESSAGE_ID
 from postbox.storage_engine.formats.topic_names import retry_topic
-from tests.console.conftest import SCREENSHOTS
-from tests.console.scenario import Prepared, console_process, publish_pending
+from tests.console.browsing import assert_audited, shoot, sign_in, stubs
+from tests.console.scenario import Prepared, publish_pending
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.leaves_threads(
     "Playwright's sync API runs an asyncio loop for the module's browser, whose default "
     "executor keeps its worker threads (asyncio_N) until the browser closes")]
-TOKEN = "console-test-token"
 GROUP = "billing"
 TOPIC = "orders"
-
-
-@pytest.fixture(scope="module")
-def console_url(prepared: Prepared) -> Iterator[str]:
-    """The console over every source, with a write token."""
-    with console_process(["--store", str(prepared.store_dir), "--db", prepared.database_url,
-                          "--redis-url", prepared.redis_url, "--reports",
-                          str(prepared.reports_dir)],
-                         env={"POSTBOX_CONSOLE_WRITE_TOKEN": TOKEN}) as url:
-        yield url
-
-
-@pytest.fixture
-def page(browser, console_url: str):
-    """A fresh browser context (its own cookies) on the console."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                  base_url=console_url)
-    tab = context.new_page()
-    try:
-        yield tab
-    finally:
-        context.close()
-
-
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-def sign_in(page) -> None:
-    page.goto("/")
-    page.fill("#login input[name=name]", "alice")
-    page.fill("#login input[name=token]", TOKEN)
-    page.click("#login button")
-    page.wait_for_selector("text=write role")
-
-
-def stubs(prepared: Prepared, status: StubStatus) -> list[str]:
-    engine = create_engine(prepared.database_url)
-    try:
-        with engine.connect() as connection:
-            return list(connection.execute(select(message_stub.c.message_id).where(
-                message_stub.c.status == status.value).order_by(
-                message_stub.c.message_id)).scalars())
-    finally:
-        engine.dispose()
 
 
 def test_every_page_renders_and_refreshes_itself(page, prepared: Prepared) -> None:
     sign_in(page)  # the screenshots show the write actions too
     page.goto("/")
     assert page.locator("#alerts-open").inner_text().strip() == str(
-        len(stubs(prepared, StubStatus.VOID)))
+        len(stubs(prepared.database_url, StubStatus.VOID)))
     assert "redis" in page.locator("section[data-source=redis]").inner_text()
     page.wait_for_function("document.getElementById('live').dataset.refreshed")
     shoot(page, "overview")
@@ -92,8 +42,8 @@ def test_every_page_renders_and_refreshes_itself(page, prepared: Prepared) -> No
     assert page.locator(".failure-class tr[data-offset]").count() == 3
     shoot(page, "dead-letters")
     page.goto("/outbox")
-    assert page.locator("table.void tr[data-id]").count() == len(stubs(prepared,
-                                                                       StubStatus.VOID))
+    void_stubs = stubs(prepared.database_url, StubStatus.VOID)
+    assert page.locator("table.void tr[data-id]").count() == len(void_stubs)
     shoot(page, "outbox")
     page.goto("/reports")
     assert page.locator("table.runs tr").count() == 2  # header + the one run
@@ -103,7 +53,7 @@ def test_every_page_renders_and_refreshes_itself(page, prepared: Prepared) -> No
 
 
 def test_one_order_end_to_end(page, prepared: Prepared) -> None:
-    message_id = stubs(prepared, StubStatus.CONFIRMED)[0]
+    message_id = stubs(prepared.database_url, StubStatus.CONFIRMED)[0]
     page.goto("/messages")
     page.select_option("select[name=by]", "id")
     page.fill("input[name=q]", message_id)
@@ -149,18 +99,18 @@ def test_requeue_one_dead_letter_to_the_groups_retry_topic(page, prepared: Prepa
                   if view.properties.get(PROPERTY_DLQ_ORIGIN_MESSAGE_ID) == dead_letter.msg_id]
         assert len(copies) == 1 and copies[0].unique_key == dead_letter.unique_key
         assert not store.query_by_unique_key(TOPIC, dead_letter.unique_key)[1:]  # not re-sent
-    assert_audited(prepared, "requeue-dead-letters", "alice@")
+    assert_audited(prepared.database_url, "requeue-dead-letters", "alice@")
 
 
 def test_rearm_a_void_stub_and_see_it_published(page, prepared: Prepared) -> None:
-    void_ids = stubs(prepared, StubStatus.VOID)
+    void_ids = stubs(prepared.database_url, StubStatus.VOID)
     chosen = void_ids[0]
     sign_in(page)
     page.goto("/outbox")
     page.locator(f"table.void tr[data-id='{chosen}'] input.pick").check()
     page.locator("#alerts button", has_text="re-arm selected").click()
     assert "re-armed 1" in page.locator("#outcome").inner_text()
-    assert chosen in stubs(prepared, StubStatus.UNCONFIRMED)
+    assert chosen in stubs(prepared.database_url, StubStatus.UNCONFIRMED)
     with open_store(StoreOptions(prepared.store_dir)) as store:
         before = len(store.query_by_unique_key(TOPIC, chosen))
     publish_pending(prepared)
@@ -168,7 +118,7 @@ def test_rearm_a_void_stub_and_see_it_published(page, prepared: Prepared) -> Non
         assert len(store.query_by_unique_key(TOPIC, chosen)) == before + 1
     page.goto(f"/messages?by=unique&topic={TOPIC}&q={chosen}")
     assert page.locator("a.message-link").count() == before + 1
-    assert_audited(prepared, "rearm-stubs", "alice@")
+    assert_audited(prepared.database_url, "rearm-stubs", "alice@")
 
 
 def test_reset_a_groups_offsets_to_a_time(page, prepared: Prepared) -> None:
@@ -185,16 +135,5 @@ def test_reset_a_groups_offsets_to_a_time(page, prepared: Prepared) -> None:
                                 for queue in progress)
     committed = page.locator(f"table[data-group={GROUP}] tr[data-topic={TOPIC}] td.committed")
     assert set(committed.all_inner_texts()) == {"0"}
-    assert_audited(prepared, "reset-offsets", "alice@")
+    assert_audited(prepared.database_url, "reset-offsets", "alice@")
 
-
-def assert_audited(prepared: Prepared, action: str, actor: str) -> None:
-    engine = create_engine(prepared.database_url)
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(select(console_audit).where(
-                console_audit.c.action == action)).mappings().all()
-    finally:
-        engine.dispose()
-    assert rows and rows[-1]["actor"].startswith(actor)
-    assert not re.match(r"(failed|refused)", rows[-1]["outcome"])
