@@ -1,7 +1,7 @@
 """The operator console's page latencies and memory over a large data set, in one run.
 
 ```
-python -m bench.console_bench                 # scale 1: 1 M messages, 1 000 topics, 200 groups, 1 M stubs
+python -m bench.console_bench                 # scale 1: 1 M messages and stubs, 1 000 topics
 python -m bench.console_bench --scale 0.01    # seconds
 ```
 
@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured requests per page")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the in-process library baseline")
+    parser.add_argument("--console-python", default=sys.executable,
+                        help="the interpreter that runs `postbox console` (another checkout's "
+                             "venv measures its console over the same data)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser.parse_args(argv)
 
@@ -98,12 +101,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def console_process(data: DataSet) -> Iterator[tuple[str, int]]:
+def console_process(data: DataSet, python: str) -> Iterator[tuple[str, int]]:
     """``postbox console`` over the data set; yields (base URL, pid)."""
     import httpx
 
     port = free_port()
-    command = [sys.executable, "-m", "postbox", "console", "--listen", f"127.0.0.1:{port}",
+    command = [python, "-m", "postbox", "console", "--listen", f"127.0.0.1:{port}",
                "--store", str(data.store_dir), "--db", data.database_url,
                "--reports", str(data.reports_dir)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -133,7 +136,7 @@ def console_process(data: DataSet) -> Iterator[tuple[str, int]]:
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {"p50": statistics.median(ordered), "p95": p95, "max": ordered[-1]}
 
 
@@ -224,7 +227,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "topics": data.topics, "groups": data.groups, "stubs": data.stubs,
                               "database": data.database_url.split(":")[0],
                               "build_s": data.build_s, "pages": {}}
-    with console_process(data) as (url, pid), httpx.Client(base_url=url, timeout=120) as client:
+    with console_process(data, args.console_python) as (url, pid), \
+            httpx.Client(base_url=url, timeout=120) as client:
         report["memory_start_mb"] = memory_mb(pid)
         report["floor"] = measure_http(client, "/not-a-page", args.warmup, args.requests,
                                        expect=404)

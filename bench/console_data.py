@@ -19,7 +19,7 @@ import json
 import shutil
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def build_outbox(data: DataSet) -> None:
 
     upgrade(data.database_url)
     engine = create_database_engine(data.database_url)
-    start = datetime(2026, 1, 1)
+    start = datetime(2026, 1, 1, tzinfo=UTC).replace(tzinfo=None)  # naive UTC, as stored
     try:
         for first in range(0, data.stubs, STUB_BATCH):
             rows = stub_rows(data, first, min(first + STUB_BATCH, data.stubs), start)

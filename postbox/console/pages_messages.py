@@ -9,7 +9,10 @@ Every lookup is the ``postbox query`` command's own: ``find_by_id``/``find_remot
 from __future__ import annotations
 
 import csv
+import io
 import json
+import mmap
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -151,8 +154,28 @@ def report_rows(run: Path, message_id: str) -> list[dict[str, str]]:
     path = run / "classification.csv"
     if not path.is_file():
         return []
-    with path.open(newline="") as handle:
-        return [row for row in csv.DictReader(handle) if row.get("message_id") == message_id]
+    with path.open("rb") as handle:
+        if not message_id or os.fstat(handle.fileno()).st_size == 0:
+            text = handle.read().decode()
+            return [row for row in csv.DictReader(io.StringIO(text, newline=""))
+                    if row.get("message_id") == message_id]
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return matching_rows(data, message_id)
+
+
+def matching_rows(data: mmap.mmap, message_id: str) -> list[dict[str, str]]:
+    """The CSV rows in ``data`` whose ``message_id`` is ``message_id``: only the lines that
+    contain it are parsed (a byte search, not a read of every row)."""
+    header = next(csv.reader([data[:data.find(b"\n")].decode()]))
+    needle, lines, at = message_id.encode(), [], data.find(message_id.encode())
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        lines.append(data[start:end].decode())
+        at = data.find(needle, end)
+    return [row for row in csv.DictReader(lines, fieldnames=header)
+            if row.get("message_id") == message_id]
 
 
 def locate(broker: AnyBroker, params: Any) -> tuple[MessageView, list[MessageView]]:

@@ -72,7 +72,7 @@ def overview(console: Console, request: Request) -> Response:
     for _, figures in brokers:
         if isinstance(figures, dict) and "stored" in figures:
             figures["rates"] = rates(console, figures)
-    database = (sources.with_database(lambda engine: stub_stats(engine))
+    database = (console.recent.get("stub_stats", lambda: sources.with_database(stub_stats))
                 if console.settings.database_url else None)
     redis = sources.redis_info() if console.settings.redis_url else None
     runs = sources.report_runs() if console.settings.reports_dir else None
