@@ -185,10 +185,12 @@ def library_calls(data: DataSet) -> dict[str, Callable[[], Any]]:
             broker, params["by"], params))
 
     return {
-        "topics": lambda: sources.each_broker(pages_topics.topic_list),
-        "groups": lambda: sources.each_broker(pages_topics.group_list),
+        "topics": lambda: sources.each_broker(lambda broker: pages_topics.page_of(
+            pages_topics.topic_list(broker), 1, pages_topics.TOPICS_PER_PAGE)),
+        "groups": lambda: sources.each_broker(
+            lambda broker: pages_topics.group_page(broker, None, 1)),
         "one group": lambda: sources.each_broker(
-            lambda broker: pages_topics.group_list(broker, "G001")),
+            lambda broker: pages_topics.group_page(broker, "G001", 1)),
         "search id (UNIQ_KEY)": search("search id (UNIQ_KEY)"),
         "search key": search("search key"),
         "search unique key": search("search unique key"),
