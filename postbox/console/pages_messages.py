@@ -34,6 +34,7 @@ from postbox.outbox.admin import get_stub
 from postbox.outbox.tables import message_log, message_processed, message_resend
 from postbox.storage_engine import Broker, MessageView
 from postbox.storage_engine.contract.model import ConsumeFrom
+from postbox.storage_engine.formats.topic_names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 
 from .pages_topics import parse_moment_ms
 from .sources import AnyBroker, SourceError, attempt
@@ -179,7 +180,9 @@ def matching_rows(data: mmap.mmap, message_id: str) -> list[dict[str, str]]:
 
 
 def locate(broker: AnyBroker, params: Any) -> tuple[MessageView, list[MessageView]]:
-    """The record the page is about, and the other records with its UNIQ_KEY."""
+    """The record the page is about, and the other records with its UNIQ_KEY in its topic and
+    the retry and dead-letter topics (not every topic of the store: one key-index lookup per
+    topic, a thousand topics make that half a second)."""
     topic = need(params, "topic")
     _, view, _ = message_at(reader(broker), topic, int(need(params, "queue", number=True)),
                             int(need(params, "offset", number=True)))
@@ -189,7 +192,9 @@ def locate(broker: AnyBroker, params: Any) -> tuple[MessageView, list[MessageVie
     copies: list[MessageView] = []
     if view.unique_key and isinstance(broker, Broker):
         store = broker.store  # every record with the UNIQ_KEY, as ``query id`` finds them
-        copies = [copy for name in sorted(store.topics())
+        names = sorted(name for name in store.topics() if name == view.topic or
+                       name.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)))
+        copies = [copy for name in names
                   for copy in store.query_by_unique_key(name, view.unique_key)
                   if (copy.topic, copy.queue_id, copy.queue_offset)
                   != (view.topic, view.queue_id, view.queue_offset)]
