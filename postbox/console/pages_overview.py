@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from typing import Any
@@ -68,8 +69,9 @@ def rates(console: Console, figures: dict[str, Any]) -> dict[str, Any]:
 def overview(console: Console, request: Request) -> Response:
     """Stores and brokers, disk, rates, open alerts, the last reconciliation."""
     sources = console.sources
-    brokers = [(source, console.recent.get(("store_figures", source), lambda source=source:
-                                           sources.with_broker(source, store_figures)))
+    brokers = [(source, console.recent.get(("store_figures", source),
+                                           functools.partial(sources.with_broker, source,
+                                                             store_figures)))
                for source in sources.broker_sources]
     for _, figures in brokers:
         if isinstance(figures, dict) and "stored" in figures:
