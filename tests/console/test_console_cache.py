@@ -1,0 +1,66 @@
+"""The console's kept figures (``Recent``) and shared store view (``Snapshots``): reused while
+fresh, recomputed in the background once old, forgotten on a write."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from postbox.console.cache import Recent
+from postbox.console.snapshots import Snapshots
+
+
+def wait_for(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_recent_keeps_a_value_then_recomputes_it_in_the_background() -> None:
+    recent = Recent(max_age_s=0.05)
+    calls = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert recent.get("k", compute) == 1
+    assert recent.get("k", compute) == 1  # fresh: kept
+    time.sleep(0.1)
+    assert recent.get("k", compute) == 1  # old: still answered, recomputed meanwhile
+    wait_for(lambda: recent.get("k", compute) == 2)
+    recent.clear()
+    assert recent.get("k", compute) == 3  # after a write: computed now
+
+
+def test_snapshots_share_one_view_reopen_it_when_old_and_drop_it_on_a_write() -> None:
+    opened, closed = [], []
+
+    @contextlib.contextmanager
+    def opener() -> Iterator[int]:
+        opened.append(1)
+        number = len(opened)
+        try:
+            yield number
+        finally:
+            closed.append(number)
+
+    snapshots = Snapshots(opener, max_age_s=0.05, errors=(OSError,))
+    with snapshots.read() as first:
+        assert first == 1
+    with snapshots.read() as again:
+        assert again == 1
+    time.sleep(0.1)
+    with snapshots.read() as old:
+        assert old == 1
+    wait_for(lambda: closed == [1])
+    with snapshots.read() as fresh:
+        assert fresh == 2
+    snapshots.drop()
+    assert closed == [1, 2]
+    with snapshots.read() as after_write:
+        assert after_write == 3
+    snapshots.close()
+    assert closed == [1, 2, 3]
