@@ -6,9 +6,10 @@ which takes seconds on a store of a million messages: opened per request, every 
 take that long. The console keeps the last view and answers from it; a view older than
 ``max_age_s`` (the refresh interval, or ``REOPEN_FACTOR`` times the last opening's duration when
 that is longer, so reopening never takes most of the process's time) is replaced by a new one
-opened in a background thread, and the old one is closed once no read uses it. The first read
-opens synchronously, and so does the first read after ``drop`` (the console drops the view
-before each write, so the page it returns to shows the write).
+opened in a background thread, and the old one is closed once no read uses it. A store that
+opens in under ``SHARED_OPEN_S`` is opened afresh for every read, as the command line does.
+The first read opens synchronously, and so does the first read after ``drop`` (the console
+drops the view before each write, so the page it returns to shows the write).
 
 Reads of one view are serialised (one page at a time reads the store), which keeps a view's
 users and its closing apart.
@@ -27,6 +28,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 REOPEN_FACTOR = 10.0
+SHARED_OPEN_S = 1.0
+"""A view whose opening took less than this is opened afresh for every read (always current);
+only a slower one is shared."""
 
 
 class View:
@@ -75,8 +79,11 @@ class Snapshots:
                 return
 
     def _current(self) -> View:
+        replaced = None
         with self._lock:
             view = self._view
+            if view is not None and view.open_s < SHARED_OPEN_S:
+                replaced, view = view, None  # cheap to open: a current view for every read
             if view is None:
                 view = self._view = View(self._opener)
             elif not self._refreshing and time.monotonic() - view.opened_at > max(
@@ -84,7 +91,9 @@ class Snapshots:
                 self._refreshing = True
                 threading.Thread(target=self._reopen, args=(self._generation,),
                                  name="postbox-console-reopen", daemon=True).start()
-            return view
+        if replaced is not None:
+            replaced.close()
+        return view
 
     def _reopen(self, generation: int) -> None:
         try:

@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+from postbox.console import snapshots as snapshots_module
 from postbox.console.cache import Recent
 from postbox.console.snapshots import Snapshots
 
@@ -35,7 +36,9 @@ def test_recent_keeps_a_value_then_recomputes_it_in_the_background() -> None:
     assert recent.get("k", compute) == 3  # after a write: computed now
 
 
-def test_snapshots_share_one_view_reopen_it_when_old_and_drop_it_on_a_write() -> None:
+def test_snapshots_share_one_view_reopen_it_when_old_and_drop_it_on_a_write(
+        monkeypatch) -> None:
+    monkeypatch.setattr(snapshots_module, "SHARED_OPEN_S", 0.0)  # every view is shared
     opened, closed = [], []
 
     @contextlib.contextmanager
@@ -64,3 +67,17 @@ def test_snapshots_share_one_view_reopen_it_when_old_and_drop_it_on_a_write() ->
         assert after_write == 3
     snapshots.close()
     assert closed == [1, 2, 3]
+
+
+def test_a_store_that_opens_quickly_is_opened_for_every_read() -> None:
+    opened = []
+
+    @contextlib.contextmanager
+    def opener() -> Iterator[int]:
+        opened.append(1)
+        yield len(opened)
+
+    snapshots = Snapshots(opener, max_age_s=60.0, errors=(OSError,))
+    for expected in (1, 2, 3):
+        with snapshots.read() as view:
+            assert view == expected
