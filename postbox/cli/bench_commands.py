@@ -94,3 +94,10 @@ def bench_transport_command(ctx: typer.Context) -> None:
 def bench_replication_command(ctx: typer.Context) -> None:
     """SYNC/ASYNC_MASTER put latency with a slave process (bench/replication_bench.py)."""
     _run_bench("bench.replication_bench", ctx)
+
+
+@bench_app.command("console", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_console_command(ctx: typer.Context) -> None:
+    """The web console's page latencies and memory over a large store (bench/console_bench.py)."""
+    _run_bench("bench.console_bench", ctx)

@@ -9,7 +9,10 @@ Every lookup is the ``postbox query`` command's own: ``find_by_id``/``find_remot
 from __future__ import annotations
 
 import csv
+import io
 import json
+import mmap
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -31,6 +34,7 @@ from postbox.outbox.admin import get_stub
 from postbox.outbox.tables import message_log, message_processed, message_resend
 from postbox.storage_engine import Broker, MessageView
 from postbox.storage_engine.contract.model import ConsumeFrom
+from postbox.storage_engine.formats.topic_names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 
 from .pages_topics import parse_moment_ms
 from .sources import AnyBroker, SourceError, attempt
@@ -151,12 +155,34 @@ def report_rows(run: Path, message_id: str) -> list[dict[str, str]]:
     path = run / "classification.csv"
     if not path.is_file():
         return []
-    with path.open(newline="") as handle:
-        return [row for row in csv.DictReader(handle) if row.get("message_id") == message_id]
+    with path.open("rb") as handle:
+        if not message_id or os.fstat(handle.fileno()).st_size == 0:
+            text = handle.read().decode()
+            return [row for row in csv.DictReader(io.StringIO(text, newline=""))
+                    if row.get("message_id") == message_id]
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return matching_rows(data, message_id)
+
+
+def matching_rows(data: mmap.mmap, message_id: str) -> list[dict[str, str]]:
+    """The CSV rows in ``data`` whose ``message_id`` is ``message_id``: only the lines that
+    contain it are parsed (a byte search, not a read of every row)."""
+    header = next(csv.reader([data[:data.find(b"\n")].decode()]))
+    needle, lines, at = message_id.encode(), [], data.find(message_id.encode())
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        lines.append(data[start:end].decode())
+        at = data.find(needle, end)
+    return [row for row in csv.DictReader(lines, fieldnames=header)
+            if row.get("message_id") == message_id]
 
 
 def locate(broker: AnyBroker, params: Any) -> tuple[MessageView, list[MessageView]]:
-    """The record the page is about, and the other records with its UNIQ_KEY."""
+    """The record the page is about, and the other records with its UNIQ_KEY in its topic and
+    the retry and dead-letter topics (not every topic of the store: one key-index lookup per
+    topic, a thousand topics make that half a second)."""
     topic = need(params, "topic")
     _, view, _ = message_at(reader(broker), topic, int(need(params, "queue", number=True)),
                             int(need(params, "offset", number=True)))
@@ -166,7 +192,9 @@ def locate(broker: AnyBroker, params: Any) -> tuple[MessageView, list[MessageVie
     copies: list[MessageView] = []
     if view.unique_key and isinstance(broker, Broker):
         store = broker.store  # every record with the UNIQ_KEY, as ``query id`` finds them
-        copies = [copy for name in sorted(store.topics())
+        names = sorted(name for name in store.topics() if name == view.topic or
+                       name.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)))
+        copies = [copy for name in names
                   for copy in store.query_by_unique_key(name, view.unique_key)
                   if (copy.topic, copy.queue_id, copy.queue_offset)
                   != (view.topic, view.queue_id, view.queue_offset)]

@@ -38,8 +38,9 @@ def outbox_page(console: Console, request: Request) -> Response:
     status = params.get("status") or None
     if status and status not in {member.value for member in StubStatus}:
         status = None
-    result = console.sources.with_database(
-        lambda engine: outbox_view(engine, status, params.get("topic")))
+    topic = params.get("topic")
+    result = console.recent.get(("outbox", status, topic), lambda: console.sources.with_database(
+        lambda engine: outbox_view(engine, status, topic)))
     return console.render(request, "outbox.html", "Outbox", result=result, status=status,
                           statuses=[member.value for member in StubStatus], params=params,
                           age=lambda moment, now: format_age((now - moment).total_seconds()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from typing import Any
@@ -42,17 +43,17 @@ def store_figures(broker: AnyBroker) -> dict[str, Any]:
                    if not queue.topic.startswith("%"))
     ratio = disk_used_ratio(store.root_dir)
     return {"stats": stats, "gauge": gauge(ratio, marks, f"disk of {store.root_dir}"),
-            "stored": stored, "consumed": consumed,
+            "stored": stored, "consumed": consumed, "computed_at": time.monotonic(),
             "log_bytes": stats["commit_log"]["max_position"] - stats["commit_log"]["min_position"]}
 
 
 def rates(console: Console, figures: dict[str, Any]) -> dict[str, Any]:
     """Put and consume rates (messages/s) between this sample and the previous one, and the
-    chart of the samples kept."""
-    now = time.monotonic()
+    chart of the samples kept (figures kept from an earlier request add no sample)."""
     samples = console.samples
-    samples.append((now, figures["stored"], figures["consumed"]))
-    del samples[:-SAMPLES_KEPT]
+    if not samples or samples[-1][0] != figures["computed_at"]:
+        samples.append((figures["computed_at"], figures["stored"], figures["consumed"]))
+        del samples[:-SAMPLES_KEPT]
     put_rates, consume_rates = [], []
     for (t0, s0, c0), (t1, s1, c1) in itertools.pairwise(samples):
         span = max(t1 - t0, 1e-3)
@@ -68,11 +69,14 @@ def rates(console: Console, figures: dict[str, Any]) -> dict[str, Any]:
 def overview(console: Console, request: Request) -> Response:
     """Stores and brokers, disk, rates, open alerts, the last reconciliation."""
     sources = console.sources
-    brokers = sources.each_broker(store_figures)
+    brokers = [(source, console.recent.get(("store_figures", source),
+                                           functools.partial(sources.with_broker, source,
+                                                             store_figures)))
+               for source in sources.broker_sources]
     for _, figures in brokers:
         if isinstance(figures, dict) and "stored" in figures:
             figures["rates"] = rates(console, figures)
-    database = (sources.with_database(lambda engine: stub_stats(engine))
+    database = (console.recent.get("stub_stats", lambda: sources.with_database(stub_stats))
                 if console.settings.database_url else None)
     redis = sources.redis_info() if console.settings.redis_url else None
     runs = sources.report_runs() if console.settings.reports_dir else None

@@ -39,6 +39,16 @@ def alarming_entries(run: Path) -> list[dict[str, str]]:
     return rows[:ENTRIES_MAX]
 
 
+def file_stamp(run: Path) -> tuple[int, int]:
+    """(mtime ns, size) of the run's ``classification.csv`` ((0, 0) when there is none):
+    its kept entries are used only while the file is unchanged."""
+    try:
+        stat = (run / "classification.csv").stat()
+    except OSError:
+        return (0, 0)
+    return (stat.st_mtime_ns, stat.st_size)
+
+
 def reports_page(console: Console, request: Request) -> Response:
     """Every run with its counts, the trend, and one run (``?run=``, default the last)."""
     runs = console.sources.report_runs()
@@ -56,7 +66,9 @@ def reports_page(console: Console, request: Request) -> Response:
         by_name = {run_name(reports, run): run for run in runs}
         if chosen in by_name:
             context["chosen"] = chosen
-            context["entries"] = attempt("reports", lambda: alarming_entries(by_name[chosen]))
+            context["entries"] = console.recent.get(
+                ("alarming", str(by_name[chosen]), file_stamp(by_name[chosen])),
+                lambda: attempt("reports", lambda: alarming_entries(by_name[chosen])))
     return console.render(request, "reports.html", "Reconciliation", **context)
 
 

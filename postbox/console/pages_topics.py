@@ -3,6 +3,7 @@ lag, the oldest unconsumed message's age; reset offsets to a time)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,31 @@ from .sources import AnyBroker
 from .web import Console
 
 QUEUE_COUNT_MAX = 64
+TOPICS_PER_PAGE = 100
+GROUPS_PER_PAGE = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Paged:
+    """One page of a long list: its items, the page number (from 1) and how many in all."""
+
+    items: list[Any]
+    page: int
+    pages: int
+    total: int
+
+
+def page_of(items: list[Any], page: int, size: int) -> Paged:
+    """Page ``page`` (clamped to 1..last) of ``items``, ``size`` a page."""
+    pages = max(1, -(-len(items) // size))
+    page = min(max(page, 1), pages)
+    return Paged(items[(page - 1) * size:page * size], page, pages, len(items))
+
+
+def page_number(request: Request) -> int:
+    """``?page=`` (1 when missing or not a number)."""
+    text = request.query_params.get("page") or "1"
+    return int(text) if text.isdigit() else 1
 
 
 def topic_list(broker: AnyBroker) -> list[dict[str, Any]]:
@@ -40,11 +66,14 @@ def oldest_age_s(broker: AnyBroker, topic: str, queue_id: int, offset: int) -> f
     return max(time.time() - result.messages[0].store_timestamp_ms / 1000, 0.0)
 
 
-def group_list(broker: AnyBroker, group: str | None = None) -> list[dict[str, Any]]:
+def group_list(broker: AnyBroker, group: str | None = None,
+               names: list[str] | None = None) -> list[dict[str, Any]]:
     """Each group's queues (``postbox consumer progress``) with the age of the oldest
-    unconsumed message of each lagging queue."""
+    unconsumed message of each lagging queue; ``names``: only these groups."""
     groups = []
-    for progress in read_progress(broker, group):
+    progresses = (read_progress(broker, group) if names is None or group is not None
+                  else [progress for name in names for progress in read_progress(broker, name)])
+    for progress in progresses:
         document = progress.document()
         for queue, row in zip(progress.queues, document["queues"], strict=True):
             start = queue.committed_offset if queue.committed_offset is not None \
@@ -71,18 +100,31 @@ def parse_moment_ms(text: str) -> int:
 
 
 def topics_page(console: Console, request: Request) -> Response:
-    """Topics of every message source."""
+    """Topics of every message source, ``TOPICS_PER_PAGE`` a page (``?page=``)."""
+    page = page_number(request)
     return console.render(request, "topics.html", "Topics",
-                          results=console.sources.each_broker(topic_list),
+                          results=console.sources.each_broker(
+                              lambda broker: page_of(topic_list(broker), page, TOPICS_PER_PAGE)),
                           params=request.query_params)
 
 
+def group_page(broker: AnyBroker, group: str | None, page: int) -> Paged:
+    """One group, or page ``page`` of every group (``GROUPS_PER_PAGE`` a page)."""
+    if group is not None:
+        found = group_list(broker, group)
+        return Paged(found, 1, 1, len(found))
+    names = page_of(broker.consumer_groups(), page, GROUPS_PER_PAGE)
+    return dataclasses.replace(names, items=group_list(broker, names=names.items))
+
+
 def groups_page(console: Console, request: Request) -> Response:
-    """Consumer groups of every message source (one group with ``?group=``)."""
+    """Consumer groups of every message source, ``GROUPS_PER_PAGE`` a page (``?page=``); one
+    group with ``?group=``."""
     group = request.query_params.get("group") or None
+    page = page_number(request)
     return console.render(request, "groups.html", "Consumer groups",
                           results=console.sources.each_broker(
-                              lambda broker: group_list(broker, group)),
+                              lambda broker: group_page(broker, group, page)),
                           group=group, params=request.query_params)
 
 

@@ -1,6 +1,8 @@
-"""The console's sources, opened per request through the command line's own openers.
+"""The console's sources, opened through the command line's own openers.
 
-A store is opened read-only for a read (``open_broker``: a ``Broker`` over it, services off),
+A store is opened read-only for reads (``open_broker``: a ``Broker`` over it, services off;
+one view shared by the reads and opened again once older than the refresh interval,
+``snapshots``),
 writable for a write (refused while an application holds it: the page says to use the
 broker); a broker is reached with ``remote_broker`` (``RemotingBroker``); the database with
 ``open_outbox`` (its outbox tables checked); Redis with a client that is asked ``PING`` and
@@ -29,6 +31,7 @@ from postbox.outbox.admin import AdminError
 from postbox.storage_engine import Broker, StorageError
 
 from .settings import ConsoleSettings
+from .snapshots import Snapshots
 
 AnyBroker = Broker | RemotingBroker
 T = TypeVar("T")
@@ -61,13 +64,17 @@ def attempt(source: str, work: Callable[[], T]) -> T | SourceError:
 
 
 class Sources:
-    """The sources of one console; every method opens, uses and closes (nothing kept open)."""
+    """The sources of one console; every method opens, uses and closes, but the store's
+    read-only view, which is kept (``snapshots``)."""
 
     def __init__(self, settings: ConsoleSettings, live_broker: Broker | None = None) -> None:
         self.settings = settings
         self.live_broker = live_broker
         """The broker of the process the console runs in (``postbox broker start
         --console``): the store's reads and writes go through it, never a second opening."""
+        self.snapshots = Snapshots(lambda: open_broker(self.store_options()),
+                                   settings.refresh_s, SOURCE_ERRORS)
+        """The store's shared read-only view, opened again once older than the refresh."""
 
     @property
     def broker_sources(self) -> list[str]:
@@ -85,9 +92,16 @@ class Sources:
         """A broker over the store (read-only unless ``writable``) or the remote broker."""
         if source == "store" and self.live_broker is not None:
             yield self.live_broker
-        elif source == "store" and "store" in self.broker_sources:
-            with open_broker(self.store_options(), writable=writable) as broker:
+        elif source == "store" and "store" in self.broker_sources and not writable:
+            with self.snapshots.read() as broker:
                 yield broker
+        elif source == "store" and "store" in self.broker_sources:
+            self.snapshots.drop()  # the page shown after the write reads a view opened after it
+            try:
+                with open_broker(self.store_options(), writable=True) as broker:
+                    yield broker
+            finally:
+                self.snapshots.drop()
         elif source == "broker" and self.settings.broker_url:
             with remote_broker(self.settings.broker_url, self.settings.access_key,
                                self.settings.secret_key) as remote:

@@ -22,6 +22,7 @@ from postbox.cli.outbox_commands import format_age
 from postbox.cli.render import format_time_ms
 from postbox.storage_engine import Broker
 
+from .cache import Recent
 from .security import SESSION_COOKIE, Guard, Refused, audit, operator
 from .settings import ConsoleSettings
 from .sources import SOURCE_ERRORS, SourceError, Sources, describe
@@ -44,6 +45,8 @@ class Console:
         self.templates.filters["ms_iso"] = format_time_ms
         self.templates.filters["age"] = lambda seconds: (
             "—" if seconds is None else format_age(seconds))
+        self.recent = Recent(settings.refresh_s)
+        """Slow figures (outbox aggregates, report entries), kept per refresh interval."""
         self.samples: list[tuple[float, int, int]] = []
         """(time s, messages stored, messages consumed): the overview's rates."""
 
@@ -85,6 +88,7 @@ class Console:
             ok = True
         except SOURCE_ERRORS as error:
             target, outcome, ok = request.url.path, f"failed: {describe(error)}", False
+        self.recent.clear()
         self.audit(who, action, target, outcome)
         query = urlencode({"done" if ok else "failed": f"{action}: {outcome}"})
         return RedirectResponse(f"{back}{'&' if '?' in back else '?'}{query}",

@@ -161,6 +161,8 @@ def load_commit_log(commit_log: CommitLog, writer_live: bool) -> None:
     finally:
         commit_log.config = config
     _trim(commit_log.segments, end)
+    for segment in segments:  # the scan's pages leave this process (the page cache keeps them)
+        segment.buffer.madvise(mmap.MADV_DONTNEED)
 
 
 def load_commit_log_end(commit_log: CommitLog, end: int) -> None:
