@@ -51,15 +51,20 @@ def test_an_unsupported_url_names_the_forms_that_work(url):
 
 
 def environment_without(tmp_path: Path, *hidden: str) -> dict[str, str]:
-    """Environment variables for ``python -S``: this worktree, then every installed package
-    except those whose names start with ``hidden`` (a real install missing those drivers)."""
+    """Environment variables for ``python -S``: this worktree laid out as installed (the
+    ``postbox`` namespace tree: ``-S`` skips the editable install's import hook), then every
+    installed package except those whose names start with ``hidden`` (a real install missing
+    those drivers)."""
+    tree = tmp_path / "namespace"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "namespace_tree.py"), str(tree)],
+                   check=True, capture_output=True, timeout=60)
     site = Path(sysconfig.get_paths()["purelib"])
     packages = tmp_path / "site-packages"
     packages.mkdir()
     for entry in site.iterdir():
         if not entry.name.lower().startswith(hidden) and not entry.name.endswith(".pth"):
             (packages / entry.name).symlink_to(entry)
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{packages}"}
+    return {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{packages}"}
 
 
 @pytest.mark.parametrize(("url", "driver", "extra"), [
@@ -67,11 +72,11 @@ def environment_without(tmp_path: Path, *hidden: str) -> dict[str, str]:
     ("mysql://app:secret@db/orders", "pymysql", "mysql"),
 ])
 def test_a_missing_driver_names_the_extra_to_install(tmp_path, url, driver, extra):
-    program = ("from outbox.database import create_database_engine\n"
+    program = ("from postbox.outbox.database import create_database_engine\n"
                f"create_database_engine({url!r})\n")
     result = subprocess.run([sys.executable, "-S", "-c", program], capture_output=True,
                             text=True, env=environment_without(tmp_path, driver), timeout=120,
-                            check=False)
+                            check=False, cwd=tmp_path)  # not the checkout: its postbox/ first
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("postbox.outbox.errors.DatabaseDriverError: cannot use database URL"), \

@@ -470,7 +470,7 @@ def test_second_open_in_the_same_process_is_refused(seeded, config):
 
 def _open_in_subprocess(config) -> subprocess.CompletedProcess:
     code = ("import sys\n"
-            "from storage_engine import *\n"
+            "from postbox.storage_engine import *\n"
             "config = StoreConfig(\n"
             "    root_dir=sys.argv[1],\n"
             "    commit_log=CommitLogConfig(segment_size_bytes=int(sys.argv[2])),\n"
