@@ -169,7 +169,8 @@ def store_frame(spark: SparkSession, files: StoreFiles, check_crc: bool = True) 
     segments = [(segment.path, segment.base_position) for segment in files.segments]
     if not segments:
         return spark.createDataFrame([], STORE_ROW_SCHEMA)
-    return _one_task_each(spark, segments, lambda item: scan_segment(*item, check_crc),
+    return _one_task_each(spark, segments,
+                          lambda item: scan_segment(item[0], item[1], check_crc),
                           STORE_ROW_SCHEMA)
 
 
