@@ -5,10 +5,14 @@
 - ``offsets``: committed consumer offsets, ``extents``: each queue's max offset (one Spark task
   per consume-queue file), ``store_rows``: dead-lettered, retried and delivered-delayed messages
   plus problems (one Spark task per commit-log segment) — see ``store_decode``.
+
+DataFrame APIs only (no RDD, no SparkContext), so the job runs on a classic session and through
+Spark Connect alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import astuple, dataclass
 
 import pyarrow as pa
@@ -157,8 +161,7 @@ def extents_frame(spark: SparkSession, files: StoreFiles) -> DataFrame:
     queue_files = [(f.path, f.topic, f.queue_id, f.base_offset) for f in files.queue_files]
     if not queue_files:
         return spark.createDataFrame([], EXTENT_SCHEMA)
-    rdd = spark.sparkContext.parallelize(queue_files, len(queue_files))
-    return spark.createDataFrame(rdd.map(lambda item: tuple(queue_extent(*item))), EXTENT_SCHEMA)
+    return _one_task_each(spark, queue_files, lambda item: [queue_extent(*item)], EXTENT_SCHEMA)
 
 
 def store_frame(spark: SparkSession, files: StoreFiles, check_crc: bool = True) -> DataFrame:
@@ -166,9 +169,35 @@ def store_frame(spark: SparkSession, files: StoreFiles, check_crc: bool = True) 
     segments = [(segment.path, segment.base_position) for segment in files.segments]
     if not segments:
         return spark.createDataFrame([], STORE_ROW_SCHEMA)
-    rdd = spark.sparkContext.parallelize(segments, len(segments))
-    rows = rdd.flatMap(lambda item: (tuple(row) for row in scan_segment(*item, check_crc)))
-    return spark.createDataFrame(rows, STORE_ROW_SCHEMA)
+    return _one_task_each(spark, segments,
+                          lambda item: scan_segment(item[0], item[1], check_crc),
+                          STORE_ROW_SCHEMA)
+
+
+def _one_task_each(spark: SparkSession, items: list[tuple], rows: Callable[[tuple], Iterable],
+                   schema: T.StructType) -> DataFrame:
+    """``rows(item)`` for every item, one Spark task per item, as a frame of ``schema``.
+
+    DataFrame operations only (``range`` with one partition per item, ``mapInArrow``), no RDD:
+    the same plan runs on a classic session and through Spark Connect, where RDDs and the
+    SparkContext do not exist. The items travel with the function (they are file names)."""
+    arrow_schema = pa.schema([pa.field(field.name, _ARROW_TYPES[type(field.dataType)])
+                              for field in schema.fields])
+
+    def tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                found = [tuple(row) for row in rows(items[index])]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(list(column), type=kind.type) for column, kind in
+                     zip(zip(*found, strict=True), arrow_schema, strict=True)]
+                    if found else [pa.array([], type=kind.type) for kind in arrow_schema],
+                    schema=arrow_schema)
+
+    return spark.range(0, len(items), 1, len(items)).mapInArrow(tasks, schema)
+
+
+_ARROW_TYPES = {T.StringType: pa.string(), T.IntegerType: pa.int32(), T.LongType: pa.int64()}
 
 
 __all__ = [

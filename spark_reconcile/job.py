@@ -56,7 +56,8 @@ def run_reconciliation(options: ReconcileOptions, progress: Progress | None = No
         report("read store", 1, 1)
         spark = spark or spark_session(options.master, jars=options.jdbc_jars,
                                        conf=options.spark_conf,
-                                       python=options.executor_python)
+                                       python=options.executor_python,
+                                       remote=options.remote)
         inputs, source = _inputs(spark, options, files, staging, report)
         summary = ReconcileSummary(as_of=as_of, grace_ms=options.grace_ms,
                                    problems=list(files.problems))
@@ -116,7 +117,7 @@ def _judge(summary: ReconcileSummary, thresholds: Mapping[str, int]) -> None:
 def _describe_inputs(options: ReconcileOptions, files, source: str) -> dict:
     return {
         "store": str(files.root), "database": describe_url(options.database_url),
-        "tables_read_by": source, "master": options.master,
+        "tables_read_by": source, "master": options.remote or options.master,
         "segments": len(files.segments), "consume_queue_files": len(files.queue_files),
         "committed_offsets": len(files.offsets),
     }

@@ -42,6 +42,8 @@ class ReconcileOptions:
     executor_python: str | None = None
     """Interpreter of the Spark Python workers (it must have Postbox installed); default: this
     interpreter on a local master, ``spark.pyspark.python`` or Spark's default on a cluster."""
+    remote: str | None = None
+    """A Spark Connect server (``sc://host:port``) to run on instead of ``master``."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 Reads ``message_stub``/``message_log`` from ``--db`` (a chunked Parquet export by default, Spark
 JDBC with ``--jdbc-jar``) and the consumer offsets, consume queues and dead-letter/retry topics
 from ``--store`` (read only; a copy of a live store works), runs the Spark job on ``--master``
-and writes ``report.html``, ``classification/`` (Parquet), ``classification.csv`` and
-``summary.json`` under ``--out``.
+(or through the Spark Connect server ``--remote sc://host:port``) and writes ``report.html``,
+``classification/`` (Parquet), ``classification.csv`` and ``summary.json`` under ``--out``.
 
 Exit codes: 0 every count within its threshold; 1 ``lost`` or ``dead_lettered`` above its
 threshold (``--max-lost``, ``--max-dead-lettered``); 2 the inputs could not be read (no report
@@ -75,6 +75,10 @@ def reconcile_command(
     master: Annotated[str, typer.Option(
         "--master", metavar="URL", help="Spark master (local[N], spark://host:port, …).")
     ] = DEFAULT_MASTER,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", metavar="URL",
+        help="Run through a Spark Connect server (sc://host:port) instead of --master.")
+    ] = None,
     grace_ms: Annotated[int, typer.Option(
         "--grace-ms", min=0, help="How long a consumer must be past a stub before it is lost.")
     ] = 30_000,
@@ -109,7 +113,7 @@ def reconcile_command(
         out_dir=out, master=master,
         grace_ms=grace_ms, thresholds={"lost": max_lost, "dead_lettered": max_dead_lettered},
         jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows,
-        executor_python=executor_python)
+        executor_python=executor_python, remote=remote)
     console = out_console()
     try:
         if json_output:
