@@ -20,7 +20,7 @@ from postbox.storage_engine.store.retention import disk_used_ratio
 from .charts import gauge, line_chart
 from .security import OPERATOR_COOKIE, OPERATOR_NAME_MAX, WRITE_COOKIE, Refused, operator
 from .sources import AnyBroker, SourceError, read_summary
-from .web import Console, read_form
+from .web import Console, read_form, refused_response
 
 SAMPLES_KEPT = 120
 
@@ -94,8 +94,7 @@ async def login(console: Console, request: Request) -> Response:
     try:
         console.guard.check_post(request, form, write=False)
     except Refused as refusal:
-        return HTMLResponse(f"<p class='error'>refused: {refusal}</p>",
-                            status_code=refusal.status)
+        return refused_response(refusal)
     session = console.guard.session_id(request) or ""
     if not console.guard.check_token(str(form.get("token") or "")):
         console.audit(operator(request), "sign-in", "write role", "refused: wrong token")
@@ -120,8 +119,7 @@ async def logout(console: Console, request: Request) -> Response:
     try:
         console.guard.check_post(request, form, write=False)
     except Refused as refusal:
-        return HTMLResponse(f"<p class='error'>refused: {refusal}</p>",
-                            status_code=refusal.status)
+        return refused_response(refusal)
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(WRITE_COOKIE)
     return response

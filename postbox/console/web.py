@@ -33,6 +33,10 @@ NAVIGATION = (("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer gr
               ("/reports", "Reconciliation"))
 
 
+def refused_response(refusal: Refused) -> HTMLResponse:
+    """The answer to a refused POST: the reason, with the refusal's status."""
+    return HTMLResponse(f"<p class='error'>refused: {refusal}</p>", status_code=refusal.status)
+
 class Console:
     """What every page works with: the settings, the sources, the guard and the templates."""
 
@@ -81,8 +85,7 @@ class Console:
             self.guard.check_post(request, form)
         except Refused as refusal:
             audit(None, who, action, request.url.path, f"refused: {refusal}")
-            return HTMLResponse(f"<p class='error'>refused: {refusal}</p>",
-                                status_code=refusal.status)
+            return refused_response(refusal)
         try:
             target, outcome = work(fields)
             ok = True
