@@ -133,6 +133,9 @@ def test_the_wheel_installs_postbox_alone_laid_out_as_the_folders(wheel):
                 for path in (REPO_ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts}
     assert modules == expected
     assert "postbox/migrations/script.py.mako" in names
+    templates = {path.name for path in (REPO_ROOT / "postbox" / "console" / "templates").iterdir()}
+    assert {name.rpartition("/")[2] for name in names
+            if name.startswith("postbox/console/templates/")} == templates
     assert "postbox/console/templates/page.html" in names
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     text = wheel.read(entry_points).decode()
