@@ -8,7 +8,7 @@ STAMP := $(VENV)/.postbox-installed
 .PHONY: demo test test-slow test-peers test-database test-transports test-postbox-transport \
         test-rocketmq-transport lint docs bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
