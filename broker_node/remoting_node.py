@@ -108,6 +108,7 @@ class RemotingNode:
                                                   stats=RuntimeStats(broker.store.clock),
                                                   heartbeat_limits=options.heartbeat_limits)
         self.admin = BrokerAdmin.attach(self.broker_server, options.broker_name)
+        self.broker_server.transactions.broker_name = options.broker_name
         self.routes = RouteTable(broker.store.clock)
         self.namesrv_server: RemotingServer | None = None
         if self._namesrv_bind is not None:

@@ -99,6 +99,9 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter | str]] = {
     "topicCountMax": ("broker", "topic_count_max", _integer),  # Postbox-only
     "subscriptionGroupCountMax": ("broker", "subscription_group_count_max", _integer),  # Postbox
     "topicQueueCountMax": ("broker", "topic_queue_count_max", _integer),  # Postbox-only
+    "transactionTimeOut": ("broker", "transaction_timeout_ms", _integer),
+    "transactionCheckMax": ("broker", "transaction_check_max", _integer),
+    "transactionCheckInterval": ("broker", "transaction_check_interval_ms", _integer),
     "brokerRole": (None, "broker_role", _ENUM_MEMBER),
     "haListenPort": ("ha", "ha_listen", lambda text: f"0.0.0.0:{_integer(text)}"),
     "haMasterAddress": ("ha", "master_address", str.strip),

@@ -225,14 +225,24 @@ class BrokerConfig:
     topic_queue_count_max: int = 1024
     """Most queues a topic may have (Postbox-only broker.conf key ``topicQueueCountMax``);
     also capped by ``StoreConfig.queue_id_max`` + 1."""
+    transaction_timeout_ms: int = 6_000
+    """A half message is first checked this long after it was born (``transactionTimeOut``;
+    its ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property may ask for longer)."""
+    transaction_check_max: int = 15
+    """Checks of one half message before it is discarded to ``TRANS_CHECK_MAX_TIME_TOPIC``
+    (``transactionCheckMax``)."""
+    transaction_check_interval_ms: int = 30_000
+    """Time between two checks of one half message (``transactionCheckInterval``)."""
 
     def __post_init__(self) -> None:
         _require(1 <= self.default_topic_queue_count <= 1024,
                  "broker.default_topic_queue_count", "must be in 1..1024")
-        for name in ("topic_count_max", "subscription_group_count_max", "topic_queue_count_max"):
+        for name in ("topic_count_max", "subscription_group_count_max", "topic_queue_count_max",
+                     "transaction_check_max"):
             _require(getattr(self, name) >= 1, f"broker.{name}", "must be positive")
         for name in ("consumer_offset_persist_interval_ms", "delay_offset_persist_interval_ms",
-                     "long_polling_max_ms", "consumer_expiry_ms", "queue_lock_expiry_ms"):
+                     "long_polling_max_ms", "consumer_expiry_ms", "queue_lock_expiry_ms",
+                     "transaction_timeout_ms", "transaction_check_interval_ms"):
             _require(getattr(self, name) > 0, f"broker.{name}", "must be positive")
 
 

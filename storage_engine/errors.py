@@ -196,6 +196,12 @@ class GroupNotFoundError(InvalidMessageError):
     off."""
 
 
+class TransactionStateError(StorageError):
+    """An end of a transaction names no pending half message: none at that position, one of
+    another producer group or queue offset, or one whose transaction already ended (RocketMQ
+    answers SYSTEM_ERROR). Nothing was written."""
+
+
 class NoPermissionError(StorageError):
     """A topic's ``perm`` bits refuse the operation (no PERM_WRITE for a send, no PERM_READ for
     a pull), or a group's ``consume_enable`` is off."""

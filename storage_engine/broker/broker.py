@@ -9,20 +9,18 @@ service (18 levels through ``SCHEDULE_TOPIC_XXXX``, ``delay_service``), send-bac
 (``long_polling``), the consumer registry of each group for client-side rebalancing
 (``consumer_registry``) and orderly queue locks (``queue_locks``). It tells the store how far
 every group has consumed (``consumption_floor``), so disk pressure deletes only consumed data.
-The network server exposes the same operations later; the framework talks to either through
-the same method names.
+Transactional (half) messages, their ends and check-back: ``transactions``/``transaction_check``.
 
 Config tables: the broker, not the store, owns ``config/*.json`` (``ConfigStores``, as in
 RocketMQ). ``Broker.open`` loads them once it holds the store's lock and before the store
 recovers (``MessageStore.open(on_locked=...)``), so a table that cannot be loaded refuses the open
-with nothing changed; ``Broker(store)`` loads them over a store already open. ``close`` persists
-them.
+with nothing changed; ``Broker(store)`` loads them over a store already open.
 
-Services: the persist service, then the delay service, started in that order by the constructor
-and stopped in reverse by ``close``, which then persists every config table and closes the store
-when the broker owns it (``Broker.open``). On a SLAVE store the delay service does not run (the
-master delivers; its deliveries reach the slave by replication), and sends and send-backs raise
-``NotMasterError`` before touching any table.
+Services: the persist, delay and transaction-check services, started in that order by the
+constructor and stopped in reverse by ``close``, which then persists every config table and closes
+the store when the broker owns it (``Broker.open``). On a SLAVE store only the first runs (the
+master delivers and checks; its writes reach the slave by replication), and sends and send-backs
+raise ``NotMasterError`` before touching any table.
 
 Errors: invalid input (group and topic names, negative offsets, queue ids outside a topic)
 raises a ``StorageError`` subclass naming the value; normal outcomes (no message yet, offset out
@@ -92,6 +90,7 @@ from .progress import ProgressReader, physical_memory_bytes
 from .queue_locks import QueueLockTable
 from .send_rules import batch_problem, send_result
 from .topic_manager import TopicManager, check_writable
+from .transaction_check import TransactionalSends, Transactions
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +99,15 @@ QueueKey = tuple[str, int]  # (topic, queue_id)
 DLQ_QUEUE_COUNT = 1
 
 
-class Broker:
+class Broker(TransactionalSends):
     """Broker semantics over one store. Create with ``Broker.open(config)`` or
     ``Broker(store)`` (then the caller keeps owning the store).
 
     ``memory_bytes`` is the physical RAM used by the consume-from-last "message still in
     memory" estimate (reference §12.2); it defaults to this machine's. ``start_services=False``
-    runs neither the persist nor the delay thread (inspection tools: nothing is delivered or
-    persisted behind their back; ``close`` still persists the tables). ``tables``: the store's
-    config tables, already loaded (``Broker.open`` passes them); by default they are loaded
-    here from the store's ``config/`` directory (``ConfigFileError`` when one cannot be).
+    runs no service thread (inspection tools: nothing is delivered, checked or persisted behind
+    their back; ``close`` still persists the tables). ``tables``: the store's config tables,
+    already loaded (``Broker.open`` passes them), else loaded here from ``config/``.
     """
 
     remote = False  # the contract's capability: this object is the broker, in this process
@@ -137,16 +135,18 @@ class Broker:
         self._progress = ProgressReader(store, self._tables.consumer_offsets,
                                         physical_memory_bytes() if memory_bytes is None
                                         else memory_bytes)
-        self._close_lock = threading.Lock()
-        self._closed = False
+        self._close_lock, self._closed = threading.Lock(), False
         self.persist_service = BrokerPersistService(self._tables, self._config, self._clock,
                                                     self._registry.expire)
         self.delay_service = DelayService(store, self._tables.delay_offsets, self._levels_ms,
                                           self._clock)
         self._is_slave = store.config.broker_role is BrokerRole.SLAVE
         self._services: list[Service] = [self.persist_service]
+        self.transactions = Transactions(store, self._tables.consumer_offsets, self._config,
+                                         self._clock, self._put, self._topics.ensure)
         if not self._is_slave:  # a slave's commit log is written by replication only
-            self._services.append(self.delay_service)
+            self.transactions.halves.recover()
+            self._services += [self.delay_service, self.transactions.check_service]
         store.add_arrival_listener(self._waiter.on_arrival)
         store.set_consumption_floor(ConsumptionFloor(  # disk pressure keeps unconsumed data
             store, self._tables.consumer_offsets, self._tables.delay_offsets,
@@ -308,8 +308,11 @@ class Broker:
         """
         self._check_open()
         self._check_master()
-        config = self._send_config(message)
-        return self._put(message, self._topics.select_queue(config, queue_id, sharding_key))
+        return self._put(message, self._send_queue(message, queue_id, sharding_key))
+
+    def _send_queue(self, message: Message, queue_id: int | None, sharding_key: str | None) -> int:
+        """The queue a send of ``message`` goes to (its topic created on first send)."""
+        return self._topics.select_queue(self._send_config(message), queue_id, sharding_key)
 
     def send_batch(self, messages: Sequence[Message], *, queue_id: int | None = None,
                    sharding_key: str | None = None) -> list[SendResult]:
@@ -329,8 +332,7 @@ class Broker:
         for message in messages[1:]:
             if problem := empty_body_problem(message.body, message.properties):
                 raise InvalidMessageError(problem, topic=message.topic)
-        config = self._send_config(messages[0])
-        chosen = self._topics.select_queue(config, queue_id, sharding_key)
+        chosen = self._send_queue(messages[0], queue_id, sharding_key)
         return [send_result(message, chosen, result, 0) for message, result in
                 zip(messages, self._store.put_messages(messages, chosen), strict=True)]
 
@@ -588,8 +590,7 @@ class Broker:
 
 def _check_offset(topic: str, offset: object) -> None:
     if type(offset) is not int or offset < 0:
-        raise InvalidMessageError(f"offset must be an integer >= 0, got {offset!r}",
-                                  topic=topic)
+        raise InvalidMessageError(f"offset must be an integer >= 0, got {offset!r}", topic=topic)
 
 
 def _check_batch(topic: str, offset: object, max_count: object) -> None:

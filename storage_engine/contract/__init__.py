@@ -14,10 +14,11 @@ the store or the broker. Pure: values and rules, no I/O.
 - ``topics``: topic names and the system topics (``%RETRY%``, ``%DLQ%``, the delay topic).
 - ``rules``: client id, queue and batch rules, sharding, and the limits both sides share.
 - ``send_back``: the retry and dead-letter copies of a failed message.
+- ``transactions``: ``TransactionState``, ``HalfReceipt`` and ``TransactionCheck``.
 """
 
 from ..formats.topic_names import dead_letter_topic, retry_topic
-from .client import Administering, BrokerClient, Consuming, Producing
+from .client import Administering, BrokerClient, Consuming, Producing, Transacting
 from .config_beans import SubscriptionGroupConfig, TopicConfig, validate_group
 from .message import GetResult, GetStatus, Message, PutResult, PutStatus
 from .model import (
@@ -44,9 +45,11 @@ from .rules import (
 )
 from .send_back import send_back_copy
 from .topics import validate_topic
+from .transactions import HalfReceipt, TransactionCheck, TransactionState
 
 __all__ = [
-    "Administering", "BrokerClient", "Consuming", "Producing",
+    "Administering", "BrokerClient", "Consuming", "Producing", "Transacting",
+    "HalfReceipt", "TransactionCheck", "TransactionState",
     "GetResult", "GetStatus", "Message", "PutResult", "PutStatus",
     "PERM_INHERIT", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE", "ConsumeFrom",
     "QueueProgress", "SendBackOutcome", "SendBackResult", "SendResult",

@@ -6,9 +6,10 @@ RocketMQ cluster). Both take and return the values of this package (``Message``,
 ``GetResult``, ``TopicConfig``, ...) and apply its request rules (``rules``), so a caller cannot
 tell them apart except through the two capabilities ``remote`` and ``delay_level_count``.
 
-The interface is split by role: ``Producing`` (sends), ``Consuming`` (pulls, offsets,
-send-back, membership, orderly locks) and ``Administering`` (topics, groups, progress, dead
-letters, lookups); ``BrokerClient`` is all three plus the capabilities and ``close``.
+The interface is split by role: ``Producing`` (sends), ``Transacting`` (half messages and
+their ends), ``Consuming`` (pulls, offsets, send-back, membership, orderly locks) and
+``Administering`` (topics, groups, progress, dead letters, lookups); ``BrokerClient`` is all
+four plus the capabilities and ``close``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .config_beans import SubscriptionGroupConfig, TopicConfig
 from .message import GetResult, Message
 from .model import ConsumeFrom, QueueProgress, SendBackResult, SendResult
 from .rules import QueueKey
+from .transactions import HalfReceipt, TransactionCheck, TransactionState
 
 
 class Producing(Protocol):
@@ -31,6 +33,24 @@ class Producing(Protocol):
 
     def send_batch(self, messages: Sequence[Message], *, queue_id: int | None = None,
                    sharding_key: str | None = None) -> list[SendResult]: ...
+
+
+class Transacting(Protocol):
+    """Transactional messages: a half send, the end of its transaction, and the checker that
+    answers the broker's checks of a producer group's halves (``contract.transactions``)."""
+
+    def send_half(self, message: Message, producer_group: str, *, queue_id: int | None = None,
+                  sharding_key: str | None = None) -> SendResult: ...
+
+    def end_transaction(self, receipt: HalfReceipt, state: TransactionState, *,
+                        from_check: bool = False) -> SendResult | None: ...
+
+    def register_transaction_checker(self, producer_group: str,
+                                     checker: Callable[[TransactionCheck], object]) -> None: ...
+
+    def unregister_transaction_checker(self, producer_group: str,
+                                       checker: Callable[[TransactionCheck], object]
+                                       ) -> None: ...
 
 
 class Consuming(Protocol):
@@ -91,7 +111,7 @@ class Administering(Protocol):
     def find_by_unique_key(self, topic: str, unique_key: str) -> list[MessageView]: ...
 
 
-class BrokerClient(Producing, Consuming, Administering, Protocol):
+class BrokerClient(Producing, Transacting, Consuming, Administering, Protocol):
     """Every broker operation the framework uses (embedded or remote), and two capabilities."""
 
     @property

@@ -29,17 +29,21 @@ class Message:
         born_host: producer address ``ip:port``; the store host is used when omitted.
         reconsume_count: how many times the message was redelivered (retry topics).
         sys_flag: record SYSFLAG bits other than the host bits (compression, transaction type).
+        prepared_transaction_position: the commit-log position of the half message a
+            committed transactional message was prepared as (the record's PREPARED TRANSACTION
+            OFFSET); 0 for every other message.
     """
 
     __slots__ = ("topic", "body", "tags", "keys", "properties", "unique_key", "flag",
-                 "born_timestamp_ms", "born_host", "reconsume_count", "sys_flag")
+                 "born_timestamp_ms", "born_host", "reconsume_count", "sys_flag",
+                 "prepared_transaction_position")
 
     def __init__(self, topic: str, body: bytes, *, tags: str | None = None,
                  keys: Iterable[str] | str | None = None,
                  properties: Mapping[str, str] | None = None, unique_key: str | None = None,
                  flag: int = 0, born_timestamp_ms: int | None = None,
                  born_host: str | None = None, reconsume_count: int = 0,
-                 sys_flag: int = 0) -> None:
+                 sys_flag: int = 0, prepared_transaction_position: int = 0) -> None:
         self.topic = topic
         self.body = body
         self.tags = tags
@@ -51,6 +55,7 @@ class Message:
         self.born_host = born_host
         self.reconsume_count = reconsume_count
         self.sys_flag = sys_flag
+        self.prepared_transaction_position = prepared_transaction_position
 
     def keys_list(self) -> list[str]:
         """``keys`` as a list of non-empty keys."""

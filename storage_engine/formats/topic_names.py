@@ -23,10 +23,17 @@ AUTO_CREATE_TOPIC = "TBW102"
 """The topic whose route a producer borrows for a topic the name servers do not know yet."""
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
 TRANSACTION_HALF_TOPIC = SYSTEM_TOPIC_PREFIX + "TRANS_HALF_TOPIC"
+"""Half (prepared) transactional messages wait here, queue 0, until committed or rolled back."""
+TRANSACTION_OP_TOPIC = SYSTEM_TOPIC_PREFIX + "TRANS_OP_HALF_TOPIC"
+"""The op log of the half topic: one record (tag ``d``) per ended half message."""
+TRANSACTION_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+"""Half messages whose producer never answered ``transactionCheckMax`` checks are kept here."""
+TRANSACTION_GROUP = "CID_RMQ_SYS_TRANS"
+"""The group whose consumer offsets record how far the half and op topics were processed."""
 
 _SYSTEM_TOPICS = frozenset({
     AUTO_CREATE_TOPIC, DELAY_TOPIC, "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "DefaultCluster",
+    TRANSACTION_CHECK_MAX_TIME_TOPIC, "DefaultCluster",
 })
 _SYSTEM_PREFIXES = (SYSTEM_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX.lower(), "%SYS%")
 _SYSTEM_GROUPS = frozenset({
@@ -81,7 +88,8 @@ def is_system_resource(name: str) -> bool:
 
 __all__ = [
     "AUTO_CREATE_TOPIC", "DELAY_TOPIC", "DLQ_TOPIC_PREFIX", "RETRY_TOPIC_PREFIX",
-    "SYSTEM_TOPIC_PREFIX", "TRANSACTION_HALF_TOPIC", "dead_letter_topic", "is_dead_letter_topic",
+    "SYSTEM_TOPIC_PREFIX", "TRANSACTION_CHECK_MAX_TIME_TOPIC", "TRANSACTION_GROUP",
+    "TRANSACTION_HALF_TOPIC", "TRANSACTION_OP_TOPIC", "dead_letter_topic", "is_dead_letter_topic",
     "is_internal_topic", "is_retry_topic", "is_system_group", "is_system_group_topic",
     "is_system_resource", "retry_topic",
 ]

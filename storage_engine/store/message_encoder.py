@@ -45,7 +45,7 @@ _new_tuple = tuple.__new__
 _NO_PROPERTIES: dict[str, str] = {}
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _NUMBER_FIELDS = (("flag", _INT32), ("reconsume_count", (0, (1 << 31) - 1)),
-                  ("sys_flag", _INT32))
+                  ("sys_flag", _INT32), ("prepared_transaction_position", (0, (1 << 63) - 1)))
 
 
 def _check_numbers(message: Message) -> None:
@@ -114,8 +114,8 @@ class MessageEncoder:
         return _new_tuple(PreparedMessage, (
             topic, topic_bytes, is_v2, body, properties, queue_id, message.flag, sys_flag,
             -1 if message.born_timestamp_ms is None else message.born_timestamp_ms, born_host,
-            message.reconsume_count, 0, masked_crc32(body), size, message.tags, keys,
-            message.unique_key, message.properties or _NO_PROPERTIES))
+            message.reconsume_count, message.prepared_transaction_position, masked_crc32(body),
+            size, message.tags, keys, message.unique_key, message.properties or _NO_PROPERTIES))
 
     @staticmethod
     def _coerce_body(body: object, topic: str) -> bytes:

@@ -2,20 +2,21 @@
 ``storage_engine.Broker`` on a ``RemotingServer``.
 
 Request codes served (reference §2.1–§2.3): SEND_MESSAGE 10, SEND_MESSAGE_V2 310,
-SEND_BATCH_MESSAGE 320, CONSUMER_SEND_MSG_BACK 36, END_TRANSACTION 37 (refused: no
-transactions), PULL_MESSAGE 11 (long polling), QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET
+SEND_BATCH_MESSAGE 320 (half messages among them), CONSUMER_SEND_MSG_BACK 36, END_TRANSACTION 37,
+PULL_MESSAGE 11 (long polling), QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET
 15, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_MAX_OFFSET 30, GET_MIN_OFFSET 31,
 GET_EARLIEST_MSG_STORETIME 32, VIEW_MESSAGE_BY_ID 33, QUERY_MESSAGE 12, HEART_BEAT 34,
 UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38, LOCK_BATCH_MQ 41, UNLOCK_BATCH_MQ 42; and
-broker → client NOTIFY_CONSUMER_IDS_CHANGED 40. Other codes (admin, name server) are registered
-on ``server.handlers`` by their own modules.
+broker → client CHECK_TRANSACTION_STATE 39 and NOTIFY_CONSUMER_IDS_CHANGED 40. Other codes
+(admin, name server) are registered on ``server.handlers`` by their own modules.
 
 Sends run inline on the IO thread when the store answers a put without waiting (ASYNC flush on
 a master that does not wait for a slave), else on the worker pool's send lane, which queries
 and administration (the query lane) and heartbeats (the client lane) do not share.
 
-Lifecycle: ``start`` starts the pull hold service, then the server; ``stop`` stops the server
-(connections close, their consumers leave), then the hold service. The broker itself belongs
+Lifecycle: ``start`` starts the pull hold service, then the server, then routes the broker's
+transaction checks here; ``stop`` stops routing them, stops the server (connections close,
+their consumers leave), then the hold service. The broker itself belongs
 to the caller.
 """
 
@@ -34,6 +35,7 @@ from .clients import ClientHandlers, ClientRegistry, ConsumerInfo, HeartbeatLimi
 from .offsets import OffsetHandlers
 from .pull import MAX_PARKED_PULLS, PullHandler
 from .send import SendHandlers
+from .transactions import TransactionHandlers
 
 
 class BrokerRemotingServer:
@@ -63,6 +65,8 @@ class BrokerRemotingServer:
         table = self.server.handlers
         SendHandlers(broker, stats, self._check_record_topic, self._check_publish).register(
             table, inline=not sends_wait)
+        self.transactions = TransactionHandlers(broker, self.registry)
+        self.transactions.register(table, inline=not sends_wait)
         self.pulls.register(table)
         OffsetHandlers(broker, self._check_record_topic).register(table)
         self.clients.register(table)
@@ -92,9 +96,11 @@ class BrokerRemotingServer:
         except BaseException:
             self.pulls.stop()
             raise
+        self.transactions.start()
 
     def stop(self) -> None:
         """Stop the server, then the hold service."""
+        self.transactions.stop()
         self.server.stop()
         self.pulls.stop()
 

@@ -1,5 +1,6 @@
 """Producer requests: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310, one-letter keys),
-SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36), and the refusal of transactions (37).
+SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36), and half messages (a send with
+``TRAN_MSG=true`` or the PREPARED transaction type; END_TRANSACTION 37 is ``transactions``).
 
 A send is ``Broker.send`` with the queue the client chose (a negative queue id lets the broker
 pick), so every rule of a local send applies (names, sizes, the empty body, topic permissions,
@@ -20,8 +21,11 @@ A batch is validated whole (every entry becomes a ``Message`` first), then store
 into one queue: entries are not atomic as a group (a disk-full refusal mid-batch leaves the
 earlier entries stored; the answer is then the refusal, and a retry stores those again).
 
-Half messages (transaction flag or ``TRAN_MSG``) and END_TRANSACTION answer a refusal: this
-broker has no transactions. Thread-safety: as ``Broker``'s.
+A half message (``Broker.send_half``, producer group = its ``PGROUP`` property, else the
+header's ``producerGroup``) answers as a send does, with ``queueOffset`` its offset in the half
+topic (END_TRANSACTION's ``tranStateTableOffset``) and ``msgId`` its offsetMsgId (whose
+commit-log offset END_TRANSACTION names); a batch of them is refused 13 MESSAGE_ILLEGAL, as
+RocketMQ's clients never send one. Thread-safety: as ``Broker``'s.
 """
 
 from __future__ import annotations
@@ -56,8 +60,6 @@ from ..workers import SEND_LANE
 from .records import decode_batch, message_from_wire, properties_from_wire
 
 MSG_REGION = "DefaultRegion"
-TRANSACTIONS_REFUSED = ("this broker has no transactional messages (half messages, "
-                        "END_TRANSACTION and check-back are not served); send normal messages")
 _V2_KEYS = {"producerGroup": "a", "topic": "b", "defaultTopic": "c",
             "defaultTopicQueueNums": "d", "queueId": "e", "sysFlag": "f", "bornTimestamp": "g",
             "flag": "h", "properties": "i", "reconsumeTimes": "j", "unitMode": "k",
@@ -106,13 +108,12 @@ class SendHandlers:
         self._stats = stats  # ``record_put(count)`` (admin's runtime statistics), or None
 
     def register(self, table: HandlerTable, *, inline: bool) -> None:
-        """Serve 10, 310, 320, 36 and 37 (``inline``: the store does not block on a send)."""
+        """Serve 10, 310, 320 and 36 (``inline``: the store does not block on a send)."""
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
                      RequestCode.SEND_BATCH_MESSAGE):
             table.register(code, self.send, inline=inline, lane=SEND_LANE)
         table.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back, inline=inline,
                        lane=SEND_LANE)
-        table.register(RequestCode.END_TRANSACTION, self.end_transaction, inline=True)
 
     def send(self, request: RemotingCommand, session: Session) -> RemotingCommand:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
@@ -125,8 +126,10 @@ class SendHandlers:
         queue_id = header.get_int("queueId", low=-1)
         sys_flag = header.get_int("sysFlag", low=0)
         properties = properties_from_wire(header.get_str("properties", None, max_chars=65536))
-        if sys_flag & SYSFLAG_TRANSACTION_MASK or properties.get("TRAN_MSG") == "true":
-            raise RequestRefusedError(ResponseCode.NO_PERMISSION, TRANSACTIONS_REFUSED)
+        half = bool(sys_flag & SYSFLAG_TRANSACTION_MASK or properties.get("TRAN_MSG") == "true")
+        if half and request.code == RequestCode.SEND_BATCH_MESSAGE:
+            raise RequestRefusedError(ResponseCode.MESSAGE_ILLEGAL,
+                                      "a batch cannot hold transactional (half) messages")
         common = {"flag": header.get_int("flag", 0, low=-(2**31)),
                   "sys_flag": sys_flag,
                   "born_timestamp_ms": header.get_int("bornTimestamp", low=0, high=2**63 - 1),
@@ -140,7 +143,11 @@ class SendHandlers:
         topic, queue_id = self._retry_target(topic, queue_id, properties,
                                              common["reconsume_count"], header)
         chosen = None if queue_id < 0 else queue_id
-        if entries is not None:
+        if half:
+            group = properties.get("PGROUP") or header.get_str("producerGroup", max_chars=255)
+            results = [self._broker.send_half(message_from_wire(
+                topic, request.body, properties, **common), group, queue_id=chosen)]
+        elif entries is not None:
             messages = [message_from_wire(topic, entry.body, {**entry.properties},
                                           **{**common, "flag": entry.flag})
                         for entry in entries]
@@ -209,10 +216,6 @@ class SendHandlers:
         self._broker.send_back(group, view, delay_level=delay_level, max_reconsume_times=limit,
                                reason=reason)
         return request.response(ResponseCode.SUCCESS)
-
-    def end_transaction(self, request: RemotingCommand, session: Session) -> RemotingCommand:
-        """END_TRANSACTION: refused (usually sent oneway, then nothing is answered)."""
-        raise RequestRefusedError(ResponseCode.SYSTEM_ERROR, TRANSACTIONS_REFUSED)
 
 
 def _send_response(request: RemotingCommand, results: list[SendResult]) -> RemotingCommand:

@@ -106,7 +106,7 @@ def test_send_back_goes_to_retry_then_dead_letter(connect, broker):
     assert nowhere.code == ResponseCode.SYSTEM_ERROR and "offset" in nowhere.remark
 
 
-def test_transactions_are_refused_clearly(connect):
+def test_end_transaction_of_no_half_is_refused(connect):
     client = connect()
     answer = client.call(RequestCode.END_TRANSACTION, {
         "producerGroup": "PG", "tranStateTableOffset": 0, "commitLogOffset": 0,

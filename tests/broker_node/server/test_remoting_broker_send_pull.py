@@ -76,8 +76,9 @@ def test_send_refusals_map_to_rocketmq_codes(connect, broker):
     assert bad_topic.code == ResponseCode.MESSAGE_ILLEGAL
     internal = client.call(SEND_V2, send_fields("SCHEDULE_TOPIC_XXXX", 0), b"x")
     assert internal.code == ResponseCode.NO_PERMISSION
-    half = client.call(SEND_V2, send_fields("T", 0, properties={"TRAN_MSG": "true"}), b"x")
-    assert half.code == ResponseCode.NO_PERMISSION and "transaction" in half.remark
+    half = client.call(BATCH, send_fields("T", 0, batch=True, properties={"TRAN_MSG": "true"}),
+                       batch_entry(b"x", {"UNIQ_KEY": UNIQ}))
+    assert half.code == ResponseCode.MESSAGE_ILLEGAL and "transactional" in half.remark
     queue = client.call(SEND_V2, send_fields("T", 99), b"x")
     assert queue.code == ResponseCode.INVALID_PARAMETER
     missing = client.call(SEND_V2, {"a": "PG"}, b"x")

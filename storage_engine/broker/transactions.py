@@ -1,0 +1,365 @@
+"""``HalfMessages``: transactional (half) messages as RocketMQ 5 keeps them in its store.
+
+A half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (consumers never read it) with
+the topic and queue it was sent to in ``REAL_TOPIC``/``REAL_QID``, ``TRAN_MSG=true``, ``PGROUP``
+(the producer group) and ``__transactionId__`` (its ``UNIQ_KEY``); its SYSFLAG transaction bits
+are cleared, as RocketMQ's ``TransactionalMessageBridge`` does, so the half topic's consume queue
+indexes it. Ending its transaction (``end``):
+
+* commit: the message is written to its real topic and queue (through the delay topic when it
+  carries ``DELAY``) with SYSFLAG type COMMIT (0x8), PREPARED TRANSACTION OFFSET = the half's
+  commit-log position, and ``REAL_TOPIC``, ``REAL_QID`` and ``TRAN_MSG`` removed (RocketMQ
+  removes the first two from the message but serializes the properties before it does, so its
+  record keeps them; a committed message is not a half, so Postbox stores it without them);
+* commit and rollback alike: an op record in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``,
+  whose body lists the half's queue offsets, each followed by a comma (RocketMQ 5's op body,
+  ``"12,"``; RocketMQ 4 wrote ``"12"``, which the reader here accepts too). RocketMQ 5 gathers
+  ops for up to 3 s before writing them; Postbox writes each at once.
+
+A check (``transaction_check``) writes a copy of the half at the end of the half queue with
+``TRANSACTION_CHECK_TIMES`` one higher (RocketMQ's ``putBackHalfMsgQueue``); the copy replaces
+the original, and an end naming either copy ends the transaction (the op lists both offsets), so
+a late answer to an earlier copy never commits twice. An end naming no pending half, one of
+another producer group or queue offset, or one already ended raises ``TransactionStateError``
+(RocketMQ answers SYSTEM_ERROR; it commits an already-committed half again, Postbox refuses).
+
+Recovery (``recover``, at open): the ops from the op progress offset on name the ended halves;
+the halves from the half progress offset on, less those, are pending again, each the latest copy
+of its transaction. Both offsets are consumer offsets of ``CID_RMQ_SYS_TRANS`` (as RocketMQ),
+advanced by ``progress`` past what no later recovery needs and persisted with the other offsets.
+
+Thread-safety: every method may be called from any thread (one lock over the pending table;
+stores are written outside it except a check's copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..config import BrokerConfig
+from ..contract.message import Message, PutResult
+from ..contract.model import SendResult
+from ..contract.transactions import HalfReceipt, TransactionState
+from ..errors import CorruptionError, MessageNotFoundError, TransactionStateError
+from ..formats import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, MessageView
+from ..formats.constants import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
+from ..formats.topic_names import (
+    TRANSACTION_GROUP,
+    TRANSACTION_HALF_TOPIC,
+    TRANSACTION_OP_TOPIC,
+)
+from ..store.message_store import MessageStore
+from .config_stores import ConsumerOffsetTable
+
+log = logging.getLogger(__name__)
+
+PROPERTY_TRAN_MSG = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+OP_REMOVE_TAG = "d"
+HALF_ONLY_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TRAN_MSG)
+"""Removed from a committed message."""
+_READ_BATCH = 32
+_FIELD_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
+
+Put = Callable[[Message, int], SendResult]
+"""Stores a message in a queue of its topic (the broker's put: delay levels apply)."""
+
+
+@dataclass
+class PendingHalf:
+    """A half message whose transaction has not ended: its latest copy."""
+
+    queue_offset: int
+    log_position: int
+    key: str
+    producer_group: str
+    due_ms: int
+    check_times: int
+
+
+def transaction_key(view: MessageView) -> str:
+    """What identifies a half's transaction across its copies: its transaction id, else its
+    ``UNIQ_KEY``, else the position of this copy."""
+    properties = view.properties
+    return (properties.get(PROPERTY_TRANSACTION_ID) or properties.get("UNIQ_KEY")
+            or f"@{view.log_position}")
+
+
+def half_message(message: Message, queue_id: int, producer_group: str) -> Message:
+    """The half a transactional send of ``message`` to ``queue_id`` stores."""
+    properties = dict(message.properties or {})
+    properties[PROPERTY_TRAN_MSG] = "true"
+    properties[PROPERTY_PRODUCER_GROUP] = producer_group
+    if message.unique_key:
+        properties[PROPERTY_TRANSACTION_ID] = message.unique_key
+    properties[PROPERTY_REAL_TOPIC] = message.topic
+    properties[PROPERTY_REAL_QID] = str(queue_id)
+    return Message(TRANSACTION_HALF_TOPIC, message.body, tags=message.tags, keys=message.keys,
+                   properties=properties, unique_key=message.unique_key, flag=message.flag,
+                   born_timestamp_ms=message.born_timestamp_ms, born_host=message.born_host,
+                   reconsume_count=message.reconsume_count,
+                   sys_flag=message.sys_flag & ~SYSFLAG_TRANSACTION_MASK)
+
+
+def stored_copy(view: MessageView, topic: str, properties: dict[str, str], *,
+                sys_flag: int | None = None, prepared_position: int = 0) -> Message:
+    """A new record of the stored ``view`` in ``topic`` (same body, tags, keys, ``UNIQ_KEY``,
+    flag, born time and host, reconsume count) with ``properties`` (those of ``view``, changed;
+    ``KEYS``, ``TAGS`` and ``UNIQ_KEY`` among them are ignored: the fields say them)."""
+    kept = {name: value for name, value in properties.items() if name not in _FIELD_PROPERTIES}
+    return Message(topic, view.body, tags=view.tags, keys=view.keys or None, properties=kept,
+                   unique_key=view.unique_key, flag=view.flag,
+                   born_timestamp_ms=view.born_timestamp_ms, born_host=str(view.born_host),
+                   reconsume_count=view.reconsume_count,
+                   sys_flag=(view.sys_flag if sys_flag is None else sys_flag) & ~0x30,
+                   prepared_transaction_position=prepared_position)
+
+
+def committed_message(view: MessageView) -> tuple[Message, int]:
+    """The message a commit of the half ``view`` writes, and its real queue id."""
+    properties = dict(view.properties)
+    topic = properties.get(PROPERTY_REAL_TOPIC)
+    queue = properties.get(PROPERTY_REAL_QID, "")
+    if not topic or not queue.isdigit():
+        raise TransactionStateError(f"half message at {view.log_position} has no "
+                                    f"{PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}")
+    for name in HALF_ONLY_PROPERTIES:
+        properties.pop(name, None)
+    sys_flag = (view.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT
+    return (stored_copy(view, topic, properties, sys_flag=sys_flag,
+                        prepared_position=view.log_position), int(queue))
+
+
+def op_offsets(body: bytes) -> list[int]:
+    """The half queue offsets an op record's body lists (``"12,13,"`` or ``"12"``)."""
+    offsets = []
+    for part in body.decode("utf-8", "replace").split(","):
+        part = part.strip()
+        if part.isdigit():
+            offsets.append(int(part))
+    return offsets
+
+
+class HalfMessages:
+    """The half and op topics of one store, and the pending halves."""
+
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable,
+                 config: BrokerConfig, put: Put) -> None:
+        self._store = store
+        self._offsets = offsets
+        self._config = config
+        self._put = put
+        self._lock = threading.Lock()
+        self._pending: dict[int, PendingHalf] = {}  # log position of the latest copy → half
+        self._by_key: dict[str, int] = {}  # transaction key → log position of its latest copy
+        self._ops: list[tuple[int, int]] = []  # (op queue offset, highest half offset listed)
+        self._op_start = 0
+
+    # ---- reading the topics ------------------------------------------------------------------
+
+    def _read(self, topic: str, start: int) -> Iterator[MessageView]:
+        offset = max(start, self._store.min_offset(topic, 0))
+        while True:
+            result = self._store.get_message(TRANSACTION_GROUP, topic, 0, offset, _READ_BATCH)
+            if not result.messages:
+                return
+            yield from result.messages
+            offset = result.next_offset
+
+    def recover(self) -> int:
+        """Find the pending halves again from the half and op topics; return how many."""
+        self._store.wait_dispatched()
+        half_start = self._offsets.query(TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0) or 0
+        self._op_start = self._offsets.query(TRANSACTION_OP_TOPIC, TRANSACTION_GROUP, 0) or 0
+        ended: set[int] = set()
+        ops = []
+        for view in self._read(TRANSACTION_OP_TOPIC, self._op_start):
+            listed = op_offsets(view.body)
+            ended.update(listed)
+            ops.append((view.queue_offset, max(listed, default=-1)))
+        latest: dict[str, MessageView] = {}
+        ended_keys: set[str] = set()
+        for view in self._read(TRANSACTION_HALF_TOPIC, half_start):
+            key = transaction_key(view)
+            if view.queue_offset in ended:
+                ended_keys.add(key)
+            latest[key] = view
+        with self._lock:
+            self._ops = ops
+            for key, view in latest.items():
+                if key not in ended_keys:
+                    self._add(view)
+            count = len(self._pending)
+        if count:
+            log.info("[transactions] %d pending half messages recovered", count)
+        return count
+
+    def _due_ms(self, view: MessageView, check_times: int) -> int:
+        if check_times:
+            return view.store_timestamp_ms + self._config.transaction_check_interval_ms
+        immunity_ms = self._config.transaction_timeout_ms
+        text = view.properties.get(PROPERTY_CHECK_IMMUNITY, "")
+        if text.strip().isdigit():
+            immunity_ms = max(immunity_ms, int(text) * 1000)
+        return view.born_timestamp_ms + immunity_ms
+
+    def _add(self, view: MessageView) -> PendingHalf:
+        """Record ``view`` as the latest copy of its transaction (under the lock)."""
+        text = view.properties.get(PROPERTY_CHECK_TIMES, "0")
+        times = int(text) if text.isdigit() else 0
+        half = PendingHalf(view.queue_offset, view.log_position, transaction_key(view),
+                           view.properties.get(PROPERTY_PRODUCER_GROUP, ""),
+                           self._due_ms(view, times), times)
+        previous = self._by_key.get(half.key)
+        if previous is not None:
+            self._pending.pop(previous, None)
+        self._pending[half.log_position] = half
+        self._by_key[half.key] = half.log_position
+        return half
+
+    # ---- half send and end -------------------------------------------------------------------
+
+    def prepare(self, message: Message, queue_id: int, producer_group: str) -> PutResult:
+        """Store the half of ``message`` (sent to ``queue_id``); it is pending from now on."""
+        result = self._store.put_message(half_message(message, queue_id, producer_group), 0)
+        view = self._store.read_message(result.log_position)
+        with self._lock:
+            self._add(view)
+        return result
+
+    def end(self, receipt: HalfReceipt, state: TransactionState) -> SendResult | None:
+        """Commit or roll back the half ``receipt`` names; the committed message's result
+        (None for a rollback, or for ``UNKNOWN``, which changes nothing).
+
+        Raises:
+            TransactionStateError: no pending half matches ``receipt`` (nothing written).
+        """
+        if state is TransactionState.UNKNOWN:
+            return None
+        view, half, listed = self._take(receipt)
+        try:
+            result = None
+            if state is TransactionState.COMMIT:
+                message, queue_id = committed_message(view)
+                result = self._put(message, queue_id)
+            self._write_op(listed)
+        except BaseException:
+            with self._lock:  # nothing ended: the half stays pending
+                if half.key not in self._by_key:
+                    self._pending[half.log_position] = half
+                    self._by_key[half.key] = half.log_position
+            raise
+        log.info("[transactions] %s %s of group %s (half %d)", state.name.lower(),
+                 view.unique_key or half.key, half.producer_group, half.queue_offset)
+        return result
+
+    def _take(self, receipt: HalfReceipt) -> tuple[MessageView, PendingHalf, list[int]]:
+        """Remove the pending half ``receipt`` names; its record, entry and the op offsets."""
+        view = self._half_record(receipt.log_position)
+        group = view.properties.get(PROPERTY_PRODUCER_GROUP)
+        if group != receipt.producer_group:
+            raise TransactionStateError(f"The producer group wrong: the half message at "
+                                        f"{receipt.log_position} is of group {group!r}")
+        if view.queue_offset != receipt.queue_offset:
+            raise TransactionStateError(f"The transaction state table offset wrong: the half "
+                                        f"message at {receipt.log_position} has queue offset "
+                                        f"{view.queue_offset}, not {receipt.queue_offset}")
+        with self._lock:
+            position = self._by_key.get(transaction_key(view))
+            half = None if position is None else self._pending.get(position)
+            if half is None:
+                raise TransactionStateError(
+                    f"the transaction of the half message at {receipt.log_position} "
+                    f"({view.unique_key}) already ended: nothing to commit or roll back")
+            del self._pending[position]
+            del self._by_key[half.key]
+        if half.log_position != view.log_position:
+            view = self._half_record(half.log_position)
+        return view, half, sorted({receipt.queue_offset, half.queue_offset})
+
+    def _half_record(self, position: int) -> MessageView:
+        try:
+            view = self._store.read_message(position)
+        except (MessageNotFoundError, CorruptionError) as error:
+            raise TransactionStateError(f"Find prepared transaction message failed: "
+                                        f"{error}") from error
+        if view.topic != TRANSACTION_HALF_TOPIC:
+            raise TransactionStateError(f"Find prepared transaction message failed: the "
+                                        f"record at {position} is in {view.topic}, not a half")
+        return view
+
+    def _write_op(self, offsets: list[int]) -> None:
+        """One op record (tag ``d``) listing ``offsets`` of the half queue."""
+        body = "".join(f"{offset}," for offset in offsets).encode("ascii")
+        result = self._store.put_message(Message(TRANSACTION_OP_TOPIC, body,
+                                                 tags=OP_REMOVE_TAG), 0)
+        with self._lock:
+            self._ops.append((result.queue_offset, max(offsets)))
+
+    # ---- for the check service ---------------------------------------------------------------
+
+    def due(self, now_ms: int) -> list[PendingHalf]:
+        """Pending halves whose check time has come, earliest first."""
+        with self._lock:
+            return sorted((half for half in self._pending.values() if half.due_ms <= now_ms),
+                          key=lambda half: half.due_ms)
+
+    def next_due_ms(self) -> int | None:
+        """When the next pending half is due, or None when none is pending."""
+        with self._lock:
+            return min((half.due_ms for half in self._pending.values()), default=None)
+
+    def pending(self) -> list[PendingHalf]:
+        """Every pending half (copies), by queue offset."""
+        with self._lock:
+            return sorted(self._pending.values(), key=lambda half: half.queue_offset)
+
+    def replace(self, half: PendingHalf, copy: Callable[[MessageView], Message | None]
+                ) -> tuple[MessageView, PendingHalf | None] | None:
+        """Replace the pending ``half`` by what ``copy`` makes of its record: a new half copy
+        (stored in the half queue, pending in its place) or None (a discard: an op record ends
+        it). None when ``half`` ended meanwhile; else the new copy's record (the old one's for
+        a discard) and its entry."""
+        with self._lock:
+            if self._pending.get(half.log_position) is not half:
+                return None
+            view = self._store.read_message(half.log_position)
+            replacement = copy(view)
+            if replacement is None:
+                del self._pending[half.log_position]
+                del self._by_key[half.key]
+                new = None
+            else:
+                result = self._store.put_message(replacement, 0)
+                view = self._store.read_message(result.log_position)
+                new = self._add(view)
+        if new is None:
+            self._write_op([half.queue_offset])
+        return view, new
+
+    def progress(self) -> None:
+        """Commit the half and op progress offsets past what recovery no longer needs."""
+        with self._lock:
+            half_start = min((half.queue_offset for half in self._pending.values()),
+                             default=self._store.max_offset(TRANSACTION_HALF_TOPIC, 0))
+            skip = 0
+            for _, highest in self._ops:
+                if highest >= half_start:
+                    break
+                skip += 1
+            if skip:
+                self._op_start = self._ops[skip - 1][0] + 1
+                del self._ops[:skip]
+            op_start = self._op_start
+        self._offsets.commit(TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0, half_start)
+        self._offsets.commit(TRANSACTION_OP_TOPIC, TRANSACTION_GROUP, 0, op_start)
+
+
+__all__ = ["HalfMessages", "PendingHalf", "committed_message", "half_message", "op_offsets",
+           "transaction_key"]
