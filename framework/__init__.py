@@ -34,6 +34,7 @@ from .middleware import ConsumeContext, Middleware
 from .outcomes import ConsumeOutcome, DeadLetter, OutcomeKind, RetryLater, SkipMessage
 from .producer import BatchMessage, Producer, SendStatus
 from .send_failures import SendFailure, send_failure
+from .transactions import TransactionResult, TransactionState
 from .validation import (
     MAX_MESSAGE_SIZE_BYTES,
     InvalidMessageError,
@@ -49,6 +50,7 @@ __all__ = [
     "EventLoopThread", "FrameworkError", "GroupCommit", "HandlerRegistrationError",
     "HandlerSpec", "InvalidMessageError", "LogFormat", "MessageQueue", "Middleware",
     "OutcomeKind", "Producer", "RetryLater", "SendFailure",
-    "SendResult", "SendStatus", "Service", "SkipMessage", "UniqueKeyGenerator", "check_message",
+    "SendResult", "SendStatus", "Service", "SkipMessage", "TransactionResult",
+    "TransactionState", "UniqueKeyGenerator", "check_message",
     "check_unique_key", "configure_logging", "send_failure", "strategy_by_name",
 ]

@@ -15,6 +15,9 @@ coroutines: the blocking send runs in the running loop's default executor (with 
 contextvars), never on the loop. With a ``Tracing`` (``App(tracing=...)``) each send is a
 PRODUCER span whose context the message carries (``framework.tracing``). Thread-safe.
 
+``send_in_transaction`` is RocketMQ's transactional send (a half message, the local
+transaction, then commit or rollback, with the broker's check-back; ``framework.transactions``).
+
 ``App.stop()`` closes its producer: a later send raises ``AppStateError`` instead of reopening
 the store behind the caller's back (``app.start()`` gives the app a new producer).
 """
@@ -46,6 +49,14 @@ from postbox.storage_engine.formats.message_id import UniqueKeyGenerator
 
 from .errors import AppStateError
 from .tracing import Tracing
+from .transactions import (
+    DEFAULT_TRANSACTION_GROUP,
+    Check,
+    Execute,
+    TransactionChecks,
+    TransactionResult,
+    end_local_transaction,
+)
 from .validation import InvalidMessageError, check_properties, check_unique_key
 
 SendStatus = PutStatus
@@ -101,11 +112,14 @@ class Producer:
         # a remote broker clamps a higher level to its last; the producer refuses it instead
         self._delay_level_count = client.delay_level_count
         self._closed_by: str | None = None
+        self._checks = TransactionChecks(client)
 
     def close(self, reason: str = "the producer was closed") -> None:
         """Refuse every later send with ``AppStateError`` saying ``reason`` (``App.stop``
-        closes the app's producer this way; the broker connection is the app's to close)."""
+        closes the app's producer this way; the broker connection is the app's to close).
+        Its transaction checks are unregistered."""
         self._closed_by = reason
+        self._checks.close()
 
     def _check_open(self, topic: str) -> None:
         if self._closed_by is not None:
@@ -164,6 +178,43 @@ class Producer:
             return deliver(merged)
         return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
                                      remote=self._client.remote)
+
+    def send_in_transaction(self, topic: str, body: bytes | str, *, execute: Execute,
+                            check: Check, group: str = DEFAULT_TRANSACTION_GROUP,
+                            tags: str | None = None, keys: Iterable[str] | str | None = None,
+                            properties: Mapping[str, str] | None = None,
+                            sharding_key: str | None = None, queue_id: int | None = None,
+                            unique_key: str | None = None) -> TransactionResult:
+        """Send a message in a local transaction (RocketMQ's transactional message): store it
+        as a half, run ``execute(half_result)``, then commit or roll it back as it says;
+        ``check(message)`` answers the broker's later questions about halves of ``group``
+        whose outcome it did not learn (``framework.transactions`` has the rules).
+
+        Returns:
+            The half's send result, the local outcome, whether the end reached the broker
+            and, embedded, where the committed message went.
+
+        Raises:
+            InvalidMessageError: as ``send``; nothing was sent.
+            AppStateError: the app that made this producer was stopped.
+            Exception: whatever ``execute`` raised (the half is then left to ``check``).
+        """
+        self._check_open(topic)
+        body = _checked_body(topic, body, properties, unique_key)
+        self._checks.set(group, check)
+        message = Message(topic, body, tags=tags, keys=keys, properties=dict(properties or {}),
+                          unique_key=unique_key or self._ids.next())
+        half = self._client.send_half(message, group, queue_id=queue_id,
+                                      sharding_key=sharding_key)
+        return end_local_transaction(self._client, group, half, execute)
+
+    def register_transaction_check(self, check: Check, *,
+                                   group: str = DEFAULT_TRANSACTION_GROUP) -> None:
+        """Answer the broker's checks of ``group``'s halves with ``check`` from now on, before
+        any ``send_in_transaction``: a restarted process answers for halves its predecessor
+        left pending."""
+        self._check_open(group)
+        self._checks.set(group, check)
 
     def send_to_group(self, consumer_group: str, topic: str, body: bytes | str, *,
                       tags: str | None = None, keys: Iterable[str] | str | None = None,

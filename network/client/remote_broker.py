@@ -9,7 +9,8 @@ share one ``ClientContext``:
 - sending: ``sending.Sender`` (SEND_MESSAGE_V2, coalesced into SEND_BATCH_MESSAGE);
 - topics, groups, progress, dead letters, lookups: ``admin_calls.AdminCalls``;
 - the consumer side (pull and long polling, offsets, send-back, membership, queue locks):
-  ``consuming``.
+  ``consuming``;
+- transactional messages (half sends, their ends, checks): ``transactions``.
 
 Names: with ``namespace="NS"`` every topic and group goes on the wire as RocketMQ clients name
 them (``NS%orders``, ``%RETRY%NS%group``, ``%DLQ%NS%group``) and comes back without it, so
@@ -24,6 +25,7 @@ calls after it raise ``StoreClosedError``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from postbox.storage_engine.clock import Clock, SystemClock
@@ -36,6 +38,11 @@ from postbox.storage_engine.contract.model import (
     SendResult,
 )
 from postbox.storage_engine.contract.rules import DELAY_LEVEL_COUNT
+from postbox.storage_engine.contract.transactions import (
+    HalfReceipt,
+    TransactionCheck,
+    TransactionState,
+)
 from postbox.storage_engine.errors import StoreClosedError
 from postbox.storage_engine.formats import MessageView
 
@@ -48,6 +55,7 @@ from .context import DEFAULT_TIMEOUT_MS, ClientContext
 from .naming import Namespace
 from .routes import RouteTable
 from .sending import Sender
+from .transactions import RemoteTransactions
 
 QueueKey = tuple[str, int]
 
@@ -87,6 +95,8 @@ class RemotingBroker:
         self._admin = AdminCalls(self._context)
         self._consuming = Consuming(self._context)
         self._consuming.send = self.send  # a refused send-back's fallback (RocketMQ's client)
+        self._transactions = RemoteTransactions(self._context,
+                                                f"postbox-producer@{os.getpid()}@{id(self):x}")
         self._closed = False
 
     def __repr__(self) -> str:
@@ -121,6 +131,34 @@ class RemotingBroker:
         """Store messages of one topic in one queue with one call (see ``Broker.send_batch``)."""
         self._check_open()
         return self._sender.send_batch(messages, queue_id, sharding_key)
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def send_half(self, message: Message, producer_group: str, *, queue_id: int | None = None,
+                  sharding_key: str | None = None) -> SendResult:
+        """Store a half message (see ``Broker.send_half``)."""
+        self._check_open()
+        return self._transactions.send_half(message, producer_group, queue_id=queue_id,
+                                            sharding_key=sharding_key)
+
+    def end_transaction(self, receipt: HalfReceipt, state: TransactionState, *,
+                        from_check: bool = False) -> SendResult | None:
+        """Commit or roll back a half (see ``Broker.end_transaction``); None: the broker does
+        not say where a committed message went."""
+        self._check_open()
+        self._transactions.end_transaction(receipt, state, from_check=from_check)
+        return None
+
+    def register_transaction_checker(self, producer_group: str,
+                                     checker: Callable[[TransactionCheck], object]) -> None:
+        """Answer the brokers' checks of ``producer_group`` (see ``transactions``)."""
+        self._check_open()
+        self._transactions.register_transaction_checker(producer_group, checker)
+
+    def unregister_transaction_checker(self, producer_group: str,
+                                       checker: Callable[[TransactionCheck], object]) -> None:
+        """Stop answering checks of ``producer_group`` with ``checker``."""
+        self._transactions.unregister_transaction_checker(producer_group, checker)
 
     # -- admin -----------------------------------------------------------------------------
 
@@ -253,6 +291,7 @@ class RemotingBroker:
         if self._closed:
             return
         self._closed = True
+        self._transactions.close()
         try:
             close = getattr(self._consuming, "close", None)
             if close is not None:

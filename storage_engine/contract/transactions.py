@@ -56,6 +56,8 @@ class HalfReceipt:
     offset_msg_id: str
     transaction_id: str | None
     """The message's ``UNIQ_KEY`` (RocketMQ's transaction id)."""
+    broker_address: str | None = None
+    """The broker holding the half, when a remote client knows it (a check's connection)."""
 
     @classmethod
     def of(cls, producer_group: str, result: SendResult) -> HalfReceipt:

@@ -1,7 +1,8 @@
 """Transactional messages over remoting on a real store and socket: a half send (invisible),
 END_TRANSACTION commit and rollback with their op records, refusals of an unknown, mismatched
 or already-ended half (nothing lost), check-back to a heartbeat-registered producer answered by
-commit, rollback or unknown, and the discard after ``transactionCheckMax`` checks."""
+commit, rollback or unknown, the discard after ``transactionCheckMax`` checks, and pending halves
+found again after a ``postbox broker`` process is killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -18,8 +19,14 @@ from postbox.storage_engine.formats.topic_names import (
     TRANSACTION_HALF_TOPIC,
     TRANSACTION_OP_TOPIC,
 )
+from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.brokers import BrokerFactory
-from tests.support.remoting_raw import RawRemotingClient, decode_records, send_fields
+from tests.support.remoting_raw import (
+    RawRemotingClient,
+    decode_records,
+    pull_fields,
+    send_fields,
+)
 
 SEND_V2, END = RequestCode.SEND_MESSAGE_V2, RequestCode.END_TRANSACTION
 UNIQ = "7F0000010F3A1B2C3D4E00A1B2C3{:04X}"
@@ -108,7 +115,11 @@ def test_unknown_mismatched_or_ended_halves_are_refused_and_nothing_is_lost(serv
 
 
 def producer(server, group: str = "PG") -> RawRemotingClient:
-    client = RawRemotingClient(server.address)
+    return producer_at(server.address, group)
+
+
+def producer_at(address, group: str = "PG") -> RawRemotingClient:
+    client = RawRemotingClient(address)
     body = json.dumps({"clientID": f"client-{group}", "consumerDataSet": [],
                        "producerDataSet": [{"groupName": group}]}).encode()
     assert client.call(RequestCode.HEART_BEAT, {}, body).code == ResponseCode.SUCCESS
@@ -168,3 +179,32 @@ def test_a_half_nobody_answers_is_discarded_after_the_check_limit(served):
     assert (resent.topic, resent.queue_id) == ("TX", 1)
     assert [view.body for view in visible(broker)] == [b"body-5"]
     assert sent["queueOffset"] == "0"
+
+
+def test_pending_halves_survive_kill_9_of_the_broker_process(tmp_path):
+    conf = write_broker_conf(tmp_path)
+    conf.write_text(conf.read_text() + "transactionTimeOut=2000\ntransactionCheckInterval=2000\n")
+    server = BrokerProcess(tmp_path / "store", broker_conf=conf).start()
+    try:
+        with RawRemotingClient(server.remoting_address) as client:
+            committed, rolled, pending = (send_half(client, n) for n in (6, 7, 8))
+            client.oneway(END, end_fields(committed, 8))
+            client.oneway(END, end_fields(rolled, 12))
+            assert client.call(END, end_fields(pending, 0)).code == ResponseCode.SUCCESS
+        server.kill()
+        server = BrokerProcess(tmp_path / "store", broker_conf=conf).start()
+        with producer_at(server.remoting_address) as client:
+            check = next_check(client, timeout_s=30)
+            assert check.ext_fields["msgId"] == UNIQ.format(8)
+            client.oneway(END, {"producerGroup": "PG", "commitOrRollback": 8,
+                                "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+                                "commitLogOffset": check.ext_fields["commitLogOffset"],
+                                "fromTransactionCheck": "true"})
+            with pytest.raises(queue.Empty):
+                next_check(client, timeout_s=3)
+            pulled = client.call(RequestCode.PULL_MESSAGE,
+                                 pull_fields("G", "TX", 1, 0, sys_flag=0x6, suspend_ms=3000))
+            assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+            assert [r.body for r in decode_records(pulled.body)] == [b"body-6", b"body-8"]
+    finally:
+        server.kill()
