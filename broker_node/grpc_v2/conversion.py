@@ -21,7 +21,9 @@ Send (``apache.rocketmq.v2.Message`` → ``Message``):
   The asked-for time itself is kept in ``DELIVERY_TIMESTAMP_MS`` (a Postbox extension, hidden
   from user properties) and given back as ``delivery_timestamp`` on receive, as Apache's proxy
   gives back its timer's ``TIMER_DELIVER_MS``.
-* TRANSACTION and LITE messages answer ``NOT_IMPLEMENTED``.
+* TRANSACTION messages become half messages (``transaction_calls``), their
+  ``orphaned_transaction_recovery_duration`` the ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property
+  (whole seconds, as RocketMQ's proxy); LITE messages answer ``NOT_IMPLEMENTED``.
 
 Receive (``MessageView`` → protobuf): the original topic (``RETRY_TOPIC`` of a retried
 message), tag, keys, ``UNIQ_KEY`` as ``message_id`` (offsetMsgId when absent), user properties
@@ -79,7 +81,9 @@ RESERVED_PROPERTIES = frozenset({
     PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC, PROPERTY_SHARDING_KEY, "REAL_QID", "WAIT", "ORIGIN_MESSAGE_ID",
     "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "MSG_REGION",
+    "TRAN_MSG", "PGROUP", "__transactionId__", "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME",
+    "MSG_REGION",
     "TRACE_ON", "__STARTDELIVERTIME", "CLUSTER", "INNER_NUM", "INNER_MULTI_DISPATCH",
     "INNER_MULTI_QUEUE_OFFSET", PROPERTY_DELIVERY_TIMESTAMP_MS,
 })
@@ -89,7 +93,7 @@ def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tupl
                        now_ms: int, levels_ms: Sequence[int]) -> tuple[Message, str | None]:
     """The store message for a sent protobuf message, and its sharding key (message group)."""
     system = proto.system_properties
-    if system.message_type in (definition.TRANSACTION, definition.LITE):
+    if system.message_type == definition.LITE:
         kind = definition.MessageType.Name(system.message_type)
         raise RequestError(Code.NOT_IMPLEMENTED, f"{kind} messages are not supported by Postbox")
     if system.body_encoding not in (definition.ENCODING_UNSPECIFIED, definition.IDENTITY):
@@ -102,6 +106,10 @@ def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tupl
         if system.HasField("message_group") else None
     if group is not None:
         properties[PROPERTY_SHARDING_KEY] = group
+    if (system.message_type == definition.TRANSACTION
+            and system.HasField("orphaned_transaction_recovery_duration")):
+        properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(
+            system.orphaned_transaction_recovery_duration.seconds)
     if system.HasField("delivery_timestamp"):
         deliver_ms = _timestamp_ms(system.delivery_timestamp)
         level = delay_level_for(deliver_ms, now_ms, levels_ms)
@@ -240,6 +248,8 @@ def message_to_proto(view: MessageView, *, receipt_handle: str | None = None,
 
 
 def _message_type(properties: dict[str, str]) -> int:
+    if properties.get("TRAN_MSG") == "true":
+        return definition.TRANSACTION
     if properties.get(PROPERTY_SHARDING_KEY):
         return definition.FIFO
     if PROPERTY_REAL_TOPIC in properties or PROPERTY_DELIVERY_TIMESTAMP_MS in properties:

@@ -1,4 +1,5 @@
-"""SendMessage: store each message of the request through ``Broker.send``.
+"""SendMessage: store each message of the request through ``Broker.send`` (a TRANSACTION
+message through ``Broker.send_half``: ``transaction_calls``).
 
 Checks before anything is written: every topic name (``ILLEGAL_TOPIC``; the broker's internal,
 retry and DLQ topics included), the caller's PUB
@@ -24,6 +25,7 @@ from .conversion import message_from_proto
 from .names import client_id, sendable_topic_name
 from .protocol import Code, definition, service
 from .statuses import RequestError, combined_status, status, status_for
+from .transaction_calls import send_half
 
 MESSAGES_PER_REQUEST_MAX = 1024
 
@@ -47,14 +49,19 @@ def send(parts: ServiceParts, request: service.SendMessageRequest,
             message, group = message_from_proto(proto, topic, peer_host=peer,
                                                 now_ms=parts.clock.now_ms(),
                                                 levels_ms=levels_ms)
-            receipt = parts.broker.send(message, sharding_key=group)
+            transaction_id = ""
+            if proto.system_properties.message_type == definition.TRANSACTION:
+                receipt, transaction_id = send_half(parts, message, group)
+            else:
+                receipt = parts.broker.send(message, sharding_key=group)
         except Exception as error:  # each message is answered on its own
             report("SendMessage", error)
             entries.append(service.SendResultEntry(status=status_for(error)))
             continue
         entries.append(service.SendResultEntry(
             status=_stored_status(receipt.status),
-            message_id=message.unique_key or receipt.offset_msg_id, offset=receipt.queue_offset))
+            message_id=message.unique_key or receipt.offset_msg_id, offset=receipt.queue_offset,
+            transaction_id=transaction_id))
     return service.SendMessageResponse(
         status=combined_status([entry.status for entry in entries]), entries=entries)
 

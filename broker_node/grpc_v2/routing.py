@@ -24,7 +24,7 @@ from .protocol import definition
 
 BROKER_NAME = "postbox"
 ALL_QUEUES = -1
-ACCEPTED_TYPES = (definition.NORMAL, definition.FIFO, definition.DELAY)
+ACCEPTED_TYPES = (definition.NORMAL, definition.FIFO, definition.DELAY, definition.TRANSACTION)
 
 
 def endpoints_for(requested: definition.Endpoints,

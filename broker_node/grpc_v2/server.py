@@ -44,6 +44,7 @@ from .lease_expiry import LeaseExpiryService
 from .pop_service import PopService
 from .protocol import service_grpc
 from .servicer import MessagingServicer
+from .transaction_calls import TelemetryStreams
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class BrokerServer:
             advertised=(self._advertised_host(), requested_port),
             long_polling_max_ms=config.broker.long_polling_max_ms,
             default_invisible_ms=default_invisible_ms)
+        self.telemetry = TelemetryStreams()  # producers' streams: the transaction checks' route
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
 
@@ -137,10 +139,12 @@ class BrokerServer:
             raise ServerError(f"cannot listen on {self._listen} (in use or not local)")
         self._port = port
         self.parts = dataclasses.replace(self.parts, advertised=(self._advertised_host(), port))
-        service_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.parts),
+        service_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.parts,
+                                                                              self.telemetry),
                                                             server)
         server.start()
         self.parts.expiry.start()
+        self._broker.transactions.add_route(self.telemetry.route_check)
         self._server = server
         log.info("[server] listening on %s (workers=%d, max request %d bytes, acl %s)",
                  self.address, self._workers, self.max_request_bytes,
@@ -153,6 +157,7 @@ class BrokerServer:
             return
         self._stopped = True
         self._stopping.set()
+        self._broker.transactions.remove_route(self.telemetry.route_check)
         self._broker.wake_waiters()
         if self._server is not None:
             self._server.stop(grace_s).wait()

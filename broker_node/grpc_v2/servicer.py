@@ -1,9 +1,10 @@
 """``MessagingServicer``: Apache RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` over an
 embedded ``Broker``.
 
-Implemented: QueryRoute, Heartbeat, Telemetry (settings exchange), SendMessage, QueryAssignment,
-ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue,
-PullMessage, UpdateOffset, GetOffset, QueryOffset, NotifyClientTermination. EndTransaction,
+Implemented: QueryRoute, Heartbeat, Telemetry (settings exchange, and transaction checks pushed
+to producers), SendMessage, QueryAssignment, ReceiveMessage, AckMessage,
+ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, PullMessage, UpdateOffset, GetOffset,
+QueryOffset, NotifyClientTermination, EndTransaction (``transaction_calls``).
 RecallMessage and SyncLiteSubscription answer ``NOT_IMPLEMENTED`` in their status (to signed
 callers; unsigned ones get ``UNAUTHORIZED`` as everywhere); a method
 unknown to this protocol version gets gRPC ``UNIMPLEMENTED`` from grpc itself.
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from . import consume_calls, offset_calls, produce_calls
+from . import consume_calls, offset_calls, produce_calls, transaction_calls
 from .call_context import ServiceParts, answers, metadata, report
 from .lease_expiry import max_attempts
 from .names import client_id, group_name, required_client_id, topic_name
@@ -31,7 +32,6 @@ from .protocol import Code, definition, service, service_grpc
 from .routing import endpoints_for, pop_assignment, route_queues
 from .settings_answer import settings_answer
 from .statuses import RequestError, not_implemented, status, status_for
-from .stream_reader import read_until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ _CONSUMER_TYPES = (definition.PUSH_CONSUMER, definition.SIMPLE_CONSUMER)
 class MessagingServicer(service_grpc.MessagingServiceServicer):
     """The MessagingService of one Postbox broker server."""
 
-    def __init__(self, parts: ServiceParts) -> None:
+    def __init__(self, parts: ServiceParts,
+                 telemetry: transaction_calls.TelemetryStreams | None = None) -> None:
         self._parts = parts
+        self._telemetry = telemetry or transaction_calls.TelemetryStreams()
 
     # ---- routes, membership, settings -------------------------------------------------------
 
@@ -84,16 +86,22 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
             report("Telemetry", error)
             yield service.TelemetryCommand(status=status_for(error))
             return
-        for command in read_until_stopped(request_iterator, parts.stopping):
+
+        def answer(command, stream: int):
             if not command.HasField("settings"):
-                continue  # stack traces, verify results: nothing to answer
+                return None  # stack traces, verify results: nothing to answer
             try:
-                answer = self._settings(command.settings, caller, context)
+                settings = self._settings(command.settings, caller, context)
             except Exception as error:  # answered as a status
                 report("Telemetry", error)
-                yield service.TelemetryCommand(status=status_for(error))
-                continue
-            yield service.TelemetryCommand(status=status(), settings=answer)
+                return service.TelemetryCommand(status=status_for(error))
+            if command.settings.client_type == definition.PRODUCER:
+                self._telemetry.publishing(stream, tuple(
+                    topic_name(topic) for topic in command.settings.publishing.topics))
+            return service.TelemetryCommand(status=status(), settings=settings)
+
+        yield from transaction_calls.serve_telemetry(self._telemetry, caller, request_iterator,
+                                                     parts.stopping, answer)
 
     def _settings(self, client: definition.Settings, caller: str | None,
                   context: grpc.ServicerContext) -> definition.Settings:
@@ -183,12 +191,11 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
     def QueryOffset(self, request, context):  # noqa: D102
         return offset_calls.query_offset(self._parts, request, context)
 
-    # ---- not supported ----------------------------------------------------------------------
-
     @answers(service.EndTransactionResponse)
     def EndTransaction(self, request, context):  # noqa: D102
-        self._parts.authorize(context)
-        return service.EndTransactionResponse(status=not_implemented("EndTransaction"))
+        return transaction_calls.end(self._parts, request, context)
+
+    # ---- not supported ----------------------------------------------------------------------
 
     @answers(service.RecallMessageResponse)
     def RecallMessage(self, request, context):  # noqa: D102

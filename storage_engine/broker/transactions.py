@@ -273,7 +273,7 @@ class HalfMessages:
         with self._lock:
             position = self._by_key.get(transaction_key(view))
             half = None if position is None else self._pending.get(position)
-            if half is None:
+            if position is None or half is None:
                 raise TransactionStateError(
                     f"the transaction of the half message at {receipt.log_position} "
                     f"({view.unique_key}) already ended: nothing to commit or roll back")
