@@ -160,6 +160,7 @@ class HalfMessages:
         self._by_key: dict[str, int] = {}  # transaction key → log position of its latest copy
         self._ops: list[tuple[int, int]] = []  # (op queue offset, highest half offset listed)
         self._op_start = 0
+        self._committed: tuple[int, int] = (0, 0)  # the progress offsets last committed
 
     # ---- reading the topics ------------------------------------------------------------------
 
@@ -177,6 +178,7 @@ class HalfMessages:
         self._store.wait_dispatched()
         half_start = self._offsets.query(TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0) or 0
         self._op_start = self._offsets.query(TRANSACTION_OP_TOPIC, TRANSACTION_GROUP, 0) or 0
+        self._committed = (half_start, self._op_start)
         ended: set[int] = set()
         ops = []
         for view in self._read(TRANSACTION_OP_TOPIC, self._op_start):
@@ -357,6 +359,9 @@ class HalfMessages:
                 self._op_start = self._ops[skip - 1][0] + 1
                 del self._ops[:skip]
             op_start = self._op_start
+            if (half_start, op_start) == self._committed:
+                return  # nothing new (a broker without transactions commits nothing)
+            self._committed = (half_start, op_start)
         self._offsets.commit(TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0, half_start)
         self._offsets.commit(TRANSACTION_OP_TOPIC, TRANSACTION_GROUP, 0, op_start)
 
