@@ -61,8 +61,10 @@ final class Produce {
     }
 
     /**
-     * {@code {"messages": [spec + "outcome": "commit" | "rollback"]}}: half messages whose local
-     * transaction commits or rolls back at once (a broker check gets the same answer).
+     * {@code {"messages": [spec + "outcome": "commit" | "rollback" | "unknown", optional "check":
+     * the answer to a broker check (default: the outcome)], "linger_ms": time to stay up after
+     * the sends, answering checks (default 0)}}: half messages whose local transaction commits,
+     * rolls back or does not know yet.
      */
     static Object transaction(JSONObject request) throws Exception {
         TransactionMQProducer producer = Clients.configure(
@@ -76,7 +78,8 @@ final class Produce {
 
             @Override
             public LocalTransactionState checkLocalTransaction(MessageExt message) {
-                return state(message.getUserProperty("lab_outcome"));
+                String check = message.getUserProperty("lab_check");
+                return state(check != null ? check : message.getUserProperty("lab_outcome"));
             }
         });
         producer.start();
@@ -87,11 +90,15 @@ final class Produce {
                 JSONObject spec = (JSONObject) each;
                 Message message = Messages.build(spec);
                 message.putUserProperty("lab_outcome", spec.getString("outcome"));
+                if (spec.containsKey("check")) {
+                    message.putUserProperty("lab_check", spec.getString("check"));
+                }
                 TransactionSendResult result = producer.sendMessageInTransaction(message, spec.getString("outcome"));
                 JSONObject json = Messages.sendResult(result);
                 json.put("local_state", result.getLocalTransactionState().name());
                 results.add(json);
             }
+            Thread.sleep(request.getLongValue("linger_ms"));
             return results;
         } finally {
             producer.shutdown();
@@ -99,6 +106,9 @@ final class Produce {
     }
 
     static LocalTransactionState state(String outcome) {
+        if ("unknown".equals(outcome)) {
+            return LocalTransactionState.UNKNOW;
+        }
         return "commit".equals(outcome) ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
     }
 }
