@@ -1,0 +1,102 @@
+"""Half messages in the embedded broker, driven by a ``FakeClock``: the check schedule
+(``transactionTimeOut`` after birth, ``CHECK_IMMUNITY_TIME_IN_SECONDS``, then every
+``transactionCheckInterval``), the discard after ``transactionCheckMax`` checks, a late end of a
+superseded copy, recovery of pending halves after a close without any persist of the progress
+offsets, and the broker.conf keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from postbox.storage_engine import Broker, FakeClock, Message, StoreConfig
+from postbox.storage_engine.contract import HalfReceipt, TransactionState
+from postbox.storage_engine.formats.topic_names import (
+    TRANSACTION_CHECK_MAX_TIME_TOPIC,
+    TRANSACTION_GROUP,
+    TRANSACTION_HALF_TOPIC,
+)
+from tests.support.brokers import broker_config
+
+START_MS = 1_700_000_000_000
+TIMES = {"transaction_timeout_ms": 6_000, "transaction_check_interval_ms": 30_000,
+         "transaction_check_max": 2}
+
+
+def open_broker(root: Path, clock: FakeClock) -> Broker:
+    """A broker whose check service the test drives (its thread stopped)."""
+    broker = Broker.open(broker_config(root, **TIMES), clock=clock)
+    broker.transactions.check_service.stop()
+    return broker
+
+
+def test_checks_follow_the_schedule_and_the_limit_discards(tmp_path: Path) -> None:
+    clock = FakeClock(START_MS)
+    with open_broker(tmp_path / "store", clock) as broker:
+        service = broker.transactions.check_service
+        checks = []
+        broker.register_transaction_checker("PG", checks.append)
+        broker.send_half(Message("T", b"plain", unique_key="U1"), "PG")
+        broker.send_half(Message("T", b"immune", unique_key="U2",
+                                 properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "20"}), "PG")
+        clock.advance(5_999)
+        assert service.run_once(clock.now_ms()) == 0 and checks == []
+        clock.advance(1)
+        assert service.run_once(clock.now_ms()) == 1
+        assert [c.message.body for c in checks] == [b"plain"]
+        clock.advance(14_000)  # 20 s after birth: the immune one
+        service.run_once(clock.now_ms())
+        assert [c.message.body for c in checks] == [b"plain", b"immune"]
+        clock.advance(16_000)  # 30 s after the first check
+        service.run_once(clock.now_ms())
+        assert [c.message.body for c in checks][2:] == [b"plain"]
+        assert checks[2].message.properties["TRANSACTION_CHECK_TIMES"] == "2"
+        clock.advance(30_000)  # both checked twice: discarded at their next due time
+        service.run_once(clock.now_ms())
+        clock.advance(30_000)
+        service.run_once(clock.now_ms())
+        assert len(checks) == 4 and service.discard_count == 2
+        assert broker.transactions.halves.pending() == []
+        assert broker.store.wait_dispatched()
+        kept = broker.transactions.discarded()
+        assert sorted(view.body for view in kept) == [b"immune", b"plain"]
+        assert {view.topic for view in kept} == {TRANSACTION_CHECK_MAX_TIME_TOPIC}
+
+
+def test_an_end_of_a_superseded_copy_ends_the_transaction_once(tmp_path: Path) -> None:
+    clock = FakeClock(START_MS)
+    with open_broker(tmp_path / "store", clock) as broker:
+        half = broker.send_half(Message("T", b"late", unique_key="U3"), "PG", queue_id=0)
+        clock.advance(6_000)
+        broker.transactions.check_service.run_once(clock.now_ms())  # stores a copy
+        committed = broker.end_transaction(HalfReceipt.of("PG", half), TransactionState.COMMIT)
+        assert committed is not None and committed.topic == "T"
+        assert broker.transactions.halves.pending() == []
+        assert broker.store.wait_dispatched()
+        assert [v.body for v in broker.pull("G", "T", 0, 0).messages] == [b"late"]
+
+
+def test_pending_halves_are_recovered_from_the_topics(tmp_path: Path) -> None:
+    clock = FakeClock(START_MS)
+    root = tmp_path / "store"
+    with open_broker(root, clock) as broker:
+        ended = broker.send_half(Message("T", b"ended", unique_key="A"), "PG")
+        broker.send_half(Message("T", b"open", unique_key="B"), "PG")
+        broker.end_transaction(HalfReceipt.of("PG", ended), TransactionState.ROLLBACK)
+        offsets = broker.tables.consumer_offsets
+        assert offsets.query(TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0) is None
+    with open_broker(root, clock) as broker:
+        [pending] = broker.transactions.halves.pending()
+        assert pending.key == "B" and pending.producer_group == "PG"
+        broker.transactions.check_service.run_once(clock.now_ms())
+        assert broker.tables.consumer_offsets.query(
+            TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0) == pending.queue_offset
+
+
+def test_broker_conf_keys_set_the_times() -> None:
+    config = StoreConfig.from_broker_conf({"storePathRootDir": "/tmp/x",
+                                           "transactionTimeOut": "1000",
+                                           "transactionCheckMax": "3",
+                                           "transactionCheckInterval": "2000"})
+    assert (config.broker.transaction_timeout_ms, config.broker.transaction_check_max,
+            config.broker.transaction_check_interval_ms) == (1000, 3, 2000)
+    assert StoreConfig(root_dir="/tmp/x").broker.transaction_check_interval_ms == 30_000
