@@ -34,7 +34,7 @@ from postbox.storage_engine.contract.transactions import (
     TransactionCheck,
     TransactionState,
 )
-from postbox.storage_engine.errors import StorageError
+from postbox.storage_engine.errors import TransactionStateError
 
 from .call_context import ServiceParts, metadata
 from .conversion import message_to_proto
@@ -91,10 +91,8 @@ def end(parts: ServiceParts, request: service.EndTransactionRequest,
     try:
         parts.broker.end_transaction(receipt, state,
                                      from_check=request.source == definition.SOURCE_SERVER_CHECK)
-    except StorageError as error:
-        if type(error).__name__ == "TransactionStateError":
-            raise RequestError(Code.INVALID_TRANSACTION_ID, str(error)) from error
-        raise
+    except TransactionStateError as error:
+        raise RequestError(Code.INVALID_TRANSACTION_ID, str(error)) from error
     return service.EndTransactionResponse(status=status())
 
 
