@@ -9,7 +9,8 @@ EndTransaction commits (``COMMIT``) or rolls back (``ROLLBACK``) that half; an u
 resolution changes nothing. A half that is not pending answers ``INVALID_TRANSACTION_ID``.
 
 Checks: ``TelemetryStreams`` is the broker's check route for these halves. It hands a check to
-the Telemetry stream of a live PRODUCER client whose settings publish the half's topic, as a
+the Telemetry stream of a live PRODUCER client whose settings publish the half's topic (else
+one whose settings name no topic), as a
 ``RecoverOrphanedTransactionCommand`` (the message as a consumer would receive it, and the
 transaction id); the client answers with EndTransaction, ``source = SOURCE_SERVER_CHECK``.
 ``serve_telemetry`` is the Telemetry stream itself: the client's commands (answered by the
@@ -132,7 +133,8 @@ class TelemetryStreams:
             return False
         with self._lock:
             candidates = [self._streams[key][1] for key, topics in self._topics.items()
-                          if topic in topics]
+                          if topic in topics] or [  # else a producer that named no topics
+                self._streams[key][1] for key, topics in self._topics.items() if not topics]
         if not candidates:
             return False
         command = service.TelemetryCommand(

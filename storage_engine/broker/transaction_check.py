@@ -34,7 +34,7 @@ from ..config import BrokerConfig
 from ..contract.message import Message
 from ..contract.model import PERM_READ_WRITE, SendResult
 from ..contract.transactions import HalfReceipt, TransactionCheck, TransactionState
-from ..errors import InvalidMessageError, MessageNotFoundError
+from ..errors import InvalidMessageError, MessageNotFoundError, StorageError
 from ..formats import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, MessageView
 from ..formats.properties import encode_properties
 from ..formats.record import encode_record_parts, uses_v2
@@ -96,28 +96,40 @@ class TransactionCheckService(Service):
         self._transactions = transactions
         self.check_count = 0
         self.discard_count = 0
+        self._backing_off = False
 
     def run_once(self, now_ms: int) -> int:
         """Check (or discard) up to ``CHECK_BATCH`` due halves; commit the progress offsets."""
         transactions = self._transactions
         due = transactions.halves.due(now_ms)[:CHECK_BATCH]
         for half in due:
-            if half.check_times >= transactions.config.transaction_check_max:
-                if transactions.halves.replace(half, transactions.discard) is not None:
-                    self.discard_count += 1
-                continue
-            replaced = transactions.halves.replace(half, _next_copy)
-            if replaced is None:  # ended meanwhile
-                continue
-            self.check_count += 1
-            transactions.deliver(restored_check(replaced[0]))
+            try:
+                self._check(half)
+            except StorageError as error:  # e.g. a full disk: the half stays due, tried again
+                log.warning("[transactions] check of the half at %d failed: %s",
+                            half.log_position, error)
+                self._backing_off = True  # the loop waits IDLE_WAIT_MAX_MS before the next pass
+                return 0
         transactions.halves.progress()
         return len(due)
+
+    def _check(self, half: PendingHalf) -> None:
+        transactions = self._transactions
+        if half.check_times >= transactions.config.transaction_check_max:
+            if transactions.halves.replace(half, transactions.discard) is not None:
+                self.discard_count += 1
+            return
+        replaced = transactions.halves.replace(half, _next_copy)
+        if replaced is None:  # ended meanwhile
+            return
+        self.check_count += 1
+        transactions.deliver(restored_check(replaced[0]))
 
     def idle_wait_ms(self, now_ms: int) -> int:
         """Until the earliest half falls due, at most ``IDLE_WAIT_MAX_MS``."""
         next_due = self._transactions.halves.next_due_ms()
-        if next_due is None:
+        if next_due is None or self._backing_off:
+            self._backing_off = False
             return IDLE_WAIT_MAX_MS
         return max(1, min(next_due - now_ms, IDLE_WAIT_MAX_MS))
 
