@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..config import BrokerConfig
@@ -202,22 +202,26 @@ class HalfMessages:
             log.info("[transactions] %d pending half messages recovered", count)
         return count
 
-    def _due_ms(self, view: MessageView, check_times: int) -> int:
-        if check_times:
-            return view.store_timestamp_ms + self._config.transaction_check_interval_ms
+    def _first_due_ms(self, born_ms: int, properties: Mapping[str, str]) -> int:
         immunity_ms = self._config.transaction_timeout_ms
-        text = view.properties.get(PROPERTY_CHECK_IMMUNITY, "")
+        text = properties.get(PROPERTY_CHECK_IMMUNITY, "")
         if text.strip().isdigit():
             immunity_ms = max(immunity_ms, int(text) * 1000)
-        return view.born_timestamp_ms + immunity_ms
+        return born_ms + immunity_ms
 
     def _add(self, view: MessageView) -> PendingHalf:
         """Record ``view`` as the latest copy of its transaction (under the lock)."""
         text = view.properties.get(PROPERTY_CHECK_TIMES, "0")
         times = int(text) if text.isdigit() else 0
-        half = PendingHalf(view.queue_offset, view.log_position, transaction_key(view),
-                           view.properties.get(PROPERTY_PRODUCER_GROUP, ""),
-                           self._due_ms(view, times), times)
+        due_ms = (view.store_timestamp_ms + self._config.transaction_check_interval_ms if times
+                  else self._first_due_ms(view.born_timestamp_ms, view.properties))
+        return self._add_half(PendingHalf(view.queue_offset, view.log_position,
+                                          transaction_key(view),
+                                          view.properties.get(PROPERTY_PRODUCER_GROUP, ""),
+                                          due_ms, times))
+
+    def _add_half(self, half: PendingHalf) -> PendingHalf:
+        """Record ``half`` as the latest copy of its transaction (under the lock)."""
         previous = self._by_key.get(half.key)
         if previous is not None:
             self._pending.pop(previous, None)
@@ -230,9 +234,13 @@ class HalfMessages:
     def prepare(self, message: Message, queue_id: int, producer_group: str) -> PutResult:
         """Store the half of ``message`` (sent to ``queue_id``); it is pending from now on."""
         result = self._store.put_message(half_message(message, queue_id, producer_group), 0)
-        view = self._store.read_message(result.log_position)
+        born_ms = (result.store_timestamp_ms if message.born_timestamp_ms is None
+                   else message.born_timestamp_ms)
+        half = PendingHalf(result.queue_offset, result.log_position,
+                           message.unique_key or f"@{result.log_position}", producer_group,
+                           self._first_due_ms(born_ms, message.properties or {}), 0)
         with self._lock:
-            self._add(view)
+            self._add_half(half)
         return result
 
     def end(self, receipt: HalfReceipt, state: TransactionState) -> SendResult | None:
