@@ -2,15 +2,13 @@
 
 Owns: topic config (auto-created on first send, ``topic_manager``; at most
 ``broker.topic_count_max``), subscription groups (at most ``broker.subscription_group_count_max``),
-consumer offsets (committed in memory, persisted every
-``broker.consumer_offset_persist_interval_ms`` and at close, ``broker_persist``), the delay
-service (18 levels through ``SCHEDULE_TOPIC_XXXX``, ``delay_service``), send-back to
-``%RETRY%group`` / ``%DLQ%group`` (reference §10.2, ``send_back``), long polling
-(``long_polling``), the consumer registry of each group for client-side rebalancing
-(``consumer_registry``) and orderly queue locks (``queue_locks``). It tells the store how far
-every group has consumed (``consumption_floor``), so disk pressure deletes only consumed data.
-The network server exposes the same operations later; the framework talks to either through
-the same method names.
+consumer offsets (in memory, persisted every ``broker.consumer_offset_persist_interval_ms`` and
+at close, ``broker_persist``), the delay service (18 levels through ``SCHEDULE_TOPIC_XXXX``), the
+timer service, send-back to ``%RETRY%group`` / ``%DLQ%group`` (reference §10.2), long polling,
+the consumer registry of each group for client-side rebalancing and orderly queue locks. It
+tells the store how far every group has consumed (``consumption_floor``), so disk pressure
+deletes only consumed data. The network server exposes the same operations; the framework
+talks to either through the same method names.
 
 Config tables: the broker, not the store, owns ``config/*.json`` (``ConfigStores``, as in
 RocketMQ). ``Broker.open`` loads them once it holds the store's lock and before the store
@@ -18,11 +16,11 @@ recovers (``MessageStore.open(on_locked=...)``), so a table that cannot be loade
 with nothing changed; ``Broker(store)`` loads them over a store already open. ``close`` persists
 them.
 
-Services: the persist service, then the delay service, started in that order by the constructor
-and stopped in reverse by ``close``, which then persists every config table and closes the store
-when the broker owns it (``Broker.open``). On a SLAVE store the delay service does not run (the
-master delivers; its deliveries reach the slave by replication), and sends and send-backs raise
-``NotMasterError`` before touching any table.
+Services: the persist service, then the delay and timer services (``timer_service``: timer
+messages through ``rmq_sys_wheel_timer``), started in that order by the constructor and stopped in
+reverse by ``close``, which then persists the config tables and closes the store when the broker
+owns it (``Broker.open``). On a SLAVE store neither delivery service runs (the master
+delivers; replication brings its deliveries), and sends and send-backs raise ``NotMasterError``.
 
 Errors: invalid input (group and topic names, negative offsets, queue ids outside a topic)
 raises a ``StorageError`` subclass naming the value; normal outcomes (no message yet, offset out
@@ -84,13 +82,14 @@ from ..store.message_store import MessageStore
 from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consumer_registry import ConsumerRegistry, MembershipListener
 from .consumption_floor import ConsumptionFloor
-from .delay_service import DelayService, schedule_delayed
+from .delay_service import DelayService
 from .dlq_resends import DlqResends, dead_letter_at
 from .long_polling import ArrivalWaiter, long_poll
 from .persist import BrokerPersistService
 from .progress import ProgressReader, physical_memory_bytes
 from .queue_locks import QueueLockTable
-from .send_rules import batch_problem, send_result
+from .send_rules import batch_problem, divert, send_result
+from .timer_service import TimerService
 from .topic_manager import TopicManager, check_writable
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ class Broker:
 
     ``memory_bytes`` is the physical RAM used by the consume-from-last "message still in
     memory" estimate (reference §12.2); it defaults to this machine's. ``start_services=False``
-    runs neither the persist nor the delay thread (inspection tools: nothing is delivered or
+    runs no persist or delivery thread (inspection tools: nothing is delivered or
     persisted behind their back; ``close`` still persists the tables). ``tables``: the store's
     config tables, already loaded (``Broker.open`` passes them); by default they are loaded
     here from the store's ``config/`` directory (``ConfigFileError`` when one cannot be).
@@ -121,7 +120,7 @@ class Broker:
         self._clock = clock or store.clock
         self._owns_store = owns_store
         self._config = store.config.broker
-        self._levels_ms = store.config.delay.levels_ms
+        self._delay = store.config.delay
         self._tables = (tables if tables is not None
                         else ConfigStores.open(store.root_dir, self._clock))
         self.dlq_resends = DlqResends(store.root_dir / CONFIG_DIR_NAME, self._clock)
@@ -141,13 +140,15 @@ class Broker:
         self._closed = False
         self.persist_service = BrokerPersistService(self._tables, self._config, self._clock,
                                                     self._registry.expire)
-        self.delay_service = DelayService(store, self._tables.delay_offsets, self._levels_ms,
+        self.delay_service = DelayService(store, self._tables.delay_offsets, self._delay.levels_ms,
                                           self._clock)
+        self.timer_service = TimerService(store, self._tables.consumer_offsets, self._clock)
         self._is_slave = store.config.broker_role is BrokerRole.SLAVE
         self._services: list[Service] = [self.persist_service]
         if not self._is_slave:  # a slave's commit log is written by replication only
-            self._services.append(self.delay_service)
+            self._services += [self.delay_service, self.timer_service]
         store.add_arrival_listener(self._waiter.on_arrival)
+        store.add_arrival_listener(self.timer_service.on_arrival)
         store.set_consumption_floor(ConsumptionFloor(  # disk pressure keeps unconsumed data
             store, self._tables.consumer_offsets, self._tables.delay_offsets,
             lambda: {group: self._registry.topics(group) for group in self._registry.groups()}))
@@ -324,7 +325,7 @@ class Broker:
         """
         self._check_open()
         self._check_master()
-        if problem := batch_problem(messages, self._levels_ms):
+        if problem := batch_problem(messages, self._delay.levels_ms):
             raise InvalidMessageError(problem, topic=messages[0].topic if messages else None)
         for message in messages[1:]:
             if problem := empty_body_problem(message.body, message.properties):
@@ -351,9 +352,9 @@ class Broker:
         return config
 
     def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendResult:
-        """Store ``message`` for ``queue_id``, through the delay topic when it asks for it."""
-        scheduled = schedule_delayed(message, queue_id, self._levels_ms) if delay else None
-        stored, stored_queue_id, level = scheduled or (message, queue_id, 0)
+        """Store ``message`` for ``queue_id``, through the delay or timer topic if it asks."""
+        stored, stored_queue_id, level = divert(message, queue_id, self._clock.now_ms(),
+                                                self._delay) if delay else (message, queue_id, 0)
         return send_result(message, queue_id, self._store.put_message(stored, stored_queue_id),
                            level)
 
