@@ -41,14 +41,12 @@ from postbox.storage_engine import (
     retry_topic,
     validate_topic,
 )
-from postbox.storage_engine.broker.timer_service import (
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELIVER_MS,
-)
 from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
     delay_level_problem,
     empty_body_problem,
 )

@@ -49,10 +49,6 @@ from collections.abc import Sequence
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from postbox.storage_engine.broker.timer_service import (
-    PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_OUT_MS,
-)
 from postbox.storage_engine.config import DelayConfig
 from postbox.storage_engine.contract.message import Message
 from postbox.storage_engine.formats import (
@@ -61,6 +57,8 @@ from postbox.storage_engine.formats import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_COMPRESSED,
     MessageView,

@@ -58,6 +58,12 @@ from ..formats import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     MessageView,
@@ -72,12 +78,6 @@ log = logging.getLogger(__name__)
 
 TIMER_PROGRESS_GROUP = "CID_RMQ_SYS_TIMER_PROGRESS"
 """The system group whose consumer offset on the timer queue is the delivery watermark."""
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
-PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
-PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
-PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 INGEST_BATCH_MAX = 1024
 DELIVER_BATCH_MAX = 256
@@ -328,6 +328,5 @@ class TimerService(Service):
             return list(self._lateness_ms)
 
 
-__all__ = ["PROPERTY_TIMER_DELAY_MS", "PROPERTY_TIMER_DELAY_SEC", "PROPERTY_TIMER_DELIVER_MS",
-           "PROPERTY_TIMER_OUT_MS", "TIMER_PROGRESS_GROUP", "TIMER_TOPIC", "TimerService",
-           "schedule_timer", "timer_deliver_ms", "timer_delivery"]
+__all__ = ["TIMER_PROGRESS_GROUP", "TIMER_PROPERTIES", "TimerService", "schedule_timer",
+           "timer_deliver_ms", "timer_delivery"]
