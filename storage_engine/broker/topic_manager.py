@@ -178,7 +178,7 @@ def check_user_topic(topic: str) -> str:
     validate_topic(topic)
     if topic in (DELAY_TOPIC, TIMER_TOPIC):
         raise InvalidTopicError(f"{topic} is a system topic of scheduled delivery: send with "
-                                "a DELAY or TIMER_* property instead", topic=topic)
+                                "a DELAY property (or a TIMER_* one) instead", topic=topic)
     return topic
 
 
