@@ -82,6 +82,14 @@ def take(state: PopQueue, need: int, pulled: list[MessageView],
         given += 1
 
 
+def release(state: PopQueue) -> list[MessageView]:
+    """Every held message, in offset order, no longer held (the group stopped consuming
+    orderly)."""
+    held = [state.held[offset] for offset in sorted(state.held)]
+    state.held.clear()
+    return held
+
+
 def requeue(state: PopQueue, offset: int, view: MessageView) -> None:
     """Hold ``view`` again at ``offset`` for its next delivery attempt (its reconsume count
     + 1), removing its lease."""
@@ -91,4 +99,5 @@ def requeue(state: PopQueue, offset: int, view: MessageView) -> None:
     state.held[offset] = again
 
 
-__all__ = ["ORDERLY_FIELD", "busy_groups", "is_fifo_group", "message_group", "requeue", "take"]
+__all__ = ["ORDERLY_FIELD", "busy_groups", "is_fifo_group", "message_group", "release",
+           "requeue", "take"]

@@ -160,8 +160,8 @@ class PopService:
 
             if fifo:
                 fifo_order.take(state, need, messages, lease_out)
-            else:
-                for view in messages:
+            else:  # held messages of a group that consumed orderly before come first
+                for view in [*fifo_order.release(state), *messages]:
                     lease_out(view)
             self._book.commit(state)
             return deliveries

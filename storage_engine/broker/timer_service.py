@@ -223,10 +223,12 @@ class TimerService(Service):
             saved = self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0)
             self._scan = queue.min_offset if saved is None else saved
             self._recovered_below = queue.max_offset
-        if self._scan < queue.min_offset:
-            log.warning("[timer] offset %d below the timer queue's minimum %d (retention): "
-                        "resuming there", self._scan, queue.min_offset)
-            self._scan = queue.min_offset
+        if not queue.min_offset <= self._scan <= queue.max_offset:
+            corrected = min(max(self._scan, queue.min_offset), queue.max_offset)
+            log.warning("[timer] offset %d outside the timer queue [%d, %d] (retention, "
+                        "recovery): resuming at %d", self._scan, queue.min_offset,
+                        queue.max_offset, corrected)
+            self._scan = corrected
         end = min(queue.max_offset, self._scan + INGEST_BATCH_MAX)
         read = 0
         while self._scan < end:
