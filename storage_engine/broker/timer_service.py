@@ -217,12 +217,12 @@ class TimerService(Service):
 
     def _ingest(self) -> int:
         queue = self._store.queues.get(TIMER_TOPIC, 0)
+        if self._scan is None:  # the first run: what the queue holds may be delivered already
+            saved = self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0)
+            self._scan = saved if saved is not None else queue.min_offset if queue else 0
+            self._recovered_below = queue.max_offset if queue else 0
         if queue is None:
             return 0
-        if self._scan is None:
-            saved = self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0)
-            self._scan = queue.min_offset if saved is None else saved
-            self._recovered_below = queue.max_offset
         if not queue.min_offset <= self._scan <= queue.max_offset:
             corrected = min(max(self._scan, queue.min_offset), queue.max_offset)
             log.warning("[timer] offset %d outside the timer queue [%d, %d] (retention, "
