@@ -310,7 +310,8 @@ class TimerService(Service):
         while self._low and self._low[0] not in self._pending:
             heapq.heappop(self._low)
         watermark = self._low[0] if self._low else self._scan
-        if self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0) != watermark:
+        saved = self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0)
+        if watermark != saved and (saved is not None or watermark > 0):  # no timer: no entry
             self._offsets.commit(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0, watermark)
 
     # ---- introspection -----------------------------------------------------------------------

@@ -113,7 +113,7 @@ def test_reopen_delivers_pending_timers_once(tmp_path):
             "TIMER_DELIVER_MS": str(start + 200)}, unique_key="0B" * 16), queue_id=0)
         assert [view.body for view in delivered(broker, "again", 1)] == [b"short"]
         # the long one is pending below the short one: the watermark stays at offset 0
-        assert broker.query_offset(TIMER_PROGRESS_GROUP, TIMER_TOPIC, 0) == 0
+        assert broker.query_offset(TIMER_PROGRESS_GROUP, TIMER_TOPIC, 0) in (None, 0)
     with Broker.open(config) as broker:
         views = delivered(broker, "again", 2)
         time.sleep(0.3)
