@@ -82,12 +82,10 @@ def take(state: PopQueue, need: int, pulled: list[MessageView],
         given += 1
 
 
-def release(state: PopQueue) -> list[MessageView]:
-    """Every held message, in offset order, no longer held (the group stopped consuming
-    orderly)."""
-    held = [state.held[offset] for offset in sorted(state.held)]
-    state.held.clear()
-    return held
+def release(state: PopQueue, limit: int) -> list[MessageView]:
+    """Up to ``limit`` held messages, oldest first, no longer held (the group stopped
+    consuming orderly)."""
+    return [state.held.pop(offset) for offset in sorted(state.held)[:limit]]
 
 
 def requeue(state: PopQueue, offset: int, view: MessageView) -> None:

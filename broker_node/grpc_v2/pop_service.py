@@ -135,18 +135,13 @@ class PopService:
     def _take(self, state: PopQueue, need: int, tags: str | None,
               request: ReceiveRequest, fifo: bool = False) -> list[Delivery]:
         with state.lock:
-            room = self._leases_max - len(state.leases) - len(state.held)
-            if room <= 0 and not state.held:
-                return []
-            messages: list[MessageView] = []
-            if room > 0:
-                result = self._broker.pull(request.group, state.topic, state.queue_id,
-                                           state.scan_offset, min(need, room), tags=tags)
-                if result.status is GetStatus.FOUND:
-                    state.scan_offset = max(state.scan_offset, result.next_offset)
-                elif result.status in _CORRECTED:
-                    state.scan_offset = result.next_offset
-                messages = result.messages
+            if not fifo and state.held:  # held while the group consumed orderly: first
+                messages = fifo_order.release(state, need)
+            else:
+                room = self._leases_max - len(state.leases) - len(state.held)
+                if room <= 0 and not state.held:
+                    return []
+                messages = self._read(state, min(need, room), tags, request) if room > 0 else []
             now_ms = self._clock.now_ms()
             deliveries: list[Delivery] = []
 
@@ -160,11 +155,22 @@ class PopService:
 
             if fifo:
                 fifo_order.take(state, need, messages, lease_out)
-            else:  # held messages of a group that consumed orderly before come first
-                for view in [*fifo_order.release(state), *messages]:
+            else:
+                for view in messages:
                     lease_out(view)
             self._book.commit(state)
             return deliveries
+
+    def _read(self, state: PopQueue, count: int, tags: str | None,
+              request: ReceiveRequest) -> list[MessageView]:
+        """Up to ``count`` messages from the queue's scan offset, which moves past them."""
+        result = self._broker.pull(request.group, state.topic, state.queue_id,
+                                   state.scan_offset, count, tags=tags)
+        if result.status is GetStatus.FOUND:
+            state.scan_offset = max(state.scan_offset, result.next_offset)
+        elif result.status in _CORRECTED:
+            state.scan_offset = result.next_offset
+        return result.messages
 
     @staticmethod
     def _handle(state: PopQueue, offset: int, lease: Lease) -> ReceiptHandle:
