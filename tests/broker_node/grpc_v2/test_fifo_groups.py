@@ -3,15 +3,26 @@ against ``postbox broker start``: within a message group one message is in fligh
 message not acknowledged in its invisible time is redelivered before its successors (from the
 same queue, its delivery attempt + 1), after max attempts it goes to ``%DLQ%group`` and only then
 its successors come; two message groups sharing one queue do not block each other; a group
-that does not consume orderly gets every message at once."""
+that does not consume orderly gets every message at once; the official Python push consumer,
+told ``fifo``, consumes a message group in order, retrying in place."""
 
 from __future__ import annotations
 
+import threading
 import time
+
+from rocketmq import ConsumeResult
 
 from postbox.broker_node.grpc_v2.protocol import Code, definition, service
 from postbox.storage_engine import Broker, SubscriptionGroupConfig
 from tests.broker_node.grpc_v2.raw_calls import TIMEOUT_S, pull_all, queue, resource, stub
+from tests.broker_node.grpc_v2.rocketmq_clients import (
+    configuration,
+    message,
+    start_producer,
+    start_push_consumer,
+)
+from tests.support.polling import wait_until
 
 TOPIC, ORDERED, PLAIN = "orders", "ordered", "plain"
 
@@ -42,9 +53,9 @@ def receive(address: str, group: str, *, invisible_s: int = 2, wait_s: int = 1,
         request, timeout=TIMEOUT_S) if response.HasField("message")]
 
 
-def ack(address: str, group: str, message: definition.Message) -> None:
-    entry = service.AckMessageEntry(message_id=message.system_properties.message_id,
-                                    receipt_handle=message.system_properties.receipt_handle)
+def ack(address: str, group: str, item: definition.Message) -> None:
+    entry = service.AckMessageEntry(message_id=item.system_properties.message_id,
+                                    receipt_handle=item.system_properties.receipt_handle)
     response = stub(address).AckMessage(service.AckMessageRequest(
         group=resource(group), topic=resource(TOPIC), entries=[entry]), timeout=TIMEOUT_S)
     assert response.status.code == Code.OK, response.status
@@ -79,8 +90,8 @@ def test_a_failed_head_comes_back_before_its_successors(broker_server):
     rest = []
     for _ in range(2):
         rest.extend(found := receive_until(server.address, ORDERED, 5))
-        for message in found:
-            ack(server.address, ORDERED, message)
+        for item in found:
+            ack(server.address, ORDERED, item)
     assert seen(rest) == [("a1", 1), ("a2", 1)]
     assert receive(server.address, ORDERED) == []
     plain = receive(server.address, PLAIN)  # a group that does not consume orderly: at once
@@ -99,3 +110,41 @@ def test_after_max_attempts_the_head_is_dead_lettered_then_successors_come(broke
     ack(server.address, ORDERED, later[0])
     dead = pull_all(server.address, "inspector", f"%DLQ%{ORDERED}")
     assert [message.body for message in dead] == [b"c0"]
+
+
+class InOrder:
+    """A FIFO push consumer's listener: ``b1`` fails once, ``b3`` always."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, int]] = []
+        self.failed: set[str] = set()
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        with self.lock:
+            self.seen.append((body, message.delivery_attempt))
+            first_failure = body == "b1" and body not in self.failed
+            self.failed.add(body)
+        return ConsumeResult.FAILURE if first_failure or body == "b3" else ConsumeResult.SUCCESS
+
+
+def test_the_official_push_consumer_consumes_a_message_group_in_order(broker_server, clients):
+    server = broker_server(prepare=prepare)
+    config = configuration(server.address)
+    producer = start_producer(clients, config, TOPIC)
+    for index in range(5):
+        built = message(TOPIC, f"b{index}".encode())
+        built.message_group = "B"
+        producer.send(built)
+    listener = InOrder()
+    consumer = start_push_consumer(clients, config, ORDERED, TOPIC, listener)
+    assert consumer.fifo  # the settings answer told the client to consume in order
+    wait_until(lambda: [body for body, _ in listener.seen if body == "b4"], timeout_s=30)
+    with listener.lock:
+        bodies = [body for body, _ in listener.seen]
+    # b1 retried in place before b2; b3 fails twice (retry_max_times 1), goes to the DLQ,
+    # and only then b4 comes
+    assert bodies == ["b0", "b1", "b1", "b2", "b3", "b3", "b4"]
+    dead = wait_until(lambda: pull_all(server.address, "inspector", f"%DLQ%{ORDERED}"))
+    assert [item.body for item in dead] == [b"b3"]
