@@ -13,9 +13,10 @@ is every timer message when ``delay.timer_enabled`` is off (``timerWheelEnable``
 Delivery (``TimerService.run_once``): the service reads the timer queue from its scan offset
 into an in-memory schedule (a heap by deliver time; reading each record's ``TIMER_OUT_MS``), and
 puts every message whose time has come into ``REAL_TOPIC`` / ``REAL_QID`` with those two
-properties removed, ``TIMER_ENQUEUE_MS`` (the timer record's store time) and
-``TIMER_DEQUEUE_MS`` (now) added and ``WAIT=false``; its other properties (``TIMER_OUT_MS``,
-``TIMER_DELIVER_MS``, …) stay. The thread sleeps until the earliest deliver time (at most
+properties and the relative ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` removed (a retry or
+dead-letter copy of the delivered message must not wait again), ``TIMER_ENQUEUE_MS`` (the timer
+record's store time) and ``TIMER_DEQUEUE_MS`` (now) added and ``WAIT=false``; ``TIMER_OUT_MS``
+and ``TIMER_DELIVER_MS`` stay. The thread sleeps until the earliest deliver time (at most
 ``WAIT_MAX_MS``) and is woken when a timer record is dispatched.
 
 Difference from Apache RocketMQ: Apache also keeps a ``timerwheel`` file, a ``timerlog/``
@@ -153,6 +154,8 @@ def timer_delivery(view: MessageView, now_ms: int) -> tuple[Message, int]:
     if not real_topic or real_qid is None or not real_qid.lstrip("-").isdigit():
         raise InvalidMessageError(f"timer record at position={view.log_position} has no valid "
                                   f"{PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}")
+    for relative in (PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS):
+        properties.pop(relative, None)  # a later resend (retry, DLQ) must not wait again
     properties[PROPERTY_TIMER_ENQUEUE_MS] = str(view.store_timestamp_ms)
     properties[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
     properties[PROPERTY_WAIT] = "false"

@@ -89,6 +89,8 @@ def test_relative_past_delay_precedence_and_refusals(tmp_path):
         views = {view.body: view for view in delivered(broker, "rel", 4)}
         assert views[b"sec"].store_timestamp_ms >= sent_ms + 1000
         assert views[b"ms"].store_timestamp_ms >= sent_ms + 400
+        assert "TIMER_DELAY_SEC" not in views[b"sec"].properties  # a resend must not wait again
+        assert "TIMER_DELAY_MS" not in views[b"ms"].properties
         assert views[b"level"].properties["REAL_TOPIC"] == "rel"  # went through the levels
         assert views[b"level"].store_timestamp_ms < sent_ms + 100_000
         with pytest.raises(InvalidMessageError, match="timerMaxDelaySec=259200"):
