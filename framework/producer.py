@@ -7,7 +7,12 @@ resending a message passes the id it had). User properties may not use system pr
 as is an empty body, before anything is sent (``framework.validation``, which applies the rules
 of ``storage_engine.formats.message_rules``); so is a ``delay_level`` outside 1..the broker's
 level count (the client's ``delay_level_count``: RocketMQ's 18 over a network, an embedded
-store's ``messageDelayLevel`` count in this process). The broker picks the queue: round-robin
+store's ``messageDelayLevel`` count in this process). ``deliver_at`` (an aware ``datetime`` or
+epoch milliseconds) and ``delay`` (a ``timedelta``) ask for delivery at any moment instead
+(RocketMQ 5 timers: ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS``; at most the broker's
+``timerMaxDelaySec`` ahead, 3 days by default, else the broker refuses the send; a moment in
+the past delivers at once); a send takes one of ``delay_level``, ``deliver_at`` and ``delay``.
+The broker picks the queue: round-robin
 per topic, or by ``sharding_key`` so that all messages of one key land in one queue in order
 (orderly consumers then see them in order). ``send`` returns the broker's own result, re-exported as
 ``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
@@ -28,6 +33,7 @@ import asyncio
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from postbox.storage_engine import (
     Clock,
@@ -42,6 +48,8 @@ from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
     delay_level_problem,
     empty_body_problem,
 )
@@ -99,6 +107,20 @@ def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGen
     return entry, body, entry.unique_key or ids.next()
 
 
+def _epoch_ms(topic: str, moment: datetime | int) -> int:
+    """``moment`` (an aware datetime, or epoch ms) in epoch milliseconds."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise InvalidMessageError("deliver_at must be an aware datetime (with a tzinfo, "
+                                      "e.g. datetime.now(timezone.utc)) or epoch milliseconds",
+                                      topic=topic)
+        return int(moment.timestamp() * 1000)
+    if type(moment) is not int or moment < 0:
+        raise InvalidMessageError(f"deliver_at must be a datetime or epoch milliseconds >= 0, "
+                                  f"got {moment!r}", topic=topic)
+    return moment
+
+
 class Producer:
     """Send messages; create through ``App.producer``."""
 
@@ -138,6 +160,27 @@ class Producer:
             raise InvalidMessageError(problem, topic=topic)
         return str(delay_level)
 
+    def _schedule_properties(self, topic: str, delay_level: int | None,
+                             deliver_at: datetime | int | None,
+                             delay: timedelta | None) -> dict[str, str]:
+        """The ``DELAY`` or timer property of a send (empty: not scheduled)."""
+        asked = [name for name, value in (("delay_level", delay_level),
+                                          ("deliver_at", deliver_at), ("delay", delay))
+                 if value is not None and value != 0]
+        if len(asked) > 1:
+            raise InvalidMessageError(f"a send takes one of delay_level, deliver_at and delay, "
+                                      f"got {' and '.join(asked)}", topic=topic)
+        if (level := self._delay_property(topic, delay_level)) is not None:
+            return {PROPERTY_DELAY: level}
+        if deliver_at is not None:
+            return {PROPERTY_TIMER_DELIVER_MS: str(_epoch_ms(topic, deliver_at))}
+        if delay is not None:
+            if not isinstance(delay, timedelta) or delay < timedelta(0):
+                raise InvalidMessageError(f"delay must be a timedelta >= 0, got {delay!r}",
+                                          topic=topic)
+            return {PROPERTY_TIMER_DELAY_MS: str(delay // timedelta(milliseconds=1))}
+        return {}
+
     def new_message_id(self) -> str:
         """A fresh ``UNIQ_KEY`` (the outbox stores it before sending)."""
         return self._ids.next()
@@ -145,12 +188,17 @@ class Producer:
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Iterable[str] | str | None = None, delay_level: int | None = None,
              properties: Mapping[str, str] | None = None, sharding_key: str | None = None,
-             queue_id: int | None = None, unique_key: str | None = None) -> SendResult:
+             queue_id: int | None = None, unique_key: str | None = None,
+             deliver_at: datetime | int | None = None,
+             delay: timedelta | None = None) -> SendResult:
         """Store one message; returns where it went.
 
         Args:
             delay_level: 1..18 (1..the level count of an embedded store's
                 ``messageDelayLevel``); the message becomes visible after that level's delay.
+            deliver_at: the moment the message becomes visible (an aware ``datetime`` or
+                epoch milliseconds; RocketMQ 5's ``TIMER_DELIVER_MS``).
+            delay: how long after the send it becomes visible (``TIMER_DELAY_MS``).
             sharding_key: messages with equal keys go to the same queue (ordered messages).
             unique_key: the message id (``UNIQ_KEY``) to use instead of a generated one: a
                 resend with the same id is the same message to idempotent handlers.
@@ -158,15 +206,16 @@ class Producer:
                 ``DELAY``, ...) raise ``InvalidMessageError`` naming the argument to use.
 
         Raises:
-            InvalidMessageError: an empty body, a reserved property, a bad ``unique_key`` or
-                a ``delay_level`` outside 1..18; nothing was sent.
+            InvalidMessageError: an empty body, a reserved property, a bad ``unique_key``, a
+                ``delay_level`` outside 1..18, a naive ``deliver_at``, more than one way of
+                scheduling, or (from the broker) a timer beyond ``timerMaxDelaySec``; nothing
+                was sent.
             AppStateError: the app that made this producer was stopped.
         """
         self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
-        merged = dict(properties or {})
-        if (delay := self._delay_property(topic, delay_level)) is not None:
-            merged[PROPERTY_DELAY] = delay
+        merged = {**(properties or {}),
+                  **self._schedule_properties(topic, delay_level, deliver_at, delay)}
         msg_id = unique_key or self._ids.next()
 
         def deliver(sent_properties: dict[str, str]) -> SendResult:
@@ -280,14 +329,16 @@ class Producer:
                          delay_level: int | None = None,
                          properties: Mapping[str, str] | None = None,
                          sharding_key: str | None = None, queue_id: int | None = None,
-                         unique_key: str | None = None) -> SendResult:
+                         unique_key: str | None = None,
+                         deliver_at: datetime | int | None = None,
+                         delay: timedelta | None = None) -> SendResult:
         """``send`` for coroutines (same arguments, checks, result and errors): the send runs
         in a worker thread of the running loop's default executor, in a copy of the caller's
         contextvars, so the loop keeps serving while the store (or remote broker) answers."""
         send = functools.partial(self.send, topic, body, tags=tags, keys=keys,
                                  delay_level=delay_level, properties=properties,
                                  sharding_key=sharding_key, queue_id=queue_id,
-                                 unique_key=unique_key)
+                                 unique_key=unique_key, deliver_at=deliver_at, delay=delay)
         return await asyncio.to_thread(send)
 
     async def send_batch_async(self, topic: str,

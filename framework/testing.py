@@ -51,7 +51,9 @@ class InlineRunner:
         work = 0
         broker = self._broker
         if broker is not None:
+            broker.store.wait_dispatched()  # a timer record is read from its consume queue
             work += broker.delay_service.run_once(now_ms)
+            work += broker.timer_service.run_once(now_ms)
             broker.store.wait_dispatched()
         for consumer in self.app.consumers:
             consumed_before = consumer.consumed_count()
@@ -88,9 +90,10 @@ class InlineRunner:
         candidates = []
         broker = self._broker
         if broker is not None:
-            due = broker.delay_service.next_deliver_ms()
-            if due is not None:
-                candidates.append(due)
+            for service in (broker.delay_service, broker.timer_service):
+                due = service.next_deliver_ms()
+                if due is not None:
+                    candidates.append(due)
         for consumer in self.app.consumers:
             if consumer.in_flight_count():
                 due = consumer.scheduler.next_due_ms()

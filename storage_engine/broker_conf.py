@@ -91,6 +91,8 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter | str]] = {
     "deleteFileBatchMax": ("retention", "delete_file_batch_max", _integer),
     "cleanFileForciblyEnable": ("retention", "clean_file_forcibly_enable", _boolean),
     "messageDelayLevel": ("delay", "levels_ms", parse_delay_levels),
+    "timerWheelEnable": ("delay", "timer_enabled", _boolean),
+    "timerMaxDelaySec": ("delay", "timer_max_delay_s", _integer),
     "autoCreateTopicEnable": ("broker", "auto_create_topic", _boolean),
     "defaultTopicQueueNums": ("broker", "default_topic_queue_count", _integer),
     "autoCreateSubscriptionGroup": ("broker", "auto_create_subscription_group", _boolean),

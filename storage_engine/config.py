@@ -189,10 +189,18 @@ class RetentionConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DelayConfig:
-    """Delay levels for scheduled messages."""
+    """Delay levels for scheduled messages, and timers (delivery at any moment)."""
 
     levels_ms: tuple[int, ...] = field(default_factory=lambda: parse_delay_levels(
         DEFAULT_DELAY_LEVELS))
+    timer_enabled: bool = True
+    """Serve ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``
+    (``timerWheelEnable``); off: such a message is refused."""
+    timer_max_delay_s: int = 259_200
+    """Longest timer delay accepted (``timerMaxDelaySec``, 3 days)."""
+
+    def __post_init__(self) -> None:
+        _require(self.timer_max_delay_s > 0, "delay.timer_max_delay_s", "must be positive")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,14 +13,16 @@ Send (``apache.rocketmq.v2.Message`` → ``Message``):
 * ``message_group`` (FIFO) → property ``__SHARDINGKEY`` and the queue is chosen by it, so a
   group's messages share one queue in send order. Consumption of such messages is not strictly
   ordered by this server (see docs/remoting.md).
-* ``delivery_timestamp`` (DELAY) → the smallest delay level whose delay is at least the time
-  left, so a message is never delivered early; more than the largest level → refused with
-  ``ILLEGAL_DELIVERY_TIME``. A value above ``MS_TIMESTAMP_THRESHOLD_S`` seconds is read as
+* ``delivery_timestamp`` (DELAY) → property ``TIMER_DELIVER_MS``, as Apache RocketMQ 5's proxy
+  sets it: the broker's timer delivers the message at that moment (``timer_service``); more
+  than ``delay.timer_max_delay_s`` ahead → refused with ``ILLEGAL_DELIVERY_TIME``; in the past →
+  delivered at once. With timers off (``timerWheelEnable=false``) the smallest delay level whose
+  delay covers the time left is used instead (never early; beyond the longest level →
+  ``ILLEGAL_DELIVERY_TIME``) and the asked-for time kept in ``DELIVERY_TIMESTAMP_MS`` (a
+  Postbox extension, hidden). A value above ``MS_TIMESTAMP_THRESHOLD_S`` seconds is read as
   milliseconds (rocketmq-python-client 5.1.x documents milliseconds but sends the value as
-  seconds).
-  The asked-for time itself is kept in ``DELIVERY_TIMESTAMP_MS`` (a Postbox extension, hidden
-  from user properties) and given back as ``delivery_timestamp`` on receive, as Apache's proxy
-  gives back its timer's ``TIMER_DELIVER_MS``.
+  seconds). On receive the delivery time (``TIMER_OUT_MS``, else ``TIMER_DELIVER_MS``, else
+  ``DELIVERY_TIMESTAMP_MS``) is given back as ``delivery_timestamp``, as Apache's proxy does.
 * TRANSACTION messages become half messages (``transaction_calls``), their
   ``orphaned_transaction_recovery_duration`` the ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property
   (whole seconds, as RocketMQ's proxy); LITE messages answer ``NOT_IMPLEMENTED``.
@@ -49,6 +51,7 @@ from collections.abc import Sequence
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from postbox.storage_engine.config import DelayConfig
 from postbox.storage_engine.contract.message import Message
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
@@ -56,6 +59,8 @@ from postbox.storage_engine.formats import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_COMPRESSED,
     MessageView,
@@ -68,8 +73,10 @@ from .statuses import RequestError
 
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_DELIVERY_TIMESTAMP_MS = "DELIVERY_TIMESTAMP_MS"
-"""Postbox extension: the delivery time a client asked for (epoch ms), reported back on receive
-as Apache's proxy reports its timer's ``TIMER_DELIVER_MS`` (the delay service clears that one)."""
+"""Postbox extension: the delivery time a client asked for (epoch ms) when timers are off and a
+delay level carries the message (the delay service clears ``TIMER_DELIVER_MS``)."""
+_DELIVERY_TIME_PROPERTIES = (PROPERTY_TIMER_OUT_MS, PROPERTY_TIMER_DELIVER_MS,
+                             PROPERTY_DELIVERY_TIMESTAMP_MS)
 MS_TIMESTAMP_THRESHOLD_S = 100_000_000_000
 """A delivery timestamp this many seconds or more (year 5138) is taken to be milliseconds."""
 NAME_LENGTH_MAX = 128
@@ -81,6 +88,7 @@ RESERVED_PROPERTIES = frozenset({
     PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC, PROPERTY_SHARDING_KEY, "REAL_QID", "WAIT", "ORIGIN_MESSAGE_ID",
     "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
+    "TIMER_DELAY_MS", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
     "TRAN_MSG", "PGROUP", "__transactionId__", "TRANSACTION_CHECK_TIMES",
     "CHECK_IMMUNITY_TIME_IN_SECONDS", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME",
     "MSG_REGION",
@@ -90,7 +98,7 @@ RESERVED_PROPERTIES = frozenset({
 
 
 def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tuple[str, int],
-                       now_ms: int, levels_ms: Sequence[int]) -> tuple[Message, str | None]:
+                       now_ms: int, delay: DelayConfig) -> tuple[Message, str | None]:
     """The store message for a sent protobuf message, and its sharding key (message group)."""
     system = proto.system_properties
     if system.message_type == definition.LITE:
@@ -111,11 +119,7 @@ def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tupl
         properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(
             system.orphaned_transaction_recovery_duration.seconds)
     if system.HasField("delivery_timestamp"):
-        deliver_ms = _timestamp_ms(system.delivery_timestamp)
-        level = delay_level_for(deliver_ms, now_ms, levels_ms)
-        if level:
-            properties[PROPERTY_DELAY] = str(level)
-        properties[PROPERTY_DELIVERY_TIMESTAMP_MS] = str(deliver_ms)
+        _deliver_at(properties, _timestamp_ms(system.delivery_timestamp), now_ms, delay)
     born_ms = _timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
     message = Message(
         topic, proto.body, tags=tag, keys=[_key(key) for key in system.keys] or None,
@@ -124,6 +128,22 @@ def message_from_proto(proto: definition.Message, topic: str, *, peer_host: tupl
         born_timestamp_ms=born_ms if born_ms > 0 else None,
         born_host=_born_host(system.born_host, peer_host))
     return message, group
+
+
+def _deliver_at(properties: dict[str, str], deliver_ms: int, now_ms: int,
+                delay: DelayConfig) -> None:
+    """Ask for delivery at ``deliver_ms``: a timer, or a delay level when timers are off."""
+    if not delay.timer_enabled:
+        level = delay_level_for(deliver_ms, now_ms, delay.levels_ms)
+        if level:
+            properties[PROPERTY_DELAY] = str(level)
+        properties[PROPERTY_DELIVERY_TIMESTAMP_MS] = str(deliver_ms)
+        return
+    if deliver_ms - now_ms > delay.timer_max_delay_s * 1000:
+        raise RequestError(Code.ILLEGAL_DELIVERY_TIME,
+                           f"delivery is {deliver_ms - now_ms} ms away; at most "
+                           f"{delay.timer_max_delay_s} s ahead (broker.conf timerMaxDelaySec)")
+    properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
 
 
 def delay_level_for(delivery_ms: int, now_ms: int, levels_ms: Sequence[int]) -> int:
@@ -234,9 +254,11 @@ def message_to_proto(view: MessageView, *, receipt_handle: str | None = None,
     group = properties.get(PROPERTY_SHARDING_KEY)
     if group:
         system.message_group = group
-    deliver_ms = properties.get(PROPERTY_DELIVERY_TIMESTAMP_MS, "")
-    if deliver_ms.isdigit():
-        system.delivery_timestamp.CopyFrom(timestamp(int(deliver_ms)))
+    for name in _DELIVERY_TIME_PROPERTIES:
+        deliver_ms = properties.get(name, "")
+        if deliver_ms.isdigit():
+            system.delivery_timestamp.CopyFrom(timestamp(int(deliver_ms)))
+            break
     if receipt_handle is not None:
         system.receipt_handle = receipt_handle
     if invisible_ms is not None:
@@ -252,7 +274,8 @@ def _message_type(properties: dict[str, str]) -> int:
         return definition.TRANSACTION
     if properties.get(PROPERTY_SHARDING_KEY):
         return definition.FIFO
-    if PROPERTY_REAL_TOPIC in properties or PROPERTY_DELIVERY_TIMESTAMP_MS in properties:
+    if PROPERTY_REAL_TOPIC in properties or any(name in properties
+                                                for name in _DELIVERY_TIME_PROPERTIES):
         return definition.DELAY
     return definition.NORMAL
 

@@ -16,6 +16,10 @@ lease that is still live under the token of that deadline:
    ``REDIRECT_RETRY_MS`` later, so an expiry never loses a message (a crash between the put and
    the commit delivers it twice).
 
+A FIFO consumer group's message below max attempts is not copied anywhere: it is held again in
+its queue with attempt + 1 (``fifo_order.requeue``) and redelivered before its successors;
+at max attempts it is dead-lettered as above.
+
 The lease is marked ``redirecting`` during the put, so an ack racing with the expiry is refused
 (``INVALID_RECEIPT_HANDLE``) rather than acknowledged and redelivered.
 
@@ -36,6 +40,7 @@ from postbox.storage_engine.formats import MessageView
 from postbox.storage_engine.formats.topic_names import retry_topic
 from postbox.storage_engine.service import Service
 
+from . import fifo_order
 from .lease_book import LeaseBook
 from .pop_queue import Lease, PopQueue
 
@@ -80,6 +85,7 @@ class LeaseExpiryService(Service):
         self._renew_ms = renew_ms
         self._renew_max_ms = renew_max_ms
         self.redirected_count = 0
+        self.requeued_count = 0
         self.dead_lettered_count = 0
 
     def run_once(self, now_ms: int) -> int:
@@ -95,6 +101,9 @@ class LeaseExpiryService(Service):
                     self._book.schedule(state, offset, lease)
                     handled += 1
                     continue
+                if self._requeue(state, offset, lease):
+                    handled += 1
+                    continue
                 lease.redirecting = True
             self._redirect(state, offset, lease, now_ms)
             handled += 1
@@ -104,6 +113,19 @@ class LeaseExpiryService(Service):
         return (lease.auto_renew and lease.client_id is not None
                 and now_ms - lease.first_delivery_ms < self._renew_max_ms
                 and self._client_alive(lease.client_id, now_ms))
+
+    def _requeue(self, state: PopQueue, offset: int, lease: Lease) -> bool:
+        """A FIFO group's message below its max attempts: held again for redelivery before
+        its successors (``fifo_order.requeue``); waiting receives are woken. Call with the
+        queue's lock held."""
+        if not fifo_order.is_fifo_group(self._broker, state.group):
+            return False
+        if lease.view.reconsume_count + 1 >= max_attempts(self._broker, state.group):
+            return False  # to the DLQ through ``_redirect``
+        fifo_order.requeue(state, offset, lease.view)
+        self.requeued_count += 1
+        self._broker.wake_waiters()
+        return True
 
     def _redirect(self, state: PopQueue, offset: int, lease: Lease, now_ms: int) -> None:
         try:
@@ -121,6 +143,9 @@ class LeaseExpiryService(Service):
         with state.lock:
             state.leases.pop(offset, None)
             self._book.commit(state)
+            held = bool(state.held)
+        if held:  # a FIFO message group is free again
+            self._broker.wake_waiters()
         if dead:
             self.dead_lettered_count += 1
         else:

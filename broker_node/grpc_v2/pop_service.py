@@ -15,8 +15,11 @@ terminated client's auto-renew leases at once so they are redelivered promptly. 
 commits the queue's watermark as the group's consumer offset (``LeaseBook.commit``).
 Expiry is ``LeaseExpiryService``.
 
-Limits: ``batch_size`` ≤ ``BATCH_SIZE_MAX``; at most ``leases_per_queue_max`` open leases per
-queue (a queue at the limit is skipped until leases settle).
+A FIFO consumer group (``fifo_order``) gets at most one message of a message group at a time,
+in queue order; a failed one is redelivered before its successors.
+
+Limits: ``batch_size`` ≤ ``BATCH_SIZE_MAX``; at most ``leases_per_queue_max`` open leases and
+held messages per queue (a queue at the limit reads nothing new until leases settle).
 
 Thread-safety: every method may be called from any thread (gRPC worker threads).
 """
@@ -35,6 +38,7 @@ from postbox.storage_engine.contract.message import GetStatus
 from postbox.storage_engine.formats import MessageView
 from postbox.storage_engine.formats.topic_names import retry_topic
 
+from . import fifo_order
 from .lease_book import LeaseBook
 from .lease_expiry import redirect
 from .pop_queue import Lease, PopQueue
@@ -97,7 +101,7 @@ class PopService:
                 return deliveries
             positions = {(state.topic, state.queue_id): state.scan_offset
                          for state in self._candidates(request)
-                         if len(state.leases) < self._leases_max}
+                         if len(state.leases) + len(state.held) < self._leases_max}
             if positions:
                 self._broker.wait_for_arrival(positions, min(remaining_ms, WAIT_CHUNK_MS),
                                               cancel)
@@ -107,12 +111,13 @@ class PopService:
     def receive_now(self, request: ReceiveRequest) -> list[Delivery]:
         """Lease what is there now (no waiting)."""
         deliveries: list[Delivery] = []
+        fifo = fifo_order.is_fifo_group(self._broker, request.group)
         for state in self._candidates(request):
             need = request.batch_size - len(deliveries)
             if need <= 0:
                 break
             tags = None if state.topic != request.topic else request.tags
-            deliveries.extend(self._take(state, need, tags, request))
+            deliveries.extend(self._take(state, need, tags, request, fifo))
         return deliveries
 
     def _candidates(self, request: ReceiveRequest) -> list[PopQueue]:
@@ -128,28 +133,44 @@ class PopService:
                    for queue_id in ordered])
 
     def _take(self, state: PopQueue, need: int, tags: str | None,
-              request: ReceiveRequest) -> list[Delivery]:
+              request: ReceiveRequest, fifo: bool = False) -> list[Delivery]:
         with state.lock:
-            room = self._leases_max - len(state.leases)
-            if room <= 0:
-                return []
-            result = self._broker.pull(request.group, state.topic, state.queue_id,
-                                       state.scan_offset, min(need, room), tags=tags)
-            if result.status is GetStatus.FOUND:
-                state.scan_offset = max(state.scan_offset, result.next_offset)
-            elif result.status in _CORRECTED:
-                state.scan_offset = result.next_offset
+            if not fifo and state.held:  # held while the group consumed orderly: first
+                messages = fifo_order.release(state, need)
+            else:
+                room = self._leases_max - len(state.leases) - len(state.held)
+                if room <= 0 and not state.held:
+                    return []
+                messages = self._read(state, min(need, room), tags, request) if room > 0 else []
             now_ms = self._clock.now_ms()
-            deliveries = []
-            for view in result.messages:
+            deliveries: list[Delivery] = []
+
+            def lease_out(view: MessageView) -> None:
                 lease = Lease(view, new_token(), now_ms + request.invisible_ms,
                               request.client_id, request.auto_renew, now_ms)
                 state.leases[view.queue_offset] = lease
                 self._book.schedule(state, view.queue_offset, lease)
                 deliveries.append(Delivery(view, self._handle(state, view.queue_offset, lease),
                                            request.invisible_ms))
+
+            if fifo:
+                fifo_order.take(state, need, messages, lease_out)
+            else:
+                for view in messages:
+                    lease_out(view)
             self._book.commit(state)
             return deliveries
+
+    def _read(self, state: PopQueue, count: int, tags: str | None,
+              request: ReceiveRequest) -> list[MessageView]:
+        """Up to ``count`` messages from the queue's scan offset, which moves past them."""
+        result = self._broker.pull(request.group, state.topic, state.queue_id,
+                                   state.scan_offset, count, tags=tags)
+        if result.status is GetStatus.FOUND:
+            state.scan_offset = max(state.scan_offset, result.next_offset)
+        elif result.status in _CORRECTED:
+            state.scan_offset = result.next_offset
+        return result.messages
 
     @staticmethod
     def _handle(state: PopQueue, offset: int, lease: Lease) -> ReceiptHandle:
@@ -167,7 +188,10 @@ class PopService:
                 return False
             del state.leases[handle.offset]
             self._book.commit(state)
-            return True
+            held = bool(state.held)
+        if held:  # a FIFO message group is free again
+            self._broker.wake_waiters()
+        return True
 
     def change_invisible(self, group: str, handle: ReceiptHandle,
                          invisible_ms: int) -> ReceiptHandle | None:
@@ -206,6 +230,9 @@ class PopService:
         with state.lock:
             state.leases.pop(handle.offset, None)
             self._book.commit(state)
+            held = bool(state.held)
+        if held:
+            self._broker.wake_waiters()
         return True
 
     def client_gone(self, client_id: str) -> int:

@@ -42,13 +42,13 @@ def send(parts: ServiceParts, request: service.SendMessageRequest,
     parts.authorize(context, topics=sorted(set(topics)), write=True)
     parts.sessions.touch(client_id(metadata(context)), parts.clock.now_ms())
     peer = peer_host(context)
-    levels_ms = parts.broker.store.config.delay.levels_ms
+    delay = parts.broker.store.config.delay
     entries = []
     for topic, proto in zip(topics, request.messages, strict=True):
         try:
             message, group = message_from_proto(proto, topic, peer_host=peer,
                                                 now_ms=parts.clock.now_ms(),
-                                                levels_ms=levels_ms)
+                                                delay=delay)
             transaction_id = ""
             if proto.system_properties.message_type == definition.TRANSACTION:
                 receipt, transaction_id = send_half(parts, message, group)

@@ -26,6 +26,7 @@ import grpc
 
 from . import consume_calls, offset_calls, produce_calls, transaction_calls
 from .call_context import ServiceParts, answers, metadata, report
+from .fifo_order import is_fifo_group
 from .lease_expiry import max_attempts
 from .names import client_id, group_name, required_client_id, topic_name
 from .protocol import Code, definition, service, service_grpc
@@ -107,7 +108,7 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
                   context: grpc.ServicerContext) -> definition.Settings:
         parts = self._parts
         store_config = parts.broker.store.config
-        attempts = 1
+        attempts, fifo = 1, False
         if client.client_type == definition.PRODUCER:
             topics = tuple(topic_name(topic) for topic in client.publishing.topics)
             parts.authorize(context, topics=topics, write=True)
@@ -118,11 +119,12 @@ class MessagingServicer(service_grpc.MessagingServiceServicer):
             parts.authorize(context, topics=topics, groups=[group])
             if client.client_type in _CONSUMER_TYPES:
                 attempts = max_attempts(parts.broker, group)
+                fifo = is_fifo_group(parts.broker, group)
         answer = settings_answer(
             client, max_body_bytes=store_config.commit_log.max_message_size_bytes,
             max_attempts=attempts, levels_ms=store_config.delay.levels_ms,
             long_polling_ms=min(consume_calls.DEFAULT_LONG_POLLING_MS,
-                                parts.long_polling_max_ms))
+                                parts.long_polling_max_ms), fifo=fifo)
         if caller is not None:
             parts.sessions.describe(caller, parts.clock.now_ms(), client_type=client.client_type,
                                     group=group, topics=topics)

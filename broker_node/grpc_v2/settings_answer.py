@@ -8,16 +8,17 @@ answer before it starts.
 * Producers: ``publishing.max_body_size`` = the store's ``commit_log.max_message_size_bytes``
   (so the client refuses larger bodies itself), message types validated, and an exponential
   send back-off (``PRODUCER_BACKOFF``).
-* Consumers: ``subscription`` as the client sent it, ``fifo`` false (this server does not order
-  pop consumption), ``receive_batch_size`` = ``BATCH_SIZE_MAX``, the long-polling timeout, and
-  a customized back-off: max attempts = the group's ``retry_max_times`` + 1, and the delays of
-  delay levels 1, 2, 3, … rounded up to whole seconds, because the official Python client reads
-  only the seconds of each duration. With RocketMQ's default levels this is exactly the ladder
-  Apache RocketMQ 5's proxy sends (a group's default ``CustomizedRetryPolicy``: 1 s, 5 s, 10 s,
-  30 s, 1 m, …, 2 h; the i-th entry is the wait before the i-th retry). The remoting protocol's
-  ``%RETRY%`` ladder starts at level 3 instead; gRPC consumers do not use it. A push consumer
-  that fails a message makes it invisible for that back-off (``ChangeInvisibleDuration``),
-  after which the server redelivers it through ``%RETRY%<group>``.
+* Consumers: ``subscription`` as the client sent it, ``fifo`` = the group consumes orderly
+  (``consumeMessageOrderly``, ``fifo_order``), ``receive_batch_size`` = ``BATCH_SIZE_MAX``, the
+  long-polling timeout, and a customized back-off: max attempts = the group's
+  ``retry_max_times`` + 1, and the delays of delay levels 1, 2, 3, … rounded up to whole
+  seconds, because the official Python client reads only the seconds of each duration. With
+  RocketMQ's default levels this is exactly the ladder Apache RocketMQ 5's proxy sends (a
+  group's default ``CustomizedRetryPolicy``: 1 s, 5 s, 10 s, 30 s, 1 m, …, 2 h; the i-th entry
+  is the wait before the i-th retry). The remoting protocol's ``%RETRY%`` ladder starts at level
+  3 instead; gRPC consumers do not use it. A push consumer that fails a message makes it
+  invisible for that back-off (``ChangeInvisibleDuration``), after which the server redelivers
+  it through ``%RETRY%<group>``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def consumer_backoff_s(levels_ms: Sequence[int]) -> list[int]:
 
 
 def settings_answer(client: definition.Settings, *, max_body_bytes: int, max_attempts: int,
-                    levels_ms: Sequence[int], long_polling_ms: int) -> definition.Settings:
+                    levels_ms: Sequence[int], long_polling_ms: int,
+                    fifo: bool = False) -> definition.Settings:
     """The settings a client with ``client`` settings should use."""
     answer = definition.Settings(client_type=client.client_type)
     if client.HasField("access_point"):
@@ -70,7 +72,7 @@ def settings_answer(client: definition.Settings, *, max_body_bytes: int, max_att
                            "not supported (producers, push and simple consumers are)")
     subscription = definition.Subscription()
     subscription.CopyFrom(client.subscription)
-    subscription.fifo = False
+    subscription.fifo = fifo
     subscription.receive_batch_size = BATCH_SIZE_MAX
     subscription.long_polling_timeout.CopyFrom(duration(long_polling_ms))
     answer.subscription.CopyFrom(subscription)

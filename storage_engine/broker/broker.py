@@ -2,25 +2,25 @@
 
 Owns: topic config (auto-created on first send, ``topic_manager``; at most
 ``broker.topic_count_max``), subscription groups (at most ``broker.subscription_group_count_max``),
-consumer offsets (committed in memory, persisted every
-``broker.consumer_offset_persist_interval_ms`` and at close, ``broker_persist``), the delay
-service (18 levels through ``SCHEDULE_TOPIC_XXXX``, ``delay_service``), send-back to
-``%RETRY%group`` / ``%DLQ%group`` (reference §10.2, ``send_back``), long polling
-(``long_polling``), the consumer registry of each group for client-side rebalancing
-(``consumer_registry``) and orderly queue locks (``queue_locks``). It tells the store how far
-every group has consumed (``consumption_floor``), so disk pressure deletes only consumed data.
-Transactional (half) messages, their ends and check-back: ``transactions``/``transaction_check``.
+consumer offsets (in memory, persisted every ``broker.consumer_offset_persist_interval_ms`` and
+at close, ``broker_persist``), the delay service (18 levels through ``SCHEDULE_TOPIC_XXXX``), the
+timer service, send-back to ``%RETRY%group`` / ``%DLQ%group`` (reference §10.2), long polling,
+the consumer registry of each group for client-side rebalancing and orderly queue locks. It
+tells the store how far every group has consumed (``consumption_floor``), so disk pressure
+deletes only consumed data. Transactional (half) messages and check-back: ``transactions``,
+``transaction_check``.
 
 Config tables: the broker, not the store, owns ``config/*.json`` (``ConfigStores``, as in
 RocketMQ). ``Broker.open`` loads them once it holds the store's lock and before the store
 recovers (``MessageStore.open(on_locked=...)``), so a table that cannot be loaded refuses the open
 with nothing changed; ``Broker(store)`` loads them over a store already open.
 
-Services: the persist, delay and transaction-check services, started in that order by the
-constructor and stopped in reverse by ``close``, which then persists every config table and closes
+Services: the persist service, then the delay, timer and transaction-check services
+(``timer_service``: timer messages through ``rmq_sys_wheel_timer``), started in that order by the
+constructor and stopped in reverse by ``close``, which then persists the config tables and closes
 the store when the broker owns it (``Broker.open``). On a SLAVE store only the first runs (the
-master delivers and checks; its writes reach the slave by replication), and sends and send-backs
-raise ``NotMasterError`` before touching any table.
+master delivers and checks; replication brings its writes), and sends and send-backs raise
+``NotMasterError``.
 
 Errors: invalid input (group and topic names, negative offsets, queue ids outside a topic)
 raises a ``StorageError`` subclass naming the value; normal outcomes (no message yet, offset out
@@ -52,7 +52,6 @@ from ..contract.model import (
     SendResult,
 )
 from ..contract.rules import (
-    PULL_BATCH_MAX,
     RETRY_BASE_DELAY_LEVEL,
     validate_client_id,
     validate_queue_key,
@@ -82,13 +81,14 @@ from ..store.message_store import MessageStore
 from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consumer_registry import ConsumerRegistry, MembershipListener
 from .consumption_floor import ConsumptionFloor
-from .delay_service import DelayService, schedule_delayed
+from .delay_service import DelayService
 from .dlq_resends import DlqResends, dead_letter_at
 from .long_polling import ArrivalWaiter, long_poll
 from .persist import BrokerPersistService
-from .progress import ProgressReader, physical_memory_bytes
+from .progress import ProgressReader, check_batch, check_offset, physical_memory_bytes
 from .queue_locks import QueueLockTable
-from .send_rules import batch_problem, send_result
+from .send_rules import batch_problem, divert, send_result
+from .timer_service import TimerService
 from .topic_manager import TopicManager, check_writable
 from .transaction_check import TransactionalSends, Transactions
 
@@ -119,7 +119,7 @@ class Broker(TransactionalSends):
         self._clock = clock or store.clock
         self._owns_store = owns_store
         self._config = store.config.broker
-        self._levels_ms = store.config.delay.levels_ms
+        self._delay = store.config.delay
         self._tables = (tables if tables is not None
                         else ConfigStores.open(store.root_dir, self._clock))
         self.dlq_resends = DlqResends(store.root_dir / CONFIG_DIR_NAME, self._clock)
@@ -138,16 +138,19 @@ class Broker(TransactionalSends):
         self._close_lock, self._closed = threading.Lock(), False
         self.persist_service = BrokerPersistService(self._tables, self._config, self._clock,
                                                     self._registry.expire)
-        self.delay_service = DelayService(store, self._tables.delay_offsets, self._levels_ms,
+        self.delay_service = DelayService(store, self._tables.delay_offsets, self._delay.levels_ms,
                                           self._clock)
+        self.timer_service = TimerService(store, self._tables.consumer_offsets, self._clock)
         self._is_slave = store.config.broker_role is BrokerRole.SLAVE
         self._services: list[Service] = [self.persist_service]
         self.transactions = Transactions(store, self._tables.consumer_offsets, self._config,
                                          self._clock, self._put, self._topics.ensure)
         if not self._is_slave:  # a slave's commit log is written by replication only
             self.transactions.halves.recover()
-            self._services += [self.delay_service, self.transactions.check_service]
+            self._services += [self.delay_service, self.timer_service,
+                               self.transactions.check_service]
         store.add_arrival_listener(self._waiter.on_arrival)
+        store.add_arrival_listener(self.timer_service.on_arrival)
         store.set_consumption_floor(ConsumptionFloor(  # disk pressure keeps unconsumed data
             store, self._tables.consumer_offsets, self._tables.delay_offsets,
             lambda: {group: self._registry.topics(group) for group in self._registry.groups()}))
@@ -327,7 +330,7 @@ class Broker(TransactionalSends):
         """
         self._check_open()
         self._check_master()
-        if problem := batch_problem(messages, self._levels_ms):
+        if problem := batch_problem(messages, self._delay.levels_ms):
             raise InvalidMessageError(problem, topic=messages[0].topic if messages else None)
         for message in messages[1:]:
             if problem := empty_body_problem(message.body, message.properties):
@@ -353,9 +356,9 @@ class Broker(TransactionalSends):
         return config
 
     def _put(self, message: Message, queue_id: int, *, delay: bool = True) -> SendResult:
-        """Store ``message`` for ``queue_id``, through the delay topic when it asks for it."""
-        scheduled = schedule_delayed(message, queue_id, self._levels_ms) if delay else None
-        stored, stored_queue_id, level = scheduled or (message, queue_id, 0)
+        """Store ``message`` for ``queue_id``, through the delay or timer topic if it asks."""
+        stored, stored_queue_id, level = divert(message, queue_id, self._clock.now_ms(),
+                                                self._delay) if delay else (message, queue_id, 0)
         return send_result(message, queue_id, self._store.put_message(stored, stored_queue_id),
                            level)
 
@@ -394,7 +397,7 @@ class Broker(TransactionalSends):
         if config is not None and not config.perm & PERM_READ:
             raise NoPermissionError(f"topic {topic!r} is not readable (perm={config.perm})",
                                     topic=topic)
-        _check_batch(topic, offset, max_count)
+        check_batch(topic, offset, max_count)
 
     def wait_for_arrival(self, positions: Mapping[QueueKey, int], timeout_ms: int,
                          cancel: Callable[[], bool] | None = None) -> bool:
@@ -512,7 +515,7 @@ class Broker(TransactionalSends):
         self._check_open()
         validate_group(group)
         topic = dead_letter_topic(group)
-        _check_batch(topic, offset, max_count)  # an operator's read: consume_enable is moot
+        check_batch(topic, offset, max_count)  # an operator's read: consume_enable is moot
         start = max(offset, self._store.min_offset(topic, 0))
         result = self._store.get_message(group, topic, 0, start, max_count)
         return result.messages
@@ -527,7 +530,7 @@ class Broker(TransactionalSends):
         """
         self._check_open()
         validate_group(group)
-        _check_offset(dead_letter_topic(group), queue_offset)
+        check_offset(dead_letter_topic(group), queue_offset)
         view, target = dead_letter_at(self._store, group, queue_offset)
         retry = self._system_group_topic(retry_topic(group))
         check_writable(retry)
@@ -587,14 +590,3 @@ class Broker(TransactionalSends):
         validate_client_id(client_id)
         self._queue_locks.unlock(group, client_id, queues)
 
-
-def _check_offset(topic: str, offset: object) -> None:
-    if type(offset) is not int or offset < 0:
-        raise InvalidMessageError(f"offset must be an integer >= 0, got {offset!r}", topic=topic)
-
-
-def _check_batch(topic: str, offset: object, max_count: object) -> None:
-    _check_offset(topic, offset)
-    if type(max_count) is not int or not 1 <= max_count <= PULL_BATCH_MAX:
-        raise InvalidMessageError(f"max_count must be an integer in 1..{PULL_BATCH_MAX}, "
-                                  f"got {max_count!r}", topic=topic)

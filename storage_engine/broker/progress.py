@@ -10,6 +10,9 @@
   queue reads it from the start; FIRST → the min offset (RocketMQ answers 0 and lets the
   OFFSET_ILLEGAL path fix it later); TIMESTAMP → the first offset stored at or after it.
 
+``check_offset``/``check_batch``: the arguments of a read by offset (an offset >= 0, a batch of
+1..``PULL_BATCH_MAX``), checked before the broker reads.
+
 ``progress`` lists a group's committed offset against the min/max offsets of every queue of the
 given topics (``postbox consumer progress``).
 
@@ -23,7 +26,8 @@ from collections.abc import Callable, Iterable
 
 from ..contract.message import GetStatus
 from ..contract.model import ConsumeFrom, QueueProgress
-from ..contract.rules import CONSUME_TIMESTAMP_DEFAULT_AGE_MS
+from ..contract.rules import CONSUME_TIMESTAMP_DEFAULT_AGE_MS, PULL_BATCH_MAX
+from ..errors import InvalidMessageError
 from ..formats.topic_names import RETRY_TOPIC_PREFIX
 from ..store.message_store import MessageStore
 from .config_stores import TOPIC_GROUP_SEPARATOR, ConsumerOffsetTable
@@ -113,5 +117,19 @@ class ProgressReader:
         return rows
 
 
+def check_offset(topic: str, offset: object) -> None:
+    """``InvalidMessageError`` unless ``offset`` is an integer >= 0."""
+    if type(offset) is not int or offset < 0:
+        raise InvalidMessageError(f"offset must be an integer >= 0, got {offset!r}", topic=topic)
+
+
+def check_batch(topic: str, offset: object, max_count: object) -> None:
+    """``check_offset``, and ``max_count`` an integer in 1..``PULL_BATCH_MAX``."""
+    check_offset(topic, offset)
+    if type(max_count) is not int or not 1 <= max_count <= PULL_BATCH_MAX:
+        raise InvalidMessageError(f"max_count must be an integer in 1..{PULL_BATCH_MAX}, "
+                                  f"got {max_count!r}", topic=topic)
+
+
 __all__ = ["CONSUME_TIMESTAMP_DEFAULT_AGE_MS", "IN_MEMORY_RATIO_PERCENT", "ProgressReader",
-           "physical_memory_bytes"]
+           "check_batch", "check_offset", "physical_memory_bytes"]

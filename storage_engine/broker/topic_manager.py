@@ -39,7 +39,7 @@ from ..errors import (
     TableFullError,
     TopicNotFoundError,
 )
-from ..formats.topic_names import DELAY_TOPIC
+from ..formats.topic_names import DELAY_TOPIC, TIMER_TOPIC
 from .config_stores import TopicConfigTable
 
 PERM_MAX = 15  # PRIORITY 8 | READ 4 | WRITE 2 | INHERIT 1
@@ -120,7 +120,7 @@ class TopicManager:
                     "create it first (Broker.create_topic)", topic=topic)
             config = self.ensure(topic, self._config.default_topic_queue_count,
                                  PERM_READ_WRITE)
-        elif topic == DELAY_TOPIC:
+        elif topic in (DELAY_TOPIC, TIMER_TOPIC):
             check_user_topic(topic)
         check_writable(config)
         return config
@@ -173,11 +173,12 @@ class TopicManager:
 
 
 def check_user_topic(topic: str) -> str:
-    """Validate a topic name that a user may create or send to (not ``SCHEDULE_TOPIC_XXXX``)."""
+    """Validate a topic name that a user may create or send to (not ``SCHEDULE_TOPIC_XXXX``,
+    not ``rmq_sys_wheel_timer``)."""
     validate_topic(topic)
-    if topic == DELAY_TOPIC:
-        raise InvalidTopicError(f"{DELAY_TOPIC} is the delay service's system topic: send with "
-                                "a DELAY property instead", topic=topic)
+    if topic in (DELAY_TOPIC, TIMER_TOPIC):
+        raise InvalidTopicError(f"{topic} is a system topic of scheduled delivery: send with "
+                                "a DELAY property (or a TIMER_* one) instead", topic=topic)
     return topic
 
 

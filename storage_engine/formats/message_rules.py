@@ -56,9 +56,9 @@ PROPERTY_ARGUMENTS: Mapping[str, str] = {
     PROPERTY_KEYS: "keys=",
     PROPERTY_TAGS: "tags=",
     PROPERTY_DELAY: "delay_level=",
-    "TIMER_DELAY_SEC": "delay_level=",
-    "TIMER_DELAY_MS": "delay_level=",
-    "TIMER_DELIVER_MS": "delay_level=",
+    "TIMER_DELAY_SEC": "delay=",
+    "TIMER_DELAY_MS": "delay=",
+    "TIMER_DELIVER_MS": "deliver_at=",
     "__STARTDELIVERTIME": "delay_level=",
     "__SHARDINGKEY": "sharding_key=",
 }

@@ -19,6 +19,8 @@ from __future__ import annotations
 RETRY_TOPIC_PREFIX = "%RETRY%"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 DELAY_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+"""Where timer messages (delivery at any moment) wait, RocketMQ 5's timer topic."""
 AUTO_CREATE_TOPIC = "TBW102"
 """The topic whose route a producer borrows for a topic the name servers do not know yet."""
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
@@ -71,9 +73,9 @@ def is_system_group_topic(topic: str) -> bool:
 
 
 def is_internal_topic(topic: str) -> bool:
-    """Whether ``topic`` is one of the broker's own (the delay topic, ``RMQ_SYS_*``): nobody
-    sends to it or is granted it by a wildcard."""
-    return topic == DELAY_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX)
+    """Whether ``topic`` is one of the broker's own (the delay and timer topics,
+    ``RMQ_SYS_*``): nobody sends to it or is granted it by a wildcard."""
+    return topic in (DELAY_TOPIC, TIMER_TOPIC) or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def is_system_group(name: str) -> bool:
@@ -88,7 +90,7 @@ def is_system_resource(name: str) -> bool:
 
 __all__ = [
     "AUTO_CREATE_TOPIC", "DELAY_TOPIC", "DLQ_TOPIC_PREFIX", "RETRY_TOPIC_PREFIX",
-    "SYSTEM_TOPIC_PREFIX", "TRANSACTION_CHECK_MAX_TIME_TOPIC", "TRANSACTION_GROUP",
+    "SYSTEM_TOPIC_PREFIX", "TIMER_TOPIC", "TRANSACTION_CHECK_MAX_TIME_TOPIC", "TRANSACTION_GROUP",
     "TRANSACTION_HALF_TOPIC", "TRANSACTION_OP_TOPIC", "dead_letter_topic", "is_dead_letter_topic",
     "is_internal_topic", "is_retry_topic", "is_system_group", "is_system_group_topic",
     "is_system_resource", "retry_topic",

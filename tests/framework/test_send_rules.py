@@ -25,7 +25,7 @@ from postbox.storage_engine.formats import PROPERTY_ARGUMENTS, SYSTEM_PROPERTY_N
 from tests.support.polling import wait_until
 
 HINTS = [("UNIQ_KEY", "unique_key="), ("KEYS", "keys="), ("TAGS", "tags="),
-         ("DELAY", "delay_level="), ("TIMER_DELIVER_MS", "delay_level="),
+         ("DELAY", "delay_level="), ("TIMER_DELIVER_MS", "deliver_at="),
          ("__STARTDELIVERTIME", "delay_level="), ("__SHARDINGKEY", "sharding_key=")]
 
 

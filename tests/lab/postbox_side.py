@@ -35,6 +35,8 @@ class PostboxEndpoint:
 
     directory: Path
     retry_max_times: dict[str, int] = field(default_factory=dict)
+    orderly: frozenset[str] = frozenset()
+    """Groups that consume orderly (``consumeMessageOrderly``: FIFO pop consumption)."""
     process: BrokerProcess | None = None
 
     def start(self) -> PostboxEndpoint:
@@ -44,8 +46,9 @@ class PostboxEndpoint:
         store = self.directory / "store"
         with Broker.open(self.config()) as broker:
             for group, times in self.retry_max_times.items():
+                extra = {"consumeMessageOrderly": True} if group in self.orderly else {}
                 broker.tables.subscription_groups.put(
-                    SubscriptionGroupConfig(group, retry_max_times=times))
+                    SubscriptionGroupConfig(group, retry_max_times=times, extra=extra))
         self.process = BrokerProcess(store, broker_conf=conf).start()
         return self
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,8 +258,9 @@ def test_retry_and_dead_letter_deliveries_are_in_the_store_postbox_reads(java_co
 
 
 ROCKETMQ_5_FILES = ("timerwheel", "config/timercheck", "config/timermetrics")
-"""Written by RocketMQ 5's timer wheel (on by default): Postbox has no timer wheel, so it
-neither reads nor changes them; a Java broker reopening the store finds them as it left them."""
+"""Written by RocketMQ 5's timer wheel (on by default): Postbox keeps its timer schedule from
+the ``rmq_sys_wheel_timer`` queue alone, so it neither reads nor changes them; a Java broker
+reopening the store finds them as it left them."""
 
 
 def file_digests(root: Path, names) -> dict[str, str]:
@@ -274,6 +276,13 @@ def test_what_rocketmq_5_adds_is_tolerated_and_left_as_it_was(java_corpus, tmp_p
     with Broker.open(config) as broker:  # rewrites the config files on close
         broker.commit_offset(GROUP, MAIN, 0, 0)
         assert broker.store.max_offset("rmq_sys_wheel_timer", 0) >= 1
+        before_timers = sorted(broker.store.topics())
+        time.sleep(1.5)  # the timer service ran: what Java's timer delivered is not again
+        timed = [view for queue_id in broker.queue_ids(MAIN)
+                 for view in read_queue(broker.store, MAIN, queue_id) if view.tags == "timer"]
+        assert len(timed) == 1 and "TIMER_DEQUEUE_MS" in timed[0].properties
+        assert broker.timer_service.pending_count() == 0
+        assert sorted(broker.store.topics()) == before_timers
     assert file_digests(root, [*ROCKETMQ_5_FILES, *timer_log]) == before
     topics = (root / "config" / "topics.json").read_text()
     assert '"message.type":"TRANSACTION"' in topics  # 5.x topic attributes survive

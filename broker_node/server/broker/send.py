@@ -4,12 +4,14 @@ SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36), and half messages (a send
 
 A send is ``Broker.send`` with the queue the client chose (a negative queue id lets the broker
 pick), so every rule of a local send applies (names, sizes, the empty body, topic permissions,
-auto-creation, ``DELAY`` levels, disk back-pressure); its errors map to response codes in
-``handlers.code_for_error`` (13 MESSAGE_ILLEGAL, 16 NO_PERMISSION, 2 SYSTEM_BUSY …). The broker's
-internal topics (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``) answer 16 NO_PERMISSION, as RocketMQ's
-"sending message to topic is forbidden". A send to ``%RETRY%group`` (the Java push consumer's
-fallback when send-back fails) whose ``reconsumeTimes`` reached its maximum goes to
-``%DLQ%group`` queue 0 instead, as in RocketMQ.
+auto-creation, ``DELAY`` levels, timers — ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` /
+``TIMER_DELAY_MS``, beyond ``timerMaxDelaySec`` answered 13 as RocketMQ's
+WHEEL_TIMER_MSG_ILLEGAL —, disk back-pressure); its errors map to response codes in
+``handlers.code_for_error`` (13 MESSAGE_ILLEGAL, 16 NO_PERMISSION, 2 SYSTEM_BUSY …). The
+broker's internal topics (``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_wheel_timer``, ``RMQ_SYS_*``)
+answer 16 NO_PERMISSION, as RocketMQ's "sending message to topic is forbidden". A send to
+``%RETRY%group`` (the Java push consumer's fallback when send-back fails) whose
+``reconsumeTimes`` reached its maximum goes to ``%DLQ%group`` queue 0 instead, as in RocketMQ.
 
 The response carries, in its extFields (reference §1.4): ``msgId`` (the offsetMsgId; for a batch
 the comma-joined offsetMsgIds), ``queueId``, ``queueOffset`` (a batch: its first entry's),
@@ -36,6 +38,7 @@ from typing import Any
 from postbox.network.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from postbox.network.protocol.wire import HeaderFields, RemotingCommand
 from postbox.storage_engine.broker import Broker
+from postbox.storage_engine.broker.timer_service import TIMER_PROPERTIES
 from postbox.storage_engine.contract.message import Message, PutStatus
 from postbox.storage_engine.contract.model import SendResult
 from postbox.storage_engine.errors import CorruptionError, MessageNotFoundError
@@ -71,6 +74,7 @@ _PUT_STATUS_CODES = {
     PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 INT32_MAX = 2**31 - 1
+SCHEDULING_PROPERTIES = (PROPERTY_DELAY, *TIMER_PROPERTIES)
 REAL_TOPIC_PROPERTIES = (PROPERTY_RETRY_TOPIC, PROPERTY_REAL_TOPIC)
 """Properties naming the topic a retried or dead-lettered message goes back to."""
 
@@ -171,9 +175,10 @@ class SendHandlers:
 
     def _send_all(self, messages: list[Message], queue_id: int | None) -> list[SendResult]:
         """A batch in one append at consecutive offsets (the client numbers its results from
-        the first); one carrying a ``DELAY`` level, which RocketMQ's clients never batch, is
-        sent message by message to the first one's queue."""
-        if not any(PROPERTY_DELAY in (message.properties or {}) for message in messages):
+        the first); one carrying a ``DELAY`` level or a timer, which RocketMQ's clients never
+        batch, is sent message by message to the first one's queue."""
+        if not any(name in (message.properties or {}) for message in messages
+                   for name in SCHEDULING_PROPERTIES):
             return self._broker.send_batch(messages, queue_id=queue_id)
         first = self._broker.send(messages[0], queue_id=queue_id)
         return [first] + [self._broker.send(message, queue_id=first.queue_id)

@@ -1,0 +1,70 @@
+"""Timers through the framework's producer: ``deliver_at`` (aware datetime or epoch ms) and
+``delay`` (timedelta) deliver at that moment, never early; the argument rules; and an
+``InlineRunner`` with a ``FakeClock`` that jumps to the timer's moment."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from postbox.framework import App, ConsumerOptions
+from postbox.framework.testing import InlineRunner
+from postbox.storage_engine import InvalidMessageError
+
+
+def test_deliver_at_and_delay_come_at_their_moment(open_broker, client):
+    broker = open_broker()
+    app = App(broker=client(broker), consumer_options=ConsumerOptions(long_polling_ms=100))
+    received: dict[str, float] = {}
+    done = threading.Event()
+
+    @app.handler(topic="timed", consumer_group="g")
+    def handle(message):
+        received[message.text] = time.time()
+        if len(received) == 3:
+            done.set()
+
+    app.start()
+    sent = time.time()
+    app.producer.send("timed", "datetime", deliver_at=datetime.now(UTC) + timedelta(seconds=1.2))
+    app.producer.send("timed", "epoch", deliver_at=int((sent + 0.8) * 1000))
+    app.producer.send("timed", "delay", delay=timedelta(milliseconds=400))
+    assert done.wait(15)
+    app.stop()
+    assert sorted(received, key=received.get) == ["delay", "epoch", "datetime"]
+    assert received["delay"] - sent >= 0.4 - 0.01
+    assert received["epoch"] >= sent + 0.8 - 0.01
+    assert received["datetime"] >= sent + 1.2 - 0.01
+
+
+def test_send_arguments_are_checked(open_broker, client):
+    producer = App(broker=client(open_broker())).producer
+    with pytest.raises(InvalidMessageError, match="one of delay_level, deliver_at and delay"):
+        producer.send("timed", "x", delay_level=1, delay=timedelta(seconds=1))
+    with pytest.raises(InvalidMessageError, match="aware datetime"):
+        producer.send("timed", "x", deliver_at=datetime(2030, 1, 1))
+    with pytest.raises(InvalidMessageError, match="timedelta"):
+        producer.send("timed", "x", delay=timedelta(seconds=-1))
+    with pytest.raises(InvalidMessageError, match="timerMaxDelaySec"):
+        producer.send("timed", "x", delay=timedelta(days=4))
+
+
+@pytest.mark.embedded_only("drives the broker's timer service with a fake clock")
+def test_inline_runner_jumps_to_a_timer(open_broker, fake_clock):
+    broker = open_broker(clock=fake_clock)
+    app = App(broker=broker, clock=fake_clock)
+    seen = []
+
+    @app.handler(topic="timed", consumer_group="g")
+    def handle(message):
+        seen.append((message.text, fake_clock.now_ms()))
+
+    runner = InlineRunner(app, broker=broker)
+    due_ms = fake_clock.now_ms() + 3_600_000
+    app.producer.send("timed", "in an hour", deliver_at=due_ms)
+    runner.run_until_idle(advance_clock=True)
+    assert seen == [("in an hour", due_ms)]
+    app.stop()
