@@ -49,7 +49,7 @@ from .damage import next_valid_position
 from .fsutil import LOCK_FILE_NAME
 from .key_index import KeyIndex, KeyIndexFile
 from .recovery import SCAN_SEGMENTS_BACK
-from .segment import MappedSegment
+from .segment import SCAN_WINDOW_BYTES, MappedSegment
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
@@ -155,14 +155,15 @@ def load_commit_log(commit_log: CommitLog, writer_live: bool) -> None:
     config = commit_log.config
     commit_log.config = dataclasses.replace(config, check_crc_on_recover=True)
     try:
-        end = commit_log.scan_valid_end(start)
-        if not writer_live and next_valid_position(segments, end, check_crc=True) is not None:
+        end = commit_log.scan_valid_end(start, release_pages=True)
+        if not writer_live and next_valid_position(
+                segments, end, check_crc=True, release_window=SCAN_WINDOW_BYTES) is not None:
             raise commit_log._mid_log_error(end, None)
     finally:
         commit_log.config = config
     _trim(commit_log.segments, end)
     for segment in segments:  # the scan's pages leave this process (the page cache keeps them)
-        segment.buffer.madvise(mmap.MADV_DONTNEED)
+        segment.release_pages(0, segment.size_bytes)
 
 
 def load_commit_log_end(commit_log: CommitLog, end: int) -> None:
@@ -189,6 +190,8 @@ def load_queue(queue: ConsumeQueue, log_end: int) -> None:
     if queue.segments.segments:
         queue._find_min_logic_position()
         queue._set_max_log_end()
+    for segment in queue.segments.segments:  # a few pages each, but thousands of queues
+        segment.release_pages(0, segment.size_bytes)
 
 
 def load_queues(queues: ConsumeQueueSet, log_end: int) -> None:
@@ -236,6 +239,7 @@ class ReadOnlyIndexFile(KeyIndexFile):
             self.file.buffer, 0)
         self.entry_count = self._count_entries(max(self.entry_count, 1))
         self.end_timestamp_ms = max(self.end_timestamp_ms, now_ms)
+        self.file.release_pages(0, self.file.size_bytes)
 
     def _count_entries(self, count: int) -> int:
         """``count`` raised past every non-empty entry written after the header was."""
