@@ -128,3 +128,46 @@ def test_a_read_only_open_holds_a_window_of_the_log_not_the_log(tmp_path: Path) 
     with MessageStore.open(config, read_only=True) as view:
         assert view.commit_log.max_position > segment_bytes * 3 // 4
     assert peak_rss_kib() - before < 24 << 10
+
+
+def test_a_view_opened_again_with_the_previous_tail_mark_scans_only_what_came_after(
+        config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    from postbox.storage_engine.errors import MidLogCorruptionError
+    from postbox.storage_engine.store.commit_log import CommitLog
+
+    starts: list[int] = []
+    scan = CommitLog.scan_valid_end
+
+    def spied(self: CommitLog, position: int, **options: bool) -> int:
+        starts.append(position)
+        return scan(self, position, **options)
+
+    monkeypatch.setattr(CommitLog, "scan_valid_end", spied)
+    with MessageStore.open(config) as store:
+        for n in range(30):
+            store.put_message(Message("orders", f"m{n}".encode() * 20))
+    with MessageStore.open(config, read_only=True) as view:
+        mark = view.tail_mark
+    assert mark is not None and mark.end == view.commit_log.max_position
+    with MessageStore.open(config) as store:
+        for n in range(30, 40):
+            store.put_message(Message("orders", f"m{n}".encode() * 20))
+    starts.clear()
+    with MessageStore.open(config, read_only=True, tail_mark=mark) as view:
+        assert starts[0] == mark.end
+        assert [m.body for m in view.iter_messages()] == [
+            f"m{n}".encode() * 20 for n in range(40)]
+        assert view.max_offset("orders", 0) == 40
+    # a byte changed before the mark: the mark does not hold, the whole tail is scanned (and
+    # the damage found, as without a mark)
+    segment = sorted((config.root_dir / "commitlog").iterdir())[(mark.end - 1)
+                                                                 // SEGMENT_SIZE_BYTES]
+    with segment.open("r+b") as handle:
+        handle.seek((mark.end - 10) % SEGMENT_SIZE_BYTES)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    starts.clear()
+    with pytest.raises(MidLogCorruptionError):
+        MessageStore.open(config, read_only=True, tail_mark=mark)
+    assert starts[0] < mark.end
