@@ -67,8 +67,12 @@ class Snapshots:
     """The shared read-only view of one store (see the module's doc)."""
 
     def __init__(self, opener: Opener, max_age_s: float,
-                 errors: tuple[type[BaseException], ...]) -> None:
+                 errors: tuple[type[BaseException], ...],
+                 after_read: Callable[[Any], None] | None = None) -> None:
         self._opener = opener
+        self._after_read = after_read
+        """Called with the view's broker after each read of a shared view (the console drops
+        the store pages the read mapped, so a view's reads do not pile them up)."""
         self._max_age_s = max_age_s
         self._errors = errors
         self._lock = threading.Lock()
@@ -85,7 +89,11 @@ class Snapshots:
             with view.lock:
                 if view.closed:
                     continue  # replaced and closed meanwhile: take the newer one
-                yield view.broker
+                try:
+                    yield view.broker
+                finally:
+                    if self._after_read is not None:
+                        self._after_read(view.broker)
                 return
 
     def _current(self) -> View:

@@ -75,10 +75,11 @@ class Sources:
         self.snapshots = Snapshots(
             lambda previous: open_broker(self.store_options(), tail_mark=None if previous is None
                                          else previous.store.tail_mark),
-            settings.refresh_s, SOURCE_ERRORS)
+            settings.refresh_s, SOURCE_ERRORS,
+            after_read=lambda broker: broker.store.release_pages())
         """The store's shared read-only view, opened again once older than the refresh (the
         new view's tail scan starts where the previous one's log ended, when that still
-        holds)."""
+        holds); the pages a read mapped are dropped after it."""
 
     @property
     def broker_sources(self) -> list[str]:

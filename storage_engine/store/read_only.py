@@ -333,6 +333,14 @@ def load_key_index(key_index: KeyIndex, now_ms: int) -> None:
             continue
 
 
+def release_all(commit_log: CommitLog, key_index: KeyIndex) -> None:
+    """Drop the process's pages of every mapped file of the view (consume queues have none)."""
+    for segment in commit_log.segments.segments:
+        segment.release_pages(0, segment.size_bytes)
+    for index_file in key_index.files:
+        index_file.file.release_pages(0, index_file.file.size_bytes)
+
+
 def close_all(commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex) -> None:
     """Unmap and close every file of the view (nothing is flushed: nothing was written)."""
     for segment in commit_log.segments.segments:
