@@ -13,7 +13,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import urlencode
 
 from sqlalchemy import Engine, select
@@ -163,7 +163,7 @@ def report_rows(run: Path, message_id: str) -> list[dict[str, str]]:
         return matching_rows(handle, message_id)
 
 
-def matching_rows(handle: BinaryIO, message_id: str) -> list[dict[str, str]]:
+def matching_rows(handle: io.BufferedReader, message_id: str) -> list[dict[str, str]]:
     """The CSV rows of ``handle`` whose ``message_id`` is ``message_id``: only the lines that
     contain it are parsed (a byte search, not a read of every row). The file is read
     ``SEARCH_CHUNK_BYTES`` of whole lines at a time: a mapping of it would keep every page the

@@ -47,11 +47,11 @@ class View:
     def __init__(self, opener: Opener, previous: View | None = None) -> None:
         started = time.monotonic()
         self._stack = contextlib.ExitStack()
-        self.broker = self._stack.enter_context(opener(
+        self.broker: Any = self._stack.enter_context(opener(
             None if previous is None else previous.broker))
         self.opened_at = time.monotonic()
         self.open_s = self.opened_at - started
-        self.first_open_s = self.open_s if previous is None else previous.first_open_s
+        self.first_open_s: float = self.open_s if previous is None else previous.first_open_s
         self.lock = threading.Lock()
         self.closed = False
 
