@@ -10,7 +10,10 @@ The data set (``bench.console_data``) is built once into ``--cache`` and reused.
 times, then ``--requests`` times, one at a time: p50/p95 per page. Baselines measured in the
 same run: the same page's data call made directly in this process (the console's own function
 over freshly opened sources, no HTTP, no template) and an unrouted URL of the same server (the
-HTTP floor). The console's memory is its process's ``VmHWM`` and ``VmRSS`` (``/proc``).
+HTTP floor). Then ``--soak`` seconds of a few pages in turn, across the console's background
+reopening of the store. The console's memory is its process's ``VmHWM`` and ``VmRSS``
+(``/proc``), and the peak of each phase (the store's opening by the first page, the page table,
+the soak) split into heap (``RssAnon``) and mapped files (``RssFile``), sampled every 20 ms.
 Targets (printed, never asserted): every page p50 ≤ 300 ms, search by key ≤ 50 ms, RSS < 200 MB.
 """
 
@@ -20,11 +23,9 @@ import argparse
 import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,11 +33,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from bench.console_data import DataSet, load_or_build, topic_name, unique_key
+from bench.console_process import ConsoleProcess, console_process
 
 PAGE_TARGET_MS = 300.0
 KEY_TARGET_MS = 50.0
 RSS_TARGET_MB = 200.0
-START_TIMEOUT_S = 300.0
+SAMPLE_S = 0.02
+SOAK_PAGES = ("overview", "topics", "search key", "message page", "dead letters G000")
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
     "postbox-console-bench"
 
@@ -58,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--console-python", default=sys.executable,
                         help="the interpreter that runs `postbox console` (another checkout's "
                              "venv measures its console over the same data)")
+    parser.add_argument("--refresh", type=float, default=5.0,
+                        help="the console's --refresh (the store view is reopened once older "
+                             "than it, or ten times its opening's duration)")
+    parser.add_argument("--soak", type=float, default=90.0,
+                        help="seconds of fetching a few pages in turn after the page table, "
+                             "across the console's background reopening of the store")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser.parse_args(argv)
 
@@ -94,44 +103,51 @@ def pages(data: DataSet) -> list[tuple[str, str]]:
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
-def console_process(data: DataSet, python: str) -> Iterator[tuple[str, int]]:
-    """``postbox console`` over the data set; yields (base URL, pid)."""
-    import httpx
+def console_over(data: DataSet, python: str, refresh_s: float) -> Iterator[ConsoleProcess]:
+    """``postbox console`` over the data set (run outside any checkout: the interpreter's own
+    ``postbox``)."""
+    with console_process(["--store", str(data.store_dir), "--db", data.database_url,
+                          "--reports", str(data.reports_dir), "--refresh", str(refresh_s)],
+                         python=python, cwd=data.root) as console:
+        yield console
 
-    port = free_port()
-    command = [python, "-m", "postbox", "console", "--listen", f"127.0.0.1:{port}",
-               "--store", str(data.store_dir), "--db", data.database_url,
-               "--reports", str(data.reports_dir)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, cwd=data.root)  # not a checkout: the interpreter's own
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the console exited: {process.stderr.read()[-2000:]}")
+
+class MemorySampler:
+    """Samples ``/proc/PID/status`` every ``SAMPLE_S`` in a thread: per phase, the largest
+    ``VmRSS`` with its split into ``RssAnon`` (heap) and ``RssFile`` (mapped files) at that
+    moment, and the largest of each on its own. ``VmHWM`` (the kernel's own peak) is read at the
+    end; a peak shorter than a sample is in it but not split."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.phase = "start"
+        self.peaks: dict[str, dict[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
             try:
-                httpx.get(url + "/not-a-page", timeout=5.0)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield url, process.pid
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+                figures = memory_mb(self.pid)
+            except (OSError, ValueError):
+                return  # the process is gone
+            peak = self.peaks.setdefault(self.phase, {"VmRSS": 0.0, "RssAnon_max": 0.0,
+                                                      "RssFile_max": 0.0})
+            if figures["VmRSS"] > peak["VmRSS"]:
+                peak.update(VmRSS=figures["VmRSS"], RssAnon=figures["RssAnon"],
+                            RssFile=figures["RssFile"])
+            peak["RssAnon_max"] = max(peak["RssAnon_max"], figures["RssAnon"])
+            peak["RssFile_max"] = max(peak["RssFile_max"], figures["RssFile"])
+            self._stop.wait(SAMPLE_S)
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
@@ -229,18 +245,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "topics": data.topics, "groups": data.groups, "stubs": data.stubs,
                               "database": data.database_url.split(":")[0],
                               "build_s": data.build_s, "pages": {}}
-    with console_process(data, args.console_python) as (url, pid), \
-            httpx.Client(base_url=url, timeout=120) as client:
-        report["memory_start_mb"] = memory_mb(pid)
+    with console_over(data, args.console_python, args.refresh) as console, \
+            MemorySampler(console.pid) as sampler, \
+            httpx.Client(base_url=console.url, timeout=120) as client:
+        report["memory_start_mb"] = memory_mb(console.pid)
+        sampler.phase = "open"  # the first page opens the store
+        report["open_ms"] = measure_http(client, "/", 0, 1)["max"]
+        sampler.phase = "pages"
         report["floor"] = measure_http(client, "/not-a-page", args.warmup, args.requests,
                                        expect=404)
         for name, path in pages(data):
             print(f"  {name}", file=sys.stderr, flush=True)
             report["pages"][name] = {"path": path, **measure_http(client, path, args.warmup,
                                                                   args.requests)}
-        report["memory_mb"] = memory_mb(pid)
+        sampler.phase = "soak"
+        report["soak"] = soak(client, data, args.soak)
+        report["memory_mb"] = memory_mb(console.pid)
+    report["memory_peaks_mb"] = sampler.peaks
     report["library_p50_ms"] = {} if args.no_baseline else measure_library(data, args.requests)
     return report
+
+
+def soak(client: Any, data: DataSet, seconds: float) -> dict[str, Any]:
+    """``SOAK_PAGES`` fetched in turn for ``seconds``, long enough for the console to open the
+    store again in the background (its view is replaced once older than the refresh interval,
+    or ten times its opening's duration): p50/p95/max over every request."""
+    named = dict(pages(data))
+    samples: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for name in SOAK_PAGES:
+            started = time.perf_counter()
+            client.get(named[name])
+            samples.append((time.perf_counter() - started) * 1000)
+    return {**percentiles(samples), "requests": len(samples), "seconds": seconds} \
+        if samples else {}
 
 
 def verdict(name: str, row: dict[str, Any]) -> str:
@@ -264,15 +303,30 @@ def print_table(report: dict[str, Any]) -> None:
               f"{'' if direct is None else f'{direct:.1f}':>9}{row['p50'] / floor:>9.0f}"
               f"{row['bytes'] / 1024:>7.0f}  {verdict(name, row)}")
     print(f"{'HTTP floor (404)':<22}{floor:>9.1f}{report['floor']['p95']:>9.1f}")
+    soaked = report["soak"]
+    if soaked:
+        print(f"{'soak (' + str(soaked['requests']) + ' req)':<22}{soaked['p50']:>9.1f}"
+              f"{soaked['p95']:>9.1f}  max {soaked['max']:.0f} ms over {soaked['seconds']:.0f} s "
+              f"of {', '.join(SOAK_PAGES)} (across background reopens)")
+    print(f"first page (opens the store): {report['open_ms']:.0f} ms")
+    print_memory(report)
+    print("library = the page's data call made directly in this process (p50), no HTTP or "
+          "template; x floor = page p50 / the same server's 404 p50")
+
+
+def print_memory(report: dict[str, Any]) -> None:
     memory = report["memory_mb"]
     print(f"console RSS: VmHWM {memory['VmHWM']:.0f} MB, VmRSS {memory['VmRSS']:.0f} MB = "
           f"RssAnon {memory['RssAnon']:.0f} MB (heap) + RssFile {memory['RssFile']:.0f} MB "
-          f"(mapped store files) (VmRSS at start {report['memory_start_mb']['VmRSS']:.0f} MB; "
-          f"target < {RSS_TARGET_MB:.0f} MB: VmHWM "
-          f"{'ok' if memory['VmHWM'] < RSS_TARGET_MB else 'over'}, RssAnon "
+          f"(mapped store files) at the end (VmRSS at start "
+          f"{report['memory_start_mb']['VmRSS']:.0f} MB; target < {RSS_TARGET_MB:.0f} MB: "
+          f"VmHWM {'ok' if memory['VmHWM'] < RSS_TARGET_MB else 'over'}, RssAnon "
           f"{'ok' if memory['RssAnon'] < RSS_TARGET_MB else 'over'})")
-    print("library = the page's data call made directly in this process (p50), no HTTP or "
-          "template; x floor = page p50 / the same server's 404 p50")
+    for phase, peak in report["memory_peaks_mb"].items():
+        print(f"  peak while {phase:<6} VmRSS {peak['VmRSS']:>5.0f} MB = RssAnon "
+              f"{peak.get('RssAnon', 0):>4.0f} + RssFile {peak.get('RssFile', 0):>4.0f} "
+              f"(largest alone: anon {peak['RssAnon_max']:.0f}, file "
+              f"{peak['RssFile_max']:.0f}; sampled every {SAMPLE_S * 1000:.0f} ms)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@ At scale 1: a store with 1 000 000 messages over 1 000 topics (4 queues each, on
 UNIQ_KEY per message), 200 consumer groups with committed offsets on 5 topics each (half the
 messages consumed), 50 dead letters of group ``G000``; an outbox database with 1 000 000 stubs
 (the store's messages' UNIQ_KEYs: 90 % confirmed, 9 % unconfirmed, 1 % void); and one
-reconciliation output folder (``summary.json`` and a ``classification.csv`` of one row per stub)
+reconciliation output folder in a run's layout (``summary.json`` and ``report.html`` made by the
+reconcile job's own summary class and renderer, a ``classification.csv`` of one row per stub)
 written directly, not by a Spark run (a real run at this size does not fit the bench's time).
 
 The store is written with ``put_messages`` batches through the store API (one call per queue),
@@ -30,6 +31,8 @@ QUEUES = 4
 GROUP_TOPICS = 5
 DEAD_LETTERS = 50
 STUB_BATCH = 10_000
+REPORTS_LAYOUT = 2
+"""Version of the reports folder's layout (a cache built with another one rebuilds it)."""
 BODY = b'{"order": %d, "amount": "12.50", "currency": "EUR", "customer": "c-%d"}'
 
 
@@ -46,6 +49,7 @@ class DataSet:
     first_store_ms: int = 0
     last_store_ms: int = 0
     build_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    reports_layout: int = REPORTS_LAYOUT
 
     @property
     def store_dir(self) -> Path:
@@ -164,26 +168,48 @@ def build_outbox(data: DataSet) -> None:
 
 
 def build_reports(data: DataSet) -> None:
-    """One reconciliation run folder: ``summary.json`` and ``classification.csv`` (one row
-    per stub; the void stubs classified ``exhausted``, one in 1 000 ``lost``)."""
+    """One reconciliation run folder in the layout a run writes (``summary.json`` from the
+    job's own ``ReconcileSummary``, ``report.html`` from its renderer, ``classification.csv``
+    with its columns: one row per stub, the void stubs ``exhausted``, one in 1 000 ``lost``),
+    written directly: a Spark run over a million stubs does not fit the bench's time."""
+    from postbox.spark_reconcile.classes import ALL_CLASSES, MessageClass
+    from postbox.spark_reconcile.classify import CLASSIFICATION_COLUMNS
+    from postbox.spark_reconcile.report_html import render_report
+    from postbox.spark_reconcile.results import ClassCount, ReconcileSummary, Sample
+
     run = data.reports_dir / "run-1"
     run.mkdir(parents=True, exist_ok=True)
-    counts = {"confirmed": 0, "lost": 0, "exhausted": 0, "in_flight": 0}
+    hour = datetime(2026, 1, 1, tzinfo=UTC).replace(tzinfo=None)  # naive UTC, as a run
+    summary = ReconcileSummary(as_of=hour + timedelta(days=1), grace_ms=600_000,
+                               counts=dict.fromkeys(ALL_CLASSES, 0), thresholds={"lost": 0})
+    by_topic: dict[tuple[str, str], int] = {}
     per_topic = max(data.messages // data.topics, 1)
     with (run / "classification.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(("message_id", "classification", "topic", "consumer_group", "queue_id",
-                         "queue_offset", "status", "send_count", "created_at", "hour", "detail"))
+        writer.writerow(CLASSIFICATION_COLUMNS)
         for i in range(data.stubs):
-            kind = ("exhausted" if i % 100 == 0 else "lost" if i % 1000 == 1
-                    else "in_flight" if i % 100 < 10 else "confirmed")
-            counts[kind] += 1
-            writer.writerow((unique_key(i), kind, topic_name(i // per_topic % data.topics),
-                             "G000", 0, i, "confirmed", 1, "2026-01-01T00:00:00",
-                             "2026-01-01T00:00:00", ""))
-    summary = {"as_of": "2026-01-02T00:00:00", "counts": counts, "complete": True,
-               "exceeded": ["lost"], "stubs": data.stubs}
-    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            kind = (MessageClass.EXHAUSTED if i % 100 == 0 else MessageClass.LOST
+                    if i % 1000 == 1 else MessageClass.IN_FLIGHT if i % 100 < 10
+                    else MessageClass.CONFIRMED)
+            topic = topic_name(i // per_topic % data.topics)
+            summary.counts[kind] += 1
+            by_topic[kind, topic] = by_topic.get((kind, topic), 0) + 1
+            writer.writerow((unique_key(i), kind, topic, "G000", 0, i, "confirmed", 1,
+                             hour.isoformat(), hour.isoformat(), ""))
+    summary.by_topic = [ClassCount(kind, count, topic=topic)
+                        for (kind, topic), count in sorted(by_topic.items())]
+    summary.by_group = [ClassCount(kind, count, consumer_group="G000")
+                        for kind, count in summary.counts.items() if count]
+    summary.by_hour = [ClassCount(kind, count, hour=hour)
+                       for kind, count in summary.counts.items() if count]
+    summary.samples = [Sample(MessageClass.LOST, unique_key(1), topic_name(0), "G000", 0, 1,
+                              "no consumer logged it")]
+    summary.exceeded = [name for name, limit in summary.thresholds.items()
+                        if summary.counts.get(name, 0) > limit]
+    summary.inputs = {"store": str(data.store_dir), "database": data.database_url.split(":")[0],
+                      "tables_read_by": "bench (no Spark run)"}
+    (run / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    (run / "report.html").write_text(render_report(summary), encoding="utf-8")
 
 
 def load_or_build(cache: Path, scale: float, database_url: str | None,
@@ -197,7 +223,13 @@ def load_or_build(cache: Path, scale: float, database_url: str | None,
     if marker.is_file() and not rebuild:
         saved = json.loads(marker.read_text())
         if saved.get("database_url") == url:
-            return DataSet(root=root, **{**saved, "database_url": url})
+            data = DataSet(root=root, **{"reports_layout": 1, **saved, "database_url": url})
+            if data.reports_layout != REPORTS_LAYOUT:  # an older build: its reports only
+                shutil.rmtree(data.reports_dir, ignore_errors=True)
+                build_reports(data)
+                data = dataclasses.replace(data, reports_layout=REPORTS_LAYOUT)
+                write_marker(data, marker)
+            return data
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
@@ -215,7 +247,12 @@ def load_or_build(cache: Path, scale: float, database_url: str | None,
     timings["reports"] = time.perf_counter() - started
     data = dataclasses.replace(data, first_store_ms=first_ms, last_store_ms=last_ms,
                                build_s=timings)
+    write_marker(data, marker)
+    return data
+
+
+def write_marker(data: DataSet, marker: Path) -> None:
+    """``built.json``: what the build made (read back by ``load_or_build``)."""
     document = dataclasses.asdict(data)
     document.pop("root")
     marker.write_text(json.dumps(document, indent=2))
-    return data

@@ -53,6 +53,7 @@ from postbox.storage_engine import (
     infer_config,
     require_store,
 )
+from postbox.storage_engine.store.read_only import TailMark
 
 DEFAULT_STORE_DIR = Path(environment.STORE.default or ".")
 STORE_DIR_ENV_VAR = environment.STORE.name
@@ -125,19 +126,21 @@ def inspected_store(root_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def open_store(options: StoreOptions, *, writable: bool = False) -> Iterator[MessageStore]:
+def open_store(options: StoreOptions, *, writable: bool = False,
+               tail_mark: TailMark | None = None) -> Iterator[MessageStore]:
     """Open an existing store for a command; closes it on the way out. A directory that is not
     a store is refused before anything is written (``inspected_store``).
 
     By default the store is opened read-only (safe beside a running writer, nothing written).
     ``writable`` opens it for writing, recovered and with its lock, and (once dispatch caught
     up, up to ``DISPATCH_WAIT_MS``) closes it cleanly; a store another process holds is then
-    refused with a ``CliError`` that names ``--broker``.
+    refused with a ``CliError`` that names ``--broker``. ``tail_mark``: an earlier read-only
+    view's (``MessageStore.open``'s).
     """
     config = build_config(options)
     inspected_store(config.root_dir)
     if not writable:
-        with MessageStore.open(config, read_only=True) as view:
+        with MessageStore.open(config, read_only=True, tail_mark=tail_mark) as view:
             yield view
         return
     try:
@@ -153,7 +156,8 @@ def open_store(options: StoreOptions, *, writable: bool = False) -> Iterator[Mes
 
 
 @contextlib.contextmanager
-def open_broker(options: StoreOptions, *, writable: bool = False) -> Iterator[Broker]:
+def open_broker(options: StoreOptions, *, writable: bool = False,
+                tail_mark: TailMark | None = None) -> Iterator[Broker]:
     """Open the store (``open_store``) and put a ``Broker`` over it for the block.
 
     The broker's services do not run: an inspection never delivers due delayed messages behind
@@ -161,7 +165,7 @@ def open_broker(options: StoreOptions, *, writable: bool = False) -> Iterator[Br
     config tables were only read); ``writable``, it is closed first (its tables persisted),
     then the store.
     """
-    with open_store(options, writable=writable) as message_store:
+    with open_store(options, writable=writable, tail_mark=tail_mark) as message_store:
         broker = Broker(message_store, start_services=False)
         if not writable:
             yield broker

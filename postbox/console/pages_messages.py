@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ SEARCH_KINDS = {"id": "message id", "key": "key", "unique": "unique key",
                 "offset": "queue + offset", "time": "time range"}
 RESULTS_MAX = 100
 BODY_SHOWN_BYTES = 64 * 1024
+SEARCH_CHUNK_BYTES = 4 << 20
 
 
 def message_link(source: str, view: MessageView) -> str:
@@ -160,21 +160,36 @@ def report_rows(run: Path, message_id: str) -> list[dict[str, str]]:
             text = handle.read().decode()
             return [row for row in csv.DictReader(io.StringIO(text, newline=""))
                     if row.get("message_id") == message_id]
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return matching_rows(data, message_id)
+        return matching_rows(handle, message_id)
 
 
-def matching_rows(data: mmap.mmap, message_id: str) -> list[dict[str, str]]:
-    """The CSV rows in ``data`` whose ``message_id`` is ``message_id``: only the lines that
-    contain it are parsed (a byte search, not a read of every row)."""
-    header = next(csv.reader([data[:data.find(b"\n")].decode()]))
-    needle, lines, at = message_id.encode(), [], data.find(message_id.encode())
-    while at >= 0:
-        start = data.rfind(b"\n", 0, at) + 1
-        end = data.find(b"\n", at)
-        end = len(data) if end < 0 else end
-        lines.append(data[start:end].decode())
-        at = data.find(needle, end)
+def matching_rows(handle: io.BufferedReader, message_id: str) -> list[dict[str, str]]:
+    """The CSV rows of ``handle`` whose ``message_id`` is ``message_id``: only the lines that
+    contain it are parsed (a byte search, not a read of every row). The file is read
+    ``SEARCH_CHUNK_BYTES`` of whole lines at a time: a mapping of it would keep every page the
+    search went through in the process (a large report is a hundred megabytes)."""
+    header = next(csv.reader([handle.readline().decode()]))
+    needle, lines = message_id.encode(), []
+    buffer = bytearray(SEARCH_CHUNK_BYTES)  # reused: no new pages per chunk
+    kept = 0  # bytes of an unfinished line at its front
+    while True:
+        if kept == len(buffer):  # one line longer than the buffer
+            buffer.extend(bytes(len(buffer)))
+        with memoryview(buffer) as view:
+            read = handle.readinto(view[kept:])
+        filled = kept + read
+        cut = buffer.rfind(b"\n", 0, filled) + 1 if read else filled  # whole lines up to it
+        at = buffer.find(needle, 0, cut)
+        while at >= 0:
+            start = buffer.rfind(b"\n", 0, at) + 1
+            end = buffer.find(b"\n", at, cut)
+            end = cut if end < 0 else end
+            lines.append(buffer[start:end].decode())
+            at = buffer.find(needle, end, cut)
+        if not read:
+            break
+        buffer[:filled - cut] = buffer[cut:filled]
+        kept = filled - cut
     return [row for row in csv.DictReader(lines, fieldnames=header)
             if row.get("message_id") == message_id]
 

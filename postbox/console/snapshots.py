@@ -33,15 +33,25 @@ SHARED_OPEN_S = 1.0
 only a slower one is shared."""
 
 
-class View:
-    """One opened store: the broker over it, when it was opened, and its read lock."""
+Opener = Callable[[Any | None], ContextManager[Any]]
+"""Opens a view: called with the broker of the view it replaces (None for a first view)."""
 
-    def __init__(self, opener: Callable[[], ContextManager[Any]]) -> None:
+
+class View:
+    """One opened store: the broker over it, when it was opened, and its read lock.
+
+    ``open_s`` is how long this opening took; ``first_open_s`` how long the opening without a
+    previous view took (a reopening may reuse what the previous view checked, and is cheaper:
+    whether views are shared at all is decided on the full cost)."""
+
+    def __init__(self, opener: Opener, previous: View | None = None) -> None:
         started = time.monotonic()
         self._stack = contextlib.ExitStack()
-        self.broker = self._stack.enter_context(opener())
+        self.broker: Any = self._stack.enter_context(opener(
+            None if previous is None else previous.broker))
         self.opened_at = time.monotonic()
         self.open_s = self.opened_at - started
+        self.first_open_s: float = self.open_s if previous is None else previous.first_open_s
         self.lock = threading.Lock()
         self.closed = False
 
@@ -56,9 +66,13 @@ class View:
 class Snapshots:
     """The shared read-only view of one store (see the module's doc)."""
 
-    def __init__(self, opener: Callable[[], ContextManager[Any]], max_age_s: float,
-                 errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, opener: Opener, max_age_s: float,
+                 errors: tuple[type[BaseException], ...],
+                 after_read: Callable[[Any], None] | None = None) -> None:
         self._opener = opener
+        self._after_read = after_read
+        """Called with the view's broker after each read of a shared view (the console drops
+        the store pages the read mapped, so a view's reads do not pile them up)."""
         self._max_age_s = max_age_s
         self._errors = errors
         self._lock = threading.Lock()
@@ -75,29 +89,33 @@ class Snapshots:
             with view.lock:
                 if view.closed:
                     continue  # replaced and closed meanwhile: take the newer one
-                yield view.broker
+                try:
+                    yield view.broker
+                finally:
+                    if self._after_read is not None:
+                        self._after_read(view.broker)
                 return
 
     def _current(self) -> View:
         replaced = None
         with self._lock:
             view = self._view
-            if view is not None and view.open_s < SHARED_OPEN_S:
+            if view is not None and view.first_open_s < SHARED_OPEN_S:
                 replaced, view = view, None  # cheap to open: a current view for every read
             if view is None:
                 view = self._view = View(self._opener)
             elif not self._refreshing and time.monotonic() - view.opened_at > max(
                     self._max_age_s, REOPEN_FACTOR * view.open_s):
                 self._refreshing = True
-                threading.Thread(target=self._reopen, args=(self._generation,),
+                threading.Thread(target=self._reopen, args=(view, self._generation),
                                  name="postbox-console-reopen", daemon=True).start()
         if replaced is not None:
             replaced.close()
         return view
 
-    def _reopen(self, generation: int) -> None:
+    def _reopen(self, previous: View, generation: int) -> None:
         try:
-            fresh: View | None = View(self._opener)
+            fresh: View | None = View(self._opener, previous)
         except self._errors as error:  # the older view stays; a later read tries again
             log.warning("reopening the store for the console failed: %s", error)
             fresh = None

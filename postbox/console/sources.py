@@ -72,9 +72,14 @@ class Sources:
         self.live_broker = live_broker
         """The broker of the process the console runs in (``postbox broker start
         --console``): the store's reads and writes go through it, never a second opening."""
-        self.snapshots = Snapshots(lambda: open_broker(self.store_options()),
-                                   settings.refresh_s, SOURCE_ERRORS)
-        """The store's shared read-only view, opened again once older than the refresh."""
+        self.snapshots = Snapshots(
+            lambda previous: open_broker(self.store_options(), tail_mark=None if previous is None
+                                         else previous.store.tail_mark),
+            settings.refresh_s, SOURCE_ERRORS,
+            after_read=lambda broker: broker.store.release_pages())
+        """The store's shared read-only view, opened again once older than the refresh (the
+        new view's tail scan starts where the previous one's log ended, when that still
+        holds); the pages a read mapped are dropped after it."""
 
     @property
     def broker_sources(self) -> list[str]:

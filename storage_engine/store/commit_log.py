@@ -53,6 +53,7 @@ from ..formats import (
     takes_queue_offset,
 )
 from .damage import next_valid_position, survey
+from .segment import SCAN_WINDOW_BYTES
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
@@ -170,21 +171,31 @@ class CommitLog:
                                      damages=found.damages,
                                      valid_records_after=found.records_after_damage)
 
-    def scan_valid_end(self, position: int) -> int:
-        """Position after the last valid record, scanning forward from ``position``."""
+    def scan_valid_end(self, position: int, *, release_pages: bool = False) -> int:
+        """Position after the last valid record, scanning forward from ``position``.
+
+        ``release_pages``: the scan walks ``SCAN_WINDOW_BYTES`` at a time and drops each window's
+        pages from the process once past it (``MappedSegment.release_pages``), so it never
+        holds more than a window of the log however long the log is (a read-only open)."""
         check_crc = self.config.check_crc_on_recover
         segment_size = self.config.segment_size_bytes
+        window = SCAN_WINDOW_BYTES if release_pages else segment_size
         while True:
             segment = self.segments.find(position)
             if segment is None:
                 return position
             base = segment.base_position
-            offset, last = scan_records(segment.buffer, position - base, segment_size,
+            start = position - base
+            offset, last = scan_records(segment.buffer, start, min(start + window, segment_size),
                                         check_crc=check_crc)
             if last >= 0:
                 self._last_scanned_position = base + last
             position = base + offset
+            # the full check at the stop: a record the window cut is stepped over whole
             check = check_record(segment.buffer, offset, segment_size, check_crc=check_crc)
+            if release_pages:
+                segment.release_pages(start, offset + (
+                    check.size if check.kind == RecordKind.MESSAGE else 0))
             if check.kind == RecordKind.MESSAGE:  # valid, of a layout the fast loop leaves
                 self._last_scanned_position = position
                 position += check.size

@@ -66,6 +66,9 @@ class Segment(Protocol):
     def data_ranges(self, offset: int) -> Iterator[tuple[int, int]]:
         """Regions at or after ``offset`` that may hold data."""
 
+    def release_pages(self, start: int, end: int) -> None:
+        """Drop the process's mapped pages of ``[start, end)`` (nothing for bytes in memory)."""
+
 
 class FileSegment(NamedTuple):
     """A segment read into memory (``verify_store``), searched whole."""
@@ -83,6 +86,9 @@ class FileSegment(NamedTuple):
         """Everything from ``offset``."""
         if offset < len(self.buffer):
             yield offset, len(self.buffer)
+
+    def release_pages(self, start: int, end: int) -> None:
+        """Nothing: the bytes are the process's own."""
 
 
 class Damage(NamedTuple):
@@ -126,10 +132,14 @@ def record_at(segment: Segment, offset: int, *, check_crc: bool = True) -> bool:
                         check_crc=check_crc).kind == RecordKind.MESSAGE
 
 
-def next_record(segment: Segment, offset: int, *, check_crc: bool = True) -> int | None:
-    """Offset of the first valid record starting after ``offset`` in ``segment``, or None."""
+def next_record(segment: Segment, offset: int, *, check_crc: bool = True,
+                release_window: int = 0) -> int | None:
+    """Offset of the first valid record starting after ``offset`` in ``segment``, or None.
+
+    ``release_window``: search that many bytes at a time and drop each window's pages from the
+    process once past it (``MappedSegment.release_pages``); 0: search each data range whole."""
     buffer = segment.buffer
-    for start, end in segment.data_ranges(offset + 1):
+    for start, end in _windows(segment.data_ranges(offset + 1), release_window):
         search_from = max(start, offset + 1) + 4
         while True:  # one-byte find is memchr: fast over the zeros at the end of a log
             found = buffer.find(_MAGIC_FIRST_BYTE, search_from, end + 4)
@@ -141,7 +151,18 @@ def next_record(segment: Segment, offset: int, *, check_crc: bool = True) -> int
                     record_at(segment, candidate, check_crc=check_crc):
                 return candidate
             search_from = found + 1
+        if release_window:
+            segment.release_pages(start, end + 4)
     return None
+
+
+def _windows(ranges: Iterator[tuple[int, int]], window: int) -> Iterator[tuple[int, int]]:
+    """``ranges`` cut into pieces of at most ``window`` bytes (0: as they are)."""
+    for start, end in ranges:
+        while window and end - start > window:
+            yield start, start + window
+            start += window
+        yield start, end
 
 
 def closing_blank(segment: Segment, offset: int) -> int | None:
@@ -160,10 +181,11 @@ def closing_blank(segment: Segment, offset: int) -> int | None:
 
 
 def next_valid_position(segments: Sequence[Segment], position: int, *,
-                        check_crc: bool = True) -> int | None:
+                        check_crc: bool = True, release_window: int = 0) -> int | None:
     """Log position of the first valid record after ``position`` in any segment, or None.
 
-    None means the bytes from ``position`` on are a torn tail.
+    None means the bytes from ``position`` on are a torn tail. ``release_window``: as
+    ``next_record``'s (a read-only open keeps its resident memory bounded).
     """
     for segment in segments:
         base = segment.base_position
@@ -171,7 +193,8 @@ def next_valid_position(segments: Sequence[Segment], position: int, *,
             continue
         if base >= position and record_at(segment, 0, check_crc=check_crc):
             return base
-        found = next_record(segment, max(0, position - base), check_crc=check_crc)
+        found = next_record(segment, max(0, position - base), check_crc=check_crc,
+                            release_window=release_window)
         if found is not None:
             return base + found
     return None

@@ -157,6 +157,7 @@ class MessageStore:
         """Opened with ``read_only=True``: a view that writes nothing (``read_only.py``)."""
         self.writer_live = False
         """Read-only: another process held the store when the view was opened."""
+        self.tail_mark: read_only.TailMark | None = None  # read-only: where the log ends
         self._closed = True
 
     def _add_ha_service(self) -> None:
@@ -189,14 +190,15 @@ class MessageStore:
     def open(cls, config: StoreConfig, *, clock: Clock | None = None,
              disk_usage: DiskUsageProbe = measure_disk_usage,
              hour_of_day: Callable[[int], int] = local_hour,
-             on_locked: Callable[[], None] | None = None,
-             read_only: bool = False) -> MessageStore:
+             on_locked: Callable[[], None] | None = None, read_only: bool = False,
+             tail_mark: read_only.TailMark | None = None) -> MessageStore:
         """Open (creating if needed), recover and start a store.
 
         ``read_only``: open an existing store as a view that takes no lock, recovers nothing,
         runs no service and writes no file, safe while another process writes the store (see
         the module docstring); ``on_locked`` is not called. A directory without a store raises
-        ``NotAStoreError``.
+        ``NotAStoreError``. ``tail_mark``: an earlier view's; the tail scan starts at its end
+        when the bytes before it are unchanged (the same view, less to scan).
 
         ``clock``, ``disk_usage`` (usage of the store's partition) and ``hour_of_day`` are
         injectable so tests can drive retention without waiting or filling a disk.
@@ -208,21 +210,20 @@ class MessageStore:
         read-only (reads work, puts raise ``DiskFullError`` saying why) and becomes writable
         once the marker can be written.
         """
-        store = cls(config, clock or SystemClock(), disk_usage=disk_usage,
-                    hour_of_day=hour_of_day)
+        store = cls(config, clock or SystemClock(), disk_usage=disk_usage, hour_of_day=hour_of_day)
         if read_only:
-            store._open_read_only()
+            store._open_read_only(tail_mark)
         else:
             store._open(on_locked)
         return store
 
-    def _open_read_only(self) -> None:
-        """Map the files read-only and find where their complete data ends."""
+    def _open_read_only(self, after: read_only.TailMark | None) -> None:
+        """Open the files read-only and find where their complete data ends."""
         root = require_store(self.config.root_dir)
         self.read_only = True
         self.writer_live = read_only.writer_holds(root)
         try:
-            read_only.load_commit_log(self.commit_log, self.writer_live)
+            read_only.load_commit_log(self.commit_log, self.writer_live, after)
             log_end = self.commit_log.max_position
             read_only.load_queues(self.queues, log_end)
             if self.writer_live:  # records past the last dispatched one may be half-copied
@@ -231,6 +232,7 @@ class MessageStore:
                 read_only.load_commit_log_end(self.commit_log, log_end)
             read_only.load_key_index(self.key_index, self.clock.now_ms())
             self.checkpoint.load()
+            self.tail_mark = read_only.mark_tail(self.commit_log, self.commit_log.max_position)
         except BaseException:
             read_only.close_all(self.commit_log, self.queues, self.key_index)
             raise
@@ -308,6 +310,11 @@ class MessageStore:
         self.log_flusher.flushed_timestamp_ms = stamp
         self.queue_flusher.queue_flushed_timestamp_ms = stamp
         self.queue_flusher.persist_checkpoint()
+
+    def release_pages(self) -> None:
+        """Read-only: drop the process's mapped pages of the view's files (not the cache's)."""
+        if self.read_only:
+            read_only.release_all(self.commit_log, self.key_index)
 
     def close(self) -> None:
         """Clean shutdown: flush, dispatch the rest, checkpoint, remove ``abort``, unlock.

@@ -5,8 +5,9 @@ Safe against the writer by construction:
 
 - no lock is taken (the writer's ``lock`` file is only looked at with ``F_GETLK``, which takes
   nothing), so a broker can start, stop or restart while an inspection runs;
-- every file is opened ``O_RDONLY`` and mapped ``PROT_READ`` (``ReadOnlySegment``): a write
-  through a mapping is a ``TypeError``, not a changed byte; nothing is created, extended,
+- every file is opened ``O_RDONLY``, and mapped ``PROT_READ`` (``ReadOnlySegment``: a write
+  through a mapping is a ``TypeError``, not a changed byte) or, for consume queues, read with
+  ``pread`` (``UnmappedSegment``); nothing is created, extended,
   truncated, zeroed, deleted or reserved (no ``abort``, no checkpoint, no layout file, no config
   table), and no recovery runs;
 - a tail being written is cut off, never read half-written. The commit log ends at the last
@@ -20,18 +21,24 @@ Safe against the writer by construction:
 
 A file the writer is creating at this moment (shorter than its configured size) is left out:
 the view is what existed, complete, when it was opened. The view is a snapshot of the moment
-of opening; open again to see newer messages.
+of opening; open again to see newer messages. Opened again with the previous view's
+``tail_mark`` (its end and a digest of the bytes before it), the tail scan starts at that end
+when those bytes are still there unchanged (a log cut and written again after a crash is not:
+it is scanned as usual); records are checked, and their pages kept from piling up in the
+process, either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import logging
 import mmap
 import os
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 from ..contract.topics import validate_topic
 from ..errors import ConfigMismatchError, InvalidTopicError
@@ -49,13 +56,24 @@ from .damage import next_valid_position
 from .fsutil import LOCK_FILE_NAME
 from .key_index import KeyIndex, KeyIndexFile
 from .recovery import SCAN_SEGMENTS_BACK
-from .segment import MappedSegment
+from .segment import SCAN_WINDOW_BYTES, MappedSegment
 from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
 
 _ENTRY_SIZE_BYTES = INDEX_ENTRY.size
 _ENTRY_SCAN_CHUNK = 4096  # entries read per chunk when counting a live file's entries
+TAIL_MARK_BYTES = 4096
+_NO_MAPPING = mmap.mmap(-1, 1)
+_NO_MAPPING.close()
+
+
+class TailMark(NamedTuple):
+    """Where a read-only view's commit log ended, and a digest of the (at most
+    ``TAIL_MARK_BYTES``) bytes of its segment before that end."""
+
+    end: int
+    digest: bytes
 
 
 class ReadOnlySegment(MappedSegment):
@@ -86,6 +104,31 @@ class ReadOnlySegment(MappedSegment):
         self._fd = fd
 
 
+class UnmappedSegment(ReadOnlySegment):
+    """A segment file opened ``O_RDONLY`` and read with ``pread``, never mapped: what a view
+    reads of a consume queue. A read through a mapping maps the cached pages around it too
+    (fault-around), so thousands of small queue files read a unit or two each would keep
+    tens of kilobytes each in the process; a ``pread`` keeps nothing."""
+
+    __slots__ = ()
+
+    def open_handle(self) -> None:
+        """Open the file ``O_RDONLY`` (``buffer`` is a closed mapping: any use is an error)."""
+        self.buffer = _NO_MAPPING
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes at ``position`` (fewer at the end of the file)."""
+        return self.read_file(position, size)
+
+    def unpack(self, layout: struct.Struct, position: int) -> tuple:
+        """``layout`` unpacked at ``position``."""
+        return layout.unpack(self.read_file(position, layout.size))
+
+    def release_pages(self, start: int, end: int) -> None:
+        """Nothing: no page of the file is mapped."""
+
+
 def writer_holds(root_dir: Path) -> bool:
     """Whether a process holds the store's ``lock`` file (asked with ``F_GETLK``: no lock is
     taken, so a writer starting at this moment is never refused)."""
@@ -101,9 +144,10 @@ def writer_holds(root_dir: Path) -> bool:
         os.close(fd)
 
 
-def _map_files(segments: SegmentSet) -> None:
-    """Map the set's files read-only, in order; stop at a gap or a file still being created
-    (empty, the last one). A first file of another size is a ``ConfigMismatchError``."""
+def _map_files(segments: SegmentSet, kind: type[ReadOnlySegment] = ReadOnlySegment) -> None:
+    """Open the set's files read-only as ``kind`` (mapped, or not), in order; stop at a gap or a
+    file still being created (empty, the last one). A first file of another size is a
+    ``ConfigMismatchError``."""
     directory = segments.directory
     if not directory.is_dir():
         return
@@ -124,7 +168,7 @@ def _map_files(segments: SegmentSet) -> None:
                     path=str(directory / name))
             if actual != size:
                 return  # the last file, being created (or cut short): not part of the view
-            segments.segments.append(ReadOnlySegment(directory / name, base, size))
+            segments.segments.append(kind(directory / name, base, size))
         except FileNotFoundError:
             return  # deleted by retention meanwhile
 
@@ -140,29 +184,48 @@ def _trim(segments: SegmentSet, end: int) -> None:
             last.size_bytes, max(0, end - last.base_position))
 
 
-def load_commit_log(commit_log: CommitLog, writer_live: bool) -> None:
+def load_commit_log(commit_log: CommitLog, writer_live: bool,
+                    after: TailMark | None = None) -> None:
     """Map the log and find the end of its valid records (body CRCs checked), scanning the last
-    segments as recovery does. With no writer, valid records after that end are mid-log damage:
-    ``MidLogCorruptionError`` names it and ``postbox store repair``, as the writable open would
-    (with a writer they are records it wrote meanwhile)."""
+    segments as recovery does, or from ``after``'s end when its bytes are unchanged. With no
+    writer, valid records after that end are mid-log damage: ``MidLogCorruptionError`` names it
+    and ``postbox store repair``, as the writable open would (with a writer they are records it
+    wrote meanwhile)."""
     _map_files(commit_log.segments)
     segments = commit_log.segments.segments
     if not segments:
         return
     start = segments[max(0, len(segments) - SCAN_SEGMENTS_BACK)].base_position
+    if after is not None and after.end > start and mark_tail(commit_log, after.end) == after:
+        start = after.end  # what lies before it was checked by the view that ended there
     # body CRCs checked whatever the store's setting: a record being copied in reads with a
     # body that does not match its CRC
     config = commit_log.config
     commit_log.config = dataclasses.replace(config, check_crc_on_recover=True)
     try:
-        end = commit_log.scan_valid_end(start)
-        if not writer_live and next_valid_position(segments, end, check_crc=True) is not None:
+        end = commit_log.scan_valid_end(start, release_pages=True)
+        if not writer_live and next_valid_position(
+                segments, end, check_crc=True, release_window=SCAN_WINDOW_BYTES) is not None:
             raise commit_log._mid_log_error(end, None)
     finally:
         commit_log.config = config
     _trim(commit_log.segments, end)
     for segment in segments:  # the scan's pages leave this process (the page cache keeps them)
-        segment.buffer.madvise(mmap.MADV_DONTNEED)
+        segment.release_pages(0, segment.size_bytes)
+
+
+def mark_tail(commit_log: CommitLog, end: int) -> TailMark | None:
+    """The ``TailMark`` of the mapped log ending at ``end`` (read through the file, no page
+    mapped); None at the start of a segment (nothing of its own to digest) or past the log."""
+    segment = commit_log.segments.find(end - 1) if end > 0 else None
+    if segment is None or end == segment.base_position + segment.size_bytes:
+        return None  # a segment's last bytes are a blank record's: nothing to tell logs apart
+    offset = end - segment.base_position
+    length = min(TAIL_MARK_BYTES, offset)
+    data = segment.read_file(offset - length, length)
+    if len(data) != length:
+        return None
+    return TailMark(end, hashlib.blake2b(data, digest_size=16).digest())
 
 
 def load_commit_log_end(commit_log: CommitLog, end: int) -> None:
@@ -171,9 +234,9 @@ def load_commit_log_end(commit_log: CommitLog, end: int) -> None:
 
 
 def load_queue(queue: ConsumeQueue, log_end: int) -> None:
-    """Map a queue's files and find its valid units: up to the first invalid one, and only
-    units of complete records below ``log_end``."""
-    _map_files(queue.segments)
+    """Open a queue's files (``UnmappedSegment``) and find its valid units: up to the first
+    invalid one, and only units of complete records below ``log_end``."""
+    _map_files(queue.segments, UnmappedSegment)
     if not queue.segments.segments:
         return
     _trim(queue.segments, queue.find_data_end())
@@ -236,6 +299,7 @@ class ReadOnlyIndexFile(KeyIndexFile):
             self.file.buffer, 0)
         self.entry_count = self._count_entries(max(self.entry_count, 1))
         self.end_timestamp_ms = max(self.end_timestamp_ms, now_ms)
+        self.file.release_pages(0, self.file.size_bytes)
 
     def _count_entries(self, count: int) -> int:
         """``count`` raised past every non-empty entry written after the header was."""
@@ -267,6 +331,14 @@ def load_key_index(key_index: KeyIndex, now_ms: int) -> None:
                 directory / name, config.slot_count_max, config.entry_count_max, now_ms))
         except FileNotFoundError:
             continue
+
+
+def release_all(commit_log: CommitLog, key_index: KeyIndex) -> None:
+    """Drop the process's pages of every mapped file of the view (consume queues have none)."""
+    for segment in commit_log.segments.segments:
+        segment.release_pages(0, segment.size_bytes)
+    for index_file in key_index.files:
+        index_file.file.release_pages(0, index_file.file.size_bytes)
 
 
 def close_all(commit_log: CommitLog, queues: ConsumeQueueSet, key_index: KeyIndex) -> None:

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 _ZERO_CHUNK = bytes(1 << 20)
 PAGE_SIZE_BYTES = 4096
+SCAN_WINDOW_BYTES = 8 << 20
+"""How much of a mapping a scan that releases its pages (``release_pages``) walks before it
+drops them: what such a scan adds to the process's resident memory at most."""
 RESERVE_STEP_MAX_BYTES = 1 << 20
 _CLOSED_MAP = mmap.mmap(-1, 1)
 _CLOSED_MAP.close()  # ``buffer`` of a segment not opened yet: any access is a ValueError
@@ -223,6 +226,15 @@ class MappedSegment:
                                  path=str(self.path)) from error
         finally:
             self._unpin()
+
+    def release_pages(self, start: int, end: int) -> None:
+        """Drop this process's mapped pages of bytes ``[start, end)`` (widened to whole pages):
+        they stop counting in its resident memory; the page cache keeps them and a later read
+        maps them again. Nothing is written or lost (the mapping is shared)."""
+        first = start - start % PAGE_SIZE_BYTES
+        end = min(end, self.size_bytes)
+        if end > first and self._files is None and self._fd >= 0:
+            self.buffer.madvise(mmap.MADV_DONTNEED, first, end - first)
 
     def reserve(self, end: int) -> None:
         """Make sure bytes below ``end`` have disk blocks (a no-op for preallocated files).

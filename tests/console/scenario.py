@@ -5,20 +5,13 @@ handling in Redis, poison orders dead-lettered and their stubs voided)."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
+from bench.console_process import console_process as bench_console_process
 from examples.payments.config import PaymentsConfig
 from examples.payments.scenario import ScenarioOptions, run_scenario
-from tests.support.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = ScenarioOptions(orders=30, lose=2, flaky=2, poison=3, duplicates=3, timeout_s=60.0)
@@ -55,33 +48,12 @@ def prepare(base: Path, redis_url: str, spark: object | None) -> Prepared:
 @contextmanager
 def console_process(arguments: list[str], env: dict[str, str] | None = None
                     ) -> Iterator[str]:
-    """``postbox console ARGS --listen 127.0.0.1:PORT`` as a real process; yields its URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "postbox", "console", "--listen", f"127.0.0.1:{port}",
-               "--refresh", "1", *arguments]
-    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + CONSOLE_START_S
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"console exited: {process.stdout.read()}")
-            try:
-                httpx.get(url + "/topics", timeout=2.0)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """``postbox console ARGS --refresh 1`` as a real process (``bench.console_process``, run
+    from the checkout); yields its URL once its ``/topics`` answers."""
+    with bench_console_process(["--refresh", "1", *arguments], cwd=ROOT, env=env,
+                               probe_path="/topics",
+                               start_timeout_s=CONSOLE_START_S) as console:
+        yield console.url
 
 
 def publish_pending(prepared: Prepared) -> dict:

@@ -42,8 +42,8 @@ def test_snapshots_share_one_view_reopen_it_when_old_and_drop_it_on_a_write(
     opened, closed = [], []
 
     @contextlib.contextmanager
-    def opener() -> Iterator[int]:
-        opened.append(1)
+    def opener(previous: int | None) -> Iterator[int]:
+        opened.append(previous)
         number = len(opened)
         try:
             yield number
@@ -67,13 +67,41 @@ def test_snapshots_share_one_view_reopen_it_when_old_and_drop_it_on_a_write(
         assert after_write == 3
     snapshots.close()
     assert closed == [1, 2, 3]
+    assert opened == [None, 1, None]  # a reopening is handed the view it replaces
+
+
+def test_a_cheaper_reopening_does_not_make_a_slow_store_open_per_read(monkeypatch) -> None:
+    """Whether views are shared is decided by the first opening's cost, not a reopening's
+    (which may reuse what the previous view checked)."""
+    monkeypatch.setattr(snapshots_module, "SHARED_OPEN_S", 0.05)
+    opened: list[int | None] = []
+
+    @contextlib.contextmanager
+    def opener(previous: int | None) -> Iterator[int]:
+        if previous is None:
+            time.sleep(0.06)
+        opened.append(previous)
+        yield len(opened)
+
+    def current() -> int:
+        with snapshots.read() as view:
+            return view
+
+    snapshots = Snapshots(opener, max_age_s=1.0, errors=(OSError,))
+    assert current() == 1
+    time.sleep(1.1)  # older than the refresh (and ten times its opening)
+    assert current() == 1  # answered by the old view while the new one opens
+    wait_for(lambda: current() == 2)
+    assert [current() for _ in range(3)] == [2, 2, 2]  # shared, not opened per read
+    assert opened == [None, 1]
+    snapshots.close()
 
 
 def test_a_store_that_opens_quickly_is_opened_for_every_read() -> None:
     opened = []
 
     @contextlib.contextmanager
-    def opener() -> Iterator[int]:
+    def opener(previous: int | None) -> Iterator[int]:
         opened.append(1)
         yield len(opened)
 
