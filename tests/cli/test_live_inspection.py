@@ -26,7 +26,7 @@ from postbox.storage_engine.store.read_only import writer_holds
 from tests.cli.cli_support import run, run_json
 from tests.support.live_writer import GROUP, SEGMENT_SIZE_BYTES, TOPIC, live_config
 from tests.support.paths import REPO_ROOT
-from tests.support.polling import wait_until
+from tests.support.polling import wait_stopped, wait_until
 
 STOP_TIMEOUT_S = 30
 
@@ -140,6 +140,7 @@ def test_inspection_writes_nothing_and_the_writer_goes_on(writer: LiveWriter) ->
     root = writer.root
     os.kill(writer.process.pid, signal.SIGSTOP)
     try:
+        wait_stopped(writer.process.pid)
         before = store_files(root)
         for command in INSPECTIONS:
             result = run(*command, *args(root), "--json")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -36,3 +37,22 @@ def wait_until(condition: Callable[[], T], timeout_s: float = WAIT_S, what: str 
             context = f": {detail()}" if detail is not None else ""
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{context}")
         time.sleep(interval_s)
+
+
+def wait_stopped(pid: int, timeout_s: float = 10) -> None:
+    """Until the kernel reports every thread of ``pid`` stopped. SIGSTOP lands asynchronously,
+    thread by thread: a thread inside a system call (an ``open`` creating a file, a write) ends
+    it first, so a test that needs the process frozen waits for this after ``os.kill``."""
+
+    def states() -> list[str]:
+        tasks = Path(f"/proc/{pid}/task")
+        found = []
+        for task in tasks.iterdir():
+            try:
+                found.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+        return found
+
+    wait_until(lambda: all(state in "Tt" for state in states()), timeout_s,
+               f"every thread of process {pid} to stop", interval_s=0.001, detail=states)

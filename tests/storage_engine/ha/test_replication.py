@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from postbox.storage_engine import BrokerRole, verify_store
-from tests.support.polling import wait_until
+from tests.support.polling import wait_stopped
 
 from .replication_process import QUEUE_COUNT, SEGMENT_SIZE_BYTES, ReplicationProcess, body_for
 
@@ -53,12 +53,6 @@ def wait_caught_up(slave: ReplicationProcess, position: int, timeout_s: float = 
                             what=f"slave log to reach {position}")
     assert slave.command(f"wait_dispatched {position} {int(timeout_s * 1000)}")["ok"]
     return status
-
-
-def wait_stopped(pid: int, timeout_s: float = 10) -> None:
-    """Until the kernel reports ``pid`` stopped (SIGSTOP lands asynchronously)."""
-    wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T",
-               timeout_s, f"process {pid} to stop", interval_s=0.001)
 
 
 def log_bytes(root: Path, start: int, end: int) -> bytes:
