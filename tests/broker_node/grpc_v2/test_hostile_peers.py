@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from postbox.network.protocol.acl_signature import sign_request
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand, encode
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient, pull_fields, send_fields
 
 BODY = b"m" * 60_000
 

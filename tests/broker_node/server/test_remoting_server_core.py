@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.server import (
     AccessDeniedError,
     CallTimeoutError,
@@ -21,7 +22,6 @@ from postbox.broker_node.server import (
 from postbox.network.protocol.codes import SERVER_VERSION, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient
 
 ECHO, SLOW, ONEWAY_SINK, FIELDS = 9001, 9002, 9003, 9004
 
