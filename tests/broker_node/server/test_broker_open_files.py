@@ -82,10 +82,10 @@ def test_broker_writes_to_more_queues_than_the_open_file_limit_and_restarts(tmp_
     finally:
         broker.kill()  # kill -9: no close, the abort marker stays
     log_text = broker.stderr_text()
-    # the store fitted its open queue files to the limit and the broker weighed its connections:
-    # both say what to raise
+    # the store fitted its open queue files to the limit and the broker its listeners'
+    # connection caps to the rest: both say what to raise
     assert "consume queues may keep" in log_text and "raise the limit to at least" in log_text
-    assert "remoting connections: raise it (ulimit -n" in log_text
+    assert "remoting listeners accepts at most" in log_text
 
     broker = limited_broker(store, conf).start()
     try:
