@@ -4,6 +4,7 @@ cap, broker → client calls, and stop ending every thread."""
 
 from __future__ import annotations
 
+import errno
 import queue
 import socket
 import struct
@@ -270,3 +271,22 @@ def test_a_peer_that_takes_none_of_its_answers_is_closed_after_the_idle_timeout(
             wait_until(lambda: other.call(ECHO, timeout_s=5).code == 0  # served meanwhile
                        and len(server.sessions()) == 1, 10, "the stalled peer closed")
         stalled.close()
+
+
+def test_out_of_descriptors_at_accept_pauses_logs_once_and_accepts_again(server, monkeypatch,
+                                                                         caplog):
+    """``accept`` failing with EMFILE (the process out of descriptors): the listener pauses,
+    logs one line for the whole run of failures, and accepts the connection once it can."""
+    real_accept, failures = socket.socket.accept, []
+
+    def accept(sock: socket.socket):
+        if len(failures) < 5:
+            failures.append(1)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_accept(sock)
+
+    monkeypatch.setattr(socket.socket, "accept", accept)
+    with caplog.at_level("WARNING"), RawRemotingClient(server.address) as client:
+        assert client.call(ECHO, body=b"x", timeout_s=10).body == b"x"
+    assert len(failures) == 5
+    assert sum("accept failed" in record.getMessage() for record in caplog.records) == 1
