@@ -9,6 +9,10 @@ Parts:
 - one ACL file (``acl_file``) guarding both: ``RemotingAccess`` on the remoting listeners,
   ``grpc_v2.AccessControl`` on the gRPC one.
 
+The remoting listeners' connection caps are fitted to the open-file limit left after the
+store's budget (``descriptor_budget``), so a flood of sockets cannot starve the store of
+descriptors.
+
 ``check`` runs the checks that need no store (listen and advertised addresses, the ACL file)
 before the caller opens the store, which takes the advertised address as its store host.
 ``start`` starts the gRPC server, then the remoting node; ``stop`` stops them in reverse. The
@@ -21,12 +25,13 @@ their own threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from postbox.storage_engine.broker import Broker
 
 from .access import RemotingAccess
+from .descriptor_budget import fit_connection_limits
 from .grpc_v2 import AccessControl, BrokerServer, parse_listen
 from .remoting_node import NodeOptions, RemotingNode, check_advertisable
 
@@ -51,7 +56,11 @@ class BrokerNode:
 
     def __init__(self, broker: Broker, options: BrokerNodeOptions, *,
                  grpc_access: AccessControl | None = None) -> None:
-        self.options = options
+        remoting = options.remoting  # connection caps within the open-file limit
+        listeners = 1 if remoting.namesrv_listen is None else 2
+        remoting = replace(remoting, limits=fit_connection_limits(broker, remoting.limits,
+                                                                  listeners))
+        self.options = options = replace(options, remoting=remoting)
         acl = options.acl
         if grpc_access is None and acl is not None:
             grpc_access = AccessControl.load(acl)

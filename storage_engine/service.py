@@ -13,7 +13,11 @@ Threads are named ``postbox-<name>``. They are not daemons unless the subclass s
 (``daemon = True``: it writes nothing that a half-done pass could damage); ``stop()`` joins the
 thread (storage threads are never abandoned mid-write). A ``run_once`` that raises stops the loop
 and records the error in ``failure`` for the owner to surface (fail-stop); a subclass that must
-outlive errors catches them in its ``run_once``.
+outlive errors catches them in its ``run_once``. One failure is transient by nature: the process
+out of file descriptors (``EMFILE``/``ENFILE``, raised by the ``open`` before anything is
+written). A subclass whose pass is safe to repeat sets ``retries_out_of_descriptors``: such a
+pass is retried after ``idle_wait_ms`` instead (one warning per ``SHORTAGE_LOG_INTERVAL_S``, one
+line when a pass succeeds again), so a descriptor flood cannot latch the store into fail-stop.
 
 Thread-safety: ``start``, ``stop`` and ``wakeup`` may be called from any thread, ``stop`` also
 from the service's own thread (it then does not join itself). Nothing here is persisted.
@@ -21,14 +25,29 @@ from the service's own thread (it then does not join itself). Nothing here is pe
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Self
 
 from .clock import Clock
 
 log = logging.getLogger(__name__)
+
+SHORTAGE_LOG_INTERVAL_S = 10.0
+_SHORTAGE_ERRNOS = (errno.EMFILE, errno.ENFILE)
+
+
+def out_of_descriptors(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an error it was raised from) is ``EMFILE`` or ``ENFILE``."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno in _SHORTAGE_ERRNOS:
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 class Service:
@@ -37,6 +56,9 @@ class Service:
     name = "service"
     interval_ms = 1000
     daemon = False
+    retries_out_of_descriptors = False
+    """A pass that failed for want of file descriptors is retried (see the module docstring);
+    only for passes that write nothing partial when an ``open`` fails."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -46,6 +68,10 @@ class Service:
         self.failure: BaseException | None = None
         self.failure_listeners: list[Callable[[BaseException], None]] = []
         """Called (on the service thread) once ``run_once`` raised: owners go fail-stop."""
+        self.descriptor_shortages = 0
+        """Passes that failed for want of file descriptors and were retried."""
+        self._shortage_logged_at: float | None = None  # None: the last pass succeeded
+        self._shortages_unlogged = 0
 
     def run_once(self, now_ms: int) -> int:
         """Do one bounded batch of work; return how many items were processed."""
@@ -107,13 +133,35 @@ class Service:
             try:
                 processed = self.run_once(self.clock.now_ms())
             except BaseException as error:  # surfaced through ``failure``; loop ends
-                log.exception("[%s] stopped by an error", self.name)
-                self.fail(error)
-                return
+                if not (self.retries_out_of_descriptors and out_of_descriptors(error)):
+                    log.exception("[%s] stopped by an error", self.name)
+                    self.fail(error)
+                    return
+                self._descriptor_shortage(error)
+                processed = 0
+            else:
+                if self._shortage_logged_at is not None:
+                    self._shortage_logged_at = None
+                    log.warning("[%s] file descriptors available again: passes resume (%d "
+                                "retried in all)", self.name, self.descriptor_shortages)
             if not processed:
                 wait_ms = self.idle_wait_ms(self.clock.now_ms())
                 if wait_ms > 0:
                     self._wakeup_event.wait(wait_ms / 1000)
+
+    def _descriptor_shortage(self, error: BaseException) -> None:
+        """A pass failed for want of file descriptors: count it, warn once per interval."""
+        self.descriptor_shortages += 1
+        now = time.monotonic()
+        logged_at = self._shortage_logged_at
+        if logged_at is not None and now - logged_at < SHORTAGE_LOG_INTERVAL_S:
+            self._shortages_unlogged += 1
+            return
+        self._shortage_logged_at = now
+        log.warning("[%s] out of file descriptors, retrying every %d ms (nothing written "
+                    "this pass; %d more like it since the last line): %s", self.name,
+                    self.interval_ms, self._shortages_unlogged, error)
+        self._shortages_unlogged = 0
 
     def on_failure(self, error: BaseException) -> None:
         """Hook for subclasses: called once when ``run_once`` raised."""

@@ -4,7 +4,11 @@ Threading model:
 
 * **One IO thread** (``selectors``) owns the listening socket and every connection: it accepts,
   reads, decodes frames (``wire.FrameDecoder``, bounded by ``ServerLimits.frame``), and writes.
-  All the frames of one read are handled back to back; *inline* handlers (cheap, non-blocking:
+  The frames of one read are handled back to back, at most ``FRAMES_PER_ROUND_MAX`` of one
+  connection per round (the rest wait in its buffer, unread further, for the next round: a peer
+  pipelining thousands of requests cannot make the others, or the listener, wait behind it), and
+  a connection whose request its lane refused (OVERLOAD) is not read for ``OVERLOAD_PAUSE_S``
+  (backpressure, not decode-and-refuse); *inline* handlers (cheap, non-blocking:
   sends on an asynchronously flushed store, pulls that do not wait, offsets, heartbeats) run
   right there, and their responses collect in each connection's buffer, flushed once at the
   end of the round: one ``send`` for all the answers of one read, no thread hand-off.
@@ -60,6 +64,8 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 256 * 1024
 READS_PER_ROUND_MAX = 4  # then other connections get their turn
+FRAMES_PER_ROUND_MAX = 32  # frames handled per connection per round; the rest wait buffered
+OVERLOAD_PAUSE_S = 0.1  # a connection whose request its lane refused is not read this long
 SELECT_TIMEOUT_S = 1.0
 ACCEPT_PAUSE_S = 0.1  # out of file descriptors: stop accepting this long
 LOG_INTERVAL_S = 10.0  # at most one line per interval for a flood of refusals or failures
@@ -96,6 +102,7 @@ class RemotingServer:
         self._accept_resumes_at = 0.0  # out of file descriptors: accept again from then
         self._proving = ProvingAccess(lambda: self.access)
         self._dirty: set[Session] = set()
+        self._deferred: dict[Session, float] = {}  # not read until then (0.0: the next round)
         self._want_write: deque[Session] = deque()
         self._close_listeners: list[Callable[[Session], None]] = []
         self._read_buffer = bytearray(READ_CHUNK_BYTES)  # the IO thread's, reused by every read
@@ -171,8 +178,10 @@ class RemotingServer:
         try:
             next_check = time.monotonic() + SELECT_TIMEOUT_S
             while not self._stopping:
-                for key, mask in self._selector.select(self._select_timeout_s()):
+                due = self._due_deferred()  # served after this round's events
+                for key, mask in self._selector.select(self._select_timeout_s(due)):
                     self._on_event(key, mask)
+                self._serve_deferred(due)
                 self._flush_dirty()
                 now = time.monotonic()
                 if self._accept_resumes_at and now >= self._accept_resumes_at:
@@ -185,10 +194,43 @@ class RemotingServer:
         finally:
             self._close_all()
 
-    def _select_timeout_s(self) -> float:
+    def _select_timeout_s(self, due: list[Session]) -> float:
+        if due:
+            return 0.0
+        wake_at = min(self._deferred.values(), default=0.0)
         if self._accept_resumes_at:
-            return max(0.0, min(SELECT_TIMEOUT_S, self._accept_resumes_at - time.monotonic()))
+            wake_at = min(wake_at or self._accept_resumes_at, self._accept_resumes_at)
+        if wake_at:
+            return max(0.0, min(SELECT_TIMEOUT_S, wake_at - time.monotonic()))
         return SELECT_TIMEOUT_S
+
+    # ---- fairness: frames left for a later round -------------------------------------------
+
+    def _defer(self, session: Session, delay_s: float) -> None:
+        """Stop reading ``session`` for now: its buffered frames wait for a later round (the
+        next one, or ``delay_s`` from now), while the other connections are served."""
+        if not session.closed:
+            self._deferred[session] = time.monotonic() + delay_s if delay_s else 0.0
+            self._set_events(session)
+
+    def _due_deferred(self) -> list[Session]:
+        if not self._deferred:
+            return []
+        now = time.monotonic()
+        return [session for session, at in self._deferred.items() if at <= now]
+
+    def _serve_deferred(self, due: list[Session]) -> None:
+        """One more turn for each deferred connection whose time came: its buffered frames
+        (up to ``FRAMES_PER_ROUND_MAX``), then it is read again."""
+        for session in due:
+            if self._deferred.pop(session, None) is None or session.closed:
+                continue
+            try:
+                if not session.holding:
+                    self._handle_buffered(session)
+                self._set_events(session)
+            except Exception:
+                self._failed(session)
 
     def _on_event(self, key: selectors.SelectorKey, mask: int) -> None:
         data = key.data
@@ -258,6 +300,8 @@ class RemotingServer:
             self._selector.register(self._listener, selectors.EVENT_READ, "accept")
 
     def _read(self, session: Session) -> None:
+        if session in self._deferred:
+            return  # its buffered frames first, in a later round
         decoder = self._decoders[session]
         for _ in range(READS_PER_ROUND_MAX):
             try:  # recv_into a reused buffer: recv(256 KiB) would allocate 256 KiB each time
@@ -277,14 +321,24 @@ class RemotingServer:
                 session.frame_started = session.last_read
             decoder.append(self._read_view[:size])
             self._handle_buffered(session)
-            if size < READ_CHUNK_BYTES or session.closed or session.holding:
+            if (size < READ_CHUNK_BYTES or session.closed or session.holding
+                    or session in self._deferred):
                 return
 
     def _handle_buffered(self, session: Session) -> None:
         """Handle the whole frames received, one by one while the connection has room in
-        flight; past ``max_output_bytes`` / ``max_owed_answers`` stop reading it."""
+        flight; past ``max_output_bytes`` / ``max_owed_answers`` stop reading it. At most
+        ``FRAMES_PER_ROUND_MAX`` per round: the rest wait for the next (``_defer``); after a
+        request its lane refused (OVERLOAD) the rest wait ``OVERLOAD_PAUSE_S``."""
         decoder = self._decoders[session]
+        handled = 0
         while not session.closed:
+            if session in self._deferred:
+                break
+            if handled >= FRAMES_PER_ROUND_MAX:
+                if decoder.has_frame():
+                    self._defer(session, 0.0)
+                break
             if session.hold_reading(self.limits.max_output_bytes, self.limits.max_owed_answers):
                 self._set_events(session)
                 return
@@ -300,6 +354,7 @@ class RemotingServer:
             session.frame_started = time.monotonic() if decoder.buffered_bytes else None
             if session.probation and not self._end_probation(session, command):
                 return
+            handled += 1
             self._handle(session, command)
         if session.proven:
             self._admission.prove(session.peer_host)
@@ -355,6 +410,7 @@ class RemotingServer:
                 session.write(encode_answer(error_response(command, error,
                                                            session.peer_address)))
             session.answer_settled()
+            self._defer(session, OVERLOAD_PAUSE_S)  # backpressure, not decode-and-refuse
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -412,7 +468,8 @@ class RemotingServer:
             return
         if empty is None:
             empty = not session.buffered_bytes
-        events = (0 if session.holding else selectors.EVENT_READ) | (
+        reading = not session.holding and session not in self._deferred
+        events = (selectors.EVENT_READ if reading else 0) | (
             0 if empty else selectors.EVENT_WRITE)
         key = self._selector.get_map().get(session.sock)
         if key is not None and key.events == events:
@@ -471,6 +528,7 @@ class RemotingServer:
                 self._admission.end_probation()
             self._decoders.pop(session, None)
             self._dirty.discard(session)
+            self._deferred.pop(session, None)
             try:
                 self._selector.unregister(session.sock)
             except (KeyError, ValueError):

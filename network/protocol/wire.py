@@ -460,6 +460,14 @@ class FrameDecoder:
             self._at = 0
         return command
 
+    def has_frame(self) -> bool:
+        """Whether a whole frame (or a frame length out of bounds) is buffered."""
+        buffer, at = self._buffer, self._at
+        if len(buffer) - at < 4:
+            return False
+        (length,) = _LENGTH.unpack_from(buffer, at)
+        return len(buffer) - at - 4 >= length or not 4 <= length <= self._limits.max_frame_bytes
+
     @property
     def buffered_bytes(self) -> int:
         """Bytes received and not yet decoded."""

@@ -101,3 +101,10 @@ def bench_replication_command(ctx: typer.Context) -> None:
 def bench_console_command(ctx: typer.Context) -> None:
     """The web console's page latencies and memory over a large store (bench/console_bench.py)."""
     _run_bench("bench.console_bench", ctx)
+
+
+@bench_app.command("hostile", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_hostile_command(ctx: typer.Context) -> None:
+    """Attacks of hostile peers on a broker process, before/after (bench/hostile_peers_bench.py)."""
+    _run_bench("bench.hostile_peers_bench", ctx)

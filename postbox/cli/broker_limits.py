@@ -3,9 +3,10 @@ opens (as the JVM does for an Apache broker), then checked against what the stor
 remoting listeners may hold, with a ``[limits]`` warning naming the figure to raise it to.
 
 The store fits its own budget (``consume_queue.open_files_max``, ``storage_engine.store.
-open_files``); this adds the connections: each remoting listener accepts up to its
-``max_connections``, each a descriptor. gRPC connections are not capped by a setting and are
-not counted.
+open_files``) and ``BrokerNode`` fits the listeners' connection caps to what it leaves
+(``broker_node.descriptor_budget``); this adds the connections: each remoting listener accepts
+up to its ``max_connections``, each a descriptor. gRPC connections are not capped by a setting
+and are not counted.
 """
 
 from __future__ import annotations

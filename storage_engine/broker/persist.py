@@ -6,6 +6,9 @@ after start; topics and subscription groups are written by the broker right afte
 and everything once more at close. The same loop expires consumers whose heartbeats stopped
 (``expire_consumers(now_ms)``, which notifies membership listeners) about once a second.
 
+Out of file descriptors, a persist that cannot open its temporary file writes nothing and is
+retried on its next interval (``Service.retries_out_of_descriptors``); the service keeps running.
+
 Crash behaviour: committed offsets younger than the last persist are lost with the process, so
 consumers re-read a few seconds of messages after a crash (at-least-once, as in RocketMQ).
 
@@ -33,6 +36,7 @@ class BrokerPersistService(Service):
     """Periodic persist of consumer and delay offsets, plus consumer expiry."""
 
     name = "broker-persist"
+    retries_out_of_descriptors = True  # a table that cannot open its temp file writes nothing
 
     def __init__(self, config_stores: ConfigStores, config: BrokerConfig, clock: Clock,
                  expire_consumers: Callable[[int], int]) -> None:

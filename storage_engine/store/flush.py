@@ -14,7 +14,8 @@
   ``flush.thorough_interval_ms``.
 - ``QueueFlushService``: every ``flush.consume_queue_interval_ms`` flush consume queues with the
   ``consume_queue_least_pages`` rule, thoroughly every ``consume_queue_thorough_interval_ms``,
-  then persist the checkpoint (5.x persists it every second).
+  then persist the checkpoint (5.x persists it every second). Out of file descriptors, a pass
+  is retried on the next interval (``Service.retries_out_of_descriptors``), never fail-stop.
 
 Both commit-log services publish ``flushed_position`` and ``flushed_timestamp_ms`` (the store time
 of the newest record known durable). An fdatasync that fails raises out of ``run_once``; the
@@ -151,6 +152,8 @@ class QueueFlushService(Service):
     """Flushes consume queues and persists the checkpoint."""
 
     name = "queue-flush"
+    retries_out_of_descriptors = True  # a queue flush is repeatable; a checkpoint write that
+    # cannot open the file writes nothing, and the old checkpoint is what recovery reads
 
     def __init__(self, queues: ConsumeQueueSet, config: FlushConfig, clock: Clock,
                  checkpoint: Checkpoint, log_flusher: CommitLogFlushService,

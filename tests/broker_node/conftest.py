@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.storage_engine import Broker
 from tests.support.brokers import BrokerFactory
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient, send_fields
 from postbox.network.protocol.acl_signature import sign_request
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
-from tests.support.remoting_raw import RawRemotingClient, send_fields
 
 
 def _cluster(address: str) -> dict:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.access import RemotingAccess
 from postbox.broker_node.acl_file import parse_acl
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol.acl_signature import sign_request
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, Message
-from tests.support.remoting_raw import RawRemotingClient, decode_records
 from tests.support.small_store import small_store_config
+from tests.support.stored_records import decode_records
 
 ACL = {"accounts": [{"access_key": "app", "secret_key": "s", "topics": {"orders": "SUB"},
                      "groups": {"billing": "SUB"}}]}

@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.admin import advertised_topics, data_version
 from postbox.broker_node.namesrv import BrokerIdentity, NameServer, RouteTable
 from postbox.broker_node.registration import NamesrvRegistrar, parse_namesrv_list
@@ -16,7 +17,6 @@ from postbox.broker_node.server import RemotingServer
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.clock import SystemClock
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 IDENTITY = BrokerIdentity("PostboxCluster", "postbox-x", 0, "127.0.0.1:10999")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.admin import advertised_topics, data_version
 from postbox.broker_node.namesrv import BrokerIdentity
 from postbox.broker_node.registration import NamesrvRegistrar, parse_namesrv_list
@@ -13,7 +14,6 @@ from postbox.broker_node.remoting_node import NodeOptions, RemotingNode
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.clock import SystemClock
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 TOPIC = "postbox-registered-topic"

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.access import RemotingAccess
 from postbox.broker_node.admin import AdvertisedTopics, BrokerAdmin
 from postbox.broker_node.namesrv import BrokerIdentity, NameServer, RouteTable
@@ -18,7 +19,6 @@ from postbox.network.protocol.acl_signature import sign, sign_request, signature
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Broker
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 RC = RequestCode

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.access import RemotingAccess
 from postbox.broker_node.acl_file import parse_acl
 from postbox.broker_node.namesrv import NameServer, RouteTable
@@ -16,7 +17,6 @@ from postbox.broker_node.server import RemotingServer
 from postbox.network.protocol.acl_signature import sign_request
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine.clock import SystemClock
-from tests.support.remoting_raw import RawRemotingClient
 
 LOOPBACK = dict(remoting_listen="127.0.0.1:0", namesrv_listen="127.0.0.1:0")
 

@@ -23,10 +23,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.rocketmq_install import LabInstall, LabSetupError, tail
 
 START_TIMEOUT_S = 180

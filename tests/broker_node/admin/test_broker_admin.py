@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.admin import BrokerAdmin, RuntimeStats
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol import fastjson
@@ -15,7 +16,6 @@ from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, Message
 from postbox.storage_engine.clock import FakeClock
 from postbox.storage_engine.formats.fastjson import ObjectKey
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 TOPIC_FIELDS = {"defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,

@@ -9,17 +9,17 @@ from __future__ import annotations
 import itertools
 import zlib
 
-from postbox.broker_node.namesrv.processor import GET_KV_CONFIG
-from postbox.broker_node.namesrv.route_bodies import register_body
-from postbox.broker_node.namesrv.route_table import QueueData
-from postbox.network.protocol.codes import RequestCode, ResponseCode
-from tests.support.remoting_raw import (
+from bench.remoting_raw import (
     RawRemotingClient,
     ascii_frame,
     nested_frame,
     pull_fields,
     send_fields,
 )
+from postbox.broker_node.namesrv.processor import GET_KV_CONFIG
+from postbox.broker_node.namesrv.route_bodies import register_body
+from postbox.broker_node.namesrv.route_table import QueueData
+from postbox.network.protocol.codes import RequestCode, ResponseCode
 
 LONE = "\ud800"
 _opaques = itertools.count(1000)

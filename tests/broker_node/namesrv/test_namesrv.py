@@ -10,6 +10,7 @@ import zlib
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.admin import AdvertisedTopics, advertised_topics
 from postbox.broker_node.namesrv import BrokerIdentity, NameServer, RouteTable
 from postbox.broker_node.namesrv.route_bodies import register_body
@@ -19,7 +20,6 @@ from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker, StoreConfig
 from postbox.storage_engine.clock import FakeClock
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.small_store import small_store_config
 
 LOCAL = BrokerIdentity("PostboxCluster", "postbox-a", 0, "127.0.0.1:10911")

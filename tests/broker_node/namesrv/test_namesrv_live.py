@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.remoting_node import NodeOptions, RemotingNode
 from postbox.network.protocol.codes import RequestCode
 from postbox.storage_engine import Broker
-from tests.support.remoting_raw import RawRemotingClient
 from tests.support.rocketmq_lab import LabDriver
 from tests.support.rocketmq_processes import start_broker
 from tests.support.small_store import small_store_config

@@ -15,15 +15,11 @@ import os
 import sys
 from pathlib import Path
 
+from bench.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
-from tests.support.remoting_raw import (
-    RawRemotingClient,
-    decode_records,
-    pull_fields,
-    send_fields,
-)
+from tests.support.stored_records import decode_records
 
 OPEN_FILES_LIMIT = 256
 TOPIC_COUNT = 80

@@ -4,9 +4,10 @@ lite pull consumer against ``postbox broker`` received nothing."""
 
 from __future__ import annotations
 
+from bench.remoting_raw import pull_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Message
-from tests.support.remoting_raw import decode_records, pull_fields
+from tests.support.stored_records import decode_records
 
 LITE_PULL_MESSAGE = 361
 

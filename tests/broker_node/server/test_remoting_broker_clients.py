@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import queue
 
+from bench.remoting_raw import pull_fields, send_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
-from tests.support.remoting_raw import decode_records, pull_fields, send_fields
+from tests.support.stored_records import decode_records
 
 HEART_BEAT, CONSUMERS = RequestCode.HEART_BEAT, RequestCode.GET_CONSUMER_LIST_BY_GROUP
 NOTIFY = RequestCode.NOTIFY_CONSUMER_IDS_CHANGED

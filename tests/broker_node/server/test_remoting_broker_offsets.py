@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 
+from bench.remoting_raw import RawRemotingClient, send_fields
 from postbox.broker_node.server import AccessDeniedError
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from postbox.storage_engine.formats import decode_offset_msg_id
 from tests.storage_engine.conftest import small_config
-from tests.support.remoting_raw import RawRemotingClient, decode_records, send_fields
+from tests.support.stored_records import decode_records
 
 UNIQ = "7F0000010F3A1B2C3D4E00A1B2C3"
 

@@ -4,15 +4,11 @@ consistent)."""
 
 from __future__ import annotations
 
+from bench.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import StoreConfig, verify_store
 from tests.support.broker_process import BrokerProcess, write_broker_conf
-from tests.support.remoting_raw import (
-    RawRemotingClient,
-    decode_records,
-    pull_fields,
-    send_fields,
-)
+from tests.support.stored_records import decode_records
 
 
 def test_broker_process_serves_remoting_and_stops_cleanly(tmp_path):

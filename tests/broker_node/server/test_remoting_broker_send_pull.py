@@ -7,9 +7,10 @@ from __future__ import annotations
 import struct
 import time
 
+from bench.remoting_raw import pull_fields, send_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine.formats import decode_offset_msg_id
-from tests.support.remoting_raw import decode_records, pull_fields, send_fields
+from tests.support.stored_records import decode_records
 
 SEND, SEND_V2, BATCH, PULL = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
                               RequestCode.SEND_BATCH_MESSAGE, RequestCode.PULL_MESSAGE)
@@ -174,8 +175,8 @@ def test_long_poll_answers_not_found_after_the_suspend_time(connect, broker):
 
 
 def test_parked_pulls_are_bounded(broker):
+    from bench.remoting_raw import RawRemotingClient
     from postbox.broker_node.server.broker import BrokerRemotingServer
-    from tests.support.remoting_raw import RawRemotingClient
 
     broker.create_topic("TB2", 1)
     with BrokerRemotingServer(broker, max_parked_pulls=1) as server, \

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient, send_fields
 from postbox.broker_node.namesrv import QueueData
 from postbox.broker_node.namesrv.route_bodies import register_body
 from postbox.network.protocol.acl_signature import sign, sign_request
@@ -24,7 +25,6 @@ from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import Broker, StoreConfig
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient, send_fields
 
 RC = RequestCode
 ACL = {"accounts": [

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from postbox.broker_node.server import ServerLimits
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine import Broker
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from tests.support.small_store import small_store_config
 
 PULL, SEND_V2 = RequestCode.PULL_MESSAGE, RequestCode.SEND_MESSAGE_V2

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient, send_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand, encode
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient, send_fields
 
 SENDS = 20
 

@@ -4,6 +4,7 @@ cap, broker → client calls, and stop ending every thread."""
 
 from __future__ import annotations
 
+import errno
 import queue
 import socket
 import struct
@@ -11,6 +12,7 @@ import threading
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.server import (
     AccessDeniedError,
     CallTimeoutError,
@@ -21,7 +23,6 @@ from postbox.broker_node.server import (
 from postbox.network.protocol.codes import SERVER_VERSION, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient
 
 ECHO, SLOW, ONEWAY_SINK, FIELDS = 9001, 9002, 9003, 9004
 
@@ -188,9 +189,11 @@ def test_full_worker_queue_answers_system_busy():
     limits = ServerLimits(workers=1, queue_max=1)
     with RemotingServer(limits=limits) as server, RawRemotingClient(server.address) as client:
         server.handlers.register(SLOW, lambda r, s: (release.wait(10), r.response(0))[1])
-        # one request runs, at most one waits in the queue: the third is refused at once
+        # one request runs, at most one waits in the queue: the second or the third is
+        # refused at once (after a refusal that connection's next frame waits a while)
         answers = client.pipeline([client.request(SLOW) for _ in range(3)])
-        refused = answers[2].get(timeout=5)
+        refused = wait_until(lambda: next((answer.get_nowait() for answer in answers[1:]
+                                           if not answer.empty()), None), 5, "a refusal")
         assert refused.code == ResponseCode.SYSTEM_BUSY
         assert refused.remark.startswith("[OVERLOAD]")
         release.set()
@@ -268,3 +271,22 @@ def test_a_peer_that_takes_none_of_its_answers_is_closed_after_the_idle_timeout(
             wait_until(lambda: other.call(ECHO, timeout_s=5).code == 0  # served meanwhile
                        and len(server.sessions()) == 1, 10, "the stalled peer closed")
         stalled.close()
+
+
+def test_out_of_descriptors_at_accept_pauses_logs_once_and_accepts_again(server, monkeypatch,
+                                                                         caplog):
+    """``accept`` failing with EMFILE (the process out of descriptors): the listener pauses,
+    logs one line for the whole run of failures, and accepts the connection once it can."""
+    real_accept, failures = socket.socket.accept, []
+
+    def accept(sock: socket.socket):
+        if len(failures) < 5:
+            failures.append(1)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_accept(sock)
+
+    monkeypatch.setattr(socket.socket, "accept", accept)
+    with caplog.at_level("WARNING"), RawRemotingClient(server.address) as client:
+        assert client.call(ECHO, body=b"x", timeout_s=10).body == b"x"
+    assert len(failures) == 5
+    assert sum("accept failed" in record.getMessage() for record in caplog.records) == 1

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.remoting_raw import nested_frame
 from postbox.network.client.connection import Connection
 from postbox.network.client.errors import ConnectionClosedError
 from postbox.network.protocol import fastjson
@@ -31,7 +32,6 @@ from postbox.network.protocol.wire import (
     encode,
 )
 from postbox.storage_engine.formats.fastjson import FastjsonError
-from tests.support.remoting_raw import nested_frame
 from tests.support.tiny_remoting_server import PeerSocket, TinyRemotingServer
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""A raw remoting client for tests: frames over a real socket, nothing hidden.
+"""A raw remoting client for benchmarks and tests: frames over a real socket, nothing hidden.
 
 ``RawRemotingClient(address)`` connects; ``call(code, fields, body)`` sends one request and
 returns its response; ``oneway`` sends with flag bit 1; ``send_bytes`` writes anything (a
@@ -166,27 +166,6 @@ def nested_frame(depth: int, opaque: int = 1) -> bytes:
     header = (f'{{"code":105,"flag":0,"language":"JAVA","opaque":{opaque},"version":479,'
               f'"extFields":{{"topic":{"[" * depth}{"]" * depth}}}}}').encode()
     return struct.pack(">iI", 4 + len(header), len(header)) + header
-
-
-def decode_records(body: bytes) -> list[Any]:
-    """Stored records back to back (a pull, view or query body), decoded by the independent
-    ``rmq_decoder``; asserts each is well formed."""
-    import struct as _struct
-
-    from tests.support.rmq_decoder import _decode_record
-
-    records = []
-    at = 0
-    while at < len(body):
-        (size,) = _struct.unpack_from(">i", body, at)
-        (position,) = _struct.unpack_from(">q", body, at + 28)
-        problems: list[str] = []
-        record = _decode_record(body[at:at + size], 0, position, problems)
-        assert record is not None and not problems, problems
-        records.append(record)
-        at += size
-    assert at == len(body)
-    return records
 
 
 def properties_text(properties: dict[str, str]) -> str:
