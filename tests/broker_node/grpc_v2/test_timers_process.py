@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
+from bench.remoting_raw import RawRemotingClient, send_fields
 from postbox.broker_node.grpc_v2.conversion import timestamp
 from postbox.broker_node.grpc_v2.protocol import Code, definition, service
 from postbox.network.protocol.codes import RequestCode, ResponseCode
@@ -17,7 +18,6 @@ from tests.broker_node.grpc_v2.conftest import store_config
 from tests.broker_node.grpc_v2.raw_calls import TIMEOUT_S, resource, stub
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
-from tests.support.remoting_raw import RawRemotingClient, send_fields
 
 TOPIC = "timed"
 MAX_DELAY_S = 600

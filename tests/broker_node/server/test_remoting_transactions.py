@@ -11,6 +11,7 @@ import queue
 
 import pytest
 
+from bench.remoting_raw import RawRemotingClient, pull_fields, send_fields
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.storage_engine.formats import decode_offset_msg_id
@@ -21,12 +22,7 @@ from postbox.storage_engine.formats.topic_names import (
 )
 from tests.support.broker_process import BrokerProcess, write_broker_conf
 from tests.support.brokers import BrokerFactory
-from tests.support.remoting_raw import (
-    RawRemotingClient,
-    decode_records,
-    pull_fields,
-    send_fields,
-)
+from tests.support.stored_records import decode_records
 
 SEND_V2, END = RequestCode.SEND_MESSAGE_V2, RequestCode.END_TRANSACTION
 UNIQ = "7F0000010F3A1B2C3D4E00A1B2C3{:04X}"
