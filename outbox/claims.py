@@ -6,9 +6,11 @@ kills its sender cannot loop forever) and stamps them with a fresh claim token a
 ``lease_until``. Whatever the caller then records about the attempt is fenced by that token:
 if the lease ran out and someone else claimed the stub, the late writer changes nothing.
 
-Candidates are taken in ``next_resend_at`` order, which the ``(status, next_resend_at)`` index
-serves, so a claim locks only the rows it takes. One statement where the database can return
-what it updated, one result either way:
+Candidates are taken in ``next_resend_at`` order, which the claim index serves (PostgreSQL,
+SQLite: partial, on the unpublished stubs alone; MySQL/MariaDB: ``(status, published_at,
+next_resend_at)``), so a claim reads and locks only the rows it takes, however many published
+stubs wait for their resend check (``bench/outbox_scale_bench.py``). One statement where the
+database can return what it updated, one result either way:
 - PostgreSQL: ``WITH claimable AS MATERIALIZED (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
   UPDATE … WHERE <condition> AND message_id IN (SELECT … FROM claimable) RETURNING …``, so
   concurrent claimers take disjoint rows without waiting for each other (the CTE runs once:
@@ -37,6 +39,7 @@ from sqlalchemy import (
     ScalarSelect,
     Select,
     and_,
+    literal_column,
     or_,
     select,
     update,
@@ -84,8 +87,11 @@ def lease_free(now: datetime) -> ColumnElement[bool]:
 
 
 def unpublished_due(now: datetime, max_send_count: int) -> ColumnElement[bool]:
-    """Unconfirmed stubs never stored in the broker, due for an attempt."""
-    return and_(stub.status == StubStatus.UNCONFIRMED.value, stub.published_at.is_(None),
+    """Unconfirmed stubs never stored in the broker, due for an attempt. The status is a
+    literal, so that the planner sees the claim index's own condition (``tables.UNPUBLISHED``)
+    in the query and may use that partial index."""
+    return and_(stub.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
+                stub.published_at.is_(None),
                 stub.send_count < max_send_count,
                 or_(stub.next_resend_at.is_(None), stub.next_resend_at <= now))
 
