@@ -101,3 +101,10 @@ def bench_replication_command(ctx: typer.Context) -> None:
 def bench_console_command(ctx: typer.Context) -> None:
     """The web console's page latencies and memory over a large store (bench/console_bench.py)."""
     _run_bench("bench.console_bench", ctx)
+
+
+@bench_app.command("outbox-scale", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_outbox_scale_command(ctx: typer.Context) -> None:
+    """The outbox from 10 thousand to 10 million stubs (bench/outbox_scale_bench.py)."""
+    _run_bench("bench.outbox_scale_bench", ctx)
