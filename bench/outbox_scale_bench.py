@@ -278,7 +278,8 @@ def claims_phase(args: argparse.Namespace, target: Target) -> dict:
     data.analyze(target.engine)
     work = claim_work(target, args.batch)
     result = {**latency_ms(timed_claims(args, target, args.claims)), "work": work}
-    if args.compare_index:
+    if args.compare_index:  # the index entries the claims left behind count for both
+        result["work_after_claims"] = claim_work(target, args.batch)
         result["without_claim_index"] = without_claim_index(args, target)
     return result
 
@@ -536,19 +537,30 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def render(report: dict) -> None:
-    print("| db | stubs | load rows/s | claim p50 | claim p99 | relay stubs/s | 4 relays "
-          "stubs/s (dup) | index growth after a day | cleanup rows/min (batch) | producer "
-          "p99/max during cleanup |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    """The figures as Markdown tables (the ones bench/README.md shows)."""
+    print("| db | stubs | load rows/s | claim p50 / p99 ms | claim work | without the claim "
+          "index: p50 / p99 ms, work | relay stubs/s | 4 relays stubs/s, dup |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in report["results"]:
-        cleanup = "; ".join(f"{c['rows_per_min']:,} ({c['batch_size']})" for c in r["cleanup"])
-        producers = "; ".join(f"{c['producers_during_ms']['p99']}/"
-                              f"{c['producers_during_ms']['max']} ms" for c in r["cleanup"])
+        claims = r["claims_ms"]
+        old = claims.get("without_claim_index")
+        before = f"{old['p50']} / {old['p99']}, {old['work']:,}" if old else "—"
+        after = claims.get("work_after_claims")
+        work = f"{claims['work']:,}" + (f" → {after:,}" if after is not None else "")
         print(f"| {r['database']} | {r['size']:,} | {r['load']['rows_per_s']:,} | "
-              f"{r['claims_ms']['p50']} ms | {r['claims_ms']['p99']} ms | "
-              f"{r['relay']['stubs_per_s']:,} | {r['four_relays']['stubs_per_s']:,} "
-              f"({r['four_relays']['published_twice']}) | {r['churn']['worst_growth']}× | "
-              f"{cleanup} | {producers} |")
+              f"{claims['p50']} / {claims['p99']} | {work} | {before} | "
+              f"{r['relay']['stubs_per_s']:,} | {r['four_relays']['stubs_per_s']:,}, "
+              f"{r['four_relays']['published_twice']} |")
+    print()
+    print("| db | stubs | index growth after a day (worst) | cleanup batch | rows/min | "
+          "producer p99 / max ms before | during | lock waiters |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in report["results"]:
+        for c in r["cleanup"]:
+            calm, during = c["producers_before_ms"], c["producers_during_ms"]
+            print(f"| {r['database']} | {r['size']:,} | {r['churn']['worst_growth']}× | "
+                  f"{c['batch_size']} | {c['rows_per_min']:,} | {calm['p99']} / {calm['max']} "
+                  f"| {during['p99']} / {during['max']} | {c['lock_waiters_max']} |")
 
 
 def main(argv: list[str] | None = None) -> int:
