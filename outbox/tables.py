@@ -151,10 +151,11 @@ message_stub = Table(
     Index("ix_message_stub_status_next_resend_at", "status", "next_resend_at"),
     # relay claims: the unpublished stubs alone, in due order, however many published ones
     # are due for a resend check. PostgreSQL and SQLite: a partial index holding only those
-    # rows (its size follows the backlog, not the table); MySQL/MariaDB have no partial
-    # indexes and reach them through (status, published_at IS NULL)
-    Index("ix_message_stub_unpublished", "next_resend_at", postgresql_where=text(UNPUBLISHED),
-          sqlite_where=text(UNPUBLISHED)).ddl_if(
+    # rows (its size follows the backlog, not the table; ``status`` leads so that SQLite's
+    # planner weighs it against the index above); MySQL/MariaDB have no partial indexes and
+    # reach them through (status, published_at IS NULL)
+    Index("ix_message_stub_unpublished", "status", "next_resend_at",
+          postgresql_where=text(UNPUBLISHED), sqlite_where=text(UNPUBLISHED)).ddl_if(
         dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple works (SQLAlchemy 2)
     Index("ix_message_stub_status_published_at_next_resend_at", "status", "published_at",
           "next_resend_at").ddl_if(dialect=MYSQL_DIALECTS),  # type: ignore[arg-type]

@@ -6,10 +6,11 @@ Create Date: 2026-11-29
 
 The relay claims unconfirmed, never-published stubs in ``next_resend_at`` order. Through the
 ``(status, next_resend_at)`` index a claim also walked every published stub whose resend check
-was due (consumers lagging, a group that never confirms), a cost that grew with the table: at
-10 million stubs, seconds per claim. PostgreSQL and SQLite get a partial index on
-``next_resend_at`` holding only the unpublished stubs (its size follows the backlog, not the
-table); MySQL/MariaDB, without partial indexes, ``(status, published_at, next_resend_at)``.
+was due (consumers lagging, a group that never confirms), a cost that grew with the table.
+PostgreSQL and SQLite get a partial index on ``(status, next_resend_at)`` holding only the
+unpublished stubs (its size follows the backlog, not the table; the constant ``status`` costs
+PostgreSQL nothing and lets SQLite's planner prefer it); MySQL/MariaDB, without partial
+indexes, ``(status, published_at, next_resend_at)``.
 
 On PostgreSQL the index is built ``CONCURRENTLY`` (outside the migration's transaction), so
 sends go on while it is built; a build that failed leaves an invalid index to drop by hand
@@ -40,10 +41,10 @@ def upgrade() -> None:
         op.create_index(COMPOSITE, "message_stub", ["status", "published_at", "next_resend_at"])
     elif name == "postgresql":
         with op.get_context().autocommit_block():
-            op.create_index(PARTIAL, "message_stub", ["next_resend_at"],
+            op.create_index(PARTIAL, "message_stub", ["status", "next_resend_at"],
                             postgresql_where=sa.text(UNPUBLISHED), postgresql_concurrently=True)
     else:
-        op.create_index(PARTIAL, "message_stub", ["next_resend_at"],
+        op.create_index(PARTIAL, "message_stub", ["status", "next_resend_at"],
                         sqlite_where=sa.text(UNPUBLISHED))
 
 
