@@ -45,10 +45,14 @@ from sqlalchemy import (
     update,
 )
 
-from .database import run_transaction, supports_skip_locked
+from .database import dialect_name, run_transaction, supports_skip_locked
 from .tables import StubStatus, message_stub
 
 stub = message_stub.c
+
+MYSQL_CLAIM_HINT = "IGNORE INDEX (ix_message_stub_status_next_resend_at)"
+"""MySQL/MariaDB: the claim never reads the resend scans' index, whose ``unconfirmed`` range
+holds every published stub due for its resend check before the unpublished ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,10 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
 
     candidates = select(stub.message_id).where(wanted).order_by(stub.next_resend_at) \
         .limit(limit)
+    if dialect_name(engine) == "mysql":  # with a large backlog the optimizer would rather
+        # walk the resend index's range in order than read the claim index's: keep it off
+        for name in ("mysql", "mariadb"):
+            candidates = candidates.with_hint(message_stub, MYSQL_CLAIM_HINT, name)
     if supports_skip_locked(engine):
         candidates = candidates.with_for_update(skip_locked=True)
         # a CTE runs once; PostgreSQL may re-run an IN subquery, each run skipping other rows
