@@ -18,8 +18,9 @@ database can return what it updated, one result either way:
 - SQLite: the same without ``SKIP LOCKED`` — a single statement holds the write lock, so two
   claimers can never both take a row.
 - MySQL 8 and MariaDB 10.6+ (no ``UPDATE … RETURNING``): ``SELECT … FOR UPDATE SKIP LOCKED``,
-  ``UPDATE`` by id, then the claimed rows read back by token; any other database: the guarded
-  ``UPDATE … IN (SELECT … LIMIT n)``, then the read-back.
+  ``UPDATE`` by id, then the claimed rows read back by id and token (by token alone,
+  ``lease_owner`` having no index, the read-back scanned the whole table); any other database:
+  the guarded ``UPDATE … IN (SELECT … LIMIT n)``, then the read-back by token.
 """
 
 from __future__ import annotations
@@ -134,16 +135,19 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
         return sorted(rows, key=_in_due_order)
 
     def claim(connection: Connection) -> Sequence[RowMapping]:
+        mine = stub.lease_owner == token
         if supports_skip_locked(engine):
             picked = connection.execute(candidates).scalars().all()
             if not picked:
                 return []
             connection.execute(update(message_stub)
                                .where(stub.message_id.in_(picked)).values(**stamp))
+            # read back by primary key: lease_owner has no index, a scan of the whole table
+            mine = and_(stub.message_id.in_(picked), mine)
         elif not connection.execute(claimed).rowcount:
             return []
-        return connection.execute(select(*_CLAIMED_COLUMNS).where(
-            stub.lease_owner == token).order_by(stub.next_resend_at)).mappings().all()
+        return connection.execute(select(*_CLAIMED_COLUMNS).where(mine)
+                                  .order_by(stub.next_resend_at)).mappings().all()
 
     rows = run_transaction(engine, claim_returning if engine.dialect.update_returning
                            else claim)

@@ -9,7 +9,7 @@ from datetime import timedelta
 from sqlalchemy import Engine, insert, select, text
 
 from postbox.outbox import message_stub
-from postbox.outbox.claims import lease_free, unpublished_due
+from postbox.outbox.claims import MYSQL_CLAIM_HINT, lease_free, unpublished_due
 from postbox.outbox.clock import utc_now
 from tests.support.services import database_backend
 
@@ -20,7 +20,8 @@ def claim_candidates_plan(engine: Engine) -> str:
     """The query plan of the relay's claim candidates (the statement ``claim_stubs`` runs)."""
     now = utc_now()
     query = select(stub.message_id).where(unpublished_due(now, 5), lease_free(now)) \
-        .order_by(stub.next_resend_at).limit(100)
+        .order_by(stub.next_resend_at).limit(100) \
+        .with_hint(message_stub, MYSQL_CLAIM_HINT, "mysql")  # as claim_stubs does there
     sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as connection:
         if engine.dialect.name == "postgresql":
