@@ -7,16 +7,18 @@ Offline runs (``alembic upgrade --sql``) render the DDL for the URL's dialect.
 
 Autogenerate compares types with ``migrations.compare.compare_type`` (Alembic's comparison plus
 MySQL's fractional-second precision, which Alembic ignores) and renders batch operations on
-SQLite, whose ``ALTER TABLE`` cannot change or drop most things.
+SQLite, whose ``ALTER TABLE`` cannot change or drop most things; it leaves out indexes declared
+for other databases only (``compare.objects_for``).
 """
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine, pool
+from sqlalchemy.engine import make_url
 
 from postbox.migrations.api import URL_ATTRIBUTE
-from postbox.migrations.compare import compare_type
+from postbox.migrations.compare import compare_type, objects_for
 from postbox.outbox.tables import metadata
 
 target_metadata = metadata
@@ -33,9 +35,11 @@ def _database_url() -> str:
 
 def run_migrations_offline() -> None:
     """Write the migration SQL for the URL's dialect instead of running it."""
-    context.configure(url=_database_url(), target_metadata=target_metadata,
+    url = _database_url()
+    context.configure(url=url, target_metadata=target_metadata,
                       literal_binds=True, dialect_opts={"paramstyle": "named"},
-                      compare_type=compare_type)
+                      compare_type=compare_type,
+                      include_object=objects_for(make_url(url).get_backend_name()))
     with context.begin_transaction():
         context.run_migrations()
 
@@ -47,6 +51,7 @@ def run_migrations_online() -> None:
         with engine.connect() as connection:
             context.configure(connection=connection, target_metadata=target_metadata,
                               compare_type=compare_type,
+                              include_object=objects_for(connection.dialect.name),
                               render_as_batch=connection.dialect.name == "sqlite")
             with context.begin_transaction():
                 context.run_migrations()

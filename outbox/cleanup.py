@@ -21,7 +21,9 @@ second effect.
 
 Bounded work, never one unbounded ``DELETE``. Each batch is one short transaction
 (``run_transaction``, so a deadlock victim is retried): select up to ``batch_size`` primary
-keys matching the condition in the order of the table's time index, then ``DELETE … WHERE
+keys matching the condition in the order of the table's time index — from the time where the
+run's previous batch ended, so no batch walks again the index entries its predecessors
+deleted (on PostgreSQL they stay in the index until vacuum) — then ``DELETE … WHERE
 <primary key> IN (those keys) AND <the condition again>`` — a row that changed in between (a
 stub re-armed, a log row whose stub became unconfirmed) stays. Composite keys use row values,
 ``(consumer_group, message_id) IN (…)``, on PostgreSQL, MySQL/MariaDB and SQLite ≥ 3.15, and an
@@ -188,6 +190,8 @@ class _Sweep:
 class _Batch:
     selected: int
     deleted: int
+    reached: Any = None
+    """The time-column value of the last row selected: the next batch starts there."""
 
 
 def run_cleanup(engine: Engine, policy: CleanupPolicy, *,
@@ -239,10 +243,12 @@ def _sweeps(policy: CleanupPolicy, now: datetime) -> list[_Sweep]:
 def _sweep_table(engine: Engine, sweep: _Sweep, policy: CleanupPolicy,
                  report: CleanupReport) -> None:
     """Run up to ``policy.max_batches`` batches of ``sweep``, adding them to ``report``."""
-    work = functools.partial(_delete_batch, sweep=sweep, limit=policy.batch_size,
-                             row_values=_supports_row_values(engine))
+    reached = None
     for _ in range(policy.max_batches):
-        batch = run_transaction(engine, work)
+        batch = run_transaction(engine, functools.partial(
+            _delete_batch, sweep=sweep, limit=policy.batch_size,
+            row_values=_supports_row_values(engine), reached=reached))
+        reached = batch.reached
         if batch.selected:
             setattr(report, sweep.field, getattr(report, sweep.field) + batch.deleted)
             report.batches += 1
@@ -253,18 +259,23 @@ def _sweep_table(engine: Engine, sweep: _Sweep, policy: CleanupPolicy,
         report.complete = False
 
 
-def _delete_batch(connection: Connection, *, sweep: _Sweep, limit: int,
-                  row_values: bool) -> _Batch:
-    """One batch, in the caller's transaction: pick up to ``limit`` keys, delete those rows
-    that still match."""
-    keys = connection.execute(select(*sweep.key).where(sweep.condition)
-                              .order_by(sweep.time_column).limit(limit)).all()
-    if not keys:
+def _delete_batch(connection: Connection, *, sweep: _Sweep, limit: int, row_values: bool,
+                  reached: Any = None) -> _Batch:
+    """One batch, in the caller's transaction: pick up to ``limit`` keys (from ``reached``
+    on, the time where the previous batch of the run ended), delete those rows that still
+    match."""
+    condition = sweep.condition
+    if reached is not None:
+        condition = and_(condition, sweep.time_column >= reached)
+    picked = connection.execute(select(*sweep.key, sweep.time_column).where(condition)
+                                .order_by(sweep.time_column).limit(limit)).all()
+    if not picked:
         return _Batch(0, 0)
-    assert len(keys) <= limit, (sweep.field, len(keys), limit)
+    assert len(picked) <= limit, (sweep.field, len(picked), limit)
+    keys = [tuple(row)[:-1] for row in picked]
     result = connection.execute(delete(sweep.table).where(
         _key_in(sweep.key, keys, row_values), sweep.condition))
-    return _Batch(len(keys), result.rowcount)
+    return _Batch(len(picked), result.rowcount, tuple(picked[-1])[-1])
 
 
 def _has_more(engine: Engine, sweep: _Sweep) -> bool:

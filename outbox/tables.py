@@ -24,6 +24,11 @@
   beats or workers fire it, when runs started and finished, and the task's own small state
   (the dead-letter scan's cursors).
 
+Indexes on ``message_stub`` serve the relay's claims (``ix_message_stub_unpublished``, partial,
+on PostgreSQL and SQLite; ``ix_message_stub_status_published_at_next_resend_at`` on
+MySQL/MariaDB: each index exists on its databases only, ``Index.ddl_if``), the resend scans,
+cleanup and the per-queue lookups.
+
 Stub columns for the relay and resends: ``delay_level``/``properties`` (the relay needs them to
 publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went),
 ``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub) and
@@ -54,6 +59,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects import mysql
 
@@ -70,6 +76,14 @@ TOPIC_LENGTH = 255
 GROUP_LENGTH = 255
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+"""Databases with partial indexes (``CREATE INDEX … WHERE``)."""
+MYSQL_DIALECTS = ("mysql", "mariadb")
+UNPUBLISHED = "status = 'unconfirmed' AND published_at IS NULL"
+"""The rows of the relay's claim index: unconfirmed stubs never published. Queries must spell
+it with literals (``claims.unpublished_due``): a planner proves that a query may use a partial
+index from the query's text, which a bound parameter hides."""
 
 
 class StubStatus(enum.StrEnum):
@@ -133,8 +147,18 @@ message_stub = Table(
     Column("expected_groups", Text),
     CheckConstraint("status IN ('unconfirmed', 'confirmed', 'void')", name="status"),
     CheckConstraint("send_count >= 0", name="send_count"),
-    # relay and resend scans: due unconfirmed stubs
+    # resend scans: due unconfirmed stubs
     Index("ix_message_stub_status_next_resend_at", "status", "next_resend_at"),
+    # relay claims: the unpublished stubs alone, in due order, however many published ones
+    # are due for a resend check. PostgreSQL and SQLite: a partial index holding only those
+    # rows (its size follows the backlog, not the table; ``status`` leads so that SQLite's
+    # planner weighs it against the index above); MySQL/MariaDB have no partial indexes and
+    # reach them through (status, published_at IS NULL)
+    Index("ix_message_stub_unpublished", "status", "next_resend_at",
+          postgresql_where=text(UNPUBLISHED), sqlite_where=text(UNPUBLISHED)).ddl_if(
+        dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple works (SQLAlchemy 2)
+    Index("ix_message_stub_status_published_at_next_resend_at", "status", "published_at",
+          "next_resend_at").ddl_if(dialect=MYSQL_DIALECTS),  # type: ignore[arg-type]
     # cleanup: confirmed stubs past retention
     Index("ix_message_stub_status_confirmed_at", "status", "confirmed_at"),
     # resend rule and reconciliation: stubs of one queue by offset
@@ -208,7 +232,8 @@ console_audit = Table(
 )
 
 __all__ = [
-    "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "NAMING_CONVENTION", "TOPIC_LENGTH", "StubStatus",
+    "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "MYSQL_DIALECTS", "NAMING_CONVENTION",
+    "PARTIAL_INDEX_DIALECTS", "TOPIC_LENGTH", "UNPUBLISHED", "StubStatus",
     "console_audit", "message_log", "message_processed", "message_resend", "message_stub",
     "metadata", "outbox_task", "expected_group_names", "group_names_text",
 ]

@@ -108,3 +108,10 @@ def bench_console_command(ctx: typer.Context) -> None:
 def bench_hostile_command(ctx: typer.Context) -> None:
     """Attacks of hostile peers on a broker process, before/after (bench/hostile_peers_bench.py)."""
     _run_bench("bench.hostile_peers_bench", ctx)
+
+
+@bench_app.command("outbox-scale", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_outbox_scale_command(ctx: typer.Context) -> None:
+    """The outbox from 10 thousand to 10 million stubs (bench/outbox_scale_bench.py)."""
+    _run_bench("bench.outbox_scale_bench", ctx)

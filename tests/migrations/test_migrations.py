@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 
 from postbox import migrations
 from postbox.migrations.api import SCRIPT_LOCATION
-from postbox.migrations.compare import compare_type
+from postbox.migrations.compare import applies_to, compare_type, objects_for
 from postbox.outbox.tables import message_resend, message_stub, metadata
 from tests.cli.cli_support import assert_one_error_line, run, run_json
 from tests.support.services import database_backend
@@ -42,6 +42,8 @@ OUTBOX_TABLES = {"message_stub", "message_log", "message_processed", "message_re
                  "outbox_task"}
 UNREACHABLE_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
 NO_ENV = {"POSTBOX_DATABASE_URL": None}
+CLAIM_INDEXES = {"ix_message_stub_unpublished",
+                 "ix_message_stub_status_published_at_next_resend_at"}
 
 
 @pytest.fixture
@@ -57,8 +59,14 @@ def table_names(engine: Engine) -> set[str]:
 def drift(engine: Engine, target: MetaData) -> list:
     """What autogenerate would change to make the database match ``target``."""
     with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": compare_type})
+        context = MigrationContext.configure(connection, opts={
+            "compare_type": compare_type,
+            "include_object": objects_for(connection.dialect.name)})
         return compare_metadata(context, target)
+
+
+def index_names(engine: Engine) -> set[str]:
+    return {index["name"] for index in inspect(engine).get_indexes("message_stub")}
 
 
 def modified_columns(diffs: list) -> set[tuple[str, str]]:
@@ -69,8 +77,8 @@ def modified_columns(diffs: list) -> set[tuple[str, str]]:
 
 # --- the Python API ---------------------------------------------------------------------------
 
-def test_head_is_the_console_audit_revision() -> None:
-    assert migrations.head() == "0004"
+def test_head_is_the_claim_index_revision() -> None:
+    assert migrations.head() == "0005"
 
 
 def test_upgrade_creates_the_outbox_tables(database_url: str, engine: Engine) -> None:
@@ -93,7 +101,7 @@ def test_downgrade_to_base_removes_them_and_upgrade_works_again(
     assert not OUTBOX_TABLES & table_names(engine)
 
     migrations.upgrade(database_url, "head")
-    assert migrations.current(database_url) == "0004"
+    assert migrations.current(database_url) == "0005"
     assert table_names(engine) >= OUTBOX_TABLES
     assert drift(engine, metadata) == []
 
@@ -109,6 +117,10 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
             consumer_group="shipping", message_id="kept", topic="%RETRY%shipping", queue_id=0,
             queue_offset=3, resent_at=now))
 
+    migrations.downgrade(database_url, "-1")
+
+    assert migrations.current(database_url) == "0004"
+    assert CLAIM_INDEXES.isdisjoint(index_names(engine))
     migrations.downgrade(database_url, "-1")
 
     assert migrations.current(database_url) == "0003"
@@ -136,7 +148,7 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
 def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
     migrations.upgrade(database_url)
     migrations.upgrade(database_url)
-    assert migrations.current(database_url) == "0004"
+    assert migrations.current(database_url) == "0005"
 
 
 def test_unknown_revision_is_a_migration_error(database_url: str) -> None:
@@ -206,7 +218,8 @@ def test_indexes_and_constraints_are_named_as_in_tables(
         indexes = {index["name"]: index["column_names"]
                    for index in inspector.get_indexes(table.name)}
         assert indexes == {index.name: [column.name for column in index.columns]
-                           for index in table.indexes}
+                           for index in table.indexes
+                           if applies_to(index, engine.dialect.name)}
         checks = {check["name"] for check in inspector.get_check_constraints(table.name)}
         assert checks == {constraint.name for constraint in table.constraints
                           if isinstance(constraint, CheckConstraint)}
@@ -217,6 +230,28 @@ def test_indexes_and_constraints_are_named_as_in_tables(
         if database_backend(database_url) != "mysql":  # MySQL names every primary key PRIMARY
             assert primary_key["name"] == table.primary_key.name == f"pk_{table.name}"
     assert "ck_message_stub_status" in {c.name for c in message_stub.constraints}
+
+
+def test_the_claim_index_suits_the_database(database_url: str, engine: Engine) -> None:
+    """A partial index on the unpublished stubs where the database has partial indexes, the
+    three-column one on MySQL/MariaDB; the relay's claim query uses it."""
+    migrations.upgrade(database_url)
+    backend = database_backend(database_url)
+    expected = "ix_message_stub_status_published_at_next_resend_at" if backend == "mysql" \
+        else "ix_message_stub_unpublished"
+    assert CLAIM_INDEXES & index_names(engine) == {expected}
+    if backend == "postgresql":
+        with engine.connect() as connection:
+            definition = connection.execute(text(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = :name"),
+                {"name": expected}).scalar_one()
+        assert "WHERE" in definition and "published_at IS NULL" in definition
+    elif backend == "sqlite":
+        with engine.connect() as connection:
+            definition = connection.execute(text(
+                "SELECT sql FROM sqlite_master WHERE name = :name"), {"name": expected}
+            ).scalar_one()
+        assert "WHERE status = 'unconfirmed' AND published_at IS NULL" in definition
 
 
 def test_defaults_checks_and_microseconds(database_url: str, engine: Engine) -> None:
@@ -254,7 +289,7 @@ def test_autogenerate_writes_an_empty_revision(database_url: str, tmp_path: Path
     source = Path(script.path).read_text()
     compile(source, script.path, "exec")
     assert Path(script.path).name == "0099_probe.py"
-    assert "down_revision = '0004'" in source
+    assert "down_revision = '0005'" in source
     assert "op." not in source
 
 
@@ -268,18 +303,21 @@ def test_script_template_ships_with_the_package() -> None:
 def test_cli_upgrade_current_downgrade(database_url: str, engine: Engine) -> None:
     engine.connect().close()  # an existing, empty database (SQLite: the file exists)
     before = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (before["current"], before["head"], before["is_head"]) == (None, "0004", False)
+    assert (before["current"], before["head"], before["is_head"]) == (None, "0005", False)
 
     upgraded = run_json("db", "upgrade", "--db", database_url, env=NO_ENV)
-    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0004", True)
+    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0005", True)
     assert table_names(engine) >= OUTBOX_TABLES
 
     after = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (after["current"], after["is_head"]) == ("0004", True)
+    assert (after["current"], after["is_head"]) == ("0005", True)
     human = run("db", "current", "--db", database_url, env=NO_ENV)
     assert human.exit_code == 0, human.stderr
-    assert "0004 (head)" in human.stdout
+    assert "0005 (head)" in human.stdout
 
+    downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
+    assert (downgraded["from"], downgraded["to"]) == ("0005", "0004")
+    assert CLAIM_INDEXES.isdisjoint(index_names(engine))
     downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
     assert (downgraded["from"], downgraded["to"]) == ("0004", "0003")
     assert "console_audit" not in table_names(engine)
@@ -295,11 +333,11 @@ def test_cli_human_output_and_env_var(database_url: str) -> None:
     env = {"POSTBOX_DATABASE_URL": database_url}
     result = run("db", "upgrade", env=env)
     assert result.exit_code == 0, result.stderr
-    assert "upgraded from <base> to 0004 (head)" in result.stdout
+    assert "upgraded from <base> to 0005 (head)" in result.stdout
     again = run("db", "upgrade", env=env)
-    assert "already at 0004 (head)" in again.stdout
+    assert "already at 0005 (head)" in again.stdout
     down = run("db", "downgrade", "base", env=env)
-    assert "downgraded from 0004 (head) to <base>" in down.stdout
+    assert "downgraded from 0005 (head) to <base>" in down.stdout
 
 
 def test_cli_default_database_creates_its_directory(
@@ -377,4 +415,4 @@ def test_cli_a_url_without_its_driver_names_the_forms_that_work(url: str, fragme
 def test_cli_json_is_one_document(database_url: str) -> None:
     result = run("db", "upgrade", "--db", database_url, "--json", env=NO_ENV)
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["to"] == "0004"
+    assert json.loads(result.stdout)["to"] == "0005"

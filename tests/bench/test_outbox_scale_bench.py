@@ -1,0 +1,57 @@
+"""``bench.outbox_scale_bench``'s quick profile on PostgreSQL, in a database of its own: every
+phase runs and the bench's own invariants hold (each stub published exactly once by four
+relays, claims take what they ask for, cleanup deletes, index sizes are reported)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from bench import outbox_scale_bench as bench
+
+SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432"
+
+
+@pytest.fixture
+def scale_database() -> Iterator[str]:
+    """A PostgreSQL database created for this test and dropped after it."""
+    name = f"postbox_scale_{os.getpid()}"
+    admin = create_engine(f"{SERVER_URL}/postgres", isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            connection.execute(text(f"CREATE DATABASE {name}"))
+    except OperationalError as error:
+        admin.dispose()
+        pytest.skip(f"no PostgreSQL server at {SERVER_URL}: {error.orig}")
+    try:
+        yield f"{SERVER_URL}/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+def test_quick_profile_on_postgresql(scale_database: str) -> None:
+    args = bench.parse_args(["--quick", "--sizes", "2k", "--no-mariadb",
+                             "--postgres", scale_database, "--cleanup-batches", "500"])
+    report = bench.run(args)
+
+    [result] = report["results"]
+    assert (result["database"], result["size"]) == ("postgresql", 2_000)
+    assert result["claims_ms"]["n"] == args.claims
+    assert result["relay"]["stubs_per_s"] > 0
+    four = result["four_relays"]
+    assert (four["published"], four["published_twice"]) == (args.relay_stubs, 0)
+    assert sum(four["per_relay"]) == args.relay_stubs
+    churn = result["churn"]
+    assert churn["inserted"] == 2_000 // (7 * 24) * 24
+    assert churn["deleted"] > 0
+    assert "ix_message_stub_unpublished" in churn["after"]["bytes"]
+    assert set(churn["growth"]) == set(churn["before"]["bytes"])
+    [cleanup] = result["cleanup"]
+    assert cleanup["deleted"] > 0 and cleanup["producers_during_ms"]["n"] >= 0
