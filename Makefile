@@ -59,7 +59,7 @@ test-peers: $(STAMP)
 # its own, then the end checks and `postbox reconcile`; about 6 minutes). CI runs it beside the
 # other passes; it needs root (a tmpfs for the broker's store) and PostgreSQL's binaries.
 test-soak: $(STAMP)
-	$(BIN)/python -m pytest -q -s -m soak tests/soak
+	$(BIN)/python -m pytest -q -m soak -o log_cli=true --log-cli-level=WARNING tests/soak
 
 # The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
 # Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.

@@ -25,6 +25,8 @@ from bench.soak.tables import GROUPS, effects, orders
 from postbox.outbox import message_stub
 
 POSTBOX = str(Path(sys.executable).with_name("postbox"))
+RECONCILE_TIMEOUT_S = 1500
+"""Spark's start alone takes minutes on a loaded 2-core machine."""
 
 
 def progress(engine: Engine) -> dict[str, Any]:
@@ -98,10 +100,13 @@ def end_checks_pass(result: dict[str, Any]) -> bool:
 def reconcile(store: Path, database_url: str, out: Path) -> dict[str, Any]:
     """``postbox reconcile`` over the stopped store; its summary plus its exit code. Its counts
     are of (message, group) pairs: every order twice, once per group, all ``confirmed``."""
-    done = subprocess.run(
-        [POSTBOX, "reconcile", "--store", str(store), "--db", database_url, "--out", str(out),
-         "--master", "local[1]", "--grace-ms", "0"],
-        capture_output=True, text=True, timeout=900)
+    try:
+        done = subprocess.run(
+            [POSTBOX, "reconcile", "--store", str(store), "--db", database_url, "--out",
+             str(out), "--master", "local[1]", "--grace-ms", "0"],
+            capture_output=True, text=True, timeout=RECONCILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"exit_code": None, "error": f"timed out after {RECONCILE_TIMEOUT_S} s"}
     summary_path = out / "summary.json"
     if not summary_path.exists():
         return {"exit_code": done.returncode, "error": (done.stdout + done.stderr)[-3000:]}

@@ -191,6 +191,8 @@ def soak(profile_name: str, seed: int, root: Path, *, pair: bool = False) -> dic
                   "restarts": {child.name: child.starts - 1 for child in topology.all_children()},
                   "faults": [(round(f.at_s, 1), f.kind, f.target, round(f.duration_s, 1),
                               f.began is not None) for f in faults]}
+        log.warning("before reconcile: %s", {key: result[key] for key in (
+            "drained", "drain_s", "figures", "checks")})
         result["reconcile"] = checks.reconcile(topology.brokers[0].store, postgres.url,
                                                root / "reconcile")
         engine.dispose()

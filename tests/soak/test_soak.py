@@ -10,6 +10,7 @@ full-disk fault must be played."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -18,13 +19,15 @@ from bench.soak.run import soak
 from bench.soak.tables import GROUPS
 from tests.support.ci_policy import ci_forbids_skips
 
-pytestmark = [pytest.mark.soak, pytest.mark.timeout(1800)]
+log = logging.getLogger(__name__)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(3000)]
 
 
 @pytest.mark.parametrize(("seed", "pair"), [(11, False)], ids=["sync-flush"])
 def test_the_ci_profile_loses_nothing_and_applies_nothing_twice(tmp_path, seed, pair):
     result = soak("ci", seed, tmp_path / "soak", pair=pair)
-    print(describe(result))
+    (tmp_path / "soak.txt").write_text(describe(result))  # the figures, kept with the run
+    log.warning("%s", describe(result))
     checks = result["checks"]
     assert result["drained"], result["last_state"]
     for group, found in checks["groups"].items():
