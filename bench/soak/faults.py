@@ -154,7 +154,8 @@ class Injector:
         if piece.holds == 0:
             ended, piece.ended = piece.ended, []
             if piece.background:
-                piece.starting = threading.Thread(target=self._up, args=(piece, ended))
+                piece.starting = threading.Thread(target=self._up, args=(piece, ended),
+                                                  daemon=True)
                 piece.starting.start()
             else:
                 self._up(piece, ended)
