@@ -25,7 +25,7 @@ def handled_times(engine: Engine) -> list[tuple[float, float]]:
     """(committed_at, when its last group first handled it) per order, by commit time."""
     with engine.connect() as connection:
         committed = dict(connection.execute(
-            select(orders.c.order_no, orders.c.committed_at)).tuples().all())
+            select(orders.c.order_no, orders.c.committed_at)).all())
         first = connection.execute(
             select(effects.c.order_no, effects.c.consumer_group, func.min(effects.c.handled_at))
             .group_by(effects.c.order_no, effects.c.consumer_group)).all()
