@@ -15,11 +15,12 @@ restarted without touching the shared ones):
 
 ``faults`` draws the schedule from the seed: ``kill -9`` of a random producer, relay,
 consumer or broker every few seconds (restarted after), Redis and PostgreSQL restarts, one
-broker stop longer than the relay's retry horizon, one full disk on the broker (a small tmpfs
-holds its store when the soak runs as root; otherwise a filler file pushes the partition past
-``diskMaxUsedSpaceRatio``). ``checks`` then drains the pipeline and checks the business tables
-directly and through ``postbox reconcile``: every committed order has exactly one effect per
-group, none is missing, none applied twice, no stub ``void``; ``figures`` prints offered and
-achieved throughput, the longest commit → handled delay and the time to recover from each kind
-of fault. ``run.soak`` does it all; ``tests/soak/test_soak.py`` runs the ``ci`` profile.
+broker stop longer than the relay's retry horizon, one full disk on the broker (its store is on
+a small tmpfs, which needs root, and a filler file takes the tmpfs past
+``diskMaxUsedSpaceRatio``; without root the disk fault is left out and the result says so).
+``checks`` then drains the pipeline and checks the business tables directly and through
+``postbox reconcile``: every committed order has exactly one effect per group, none is missing,
+none applied twice, no stub ``void``; ``figures`` prints offered and achieved throughput, the
+longest commit → handled delay and the time to recover from each kind of fault. ``run.soak``
+does it all; ``tests/soak/test_soak.py`` runs the ``ci`` profile.
 """
