@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
-.PHONY: demo test test-slow test-peers test-database test-transports test-postbox-transport \
+.PHONY: demo test test-slow test-peers test-soak test-database test-transports test-postbox-transport \
         test-rocketmq-transport lint docs bench clean
 
 $(STAMP): pyproject.toml setup.py
@@ -53,6 +53,13 @@ test-slow: $(STAMP)
 # the lab's start); CI runs it beside the other passes, `make test` leaves it out.
 test-peers: $(STAMP)
 	$(BIN)/python -m pytest -q -m peers
+
+# The chaos soak of the whole topology (marker `soak`, bench/soak: its `ci` profile, 3 minutes
+# of faults on producer, relay and consumer processes, a broker process, PostgreSQL and Redis of
+# its own, then the end checks and `postbox reconcile`; about 6 minutes). CI runs it beside the
+# other passes; it needs root (a tmpfs for the broker's store) and PostgreSQL's binaries.
+test-soak: $(STAMP)
+	$(BIN)/python -m pytest -q -m soak -o log_cli=true --log-cli-level=WARNING tests/soak
 
 # The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
 # Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.

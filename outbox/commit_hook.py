@@ -100,6 +100,12 @@ class CommitHook:
     # ---- the connection's transaction --------------------------------------------------------
 
     def _writes(self, connection: Connection) -> _Writes | None:
+        if connection.invalidated:
+            # the DBAPI connection was lost (the database went away) and its transaction with
+            # it: so are the ids it recorded (the pool clears ``info`` when it connects again).
+            # Reading ``info`` now would raise PendingRollbackError from the rollback listener,
+            # over the error that caused the rollback
+            return None
         return connection.info.get(self._key)
 
     def _writes_of(self, connection: Connection) -> _Writes:

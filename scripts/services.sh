@@ -12,6 +12,15 @@
 #   scripts/services.sh redis      # only the ones named (postgres, mariadb, redis)
 #   scripts/services.sh test-tools # Chromium, the SQLite JDBC driver, JDK 17, Maven, promtool (no
 #                                  # service; CI's suites and the RocketMQ lab)
+#
+# A private instance instead of the shared one (the soak, bench/soak, restarts its own):
+#   scripts/services.sh --port 5441 --data DIR postgres   # a cluster of its own in DIR (initdb
+#                                  # when DIR holds none; owned by `postgres` when run as root),
+#                                  # trust auth, database `test`, socket in DIR
+#   scripts/services.sh --port 6391 --data DIR redis      # redis-server on that port, pid and
+#                                  # log files in DIR
+#   scripts/services.sh --port P --data DIR --stop postgres|redis   # stop it the hard way
+#                                  # (`pg_ctl stop -m immediate`; SIGKILL to Redis): a crash
 set -euo pipefail
 
 log() { printf '[services] %s\n' "$*"; }
@@ -119,6 +128,79 @@ install_test_tools() {  # not services: what some suites need on the machine
     log "chromium, the SQLite JDBC driver, a JDK, Maven and promtool are installed"
 }
 
+PORT=""
+DATA=""
+STOP=0
+PG_BIN=""
+
+pg_bin() {  # the newest Debian PostgreSQL's binaries (installed when missing)
+    apt_install postgresql
+    PG_BIN="/usr/lib/postgresql/$(ls /usr/lib/postgresql | sort -V | tail -1)/bin"
+}
+
+as_postgres() {  # as_postgres COMMAND...: as the `postgres` user when root (it refuses root)
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+start_postgres_instance() {  # a private cluster in $DATA on $PORT
+    pg_bin
+    mkdir -p "$DATA"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$DATA" && chmod 700 "$DATA"
+    if [ ! -f "$DATA/PG_VERSION" ]; then
+        log "postgresql: initdb in $DATA"
+        as_postgres "$PG_BIN/initdb" -D "$DATA" -A trust -U postgres >/dev/null
+    fi
+    if ! answers "$PORT"; then
+        log "starting postgresql in $DATA on port $PORT"
+        as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start \
+            -o "-p $PORT -k $DATA -c listen_addresses=127.0.0.1 -c max_connections=200" \
+            >/dev/null
+    fi
+    wait_for postgresql psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -Atc 'select 1'
+    if ! psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -Atc \
+            "select 1 from pg_database where datname = 'test'" | grep -q 1; then
+        psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qc 'create database test'
+    fi
+}
+
+stop_postgres_instance() {
+    pg_bin
+    as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1 || true
+    log "postgresql in $DATA stopped (immediate)"
+}
+
+start_redis_instance() {  # redis-server on $PORT, its pid and log in $DATA
+    apt_install redis-server
+    mkdir -p "$DATA"
+    if ! answers "$PORT"; then
+        log "starting redis on port $PORT"
+        redis-server --bind 127.0.0.1 --port "$PORT" --daemonize yes --save '' \
+            --appendonly no --dir "$DATA" --pidfile "$DATA/redis.pid" \
+            --logfile "$DATA/redis.log"
+    fi
+    wait_for redis sh -c "redis-cli -h 127.0.0.1 -p $PORT ping | grep -q PONG"
+}
+
+stop_redis_instance() {
+    if [ -f "$DATA/redis.pid" ]; then
+        kill -9 "$(cat "$DATA/redis.pid")" 2>/dev/null || true
+        rm -f "$DATA/redis.pid"
+    fi
+    for _ in $(seq 1 100); do answers "$PORT" || break; sleep 0.1; done
+    log "redis on port $PORT stopped (SIGKILL)"
+}
+
+instance() {  # instance SERVICE: the private instance given by --port/--data, started or stopped
+    [ -n "$PORT" ] && [ -n "$DATA" ] || die "--port and --data go together"
+    local verb=start
+    [ "$STOP" -eq 1 ] && verb=stop
+    case "$1" in
+        postgres|postgresql) "${verb}_postgres_instance" ;;
+        redis) "${verb}_redis_instance" ;;
+        *) die "--port/--data: postgres or redis, not $1" ;;
+    esac
+}
+
 start_redis() {
     if answers 6379 && redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; then
         log "redis already answers"; return 0
@@ -133,6 +215,19 @@ start_redis() {
 }
 
 main() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --port) PORT=$2; shift 2 ;;
+            --data) DATA=$(realpath -m "$2"); shift 2 ;;
+            --stop) STOP=1; shift ;;
+            *) break ;;
+        esac
+    done
+    if [ -n "$PORT$DATA" ] || [ "$STOP" -eq 1 ]; then
+        [ $# -eq 1 ] || die "--port/--data/--stop take one service (postgres or redis)"
+        instance "$1"
+        return
+    fi
     local wanted=("$@")
     [ ${#wanted[@]} -eq 0 ] && wanted=(postgres mariadb redis)
     for service in "${wanted[@]}"; do

@@ -102,6 +102,22 @@ def test_rolled_back_stubs_are_never_handed_over(watched: WatchedRelay, engine: 
     assert watched.handed == [(kept, True)]
 
 
+def test_a_transaction_whose_connection_was_lost_rolls_back_with_its_own_error(
+        watched: WatchedRelay, engine: Engine):
+    # the database went away mid-transaction (a restart): SQLAlchemy invalidated the connection,
+    # and the hook's rollback listener must neither raise over the error (reading
+    # ``connection.info`` of an invalidated connection in a transaction raises
+    # PendingRollbackError) nor keep the connection from going back to the pool
+    with pytest.raises(RuntimeError, match="lost"), engine.begin() as connection:
+        outbox.send(connection, "orders", b"lost with the connection")
+        connection.invalidate()
+        raise RuntimeError("the connection was lost")
+    assert engine.pool.checkedout() == 0
+    with engine.begin() as connection:  # a fresh connection: nothing stale handed over
+        kept = outbox.send(connection, "orders", b"kept")
+    assert watched.handed == [(kept, True)]
+
+
 def test_a_rolled_back_savepoint_takes_its_stubs_with_it(watched: WatchedRelay,
                                                          engine: Engine):
     with Session(engine) as session, session.begin():
