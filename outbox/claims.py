@@ -1,10 +1,19 @@
 """Claiming stubs: a short lease that lets exactly one relay (or resend run) work on a stub.
 
-A claim is one transaction that picks stubs matching a condition whose lease is free, increments
-their ``send_count`` (before the attempt: a crash in the middle still counts, so a stub that
-kills its sender cannot loop forever) and stamps them with a fresh claim token and
-``lease_until``. Whatever the caller then records about the attempt is fenced by that token:
+A claim is one transaction that picks stubs matching a condition whose lease is free, counts
+the attempt in their ``send_count`` (before it is made) and stamps them with a fresh claim token
+and ``lease_until``. Whatever the caller then records about the attempt is fenced by that token:
 if the lease ran out and someone else claimed the stub, the late writer changes nothing.
+
+Every recorded outcome clears the lease, so a stub whose lease ran out with ``lease_owner``
+still set is an *abandoned* claim: its claimer stopped (killed, or it lost the database) before
+it could say what the attempt did, and the broker may never have seen it. Such an attempt says
+nothing about the message, so it does not count: the next claim takes its place in
+``send_count`` instead of adding to it, and ``unpublished_due`` claims an abandoned stub even at
+``max_send_count`` (relays killed during a broker outage must not strand the stubs they held:
+never published, never void, no alert). The price: a message that kills every relay that
+publishes it is tried again each time its lease runs out, until an operator voids it
+(``postbox outbox void``); a message the broker refuses counts, and is voided, as before.
 
 Candidates are taken in ``next_resend_at`` order, which the claim index serves (PostgreSQL,
 SQLite: partial, on the unpublished stubs alone; MySQL/MariaDB: ``(status, published_at,
@@ -40,6 +49,7 @@ from sqlalchemy import (
     ScalarSelect,
     Select,
     and_,
+    case,
     literal_column,
     or_,
     select,
@@ -97,8 +107,14 @@ def unpublished_due(now: datetime, max_send_count: int) -> ColumnElement[bool]:
     in the query and may use that partial index."""
     return and_(stub.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
                 stub.published_at.is_(None),
-                stub.send_count < max_send_count,
+                or_(stub.send_count < max_send_count, abandoned()),
                 or_(stub.next_resend_at.is_(None), stub.next_resend_at <= now))
+
+
+def abandoned() -> ColumnElement[bool]:
+    """Stubs whose last claim ended with no outcome recorded (every record clears the lease);
+    with ``lease_free``, a claim whose claimer stopped before it could say what happened."""
+    return stub.lease_owner.is_not(None)
 
 
 def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, now: datetime,
@@ -111,7 +127,9 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
         if not message_ids:
             return []
         wanted = and_(wanted, stub.message_id.in_(list(message_ids)))
-    stamp = {"send_count": stub.send_count + 1, "lease_owner": token,
+    # an abandoned claim's attempt is replaced, not added to (see the module's docstring)
+    stamp = {"send_count": case((abandoned(), stub.send_count), else_=stub.send_count + 1),
+             "lease_owner": token,
              "lease_until": now + lease, "updated_at": now}
 
     candidates = select(stub.message_id).where(wanted).order_by(stub.next_resend_at) \
@@ -159,4 +177,4 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
             for row in rows]
 
 
-__all__ = ["ClaimedStub", "claim_stubs", "lease_free", "unpublished_due"]
+__all__ = ["ClaimedStub", "abandoned", "claim_stubs", "lease_free", "unpublished_due"]

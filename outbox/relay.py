@@ -15,7 +15,8 @@ handed over, else poll when the poll is due — which tests drive with a fake cl
 time in ms comes from the same ``now`` function as the database time. A failed pass (database
 or broker down) is logged, and the thread backs off and goes on.
 
-Either way a stub is first *claimed* (``claims.claim_stubs``: ``send_count + 1`` and a lease,
+Either way a stub is first *claimed* (``claims.claim_stubs``: ``send_count + 1`` — unless the
+last claim was abandoned, which it replaces — and a lease,
 ``SKIP LOCKED`` where the database has it), so several relays never publish one stub at the
 same time; then published with its own message id as ``UNIQ_KEY`` — the claimed stubs of one
 topic together, with batch sends (``Producer.send_batch``: one call and one queue per batch of

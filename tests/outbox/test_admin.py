@@ -418,7 +418,10 @@ def test_resend_of_a_void_stub_allows_one_attempt(engine: Engine) -> None:
     assert (row["status"], row["send_count"]) == (UNCONFIRMED, 4)
     assert relay_would_claim(engine, NOW, max_send_count=5) == ["v"]
     assert stub_row(engine, "v")["send_count"] == 5  # the claim counted the one attempt
-    assert relay_would_claim(engine, NOW + timedelta(minutes=5), max_send_count=5) == []
+    # that claim ended with no outcome (its relay stopped): the attempt is made again, still
+    # the one attempt (a refusal of the message would void the stub)
+    assert relay_would_claim(engine, NOW + timedelta(minutes=5), max_send_count=5) == ["v"]
+    assert stub_row(engine, "v")["send_count"] == 5
 
 
 def test_resend_refuses_confirmed_and_missing_stubs(engine: Engine) -> None:
