@@ -51,7 +51,7 @@ class ReconcileOptions:
     incremental: bool = False
     """Re-read only what changed since the last run plus what is still open, carry the rest
     over (``incremental``; Python engine only)."""
-    python_max_stubs: int = 200_000
+    python_max_stubs: int = 50_000
     python_max_store_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:

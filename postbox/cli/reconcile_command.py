@@ -90,7 +90,7 @@ def reconcile_command(
              "(Python engine); --full (the default) reads everything.")] = False,
     python_max_stubs: Annotated[int, typer.Option(
         "--python-max-stubs", min=0, help="The most stubs --engine auto runs in Python.")
-    ] = 200_000,
+    ] = 50_000,
     remote: Annotated[str | None, typer.Option(
         "--remote", metavar="URL",
         help="Run through a Spark Connect server (sc://host:port) instead of --master.")
@@ -137,6 +137,11 @@ def reconcile_command(
         grace_ms=grace_ms, thresholds={"lost": max_lost, "dead_lettered": max_dead_lettered},
         jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows,
         executor_python=executor_python, remote=remote)
+    run_and_report(options, json_output)
+
+
+def run_and_report(options: ReconcileOptions, json_output: bool) -> None:
+    """Run the reconciliation, print its result (JSON or tables) and exit with its code."""
     console = out_console()
     try:
         if json_output:
@@ -204,4 +209,5 @@ def render_result(console: Console, result: ReconcileResult) -> None:
 
 
 __all__ = ["DEFAULT_OUT_DIR", "failure_summary", "reconcile_command", "render_result",
+           "run_and_report",
            "run_with_progress"]
