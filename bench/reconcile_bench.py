@@ -9,6 +9,8 @@ For every size, in a fresh temp dir and fresh tables (``bench.reconcile_data``):
   (export, store scan, classify, report) and the peak RSS of the JVM and its Python workers
   (every descendant of this process, sampled every 0.2 s; the JVM's heap does not shrink, so a
   later size's peak includes what an earlier one left).
+* **Python engine** (``--no-python`` skips it): ``run_python_reconciliation``, the same
+  classification in this process; wall seconds and this process's peak RSS (``VmHWM``).
 * **SQL**: ``read_store_facts`` (DLQ/retry topics through their consume queues, the offsets
   file), then ``sql_classify`` (facts loaded into temp tables, then one query); seconds of each.
   On PostgreSQL also the backend's peak ``RssAnon`` (plus parallel workers, sampled the same
@@ -66,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grace-ms", type=int, default=30_000)
     p.add_argument("--dir", default=None, help="parent of the temp dirs (None: system temp)")
     p.add_argument("--json", action="store_true", help="print one JSON document, no table")
+    p.add_argument("--no-python", dest="python", action="store_false",
+                   help="skip the Python engine (it holds every row in memory)")
     args = p.parse_args(argv)
     args.stubs = args.stubs or [1_000_000]
     if min(args.stubs) < 1000:
@@ -283,6 +287,19 @@ def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace)
             "complete": result.summary.complete}
 
 
+def run_python(store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:
+    """Wall seconds, counts and this process's peak RSS of the Python engine (no JVM)."""
+    from postbox.spark_reconcile import ReconcileOptions
+    from postbox.spark_reconcile.python_engine import run_python_reconciliation
+
+    started = time.perf_counter()
+    result = run_python_reconciliation(ReconcileOptions(store_dir=store, database_url=url,
+                                                        out_dir=out, grace_ms=args.grace_ms))
+    return {"seconds": time.perf_counter() - started,
+            "peak_rss_mb": _status_kb(os.getpid(), "VmHWM") / 1024,
+            "counts": {str(kind): count for kind, count in result.summary.counts.items()}}
+
+
 def run_sql(store: Path, url: str, args: argparse.Namespace) -> dict:
     """Seconds to read the store facts, load them and run the query; PostgreSQL memory."""
     postgres = sa.make_url(url).get_backend_name() == "postgresql"
@@ -342,14 +359,19 @@ def measure_size(spark, stubs: int, args: argparse.Namespace) -> dict:
             spark_figures = run_spark(spark, work / "store", url, work / "out", args)
             progress(args, f"{stubs:,} stubs: Spark {spark_figures['seconds']:.1f} s; SQL")
             sql_figures = run_sql(work / "store", url, args)
+            python_figures = (run_python(work / "store", url, work / "out-python", args)
+                              if args.python else None)
             check("Spark", spark_figures["counts"], expected)
+            if python_figures:
+                check("Python engine", python_figures["counts"], expected)
             check("SQL", sql_figures["counts"], expected)
             backend = sa.make_url(url).get_backend_name()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"stubs": stubs, "database": backend, "generation_s": generation_s,
             "store_mb": store_mb, "expected": expected, "spark": spark_figures,
-            "sql": sql_figures, "ratio": spark_figures["seconds"] / sql_figures["seconds"]}
+            "sql": sql_figures, "python": python_figures,
+            "ratio": spark_figures["seconds"] / sql_figures["seconds"]}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -396,6 +418,12 @@ def render(report: dict) -> None:
         "Spark s: run_reconciliation, session already started (start-up "
         f"{report['spark_start_s']:.1f} s); peak RSS: JVM + Python workers. SQL s: store "
         "facts + temp-table load + query."))
+    console.print(table(
+        "Python engine (no JVM)", ("stubs", "seconds", "peak RSS MB", "ratio Python/SQL"),
+        ([f"{size['stubs']:,}", f"{size['python']['seconds']:.1f}",
+          f"{size['python']['peak_rss_mb']:,.0f}",
+          f"{size['python']['seconds'] / size['sql']['seconds']:.1f}x"]
+         for size in sizes if size["python"])))
     console.print(table(
         "SQL details", ("stubs", "store facts s", "load s", "query s", "dead letters",
                         "PG backend peak RssAnon MB", "PG temp MB"),

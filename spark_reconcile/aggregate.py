@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from datetime import datetime
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from .classes import ALL_CLASSES, MessageClass
 from .inputs import Inputs
+from .outputs import SAMPLE_CLASSES, SAMPLES_PER_CLASS, fill_counts
 from .results import (
     ClassCount,
     GroupRetries,
@@ -22,48 +19,19 @@ from .results import (
 )
 from .store_decode import DLQ, PROBLEM, RETRY
 
-SAMPLE_CLASSES = (MessageClass.LOST, MessageClass.DEAD_LETTERED, MessageClass.EXHAUSTED,
-                  MessageClass.ORPHAN_LOG, MessageClass.DLQ_WITHOUT_STUB)
-SAMPLES_PER_CLASS = 20
-
 
 def summarise(summary: ReconcileSummary, classified: DataFrame, inputs: Inputs) -> None:
     """Fill ``summary``'s counts, breakdowns, lag, resends, retries, samples and problems."""
     finest = classified.groupBy("classification", "topic", "consumer_group", "hour").count()
-    summary.by_topic_group_hour = [
+    fill_counts(summary, [
         ClassCount(row["classification"], row["count"], row["topic"], row["consumer_group"],
-                   row["hour"]) for row in finest.collect()]
-    summary.by_topic_group_hour.sort(key=_order)
-    summary.counts = dict.fromkeys(ALL_CLASSES, 0) | _roll_up(summary.by_topic_group_hour)
-    summary.by_topic = _breakdown(summary.by_topic_group_hour, "topic")
-    summary.by_group = _breakdown(summary.by_topic_group_hour, "consumer_group")
-    summary.by_hour = _breakdown(summary.by_topic_group_hour, "hour")
+                   row["hour"]) for row in finest.collect()])
     summary.lag = _lag(inputs)
     summary.resends = _resends(inputs.stubs)
     summary.retries = _retries(inputs.store_rows)
     summary.samples = _samples(classified)
     summary.problems.extend(_problems(inputs))
     summary.complete = not summary.problems
-
-
-def _order(count: ClassCount) -> tuple:
-    return (count.topic or "", count.consumer_group or "", count.hour or datetime.min,
-            count.classification)
-
-
-def _roll_up(counts: list[ClassCount]) -> dict[str, int]:
-    totals: Counter[str] = Counter()
-    for count in counts:
-        totals[MessageClass(count.classification)] += count.count
-    return dict(totals)
-
-
-def _breakdown(counts: list[ClassCount], key: str) -> list[ClassCount]:
-    totals: Counter[tuple] = Counter()
-    for count in counts:
-        totals[(count.classification, getattr(count, key))] += count.count
-    rows = [ClassCount(name, total, **{key: value}) for (name, value), total in totals.items()]
-    return sorted(rows, key=_order)
 
 
 def _lag(inputs: Inputs) -> list[QueueLag]:
@@ -113,4 +81,4 @@ def _problems(inputs: Inputs) -> list[StoreProblem]:
             + [StoreProblem(row["file"], row["problem"]) for row in queue_rows])
 
 
-__all__ = ["SAMPLE_CLASSES", "summarise"]
+__all__ = ["summarise"]

@@ -14,6 +14,8 @@ from pyspark.sql import functions as F
 from .classes import MessageClass as C
 from .classify_groups import classify_per_group, copies_of
 from .inputs import Inputs
+from .rule_columns import detail_column, rule_column, text_column
+from .rules import DLQ_WITHOUT_STUB_DETAIL, ORPHAN_LOG_DETAIL, STUB_DETAILS, STUB_RULES
 from .store_decode import DELIVERED, DLQ, RETRY
 
 CLASSIFICATION_COLUMNS = ("message_id", "classification", "topic", "consumer_group", "queue_id",
@@ -22,38 +24,45 @@ CLASSIFICATION_COLUMNS = ("message_id", "classification", "topic", "consumer_gro
 
 def classify(inputs: Inputs, as_of: datetime, grace_ms: int) -> DataFrame:
     """One row per stub — per (stub, expected group) for a stub that names its groups
-    (``classify_groups``) — log row without a stub, and dead letter without a stub."""
+    (``classify_groups``) — log row without a stub, and dead letter without a stub.
+
+    Confirmed stubs (most of them) are decided by their status alone: only the others go
+    through the joins, and those joins are against small frames (broadcast), so the stub table
+    is never shuffled."""
     every_stub = _resolve_offsets(inputs.stubs, inputs.store_rows)
-    stubs = every_stub.where(F.col("expected_groups").isNull())
+    plain = every_stub.where(F.col("expected_groups").isNull())
     dead = _by_message(inputs.store_rows, DLQ, "dlq")
     logged = _logged(inputs.logs)
-    matched = (stubs
+    unsettled = plain.where(F.col("status") != "confirmed")
+    matched = (unsettled
                .join(F.broadcast(dead), "message_id", "left")
                .join(F.broadcast(_by_message(inputs.store_rows, RETRY, "retry")), "message_id",
                      "left")
-               .join(logged, "message_id", "left")
-               .join(_overtaken(stubs, inputs), "message_id", "left"))
+               .join(F.broadcast(logged), "message_id", "left")
+               .join(F.broadcast(_overtaken(unsettled, inputs)), "message_id", "left")
+               .unionByName(plain.where(F.col("status") == "confirmed"),
+                            allowMissingColumns=True))
     cutoff = _utc_literal(as_of - timedelta(milliseconds=grace_ms))
     since = F.coalesce("overtaken_at", "published_at", "updated_at", "created_at")
-    classification = (
-        F.when(F.col("status") == "confirmed", C.CONFIRMED.value)
-        .when(F.col("dlq_group").isNotNull(), C.DEAD_LETTERED.value)
-        .when(F.col("status") == "void", C.EXHAUSTED.value)
-        .when(F.col("log_group").isNotNull() | F.col("retry_group").isNotNull(),
-              C.IN_FLIGHT.value)
-        .when(F.col("past_group").isNotNull() & (since <= cutoff), C.LOST.value)
-        .otherwise(C.PENDING.value))
-    classified = matched.withColumn("classification", classification)
+    holds = {"confirmed": F.col("status") == "confirmed",
+             "dead_lettered": F.col("dlq_group").isNotNull(),
+             "void": F.col("status") == "void",
+             "logged_or_retried": F.col("log_group").isNotNull()
+             | F.col("retry_group").isNotNull(),
+             "lost": F.col("past_group").isNotNull() & (since <= cutoff)}
+    classified = matched.withColumn("classification", rule_column(STUB_RULES, holds))
     # ids of the small sides that matched a stub: found from the stub side, so the (large)
     # stub table is never shuffled against them again
-    known = every_stub.select("message_id")
+    known = inputs.stubs.select("message_id")
+    fanout = every_stub.where(F.col("expected_groups").isNotNull())
+    per_group = ([classify_per_group(fanout, inputs, cutoff)]
+                 if fanout.select("message_id").limit(1).count() else [])
     return _unify(
         classified.withColumn("consumer_group", _group_column())
         .withColumn("detail", _detail_column(since)),
-        classify_per_group(every_stub.where(F.col("expected_groups").isNotNull()), inputs,
-                           cutoff),
-        _orphan_logs(inputs.logs, known.join(logged.select("message_id"), "message_id",
-                                             "left_semi")),
+        *per_group,
+        _orphan_logs(inputs.logs, known.join(F.broadcast(logged.select("message_id")),
+                                             "message_id", "left_semi")),
         _dead_letters_without_stub(inputs.store_rows, known.join(
             F.broadcast(dead.select("message_id")), "message_id", "left_semi")))
 
@@ -93,9 +102,14 @@ def _overtaken(stubs: DataFrame, inputs: Inputs) -> DataFrame:
     placed = stubs.where(F.col("queue_offset").isNotNull()
                          & (F.col("status") == "unconfirmed")).select(
         "message_id", "topic", "queue_id", "queue_offset")
+    key = ["consumer_group", "message_id"]
     past = (placed.join(F.broadcast(inputs.offsets), ["topic", "queue_id"])
-            .where(F.col("committed_offset") > F.col("queue_offset"))
-            .join(inputs.processed, ["consumer_group", "message_id"], "left_anti"))
+            .where(F.col("committed_offset") > F.col("queue_offset")))
+    # the processed rows of these (group, message) pairs only: the processed table is scanned
+    # once against a broadcast of the few overtaken pairs, never shuffled
+    handled = inputs.processed.select(*key).join(F.broadcast(past.select(*key)), key,
+                                                 "left_semi")
+    past = past.join(F.broadcast(handled), key, "left_anti")
     return past.groupBy("message_id").agg(
         F.min("consumer_group").alias("past_group"),
         F.max("committed_offset").alias("past_committed"))
@@ -109,36 +123,16 @@ def _group_column() -> Column:
 
 
 def _detail_column(since: Column) -> Column:
-    kind = F.col("classification")
     offset = F.col("queue_offset")
-    return (
-        F.when(kind == C.CONFIRMED.value,
-               F.concat(F.lit("confirmed at "), F.coalesce(F.col("confirmed_at").cast("string"),
-                                                           F.lit("an unknown time"))))
-        .when(kind == C.DEAD_LETTERED.value,
-              F.concat(F.lit("in %DLQ%"), F.col("dlq_group"), F.lit(": "),
-                       F.coalesce("dlq_reason", F.lit("no reason recorded"))))
-        .when(kind == C.EXHAUSTED.value,
-              F.format_string("void after %d sends: %s", F.col("send_count"),
-                              F.coalesce("last_error", F.lit("no error recorded"))))
-        .when((kind == C.IN_FLIGHT.value) & F.col("log_group").isNotNull(),
-              F.concat(F.lit("logged by "), F.col("log_group"),
-                       F.lit(": received, not confirmed yet")))
-        .when(kind == C.IN_FLIGHT.value,
-              F.concat(F.lit("being redelivered through %RETRY%"), F.col("retry_group")))
-        .when(kind == C.LOST.value,
-              F.format_string("group %s committed offset %d, past queue offset %d, without "
-                              "it since %s", F.col("past_group"), F.col("past_committed"),
-                              offset, since.cast("string")))
-        .when(offset.isNull() & ((F.col("send_count") == 0) | F.col("published_at").isNull()),
-              F.lit("not published yet"))
-        .when(offset.isNull(),
-              F.format_string("delayed (level %d): not delivered to its topic yet",
-                              F.coalesce("delay_level", F.lit(0))))
-        .when(F.col("past_group").isNotNull(),
-              F.format_string("group %s is past it since %s: within the grace period",
-                              F.col("past_group"), since.cast("string")))
-        .otherwise(F.lit("no consumer group past it yet")))
+    holds = {"logged": F.col("log_group").isNotNull(),
+             "unpublished": offset.isNull() & ((F.col("send_count") == 0)
+                                               | F.col("published_at").isNull()),
+             "undelivered": offset.isNull(),
+             "overtaken": F.col("past_group").isNotNull()}
+    values = {name: F.col(name) for name in (
+        "confirmed_at", "dlq_group", "dlq_reason", "send_count", "last_error", "log_group",
+        "retry_group", "past_group", "past_committed", "queue_offset", "delay_level")}
+    return detail_column(STUB_DETAILS, holds, values | {"since": since})
 
 
 def _orphan_logs(logs: DataFrame, logged_stub_ids: DataFrame) -> DataFrame:
@@ -146,8 +140,7 @@ def _orphan_logs(logs: DataFrame, logged_stub_ids: DataFrame) -> DataFrame:
             .withColumn("classification", F.lit(C.ORPHAN_LOG.value))
             .withColumn("status", F.lit(None).cast("string"))
             .withColumn("send_count", F.lit(None).cast("int"))
-            .withColumn("detail", F.concat(F.lit("logged by "), F.col("consumer_group"),
-                                           F.lit(" but no stub has this id"))))
+            .withColumn("detail", F.format_string(ORPHAN_LOG_DETAIL, F.col("consumer_group"))))
 
 
 def _dead_letters_without_stub(store_rows: DataFrame, dead_stub_ids: DataFrame) -> DataFrame:
@@ -164,8 +157,8 @@ def _dead_letters_without_stub(store_rows: DataFrame, dead_stub_ids: DataFrame) 
         F.coalesce("original_topic", "topic").alias("topic"), "consumer_group", "queue_id",
         "queue_offset", F.lit(None).cast("string").alias("status"),
         F.lit(None).cast("int").alias("send_count"), created.alias("created_at"),
-        F.concat(F.lit("in %DLQ%"), F.col("consumer_group"), F.lit(" with no stub: "),
-                 F.coalesce("reason", F.lit("no reason recorded"))).alias("detail"))
+        F.format_string(DLQ_WITHOUT_STUB_DETAIL, F.col("consumer_group"),
+                        text_column(F.col("reason"), "reason")).alias("detail"))
         .dropDuplicates(["message_id", "consumer_group"]))
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .classes import MessageClass as C
 from .inputs import Inputs
+from .rule_columns import detail_column, rule_column
+from .rules import GROUP_DETAILS, GROUP_RULES
 from .store_decode import DLQ, RETRY
 
 KEY = ["consumer_group", "message_id"]
@@ -44,13 +45,12 @@ def classify_per_group(stubs: DataFrame, inputs: Inputs, cutoff: Column) -> Data
                .join(F.broadcast(offsets), ["topic", "consumer_group", "queue_id"], "left"))
     past = F.col("queue_offset").isNotNull() & (F.col("committed_offset") > F.col("queue_offset"))
     since = F.coalesce("overtaken_at", "published_at", "updated_at", "created_at")
-    classification = (
-        F.when(F.col("done").isNotNull() | (F.col("status") == "confirmed"), C.CONFIRMED.value)
-        .when(F.col("dlq_hit").isNotNull(), C.DEAD_LETTERED.value)
-        .when(F.col("status") == "void", C.EXHAUSTED.value)
-        .when(F.col("logged").isNotNull() | F.col("retry_hit").isNotNull(), C.IN_FLIGHT.value)
-        .when(past & (since <= cutoff), C.LOST.value)
-        .otherwise(C.PENDING.value))
+    holds = {"confirmed": F.col("done").isNotNull() | (F.col("status") == "confirmed"),
+             "dead_lettered": F.col("dlq_hit").isNotNull(),
+             "void": F.col("status") == "void",
+             "logged_or_retried": F.col("logged").isNotNull() | F.col("retry_hit").isNotNull(),
+             "lost": past & (since <= cutoff)}
+    classification = rule_column(GROUP_RULES, holds)
     classified = matched.withColumn("past", past).withColumn("classification", classification)
     return classified.withColumn("detail", _detail(since))
 
@@ -71,36 +71,16 @@ def _by_group(store_rows: DataFrame, kind: str, prefix: str) -> DataFrame:
 
 
 def _detail(since: Column) -> Column:
-    kind = F.col("classification")
-    group = F.col("consumer_group")
     offset = F.col("queue_offset")
-    return (
-        F.when(kind == C.CONFIRMED.value,
-               F.concat(F.lit("handled by "), group, F.lit(" (stub "), F.col("status"),
-                        F.lit(")")))
-        .when(kind == C.DEAD_LETTERED.value,
-              F.concat(F.lit("in %DLQ%"), group, F.lit(": "),
-                       F.coalesce("dlq_reason", F.lit("no reason recorded"))))
-        .when(kind == C.EXHAUSTED.value,
-              F.format_string("void after %d sends, not handled by %s: %s", F.col("send_count"),
-                              group, F.coalesce("last_error", F.lit("no error recorded"))))
-        .when((kind == C.IN_FLIGHT.value) & F.col("logged").isNotNull(),
-              F.concat(F.lit("logged by "), group, F.lit(": received, not handled yet")))
-        .when(kind == C.IN_FLIGHT.value,
-              F.concat(F.lit("being redelivered through %RETRY%"), group))
-        .when(kind == C.LOST.value,
-              F.format_string("group %s committed offset %d, past queue offset %d, without "
-                              "it since %s", group, F.col("committed_offset"), offset,
-                              since.cast("string")))
-        .when(offset.isNull() & ((F.col("send_count") == 0) | F.col("published_at").isNull()),
-              F.lit("not published yet"))
-        .when(offset.isNull(),
-              F.format_string("delayed (level %d): not delivered to its topic yet",
-                              F.coalesce("delay_level", F.lit(0))))
-        .when(F.col("past"),
-              F.format_string("group %s is past it since %s: within the grace period", group,
-                              since.cast("string")))
-        .otherwise(F.concat(F.lit("group "), group, F.lit(" is not past it yet"))))
+    holds = {"logged": F.col("logged").isNotNull(),
+             "unpublished": offset.isNull() & ((F.col("send_count") == 0)
+                                               | F.col("published_at").isNull()),
+             "undelivered": offset.isNull(),
+             "overtaken": F.col("past")}
+    values = {name: F.col(name) for name in (
+        "consumer_group", "status", "dlq_reason", "send_count", "last_error",
+        "committed_offset", "queue_offset", "delay_level")}
+    return detail_column(GROUP_DETAILS, holds, values | {"since": since})
 
 
 __all__ = ["classify_per_group", "copies_of"]

@@ -10,11 +10,9 @@ the banner, exit code 3).
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,13 +27,13 @@ from .inputs import (
     table_frames,
 )
 from .options import ReconcileOptions, ReconcileResult
-from .report_html import render_report
+from .outputs import OUTPUT_NAMES, describe_inputs, judge, publish, write_summary_and_report
 from .results import ReconcileSummary
 from .session import spark_session
 from .store_files import list_store_files
-from .table_export import Progress, describe_url, export_tables, present_tables
+from .table_export import Progress, export_tables, present_tables
 
-OUTPUT_NAMES = ("classification", "classification.csv", "summary.json", "report.html")
+COPY_BUFFER_BYTES = 1 << 20
 
 
 def run_reconciliation(options: ReconcileOptions, progress: Progress | None = None,
@@ -66,14 +64,14 @@ def run_reconciliation(options: ReconcileOptions, progress: Progress | None = No
         classified = spark.read.parquet(str(staging / "classification"))
         summarise(summary, classified, inputs)
         report("classify", 1, 1)
-        _judge(summary, options.thresholds)
-        summary.inputs = _describe_inputs(options, files, source)
+        judge(summary, options.thresholds)
+        summary.inputs = describe_inputs(options.database_url, files, source,
+                                         options.remote or options.master)
         report("write report", 0, 1)
         _write_csv(classified, staging)
         summary.duration_s = round(time.monotonic() - started, 3)
-        (staging / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-        (staging / "report.html").write_text(render_report(summary), encoding="utf-8")
-        _publish(staging, options.out_dir)
+        write_summary_and_report(summary, staging)
+        publish(staging, options.out_dir)
         report("write report", 1, 1)
         inputs.store_rows.unpersist()
         inputs.extents.unpersist()
@@ -108,40 +106,17 @@ def _inputs(spark, options: ReconcileOptions, files, staging: Path,
     return Inputs(stubs, logs, processed, offsets, extents, store_rows), source
 
 
-def _judge(summary: ReconcileSummary, thresholds: Mapping[str, int]) -> None:
-    summary.thresholds = {str(name): int(limit) for name, limit in thresholds.items()}
-    summary.exceeded = [name for name, limit in summary.thresholds.items()
-                        if summary.counts.get(name, 0) > limit]
-
-
-def _describe_inputs(options: ReconcileOptions, files, source: str) -> dict:
-    return {
-        "store": str(files.root), "database": describe_url(options.database_url),
-        "tables_read_by": source, "master": options.remote or options.master,
-        "segments": len(files.segments), "consume_queue_files": len(files.queue_files),
-        "committed_offsets": len(files.offsets),
-    }
-
-
 def _write_csv(classified, staging: Path) -> None:
+    """``classification.csv``: the part files written in parallel (no header), then joined
+    behind one header line by the driver (no single-task shuffle of every row)."""
     parts = staging / "classification-csv"
-    classified.coalesce(1).write.csv(
-        str(parts), header=True, escape='"')
-    part = next(parts.glob("part-*.csv"))
-    part.rename(staging / "classification.csv")
+    classified.write.csv(str(parts), header=False, escape='"')
+    with (staging / "classification.csv").open("wb") as joined:
+        joined.write((",".join(classified.columns) + "\n").encode())
+        for part in sorted(parts.glob("part-*.csv")):
+            with part.open("rb") as source:
+                shutil.copyfileobj(source, joined, COPY_BUFFER_BYTES)
     shutil.rmtree(parts)
-
-
-def _publish(staging: Path, out_dir: Path) -> None:
-    """Move the finished outputs over the previous run's, the report last."""
-    for name in OUTPUT_NAMES:
-        target = out_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    for name in OUTPUT_NAMES:
-        (staging / name).rename(out_dir / name)
 
 
 __all__ = ["OUTPUT_NAMES", "run_reconciliation"]

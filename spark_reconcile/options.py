@@ -17,6 +17,7 @@ EXIT_INCOMPLETE = 3
 EXIT_INTERNAL_ERROR = 4
 """The job failed for a reason other than its inputs (a Spark task crashed, a bug): no verdict,
 no report. Distinct from 1 so that cron never reads a crash as "messages lost"."""
+ENGINES = ("auto", "spark", "python")
 DEFAULT_THRESHOLDS = {MessageClass.LOST.value: 0, MessageClass.DEAD_LETTERED.value: 0}
 
 
@@ -44,6 +45,18 @@ class ReconcileOptions:
     interpreter on a local master, ``spark.pyspark.python`` or Spark's default on a cluster."""
     remote: str | None = None
     """A Spark Connect server (``sc://host:port``) to run on instead of ``master``."""
+    engine: str = "spark"
+    """``spark``, ``python`` (in this process, no JVM) or ``auto`` (``python`` when the input is
+    small: at most ``python_max_stubs`` stubs and ``python_max_store_bytes`` of commit log)."""
+    incremental: bool = False
+    """Re-read only what changed since the last run plus what is still open, carry the rest
+    over (``incremental``; Python engine only)."""
+    python_max_stubs: int = 50_000
+    python_max_store_bytes: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class ReconcileResult:
 
 
 __all__ = [
-    "DEFAULT_THRESHOLDS", "EXIT_INCOMPLETE", "EXIT_INTERNAL_ERROR", "EXIT_OK",
+    "DEFAULT_THRESHOLDS", "ENGINES", "EXIT_INCOMPLETE", "EXIT_INTERNAL_ERROR", "EXIT_OK",
     "EXIT_THRESHOLD_EXCEEDED",
     "ReconcileOptions", "ReconcileResult",
 ]

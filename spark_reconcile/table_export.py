@@ -77,7 +77,7 @@ def present_tables(database_url: str) -> set[str]:
         DatabaseUnavailableError: the database cannot be reached.
         MissingTableError: ``message_stub`` or ``message_log`` does not exist.
     """
-    with _connection(database_url) as connection:
+    with table_connection(database_url) as connection:
         return _check_tables(connection, describe_url(database_url))
 
 
@@ -90,14 +90,15 @@ def export_tables(database_url: str, work_dir: Path, chunk_rows: int = 50_000,
         MissingTableError: ``message_stub`` or ``message_log`` does not exist.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
-    with _connection(database_url) as connection:
+    with table_connection(database_url) as connection:
         present = _check_tables(connection, describe_url(database_url))
         return {table.name: _export(connection, table, columns, work_dir, chunk_rows, progress)
                 for table, columns, _ in TABLES if table.name in present}
 
 
 @contextmanager
-def _connection(database_url: str) -> Iterator[sa.Connection]:
+def table_connection(database_url: str) -> Iterator[sa.Connection]:
+    """A connection to ``database_url``; errors as ``DatabaseUnavailableError``."""
     where = describe_url(database_url)
     try:
         engine = sa.create_engine(database_url)
@@ -150,4 +151,4 @@ def _export(connection, table: sa.Table, columns: dict[str, pa.DataType], work_d
     return ExportedTable(table.name, path, rows)
 
 
-__all__ = ["ExportedTable", "describe_url", "export_tables", "present_tables"]
+__all__ = ["ExportedTable", "describe_url", "export_tables", "present_tables", "table_connection"]

@@ -5,6 +5,9 @@ JDBC with ``--jdbc-jar``) and the consumer offsets, consume queues and dead-lett
 from ``--store`` (read only; a copy of a live store works), runs the Spark job on ``--master``
 (or through the Spark Connect server ``--remote sc://host:port``) and writes ``report.html``,
 ``classification/`` (Parquet), ``classification.csv`` and ``summary.json`` under ``--out``.
+``--engine python`` (or ``auto``, the default, for up to ``--python-max-stubs`` stubs when no
+Spark option is given) runs the same classification in this process, without a JVM;
+``--incremental`` reads only what changed since the last run plus what is still open.
 
 Exit codes: 0 every count within its threshold; 1 ``lost`` or ``dead_lettered`` above its
 threshold (``--max-lost``, ``--max-dead-lettered``); 2 the inputs could not be read (no report
@@ -32,6 +35,7 @@ from postbox import spark_reconcile
 from postbox.spark_reconcile import (
     ALL_CLASSES,
     DEFAULT_MASTER,
+    ENGINES,
     EXIT_INTERNAL_ERROR,
     ReconcileError,
     ReconcileOptions,
@@ -72,9 +76,21 @@ def reconcile_command(
     out: Annotated[Path, typer.Option(
         "--out", metavar="DIR", file_okay=False, help="Where the report and data go.")
     ] = DEFAULT_OUT_DIR,
-    master: Annotated[str, typer.Option(
-        "--master", metavar="URL", help="Spark master (local[N], spark://host:port, …).")
-    ] = DEFAULT_MASTER,
+    master: Annotated[str | None, typer.Option(
+        "--master", metavar="URL",
+        help=f"Spark master (local[N], spark://host:port, …) \\[default: {DEFAULT_MASTER}].")
+    ] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", metavar="auto|spark|python",
+        help="python: no JVM, for small inputs; auto: python up to --python-max-stubs stubs "
+             "(and no Spark option given), else spark.")] = "auto",
+    incremental: Annotated[bool, typer.Option(
+        "--incremental/--full",
+        help="Read only what changed since the last run in --out plus what is still open "
+             "(Python engine); --full (the default) reads everything.")] = False,
+    python_max_stubs: Annotated[int, typer.Option(
+        "--python-max-stubs", min=0, help="The most stubs --engine auto runs in Python.")
+    ] = 50_000,
     remote: Annotated[str | None, typer.Option(
         "--remote", metavar="URL",
         help="Run through a Spark Connect server (sc://host:port) instead of --master.")
@@ -100,7 +116,8 @@ def reconcile_command(
              "on local masters; PYSPARK_PYTHON or python3 on a cluster].")] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Reconcile outbox stubs against consumer logs, offsets and dead letters (Spark).
+    """Reconcile outbox stubs against consumer logs, offsets and dead letters (Spark, or
+    Python for small inputs).
 
     Exit codes: 0 every count within its threshold;
     1 lost or dead-lettered above its threshold;
@@ -108,16 +125,27 @@ def reconcile_command(
     3 some store file unreadable (report written, marked incomplete);
     4 the job itself failed, e.g. a Spark task crashed (no report, no verdict).
     """
+    if engine not in ENGINES:
+        raise CliError(f"--engine must be one of {', '.join(ENGINES)}")
+    if engine == "auto" and not incremental and (master or remote or jdbc_jar
+                                                 or executor_python):
+        engine = "spark"  # a Spark option names the engine
     options = ReconcileOptions(
         store_dir=store or DEFAULT_STORE_DIR, database_url=prepare_url(db, create=False),
-        out_dir=out, master=master,
+        out_dir=out, master=master or DEFAULT_MASTER, engine=engine,
+        python_max_stubs=python_max_stubs, incremental=incremental,
         grace_ms=grace_ms, thresholds={"lost": max_lost, "dead_lettered": max_dead_lettered},
         jdbc_jars=tuple(str(jar) for jar in jdbc_jar or ()), export_chunk_rows=chunk_rows,
         executor_python=executor_python, remote=remote)
+    run_and_report(options, json_output)
+
+
+def run_and_report(options: ReconcileOptions, json_output: bool) -> None:
+    """Run the reconciliation, print its result (JSON or tables) and exit with its code."""
     console = out_console()
     try:
         if json_output:
-            result = spark_reconcile.run_reconciliation(options)
+            result = spark_reconcile.reconcile(options)
         else:
             result = run_with_progress(err_console(), options)  # stdout: the result only
     except ReconcileError as error:
@@ -151,7 +179,7 @@ def run_with_progress(console: Console, options: ReconcileOptions) -> ReconcileR
     """Run the job with one progress bar per step, drawn on ``console``."""
     # bars on a terminal; nothing in a log file or pipe (cron reads the summary and exit code)
     with step_progress(console, label_width=24, transient=not console.is_terminal) as update:
-        return spark_reconcile.run_reconciliation(options, update)
+        return spark_reconcile.reconcile(options, update)
 
 
 def render_result(console: Console, result: ReconcileResult) -> None:
@@ -181,4 +209,5 @@ def render_result(console: Console, result: ReconcileResult) -> None:
 
 
 __all__ = ["DEFAULT_OUT_DIR", "failure_summary", "reconcile_command", "render_result",
+           "run_and_report",
            "run_with_progress"]

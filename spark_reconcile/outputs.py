@@ -1,0 +1,92 @@
+"""What every engine does with a finished classification, without Spark: the counts rolled
+up from the finest breakdown, the verdict, the description of the inputs, and the outputs
+moved into place (``classification/``, ``classification.csv``, ``summary.json``,
+``report.html``) only once they are all written, so a failed run leaves the previous report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+
+from .classes import ALL_CLASSES, MessageClass
+from .report_html import render_report
+from .results import ClassCount, ReconcileSummary
+from .store_files import StoreFiles
+from .table_export import describe_url
+
+OUTPUT_NAMES = ("classification", "classification.csv", "summary.json", "report.html")
+SAMPLE_CLASSES = (MessageClass.LOST, MessageClass.DEAD_LETTERED, MessageClass.EXHAUSTED,
+                  MessageClass.ORPHAN_LOG, MessageClass.DLQ_WITHOUT_STUB)
+SAMPLES_PER_CLASS = 20
+
+
+def fill_counts(summary: ReconcileSummary, finest: list[ClassCount]) -> None:
+    """The counts and every breakdown, from the (class, topic, group, hour) counts."""
+    summary.by_topic_group_hour = sorted(finest, key=_order)
+    summary.counts = dict.fromkeys(ALL_CLASSES, 0) | _roll_up(summary.by_topic_group_hour)
+    summary.by_topic = _breakdown(summary.by_topic_group_hour, "topic")
+    summary.by_group = _breakdown(summary.by_topic_group_hour, "consumer_group")
+    summary.by_hour = _breakdown(summary.by_topic_group_hour, "hour")
+
+
+def _order(count: ClassCount) -> tuple:
+    return (count.topic or "", count.consumer_group or "", count.hour or datetime.min,
+            count.classification)
+
+
+def _roll_up(counts: list[ClassCount]) -> dict[str, int]:
+    totals: Counter[str] = Counter()
+    for count in counts:
+        totals[MessageClass(count.classification)] += count.count
+    return dict(totals)
+
+
+def _breakdown(counts: list[ClassCount], key: str) -> list[ClassCount]:
+    totals: Counter[tuple] = Counter()
+    for count in counts:
+        totals[(count.classification, getattr(count, key))] += count.count
+    rows = [ClassCount(name, total, **{key: value}) for (name, value), total in totals.items()]
+    return sorted(rows, key=_order)
+
+
+def judge(summary: ReconcileSummary, thresholds: Mapping[str, int]) -> None:
+    """Record the thresholds and the classes above them."""
+    summary.thresholds = {str(name): int(limit) for name, limit in thresholds.items()}
+    summary.exceeded = [name for name, limit in summary.thresholds.items()
+                        if summary.counts.get(name, 0) > limit]
+
+
+def describe_inputs(database_url: str, files: StoreFiles, source: str, master: str) -> dict:
+    """``summary.inputs``: where the data came from and how much of it."""
+    return {
+        "store": str(files.root), "database": describe_url(database_url),
+        "tables_read_by": source, "master": master,
+        "segments": len(files.segments), "consume_queue_files": len(files.queue_files),
+        "committed_offsets": len(files.offsets),
+    }
+
+
+def write_summary_and_report(summary: ReconcileSummary, staging: Path) -> None:
+    """``summary.json`` and ``report.html`` in ``staging``."""
+    (staging / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    (staging / "report.html").write_text(render_report(summary), encoding="utf-8")
+
+
+def publish(staging: Path, out_dir: Path) -> None:
+    """Move the finished outputs over the previous run's, the report last."""
+    for name in OUTPUT_NAMES:
+        target = out_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    for name in OUTPUT_NAMES:
+        (staging / name).rename(out_dir / name)
+
+
+__all__ = ["OUTPUT_NAMES", "SAMPLES_PER_CLASS", "SAMPLE_CLASSES", "describe_inputs",
+           "fill_counts", "judge", "publish", "write_summary_and_report"]
