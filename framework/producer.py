@@ -12,6 +12,7 @@ epoch milliseconds) and ``delay`` (a ``timedelta``) ask for delivery at any mome
 (RocketMQ 5 timers: ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS``; at most the broker's
 ``timerMaxDelaySec`` ahead, 3 days by default, else the broker refuses the send; a moment in
 the past delivers at once); a send takes one of ``delay_level``, ``deliver_at`` and ``delay``.
+``cancel_timer(topic, msg_id)`` cancels a pending timer (RocketMQ 5's ``TIMER_DEL_UNIQKEY``).
 The broker picks the queue: round-robin
 per topic, or by ``sharding_key`` so that all messages of one key land in one queue in order
 (orderly consumers then see them in order). ``send`` returns the broker's own result, re-exported as
@@ -48,6 +49,7 @@ from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
     delay_level_problem,
@@ -130,6 +132,7 @@ class Producer:
         self._client = client
         self._tracing = None if tracing is None else tracing.for_client(client)
         clock = clock or SystemClock()
+        self._clock = clock
         self._ids = id_generator or UniqueKeyGenerator(clock.now_ms)
         # a remote broker clamps a higher level to its last; the producer refuses it instead
         self._delay_level_count = client.delay_level_count
@@ -227,6 +230,31 @@ class Producer:
             return deliver(merged)
         return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
                                      remote=self._client.remote)
+
+    def cancel_timer(self, topic: str, unique_key: str, *,
+                     deliver_at: datetime | int | None = None) -> SendResult:
+        """Cancel the pending timer message of ``topic`` whose id (``UNIQ_KEY``, the
+        ``msg_id`` its send returned) is ``unique_key``: it is never delivered. This sends
+        RocketMQ 5's delete marker (``TIMER_DEL_UNIQKEY``), which consumers never see; a timer
+        delivered already is not recalled.
+
+        Args:
+            deliver_at: the marker's own moment (default now). Postbox cancels whatever it
+                is, and a marker sent before its target waits for the target until then; an
+                Apache RocketMQ broker matches a marker only with a target of the same second,
+                so pass the target's ``deliver_at`` there.
+
+        Raises:
+            InvalidMessageError: a bad ``unique_key`` or ``deliver_at``.
+            AppStateError: the app that made this producer was stopped.
+        """
+        self._check_open(topic)
+        check_unique_key(unique_key)
+        moment = self._clock.now_ms() if deliver_at is None else _epoch_ms(topic, deliver_at)
+        marker = Message(topic, b"TIMER_DEL_UNIQKEY", properties={
+            PROPERTY_TIMER_DEL_UNIQKEY: unique_key, PROPERTY_TIMER_DELIVER_MS: str(moment)},
+            unique_key=self._ids.next())
+        return self._client.send(marker)
 
     def send_in_transaction(self, topic: str, body: bytes | str, *, execute: Execute,
                             check: Check, group: str = DEFAULT_TRANSACTION_GROUP,
