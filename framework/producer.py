@@ -67,7 +67,7 @@ from .transactions import (
     TransactionResult,
     end_local_transaction,
 )
-from .validation import InvalidMessageError, check_properties, check_unique_key
+from .validation import InvalidMessageError, check_properties, check_unique_key, deliver_at_ms
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -107,20 +107,6 @@ def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGen
     entry = item if isinstance(item, BatchMessage) else BatchMessage(item)
     body = _checked_body(topic, entry.body, entry.properties, entry.unique_key)
     return entry, body, entry.unique_key or ids.next()
-
-
-def _epoch_ms(topic: str, moment: datetime | int) -> int:
-    """``moment`` (an aware datetime, or epoch ms) in epoch milliseconds."""
-    if isinstance(moment, datetime):
-        if moment.tzinfo is None:
-            raise InvalidMessageError("deliver_at must be an aware datetime (with a tzinfo, "
-                                      "e.g. datetime.now(timezone.utc)) or epoch milliseconds",
-                                      topic=topic)
-        return int(moment.timestamp() * 1000)
-    if type(moment) is not int or moment < 0:
-        raise InvalidMessageError(f"deliver_at must be a datetime or epoch milliseconds >= 0, "
-                                  f"got {moment!r}", topic=topic)
-    return moment
 
 
 class Producer:
@@ -176,7 +162,7 @@ class Producer:
         if (level := self._delay_property(topic, delay_level)) is not None:
             return {PROPERTY_DELAY: level}
         if deliver_at is not None:
-            return {PROPERTY_TIMER_DELIVER_MS: str(_epoch_ms(topic, deliver_at))}
+            return {PROPERTY_TIMER_DELIVER_MS: str(deliver_at_ms(topic, deliver_at))}
         if delay is not None:
             if not isinstance(delay, timedelta) or delay < timedelta(0):
                 raise InvalidMessageError(f"delay must be a timedelta >= 0, got {delay!r}",
@@ -250,7 +236,7 @@ class Producer:
         """
         self._check_open(topic)
         check_unique_key(unique_key)
-        moment = self._clock.now_ms() if deliver_at is None else _epoch_ms(topic, deliver_at)
+        moment = self._clock.now_ms() if deliver_at is None else deliver_at_ms(topic, deliver_at)
         marker = Message(topic, b"TIMER_DEL_UNIQKEY", properties={
             PROPERTY_TIMER_DEL_UNIQKEY: unique_key, PROPERTY_TIMER_DELIVER_MS: str(moment)},
             unique_key=self._ids.next())

@@ -283,6 +283,7 @@ class Relay(Service):
                 results = [producer.send(
                     item.topic, item.content, tags=item.tags, keys=item.keys,
                     delay_level=item.delay_level if keep_delay else None,
+                    deliver_at=item.deliver_at_ms if keep_delay else None,
                     properties=item.properties, unique_key=item.message_id)]
             else:
                 results = producer.send_batch(group[0].topic, [
@@ -437,11 +438,11 @@ def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int
                    ) -> list[list[ClaimedStub]]:
     """``claimed`` in publish calls: the stubs of one topic together, in claim order, up to
     ``batch_max`` stubs and ``BATCH_CONTENT_MAX`` content bytes per call; a stub published
-    with its delay goes alone (a batch is never delayed)."""
+    with its delay or timer goes alone (a batch is never delayed)."""
     groups: list[list[ClaimedStub]] = []
     open_groups: dict[str, tuple[list[ClaimedStub], int]] = {}
     for item in claimed:
-        if keep_delay and item.delay_level:
+        if keep_delay and (item.delay_level or item.deliver_at_ms is not None):
             groups.append([item])
             continue
         group, size = open_groups.get(item.topic, ([], 0))
