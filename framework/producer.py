@@ -13,9 +13,10 @@ epoch milliseconds) and ``delay`` (a ``timedelta``) ask for delivery at any mome
 ``timerMaxDelaySec`` ahead, 3 days by default, else the broker refuses the send; a moment in
 the past delivers at once); a send takes one of ``delay_level``, ``deliver_at`` and ``delay``.
 ``cancel_timer(topic, msg_id)`` cancels a pending timer (RocketMQ 5's ``TIMER_DEL_UNIQKEY``).
-The broker picks the queue: round-robin
-per topic, or by ``sharding_key`` so that all messages of one key land in one queue in order
-(orderly consumers then see them in order). ``send`` returns the broker's own result, re-exported as
+The broker picks the queue: round-robin per topic, or by ``sharding_key`` so that all
+messages of one key land in one queue in order (orderly consumers then see them in order);
+``message_group`` is RocketMQ 5's name for it (also stored as ``__SHARDINGKEY``, as a gRPC
+client's message group is). ``send`` returns the broker's own result, re-exported as
 ``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
 coroutines: the blocking send runs in the running loop's default executor (with the caller's
 contextvars), never on the loop. With a ``Tracing`` (``App(tracing=...)``) each send is a
@@ -49,6 +50,7 @@ from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
@@ -68,6 +70,9 @@ from .transactions import (
     end_local_transaction,
 )
 from .validation import InvalidMessageError, check_properties, check_unique_key, deliver_at_ms
+
+MESSAGE_GROUP_LENGTH_MAX = 128
+"""Longest ``message_group`` (as the gRPC endpoint accepts)."""
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -107,6 +112,21 @@ def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGen
     entry = item if isinstance(item, BatchMessage) else BatchMessage(item)
     body = _checked_body(topic, entry.body, entry.properties, entry.unique_key)
     return entry, body, entry.unique_key or ids.next()
+
+
+def _message_group(topic: str, message_group: str | None, sharding_key: str | None
+                   ) -> tuple[dict[str, str], str | None]:
+    """(the ``__SHARDINGKEY`` property, the sharding key) of a send in ``message_group``."""
+    if message_group is None:
+        return {}, sharding_key
+    if not isinstance(message_group, str) or not message_group.strip() \
+            or len(message_group) > MESSAGE_GROUP_LENGTH_MAX or not message_group.isprintable():
+        raise InvalidMessageError(f"message_group must be 1..{MESSAGE_GROUP_LENGTH_MAX} "
+                                  f"printable characters, got {message_group!r}", topic=topic)
+    if sharding_key is not None and sharding_key != message_group:
+        raise InvalidMessageError("message_group is the sharding key: pass one of the two",
+                                  topic=topic)
+    return {PROPERTY_SHARDING_KEY: message_group}, message_group
 
 
 class Producer:
@@ -179,7 +199,7 @@ class Producer:
              properties: Mapping[str, str] | None = None, sharding_key: str | None = None,
              queue_id: int | None = None, unique_key: str | None = None,
              deliver_at: datetime | int | None = None,
-             delay: timedelta | None = None) -> SendResult:
+             delay: timedelta | None = None, message_group: str | None = None) -> SendResult:
         """Store one message; returns where it went.
 
         Args:
@@ -189,6 +209,9 @@ class Producer:
                 epoch milliseconds; RocketMQ 5's ``TIMER_DELIVER_MS``).
             delay: how long after the send it becomes visible (``TIMER_DELAY_MS``).
             sharding_key: messages with equal keys go to the same queue (ordered messages).
+            message_group: RocketMQ 5's FIFO message group: the ``__SHARDINGKEY`` property
+                (what a gRPC client's ``message_group`` becomes) and the sharding key, so one
+                group's messages land in one queue in send order.
             unique_key: the message id (``UNIQ_KEY``) to use instead of a generated one: a
                 resend with the same id is the same message to idempotent handlers.
             properties: user properties; system names (``UNIQ_KEY``, ``KEYS``, ``TAGS``,
@@ -203,7 +226,8 @@ class Producer:
         """
         self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
-        merged = {**(properties or {}),
+        group, sharding_key = _message_group(topic, message_group, sharding_key)
+        merged = {**(properties or {}), **group,
                   **self._schedule_properties(topic, delay_level, deliver_at, delay)}
         msg_id = unique_key or self._ids.next()
 
@@ -345,14 +369,16 @@ class Producer:
                          sharding_key: str | None = None, queue_id: int | None = None,
                          unique_key: str | None = None,
                          deliver_at: datetime | int | None = None,
-                         delay: timedelta | None = None) -> SendResult:
+                         delay: timedelta | None = None,
+                         message_group: str | None = None) -> SendResult:
         """``send`` for coroutines (same arguments, checks, result and errors): the send runs
         in a worker thread of the running loop's default executor, in a copy of the caller's
         contextvars, so the loop keeps serving while the store (or remote broker) answers."""
         send = functools.partial(self.send, topic, body, tags=tags, keys=keys,
                                  delay_level=delay_level, properties=properties,
                                  sharding_key=sharding_key, queue_id=queue_id,
-                                 unique_key=unique_key, deliver_at=deliver_at, delay=delay)
+                                 unique_key=unique_key, deliver_at=deliver_at, delay=delay,
+                                 message_group=message_group)
         return await asyncio.to_thread(send)
 
     async def send_batch_async(self, topic: str,
