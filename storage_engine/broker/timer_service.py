@@ -25,9 +25,10 @@ Cancel (RocketMQ 5's delete by unique key): a message with ``TIMER_DEL_UNIQKEY``
 time, or now without one), never delivered. Read into the schedule, it cancels the pending
 timer with that key: neither is delivered. A marker read before its target (sent first, or met
 in that order when the schedule is rebuilt) stays pending until its own deliver time and
-cancels the target when it arrives; being pending, it holds the watermark, so a rebuild after a
-restart reads it again before any target behind it. A target read later than that, or
-delivered already, is not cancelled.
+cancels a target stored up to that time (by the target's store timestamp, so a rebuild reading
+a backlog decides alike; a marker past its time is dropped only once the scan has caught up
+with the queue); being pending, it holds the watermark, so a rebuild after a restart reads it
+again before any target behind it. A timer delivered already is not recalled.
 
 Difference from Apache RocketMQ: Apache also keeps a ``timerwheel`` file, a ``timerlog/``
 and ``config/timercheck``; Postbox writes none of them. The timer records in the commit log and
@@ -213,8 +214,10 @@ class TimerService(Service):
         self._pending: set[int] = set()
         self._targets: dict[tuple[str, str], int] = {}  # (real topic, UNIQ_KEY) -> offset
         self._key_of: dict[int, tuple[str, str]] = {}
-        self._tombstones: dict[tuple[str, str], int] = {}  # marker waiting for its target
+        self._tombstones: dict[tuple[str, str], tuple[int, int]] = {}  # -> (offset, until ms)
         self._markers: dict[int, tuple[str, str]] = {}
+        self._expired: list[int] = []  # markers past their time, dropped once caught up
+        self._caught_up = True
         self._low: list[int] = []  # pending offsets (lazy deletion)
         self._scan: int | None = None
         self._recovered_below = 0  # records below were in the queue at start: maybe delivered
@@ -257,6 +260,7 @@ class TimerService(Service):
             self._scan = saved if saved is not None else queue.min_offset if queue else 0
             self._recovered_below = queue.max_offset if queue else 0
         if queue is None:
+            self._caught_up = True
             return 0
         if not queue.min_offset <= self._scan <= queue.max_offset:
             corrected = min(max(self._scan, queue.min_offset), queue.max_offset)
@@ -274,6 +278,7 @@ class TimerService(Service):
                 self._schedule_unit(self._scan, position, size)
                 self._scan += 1
                 read += 1
+        self._caught_up = self._scan >= queue.max_offset
         return read
 
     def _schedule_unit(self, offset: int, position: int, size: int) -> None:
@@ -295,11 +300,13 @@ class TimerService(Service):
             if target is not None or key is None:
                 self._cancel(target, offset)
                 return
-            self._tombstones[key] = offset  # its target may come later: kept until its time
+            self._tombstones[key] = (offset, deliver_ms)  # its target may come later
             self._markers[offset] = key
-        elif key is not None and (marker := self._tombstones.pop(key, None)) is not None:
+        elif key is not None and key in self._tombstones \
+                and view.store_timestamp_ms <= self._tombstones[key][1]:
+            marker, _ = self._tombstones.pop(key)
             self._markers.pop(marker, None)
-            self._cancel(marker, offset)
+            self._cancel(offset, marker)
             return
         elif key is not None:
             self._targets[key] = offset
@@ -322,16 +329,27 @@ class TimerService(Service):
 
     # ---- deliver: schedule -> real topic -----------------------------------------------------
 
+    def _expire_markers(self) -> None:
+        """Drop the markers past their time once every record stored before it was read (a
+        rebuild reading a backlog in batches decides as the first reading did)."""
+        if not self._caught_up:
+            return
+        for offset in self._expired:
+            key = self._markers.pop(offset, None)
+            if key is not None and self._tombstones.get(key, (None, 0))[0] == offset:
+                del self._tombstones[key]
+            self._pending.discard(offset)
+        self._expired.clear()
+
     def _deliver(self, now_ms: int) -> int:
+        self._expire_markers()
         delivered = 0
         while self._schedule and self._schedule[0][0] <= now_ms and delivered < DELIVER_BATCH_MAX:
             deliver_ms, offset, position, size = self._schedule[0]
             if offset not in self._pending or offset in self._markers:  # cancelled; marker
                 heapq.heappop(self._schedule)
-                self._pending.discard(offset)
-                key = self._markers.pop(offset, None)
-                if key is not None and self._tombstones.get(key) == offset:
-                    del self._tombstones[key]  # a marker lasts until its own deliver time
+                if offset in self._markers:
+                    self._expired.append(offset)
                 continue
             if not self._deliver_one(offset, position, now_ms):
                 heapq.heapreplace(self._schedule, (now_ms + RETRY_DELAY_MS, offset, position,
