@@ -259,9 +259,10 @@ class Relay(Service):
                 if isinstance(outcome, PublishFailure):
                     failed.append((item, outcome))
                     continue
-                # a delayed message's offset is in the delay topic until the delay service
-                # moves it: only the real queue is recorded, the offset stays unknown (NULL)
-                offset = None if outcome.delay_level > 0 else outcome.queue_offset
+                # a delayed message's offset is in the delay (or timer) topic until the delay
+                # (timer) service moves it: only the real queue is recorded, the offset stays
+                # unknown (NULL)
+                offset = None if _waiting(item, outcome, keep_delay) else outcome.queue_offset
                 wait = check_after(item.send_count) if check_after else timedelta(
                     milliseconds=self.options.resend_check_ms)
                 done.append({"b_id": item.message_id, "b_token": item.token,
@@ -432,6 +433,14 @@ class Relay(Service):
         published = self.publish_claimed(claimed)
         self.stats.published_by_hook += published
         return published
+
+
+def _waiting(item: ClaimedStub, outcome: SendResult, keep_delay: bool) -> bool:
+    """Whether ``item``, just published, waits for a delay level or a timer (its offset is
+    then not in its real queue yet)."""
+    return outcome.delay_level > 0 or outcome.stored_topic != outcome.topic or (
+        keep_delay and item.deliver_at_ms is not None
+        and item.deliver_at_ms > int(time.time() * 1000))
 
 
 def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int

@@ -40,6 +40,10 @@ def test_the_relay_publishes_the_timer_fixed_at_send_time(app: App, broker: Brok
     assert stub_row(engine, plain)["properties"] is None
     time.sleep(0.4)  # a late relay
     assert Relay(app.producer, engine).publish_due() == 3
+    for message_id in (at, later):  # its offset is the timer topic's until it is delivered
+        row = stub_row(engine, message_id)
+        assert row["published_at"] is not None and row["queue_offset"] is None
+    assert stub_row(engine, plain)["queue_offset"] is not None
     views = {message_id: wait_until(lambda m=message_id: broker.find_by_unique_key("orders", m),
                                     what="the timer delivery")[0]
              for message_id in (at, later)}
@@ -47,6 +51,7 @@ def test_the_relay_publishes_the_timer_fixed_at_send_time(app: App, broker: Brok
         assert view.store_timestamp_ms >= asked[message_id]  # never early, not shifted
         assert view.properties["TIMER_DELIVER_MS"] == str(asked[message_id])
     assert views[at].properties["k"] == "v"
+    assert views[at].queue_id == stub_row(engine, at)["queue_id"]
     assert views[later].store_timestamp_ms < asked[later] + 1000  # not sent + 900 ms late
 
 
