@@ -12,9 +12,11 @@ epoch milliseconds) and ``delay`` (a ``timedelta``) ask for delivery at any mome
 (RocketMQ 5 timers: ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS``; at most the broker's
 ``timerMaxDelaySec`` ahead, 3 days by default, else the broker refuses the send; a moment in
 the past delivers at once); a send takes one of ``delay_level``, ``deliver_at`` and ``delay``.
-The broker picks the queue: round-robin
-per topic, or by ``sharding_key`` so that all messages of one key land in one queue in order
-(orderly consumers then see them in order). ``send`` returns the broker's own result, re-exported as
+``cancel_timer(topic, msg_id)`` cancels a pending timer (RocketMQ 5's ``TIMER_DEL_UNIQKEY``).
+The broker picks the queue: round-robin per topic, or by ``sharding_key`` so that all
+messages of one key land in one queue in order (orderly consumers then see them in order);
+``message_group`` is RocketMQ 5's name for it (also stored as ``__SHARDINGKEY``, as a gRPC
+client's message group is). ``send`` returns the broker's own result, re-exported as
 ``SendResult`` (``msg_id`` is the ``UNIQ_KEY``). ``await send_async(...)`` is ``send`` for
 coroutines: the blocking send runs in the running loop's default executor (with the caller's
 contextvars), never on the loop. With a ``Tracing`` (``App(tracing=...)``) each send is a
@@ -48,6 +50,8 @@ from postbox.storage_engine.contract import BrokerClient
 from postbox.storage_engine.formats import (
     PROPERTY_DELAY,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
     delay_level_problem,
@@ -65,7 +69,10 @@ from .transactions import (
     TransactionResult,
     end_local_transaction,
 )
-from .validation import InvalidMessageError, check_properties, check_unique_key
+from .validation import InvalidMessageError, check_properties, check_unique_key, deliver_at_ms
+
+MESSAGE_GROUP_LENGTH_MAX = 128
+"""Longest ``message_group`` (as the gRPC endpoint accepts)."""
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -107,18 +114,19 @@ def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGen
     return entry, body, entry.unique_key or ids.next()
 
 
-def _epoch_ms(topic: str, moment: datetime | int) -> int:
-    """``moment`` (an aware datetime, or epoch ms) in epoch milliseconds."""
-    if isinstance(moment, datetime):
-        if moment.tzinfo is None:
-            raise InvalidMessageError("deliver_at must be an aware datetime (with a tzinfo, "
-                                      "e.g. datetime.now(timezone.utc)) or epoch milliseconds",
-                                      topic=topic)
-        return int(moment.timestamp() * 1000)
-    if type(moment) is not int or moment < 0:
-        raise InvalidMessageError(f"deliver_at must be a datetime or epoch milliseconds >= 0, "
-                                  f"got {moment!r}", topic=topic)
-    return moment
+def _message_group(topic: str, message_group: str | None, sharding_key: str | None
+                   ) -> tuple[dict[str, str], str | None]:
+    """(the ``__SHARDINGKEY`` property, the sharding key) of a send in ``message_group``."""
+    if message_group is None:
+        return {}, sharding_key
+    if not isinstance(message_group, str) or not message_group.strip() \
+            or len(message_group) > MESSAGE_GROUP_LENGTH_MAX or not message_group.isprintable():
+        raise InvalidMessageError(f"message_group must be 1..{MESSAGE_GROUP_LENGTH_MAX} "
+                                  f"printable characters, got {message_group!r}", topic=topic)
+    if sharding_key is not None and sharding_key != message_group:
+        raise InvalidMessageError("message_group is the sharding key: pass one of the two",
+                                  topic=topic)
+    return {PROPERTY_SHARDING_KEY: message_group}, message_group
 
 
 class Producer:
@@ -130,6 +138,7 @@ class Producer:
         self._client = client
         self._tracing = None if tracing is None else tracing.for_client(client)
         clock = clock or SystemClock()
+        self._clock = clock
         self._ids = id_generator or UniqueKeyGenerator(clock.now_ms)
         # a remote broker clamps a higher level to its last; the producer refuses it instead
         self._delay_level_count = client.delay_level_count
@@ -173,7 +182,7 @@ class Producer:
         if (level := self._delay_property(topic, delay_level)) is not None:
             return {PROPERTY_DELAY: level}
         if deliver_at is not None:
-            return {PROPERTY_TIMER_DELIVER_MS: str(_epoch_ms(topic, deliver_at))}
+            return {PROPERTY_TIMER_DELIVER_MS: str(deliver_at_ms(topic, deliver_at))}
         if delay is not None:
             if not isinstance(delay, timedelta) or delay < timedelta(0):
                 raise InvalidMessageError(f"delay must be a timedelta >= 0, got {delay!r}",
@@ -190,7 +199,7 @@ class Producer:
              properties: Mapping[str, str] | None = None, sharding_key: str | None = None,
              queue_id: int | None = None, unique_key: str | None = None,
              deliver_at: datetime | int | None = None,
-             delay: timedelta | None = None) -> SendResult:
+             delay: timedelta | None = None, message_group: str | None = None) -> SendResult:
         """Store one message; returns where it went.
 
         Args:
@@ -200,6 +209,9 @@ class Producer:
                 epoch milliseconds; RocketMQ 5's ``TIMER_DELIVER_MS``).
             delay: how long after the send it becomes visible (``TIMER_DELAY_MS``).
             sharding_key: messages with equal keys go to the same queue (ordered messages).
+            message_group: RocketMQ 5's FIFO message group: the ``__SHARDINGKEY`` property
+                (what a gRPC client's ``message_group`` becomes) and the sharding key, so one
+                group's messages land in one queue in send order.
             unique_key: the message id (``UNIQ_KEY``) to use instead of a generated one: a
                 resend with the same id is the same message to idempotent handlers.
             properties: user properties; system names (``UNIQ_KEY``, ``KEYS``, ``TAGS``,
@@ -214,7 +226,8 @@ class Producer:
         """
         self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
-        merged = {**(properties or {}),
+        group, sharding_key = _message_group(topic, message_group, sharding_key)
+        merged = {**(properties or {}), **group,
                   **self._schedule_properties(topic, delay_level, deliver_at, delay)}
         msg_id = unique_key or self._ids.next()
 
@@ -227,6 +240,31 @@ class Producer:
             return deliver(merged)
         return self._tracing.publish(topic, merged, deliver, message_id=msg_id, tags=tags,
                                      remote=self._client.remote)
+
+    def cancel_timer(self, topic: str, unique_key: str, *,
+                     deliver_at: datetime | int | None = None) -> SendResult:
+        """Cancel the pending timer message of ``topic`` whose id (``UNIQ_KEY``, the
+        ``msg_id`` its send returned) is ``unique_key``: it is never delivered. This sends
+        RocketMQ 5's delete marker (``TIMER_DEL_UNIQKEY``), which consumers never see; a timer
+        delivered already is not recalled.
+
+        Args:
+            deliver_at: the marker's own moment (default now). Postbox cancels whatever it
+                is, and a marker sent before its target waits for the target until then; an
+                Apache RocketMQ broker matches a marker only with a target of the same second,
+                so pass the target's ``deliver_at`` there.
+
+        Raises:
+            InvalidMessageError: a bad ``unique_key`` or ``deliver_at``.
+            AppStateError: the app that made this producer was stopped.
+        """
+        self._check_open(topic)
+        check_unique_key(unique_key)
+        moment = self._clock.now_ms() if deliver_at is None else deliver_at_ms(topic, deliver_at)
+        marker = Message(topic, b"TIMER_DEL_UNIQKEY", properties={
+            PROPERTY_TIMER_DEL_UNIQKEY: unique_key, PROPERTY_TIMER_DELIVER_MS: str(moment)},
+            unique_key=self._ids.next())
+        return self._client.send(marker)
 
     def send_in_transaction(self, topic: str, body: bytes | str, *, execute: Execute,
                             check: Check, group: str = DEFAULT_TRANSACTION_GROUP,
@@ -331,14 +369,16 @@ class Producer:
                          sharding_key: str | None = None, queue_id: int | None = None,
                          unique_key: str | None = None,
                          deliver_at: datetime | int | None = None,
-                         delay: timedelta | None = None) -> SendResult:
+                         delay: timedelta | None = None,
+                         message_group: str | None = None) -> SendResult:
         """``send`` for coroutines (same arguments, checks, result and errors): the send runs
         in a worker thread of the running loop's default executor, in a copy of the caller's
         contextvars, so the loop keeps serving while the store (or remote broker) answers."""
         send = functools.partial(self.send, topic, body, tags=tags, keys=keys,
                                  delay_level=delay_level, properties=properties,
                                  sharding_key=sharding_key, queue_id=queue_id,
-                                 unique_key=unique_key, deliver_at=deliver_at, delay=delay)
+                                 unique_key=unique_key, deliver_at=deliver_at, delay=delay,
+                                 message_group=message_group)
         return await asyncio.to_thread(send)
 
     async def send_batch_async(self, topic: str,

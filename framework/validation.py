@@ -15,6 +15,7 @@ store refused it, so ``except framework.InvalidMessageError`` catches all three.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from postbox.storage_engine import InvalidMessageError as InvalidMessageError  # re-exported
 from postbox.storage_engine.formats import (
@@ -22,6 +23,9 @@ from postbox.storage_engine.formats import (
 )
 from postbox.storage_engine.formats import (
     PROPERTY_ARGUMENTS as PROPERTY_ARGUMENTS,  # re-exported (outbox.send)
+)
+from postbox.storage_engine.formats import (
+    PROPERTY_TIMER_DELIVER_MS as PROPERTY_TIMER_DELIVER_MS,  # re-exported (the outbox's timers)
 )
 from postbox.storage_engine.formats import (
     new_message_problem,
@@ -51,6 +55,24 @@ def check_message(topic: object, body: bytes, *, tags: object = None,
     if problem:
         raise InvalidMessageError(problem, topic=topic if isinstance(topic, str) else None)
     return [key for key in key_list if key]
+
+
+def deliver_at_ms(topic: str, moment: datetime | int) -> int:
+    """``moment`` (an aware datetime, or epoch ms) in epoch milliseconds: a ``deliver_at=``.
+
+    Raises:
+        InvalidMessageError: a naive datetime, or not a datetime nor an int >= 0.
+    """
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise InvalidMessageError("deliver_at must be an aware datetime (with a tzinfo, "
+                                      "e.g. datetime.now(timezone.utc)) or epoch milliseconds",
+                                      topic=topic)
+        return int(moment.timestamp() * 1000)
+    if type(moment) is not int or moment < 0:
+        raise InvalidMessageError(f"deliver_at must be a datetime or epoch milliseconds >= 0, "
+                                  f"got {moment!r}", topic=topic)
+    return moment
 
 
 def check_properties(properties: Mapping[str, str] | None,

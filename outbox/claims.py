@@ -56,6 +56,8 @@ from sqlalchemy import (
     update,
 )
 
+from postbox.framework.validation import PROPERTY_TIMER_DELIVER_MS
+
 from .database import dialect_name, run_transaction, supports_skip_locked
 from .tables import StubStatus, message_stub
 
@@ -83,6 +85,9 @@ class ClaimedStub:
     queue_offset: int | None
     token: str
     """The claim token; fence every later write with ``lease_owner == token``."""
+    deliver_at_ms: int | None = None
+    """The timer ``outbox.send`` asked for (stored as the ``TIMER_DELIVER_MS`` property, which
+    ``properties`` here leaves out: the relay passes it as ``deliver_at=``)."""
 
 
 _CLAIMED_COLUMNS = (stub.message_id, stub.topic, stub.tags, stub["keys"], stub.content,
@@ -169,12 +174,16 @@ def claim_stubs(engine: Engine, condition: ColumnElement[bool], *, owner: str, n
 
     rows = run_transaction(engine, claim_returning if engine.dialect.update_returning
                            else claim)
-    return [ClaimedStub(row["message_id"], row["topic"], row["tags"], row["keys"],
-                        bytes(row["content"]),
-                        json.loads(row["properties"]) if row["properties"] else {},
-                        row["delay_level"], row["send_count"], row["queue_id"],
-                        row["queue_offset"], token)
-            for row in rows]
+    return [_claimed(row, token) for row in rows]
+
+
+def _claimed(row: Any, token: str) -> ClaimedStub:
+    properties = json.loads(row["properties"]) if row["properties"] else {}
+    timer = properties.pop(PROPERTY_TIMER_DELIVER_MS, None)
+    return ClaimedStub(row["message_id"], row["topic"], row["tags"], row["keys"],
+                       bytes(row["content"]), properties, row["delay_level"],
+                       row["send_count"], row["queue_id"], row["queue_offset"], token,
+                       int(timer) if timer is not None else None)
 
 
 __all__ = ["ClaimedStub", "abandoned", "claim_stubs", "lease_free", "unpublished_due"]

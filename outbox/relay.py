@@ -260,9 +260,10 @@ class Relay(Service):
                 if isinstance(outcome, PublishFailure):
                     failed.append((item, outcome))
                     continue
-                # a delayed message's offset is in the delay topic until the delay service
-                # moves it: only the real queue is recorded, the offset stays unknown (NULL)
-                offset = None if outcome.delay_level > 0 else outcome.queue_offset
+                # a delayed message's offset is in the delay (or timer) topic until the delay
+                # (timer) service moves it: only the real queue is recorded, the offset stays
+                # unknown (NULL)
+                offset = None if _waiting(item, outcome, keep_delay) else outcome.queue_offset
                 wait = check_after(item.send_count) if check_after else timedelta(
                     milliseconds=self.options.resend_check_ms)
                 done.append({"b_id": item.message_id, "b_token": item.token,
@@ -284,6 +285,7 @@ class Relay(Service):
                 results = [producer.send(
                     item.topic, item.content, tags=item.tags, keys=item.keys,
                     delay_level=item.delay_level if keep_delay else None,
+                    deliver_at=item.deliver_at_ms if keep_delay else None,
                     properties=item.properties, unique_key=item.message_id)]
             else:
                 results = producer.send_batch(group[0].topic, [
@@ -434,15 +436,23 @@ class Relay(Service):
         return published
 
 
+def _waiting(item: ClaimedStub, outcome: SendResult, keep_delay: bool) -> bool:
+    """Whether ``item``, just published, waits for a delay level or a timer (its offset is
+    then not in its real queue yet)."""
+    return outcome.delay_level > 0 or outcome.stored_topic != outcome.topic or (
+        keep_delay and item.deliver_at_ms is not None
+        and item.deliver_at_ms > int(time.time() * 1000))
+
+
 def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int
                    ) -> list[list[ClaimedStub]]:
     """``claimed`` in publish calls: the stubs of one topic together, in claim order, up to
     ``batch_max`` stubs and ``BATCH_CONTENT_MAX`` content bytes per call; a stub published
-    with its delay goes alone (a batch is never delayed)."""
+    with its delay or timer goes alone (a batch is never delayed)."""
     groups: list[list[ClaimedStub]] = []
     open_groups: dict[str, tuple[list[ClaimedStub], int]] = {}
     for item in claimed:
-        if keep_delay and item.delay_level:
+        if keep_delay and (item.delay_level or item.deliver_at_ms is not None):
             groups.append([item])
             continue
         group, size = open_groups.get(item.topic, ([], 0))

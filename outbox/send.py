@@ -16,7 +16,7 @@ import functools
 import json
 import os
 from collections.abc import Coroutine, Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, Unpack, overload
 
 from sqlalchemy import Connection, insert
@@ -25,7 +25,12 @@ from sqlalchemy.orm import Session
 
 from postbox.framework import UniqueKeyGenerator, check_message, check_unique_key
 from postbox.framework.tracing import inject_current_context
-from postbox.framework.validation import PROPERTY_ARGUMENTS
+from postbox.framework.validation import (
+    PROPERTY_ARGUMENTS,
+    PROPERTY_TIMER_DELIVER_MS,
+    InvalidMessageError,
+    deliver_at_ms,
+)
 
 from .async_send import check_async_transaction, run_sync_in_transaction
 from .clock import utc_now
@@ -56,6 +61,8 @@ class SendOptions(TypedDict, total=False):
     properties: Mapping[str, str] | None
     message_id: str | None
     now: datetime | None
+    deliver_at: datetime | int | None
+    delay: timedelta | None
 
 
 @overload
@@ -68,7 +75,8 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
          topic: str, body: Any, *,
          tags: str | None = None, keys: Iterable[str] | str | None = None,
          delay_level: int | None = None, properties: Mapping[str, str] | None = None,
-         message_id: str | None = None, now: datetime | None = None
+         message_id: str | None = None, now: datetime | None = None,
+         deliver_at: datetime | int | None = None, delay: timedelta | None = None
          ) -> str | Coroutine[Any, Any, str]:
     """Insert a stub for a message in the caller's open transaction; return its message id.
 
@@ -88,6 +96,13 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
             ``tags=``, ``delay_level=``).
         message_id: the ``UNIQ_KEY`` to use (default: a new one, as RocketMQ's clients make).
         now: creation time (naive UTC); tests pass a fixed one.
+        deliver_at: the moment the message becomes visible to consumers (an aware
+            ``datetime`` or epoch milliseconds); stored in the stub's properties as
+            ``TIMER_DELIVER_MS``, which the relay publishes (a timer message), so a late
+            publish does not move it (one past it is delivered at once).
+        delay: how long after this call the message becomes visible: turned into the
+            absolute ``deliver_at`` now (from ``now`` when given). One of ``delay_level``,
+            ``deliver_at`` and ``delay``.
 
     Raises:
         MissingTablesError: the database has no ``message_stub`` table (or an old one): run
@@ -96,30 +111,36 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
     if isinstance(session_or_connection, AsyncSession | AsyncConnection):
         check_async_transaction(session_or_connection)
         row = stub_values(topic, body, tags=tags, keys=keys, delay_level=delay_level,
-                          properties=properties, message_id=message_id, now=now)
+                          properties=properties, message_id=message_id, now=now,
+                          deliver_at=deliver_at, delay=delay)
         return run_sync_in_transaction(session_or_connection, functools.partial(insert_stub,
                                                                                 row=row))
     connection = _transaction_connection(session_or_connection)
     row = stub_values(topic, body, tags=tags, keys=keys, delay_level=delay_level,
-                      properties=properties, message_id=message_id, now=now)
+                      properties=properties, message_id=message_id, now=now,
+                      deliver_at=deliver_at, delay=delay)
     return insert_stub(connection, row)
 
 
 def stub_values(topic: str, body: Any, *, tags: str | None,
                 keys: Iterable[str] | str | None, delay_level: int | None,
                 properties: Mapping[str, str] | None, message_id: str | None,
-                now: datetime | None) -> dict[str, Any]:
+                now: datetime | None, deliver_at: datetime | int | None = None,
+                delay: timedelta | None = None) -> dict[str, Any]:
     """The checked column values of a new stub (see ``send``); raises before anything is
     written."""
     content = encode_body(body)
     key_list = check_message(topic, content, tags=tags, keys=keys, properties=properties,
                              delay_level=delay_level, arguments=SEND_ARGUMENTS)
+    created = now or utc_now()
+    timer_ms = _deliver_ms(topic, created, delay_level, deliver_at, delay)
     properties = inject_current_context(properties)
+    if timer_ms is not None:
+        properties = {**(properties or {}), PROPERTY_TIMER_DELIVER_MS: str(timer_ms)}
     if message_id is None:
         message_id = _id_generator(os.getpid()).next()
     else:
         check_unique_key(message_id, "message_id", MESSAGE_ID_LENGTH)
-    created = now or utc_now()
     return {
         "message_id": message_id, "topic": topic, "tags": tags,
         "keys": " ".join(key_list) or None, "content": content,
@@ -127,6 +148,23 @@ def stub_values(topic: str, body: Any, *, tags: str | None,
         "delay_level": delay_level or None, "status": StubStatus.UNCONFIRMED.value,
         "send_count": 0, "next_resend_at": created, "created_at": created,
         "updated_at": created}
+
+
+def _deliver_ms(topic: str, created: datetime, delay_level: int | None,
+                deliver_at: datetime | int | None, delay: timedelta | None) -> int | None:
+    """The absolute deliver time (epoch ms) a send asks for, None: none."""
+    asked = [name for name, value in (("delay_level", delay_level), ("deliver_at", deliver_at),
+                                      ("delay", delay)) if value not in (None, 0)]
+    if len(asked) > 1:
+        raise InvalidMessageError(f"a send takes one of delay_level, deliver_at and delay, "
+                                  f"got {', '.join(asked)}", topic=topic)
+    if deliver_at is not None:
+        return deliver_at_ms(topic, deliver_at)
+    if delay is None:
+        return None
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise InvalidMessageError(f"delay must be a timedelta >= 0, got {delay!r}", topic=topic)
+    return deliver_at_ms(topic, created.replace(tzinfo=UTC) + delay)
 
 
 def insert_stub(connection: Connection, row: dict[str, Any]) -> str:

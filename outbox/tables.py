@@ -30,7 +30,8 @@ MySQL/MariaDB: each index exists on its databases only, ``Index.ddl_if``), the r
 cleanup and the per-queue lookups.
 
 Stub columns for the relay and resends: ``delay_level``/``properties`` (the relay needs them to
-publish), ``offset_msg_id`` and ``published_at`` (where and when the last attempt went),
+publish; a timer is the ``TIMER_DELIVER_MS`` property), ``offset_msg_id`` and
+``published_at`` (where and when the last attempt went),
 ``lease_owner``/``lease_until`` (the claim that keeps two relays from publishing one stub) and
 ``overtaken_at`` (when the resend check first saw a consumer group past the stub's offset
 without it: the start of the grace period before the stub is declared lost) and

@@ -58,6 +58,7 @@ from postbox.storage_engine.formats import (
     PROPERTY_KEYS,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
@@ -71,7 +72,6 @@ from postbox.storage_engine.formats import (
 from .protocol import Code, definition
 from .statuses import RequestError
 
-PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_DELIVERY_TIMESTAMP_MS = "DELIVERY_TIMESTAMP_MS"
 """Postbox extension: the delivery time a client asked for (epoch ms) when timers are off and a
 delay level carries the message (the delay service clears ``TIMER_DELIVER_MS``)."""
@@ -280,6 +280,6 @@ def _message_type(properties: dict[str, str]) -> int:
     return definition.NORMAL
 
 
-__all__ = ["PROPERTY_DELIVERY_TIMESTAMP_MS", "PROPERTY_SHARDING_KEY", "RESERVED_PROPERTIES",
+__all__ = ["PROPERTY_DELIVERY_TIMESTAMP_MS", "RESERVED_PROPERTIES",
            "body_digest", "delay_level_for", "duration", "message_from_proto", "message_to_proto",
            "original_topic", "timestamp"]

@@ -31,11 +31,10 @@ import copy
 from collections.abc import Callable
 
 from postbox.storage_engine.broker.broker import Broker
-from postbox.storage_engine.formats import MessageView
+from postbox.storage_engine.formats import PROPERTY_SHARDING_KEY, MessageView
 
 from .pop_queue import PopQueue
 
-PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 ORDERLY_FIELD = "consumeMessageOrderly"
 
 

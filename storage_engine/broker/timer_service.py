@@ -19,6 +19,17 @@ record's store time) and ``TIMER_DEQUEUE_MS`` (now) added and ``WAIT=false``; ``
 and ``TIMER_DELIVER_MS`` stay. The thread sleeps until the earliest deliver time (at most
 ``WAIT_MAX_MS``) and is woken when a timer record is dispatched.
 
+Cancel (RocketMQ 5's delete by unique key): a message with ``TIMER_DEL_UNIQKEY`` = the
+``UNIQ_KEY`` of a pending timer message of the same topic (or ``topic+UNIQ_KEY``, as RocketMQ
+5.2 builds it) is a *delete marker*: always diverted to the timer queue (at its timer property's
+time, or now without one), never delivered. Read into the schedule, it cancels the pending
+timer with that key: neither is delivered. A marker read before its target (sent first, or met
+in that order when the schedule is rebuilt) stays pending until its own deliver time and
+cancels a target stored up to that time (by the target's store timestamp, so a rebuild reading
+a backlog decides alike; a marker past its time is dropped only once the scan has caught up
+with the queue); being pending, it holds the watermark, so a rebuild after a restart reads it
+again before any target behind it. A timer delivered already is not recalled.
+
 Difference from Apache RocketMQ: Apache also keeps a ``timerwheel`` file, a ``timerlog/``
 and ``config/timercheck``; Postbox writes none of them. The timer records in the commit log and
 the ``rmq_sys_wheel_timer`` consume queue are byte-compatible; the schedule is rebuilt from
@@ -55,10 +66,12 @@ from ..contract.message import Message
 from ..errors import CorruptionError, InvalidMessageError, MessageNotFoundError, StoreClosedError
 from ..formats import (
     FILLER_UNIT_SIZE,
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
@@ -116,15 +129,19 @@ def schedule_timer(message: Message, queue_id: int, now_ms: int, *, enabled: boo
         InvalidMessageError: unparsable, more than ``max_delay_s`` ahead, or timers are off.
     """
     properties = dict(message.properties or {})
-    if not any(name in properties for name in TIMER_PROPERTIES):
+    cancel = PROPERTY_TIMER_DEL_UNIQKEY in properties
+    if not cancel and not any(name in properties for name in TIMER_PROPERTIES):
         return None
-    if delay_level(message, levels_ms):
+    if not cancel and delay_level(message, levels_ms):
         return None
     if not enabled:
         raise InvalidMessageError("timer messages are off on this broker (timerWheelEnable="
                                   "false, WHEEL_TIMER_NOT_ENABLE)", topic=message.topic)
     deliver_ms = timer_deliver_ms(properties, now_ms)
-    if deliver_ms is None or deliver_ms <= now_ms:
+    if cancel:  # a delete marker is never stored as a message of its topic
+        properties.pop(PROPERTY_DELAY, None)
+        deliver_ms = max(deliver_ms or now_ms, now_ms)
+    elif deliver_ms is None or deliver_ms <= now_ms:
         return None
     if deliver_ms - now_ms > max_delay_s * 1000:
         raise InvalidMessageError(
@@ -171,6 +188,17 @@ def timer_delivery(view: MessageView, now_ms: int) -> tuple[Message, int]:
     return message, int(real_qid)
 
 
+def _timer_key(properties: dict[str, str], cancels: str | None = None
+               ) -> tuple[str, str] | None:
+    """(real topic, UNIQ_KEY) of a timer record, or of the timer its delete marker cancels
+    (``cancels``: the UNIQ_KEY, or RocketMQ 5's ``realTopic+UNIQ_KEY``); None: no key."""
+    topic = properties.get(PROPERTY_REAL_TOPIC, "")
+    unique_key = properties.get(PROPERTY_UNIQ_KEY) if cancels is None else cancels
+    if cancels is not None and cancels.startswith(topic + "+"):
+        unique_key = cancels[len(topic) + 1:]
+    return (topic, unique_key) if topic and unique_key else None
+
+
 class TimerService(Service):
     """Delivers ``rmq_sys_wheel_timer`` records when their ``TIMER_OUT_MS`` comes."""
 
@@ -184,12 +212,19 @@ class TimerService(Service):
         self._run_lock = threading.Lock()
         self._schedule: list[tuple[int, int, int, int]] = []  # (deliver ms, offset, pos, size)
         self._pending: set[int] = set()
+        self._targets: dict[tuple[str, str], int] = {}  # (real topic, UNIQ_KEY) -> offset
+        self._key_of: dict[int, tuple[str, str]] = {}
+        self._tombstones: dict[tuple[str, str], tuple[int, int]] = {}  # -> (offset, until ms)
+        self._markers: dict[int, tuple[str, str]] = {}
+        self._expired: list[int] = []  # markers past their time, dropped once caught up
+        self._caught_up = True
         self._low: list[int] = []  # pending offsets (lazy deletion)
         self._scan: int | None = None
         self._recovered_below = 0  # records below were in the queue at start: maybe delivered
         self._lateness_ms: deque[int] = deque(maxlen=LATENESS_SAMPLES_MAX)
         self.delivered_count = 0
         self.skipped_count = 0
+        self.cancelled_count = 0
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Dispatch listener: a new timer record wakes the thread."""
@@ -225,6 +260,7 @@ class TimerService(Service):
             self._scan = saved if saved is not None else queue.min_offset if queue else 0
             self._recovered_below = queue.max_offset if queue else 0
         if queue is None:
+            self._caught_up = True
             return 0
         if not queue.min_offset <= self._scan <= queue.max_offset:
             corrected = min(max(self._scan, queue.min_offset), queue.max_offset)
@@ -242,6 +278,7 @@ class TimerService(Service):
                 self._schedule_unit(self._scan, position, size)
                 self._scan += 1
                 read += 1
+        self._caught_up = self._scan >= queue.max_offset
         return read
 
     def _schedule_unit(self, offset: int, position: int, size: int) -> None:
@@ -255,22 +292,72 @@ class TimerService(Service):
                       TIMER_TOPIC, offset, position, error)
             self.skipped_count += 1
             return
+        key = _timer_key(view.properties)
+        cancels = view.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+        if cancels is not None:
+            key = _timer_key(view.properties, cancels)
+            target = self._targets.pop(key, None) if key else None
+            if target is not None or key is None:
+                self._cancel(target, offset)
+                return
+            self._tombstones[key] = (offset, deliver_ms)  # its target may come later
+            self._markers[offset] = key
+        elif key is not None and key in self._tombstones \
+                and view.store_timestamp_ms <= self._tombstones[key][1]:
+            marker, _ = self._tombstones.pop(key)
+            self._markers.pop(marker, None)
+            self._cancel(offset, marker)
+            return
+        elif key is not None:
+            self._targets[key] = offset
+            self._key_of[offset] = key
         heapq.heappush(self._schedule, (deliver_ms, offset, position, size))
         self._pending.add(offset)
         heapq.heappush(self._low, offset)
 
+    def _cancel(self, pending: int | None, marker: int) -> None:
+        """A delete marker met its target: neither is delivered (their heap entries, if any,
+        are dropped when they come up)."""
+        for offset in (pending, marker):
+            if offset is not None:
+                self._pending.discard(offset)
+                self._key_of.pop(offset, None)
+        if pending is not None:
+            self.cancelled_count += 1
+            log.info("[timer] %s offset %d cancelled by the delete marker at offset %d",
+                     TIMER_TOPIC, pending, marker)
+
     # ---- deliver: schedule -> real topic -----------------------------------------------------
 
+    def _expire_markers(self) -> None:
+        """Drop the markers past their time once every record stored before it was read (a
+        rebuild reading a backlog in batches decides as the first reading did)."""
+        if not self._caught_up:
+            return
+        for offset in self._expired:
+            key = self._markers.pop(offset, None)
+            if key is not None and self._tombstones.get(key, (None, 0))[0] == offset:
+                del self._tombstones[key]
+            self._pending.discard(offset)
+        self._expired.clear()
+
     def _deliver(self, now_ms: int) -> int:
+        self._expire_markers()
         delivered = 0
         while self._schedule and self._schedule[0][0] <= now_ms and delivered < DELIVER_BATCH_MAX:
             deliver_ms, offset, position, size = self._schedule[0]
+            if offset not in self._pending or offset in self._markers:  # cancelled; marker
+                heapq.heappop(self._schedule)
+                if offset in self._markers:
+                    self._expired.append(offset)
+                continue
             if not self._deliver_one(offset, position, now_ms):
                 heapq.heapreplace(self._schedule, (now_ms + RETRY_DELAY_MS, offset, position,
                                                    size))
                 break
             heapq.heappop(self._schedule)
             self._pending.discard(offset)
+            self._targets.pop(self._key_of.pop(offset, ("", "")), None)
             self._lateness_ms.append(now_ms - deliver_ms)
             delivered += 1
         return delivered

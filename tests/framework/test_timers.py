@@ -68,3 +68,29 @@ def test_inline_runner_jumps_to_a_timer(open_broker, fake_clock):
     runner.run_until_idle(advance_clock=True)
     assert seen == [("in an hour", due_ms)]
     app.stop()
+
+
+def test_cancel_timer_cancels_a_pending_timer(open_broker, client):
+    broker = open_broker()
+    app = App(broker=client(broker), consumer_options=ConsumerOptions(long_polling_ms=100))
+    received: list[str] = []
+    kept = threading.Event()
+
+    @app.handler(topic="timed", consumer_group="g")
+    def handle(message):
+        received.append(message.text)
+        if message.text == "kept":
+            kept.set()
+
+    app.start()
+    doomed = app.producer.send("timed", "cancelled", delay=timedelta(milliseconds=500))
+    early = app.producer.send("timed", "early", delay=timedelta(milliseconds=700))
+    app.producer.cancel_timer("timed", doomed.msg_id)
+    app.producer.cancel_timer("timed", early.msg_id, deliver_at=datetime.now(UTC))
+    app.producer.send("timed", "kept", delay=timedelta(milliseconds=800))
+    assert kept.wait(15)
+    time.sleep(0.3)
+    app.stop()
+    assert received == ["kept"]
+    with pytest.raises(InvalidMessageError):
+        App(broker=client(broker)).producer.cancel_timer("timed", " ")

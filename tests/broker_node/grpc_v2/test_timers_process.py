@@ -89,3 +89,32 @@ def test_timers_survive_kill_9_and_come_at_their_moment(tmp_path):
         assert late_ms >= 0, (body, late_ms)
         if asked[body] > back_ms:
             assert late_ms <= LATE_MS_MAX, (body, late_ms)
+
+
+def test_a_remoting_delete_marker_cancels_a_timer_across_kill_9(tmp_path):
+    conf = write_broker_conf(tmp_path)
+    store = tmp_path / "store"
+    with Broker.open(store_config(store, conf)) as broker:
+        broker.create_topic(TOPIC, 1)
+    server = BrokerProcess(store, broker_conf=conf).start()
+    client = RawRemotingClient(server.remoting_address)
+    deliver_ms = int(time.time() * 1000) + 2000
+    try:
+        assert remoting_send(client, "cancelled", deliver_ms).code == ResponseCode.SUCCESS
+        assert remoting_send(client, "kept", deliver_ms).code == ResponseCode.SUCCESS
+        marker = client.call(RequestCode.SEND_MESSAGE_V2, send_fields(TOPIC, 0, properties={
+            "UNIQ_KEY": "0104AB" + b"marker".hex().upper(),
+            "TIMER_DEL_UNIQKEY": "0103AB" + b"cancelled".hex().upper(),
+            "TIMER_DELIVER_MS": str(deliver_ms)}), b"marker")
+        assert marker.code == ResponseCode.SUCCESS
+    finally:
+        client.close()
+        server.kill()  # before the deliver time: the restart rebuilds the schedule
+    again = BrokerProcess(store, broker_conf=conf).start()
+    try:
+        time.sleep(max(0.0, (deliver_ms - int(time.time() * 1000)) / 1000) + 1.0)
+    finally:
+        assert again.stop() == 0
+    with Broker.open(store_config(store, conf)) as broker:
+        views = wait_until(lambda: broker.pull("inspector", TOPIC, 0, 0, 32).messages)
+    assert [view.body for view in views] == [b"kept"]

@@ -123,3 +123,76 @@ def test_reopen_delivers_pending_timers_once(tmp_path):
         assert [view.body for view in views] == [b"short", b"long"]  # short not again
         assert views[1].store_timestamp_ms >= start + 2500
         assert broker.timer_service.pending_count() == 0
+
+
+def timer(topic: str, body: bytes, deliver_ms: int, key: str, **extra: str) -> Message:
+    return Message(topic, body, properties={"TIMER_DELIVER_MS": str(deliver_ms), **extra},
+                   unique_key=key)
+
+
+def test_a_delete_marker_cancels_the_pending_timer_of_its_unique_key(tmp_path):
+    with open_broker(tmp_path / "s") as broker:
+        start = now_ms()
+        broker.send(timer("cancel", b"gone", start + 600, "0C" * 16), queue_id=0)
+        broker.send(timer("cancel", b"gone too", start + 600, "0D" * 16), queue_id=0)
+        broker.send(timer("cancel", b"kept", start + 700, "0E" * 16), queue_id=0)
+        marker = broker.send(timer("cancel", b"x", start + 600, "0F" * 16,
+                                   TIMER_DEL_UNIQKEY="0C" * 16), queue_id=0)
+        assert marker.stored_topic == TIMER_TOPIC
+        broker.send(timer("cancel", b"y", start + 600, "1F" * 16,
+                          TIMER_DEL_UNIQKEY="cancel+" + "0D" * 16), queue_id=0)  # 5.2's form
+        broker.send(Message("cancel", b"z", properties={"TIMER_DEL_UNIQKEY": "0E" * 15},
+                            unique_key="2F" * 16), queue_id=0)  # no such timer, due now
+        assert [view.body for view in delivered(broker, "cancel", 1)] == [b"kept"]
+        time.sleep(0.3)
+        assert [view.body for view in read_all(broker, "cancel")] == [b"kept"]
+        assert broker.timer_service.cancelled_count == 2
+        assert broker.timer_service.pending_count() == 0
+
+
+def test_cancels_survive_a_restart_whichever_comes_first(tmp_path):
+    config = small_config(tmp_path / "s", tiny=False)
+    with Broker.open(config) as broker:
+        broker.timer_service.stop()  # the rebuild after the reopen reads every record
+        start = now_ms()
+        broker.send(timer("again", b"last", start + 2200, "0A" * 16), queue_id=0)
+        broker.send(timer("again", b"target", start + 1200, "0B" * 16), queue_id=0)
+        broker.send(timer("again", b"m", start + 1200, "0C" * 16,
+                          TIMER_DEL_UNIQKEY="0B" * 16), queue_id=0)
+        broker.send(timer("again", b"m", start + 1500, "0D" * 16,
+                          TIMER_DEL_UNIQKEY="0E" * 16), queue_id=0)  # sent before its target
+        broker.send(timer("again", b"late target", start + 1400, "0E" * 16), queue_id=0)
+    with Broker.open(config) as broker:
+        assert [view.body for view in delivered(broker, "again", 1)] == [b"last"]
+        assert now_ms() >= start + 2200
+        assert broker.timer_service.cancelled_count == 2
+    with Broker.open(config) as broker:  # what was cancelled stays cancelled
+        time.sleep(0.5)
+        assert [view.body for view in read_all(broker, "again")] == [b"last"]
+
+
+def test_a_marker_waits_for_targets_stored_until_its_time_even_in_a_backlog(tmp_path,
+                                                                           monkeypatch):
+    from postbox.storage_engine.broker import timer_service
+
+    config = small_config(tmp_path / "s", tiny=False)
+    with Broker.open(config) as broker:
+        broker.timer_service.stop()
+        start = now_ms()
+        broker.send(timer("late", b"last", start + 1500, "0A" * 16), queue_id=0)
+        broker.send(timer("late", b"m", start + 200, "0B" * 16,
+                          TIMER_DEL_UNIQKEY="0C" * 16), queue_id=0)
+        for n in range(4):  # a backlog between the marker and its target
+            broker.send(timer("late", b"filler", start + 1000, f"{n:02X}" * 16), queue_id=0)
+        broker.send(timer("late", b"target", start + 1000, "0C" * 16), queue_id=0)
+        broker.send(Message("late", b"m", properties={"TIMER_DEL_UNIQKEY": "0D" * 16},
+                            unique_key="0E" * 16), queue_id=0)  # its time is now
+        time.sleep(0.05)
+        broker.send(timer("late", b"after the marker", start + 1000, "0D" * 16), queue_id=0)
+    time.sleep(max(0.0, (start + 300 - now_ms()) / 1000))  # the first marker is past its time
+    monkeypatch.setattr(timer_service, "INGEST_BATCH_MAX", 2)
+    with Broker.open(config) as broker:
+        views = delivered(broker, "late", 6)
+        assert sorted(view.body for view in views) == [b"after the marker", *[b"filler"] * 4,
+                                                       b"last"]
+        assert broker.timer_service.cancelled_count == 1
