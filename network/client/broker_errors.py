@@ -9,7 +9,9 @@ against one transport handles the other:
 - 17 TOPIC_NOT_EXIST → ``RemotingTopicNotFoundError`` (``TopicNotFoundError``);
 - 2 SYSTEM_BUSY, 14 SERVICE_NOT_AVAILABLE, 215 FLOW_CONTROL, 1500 GO_AWAY →
   ``RemotingBrokerBusyError`` (``BrokerUnavailableError``: wait and try again);
-- 29 INVALID_PARAMETER → ``RemotingInvalidRequestError`` (``InvalidMessageError``);
+- 29 INVALID_PARAMETER, 13 MESSAGE_ILLEGAL (a message the broker refuses: too large, a bad
+  property, a timer past ``timerMaxDelaySec``) → ``RemotingInvalidRequestError``
+  (``InvalidMessageError``);
 - anything else → ``RemotingResponseError``.
 
 Every error carries the code, the broker's remark and its address. Pure; safe from any thread.
@@ -47,7 +49,8 @@ class RemotingBrokerBusyError(RemotingResponseError, BrokerUnavailableError):
 
 
 class RemotingInvalidRequestError(RemotingResponseError, InvalidMessageError):
-    """The broker found a request field invalid (29 INVALID_PARAMETER)."""
+    """The broker found a request field or the message invalid (29 INVALID_PARAMETER, 13
+    MESSAGE_ILLEGAL)."""
 
 
 _BY_CODE: dict[int, type[RemotingResponseError]] = {
@@ -59,6 +62,7 @@ _BY_CODE: dict[int, type[RemotingResponseError]] = {
     ResponseCode.FLOW_CONTROL: RemotingBrokerBusyError,
     ResponseCode.GO_AWAY: RemotingBrokerBusyError,
     ResponseCode.INVALID_PARAMETER: RemotingInvalidRequestError,
+    ResponseCode.MESSAGE_ILLEGAL: RemotingInvalidRequestError,
 }
 
 
