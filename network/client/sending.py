@@ -60,6 +60,7 @@ from postbox.storage_engine.formats import (
     MAX_MESSAGE_SIZE_BYTES,
     PROPERTIES_SIZE_MAX_BYTES,
     PROPERTY_DELAY,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     UniqueKeyGenerator,
     body_problem,
     decode_offset_msg_id,
@@ -210,7 +211,7 @@ class Sender:
             raise InvalidQueueError(f"sharding key must be a str, got {sharding_key!r}",
                                     topic=topic)
         unique_key = message.unique_key or self._keys.next()
-        properties = _properties_text(message, unique_key)
+        properties = _properties_text(message, unique_key, self._context.wire(topic))
         delay = (message.properties or {}).get(PROPERTY_DELAY)
         delay_level = min(int(delay), DELAY_LEVEL_MAX) if delay and delay.isdigit() else 0
         return Outgoing(message, self._context.wire(topic), body, properties, unique_key,
@@ -433,7 +434,7 @@ def _batch_problem(batch: list[Outgoing]) -> str | None:
     return None
 
 
-def _properties_text(message: Message, unique_key: str) -> str:
+def _properties_text(message: Message, unique_key: str, wire_topic: str) -> str:
     properties: dict[str, str] = {}
     for name, value in (message.properties or {}).items():
         if value is None:
@@ -441,6 +442,10 @@ def _properties_text(message: Message, unique_key: str) -> str:
         if problem := property_name_problem(name):
             raise InvalidMessageError(problem, topic=message.topic)
         properties[name] = str(value)
+    cancels = properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+    if cancels is not None and "+" not in cancels:  # Apache RocketMQ matches "topic+UNIQ_KEY",
+        # with the topic as it is stored (the namespaced name)
+        properties[PROPERTY_TIMER_DEL_UNIQKEY] = f"{wire_topic}+{cancels}"
     keys = message.keys_list()
     if keys:
         properties["KEYS"] = " ".join(keys)
