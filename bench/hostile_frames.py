@@ -22,13 +22,13 @@ from bench.remoting_raw import (
     pull_fields,
     send_fields,
 )
+from postbox.broker_node.namesrv.processor import GET_KV_CONFIG
 from postbox.broker_node.namesrv.route_bodies import register_body
 from postbox.broker_node.namesrv.route_table import QueueData
 from postbox.network.protocol.codes import RequestCode
 from postbox.network.protocol.wire import RemotingCommand, encode
 
 LONE = "\ud800"
-GET_KV_CONFIG = 101
 
 
 def nested_header(run: Any) -> dict[str, object]:

@@ -11,9 +11,7 @@ the banner, exit code 3).
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from .aggregate import summarise
@@ -27,10 +25,16 @@ from .inputs import (
     table_frames,
 )
 from .options import ReconcileOptions, ReconcileResult
-from .outputs import OUTPUT_NAMES, describe_inputs, judge, publish, write_summary_and_report
+from .outputs import (
+    OUTPUT_NAMES,
+    describe_inputs,
+    judge,
+    publish,
+    run_frame,
+    write_summary_and_report,
+)
 from .results import ReconcileSummary
 from .session import spark_session
-from .store_files import list_store_files
 from .table_export import Progress, export_tables, present_tables
 
 COPY_BUFFER_BYTES = 1 << 20
@@ -43,15 +47,9 @@ def run_reconciliation(options: ReconcileOptions, progress: Progress | None = No
     Raises:
         ReconcileError: an input could not be read (no outputs were written).
     """
-    report = progress or (lambda step, done, total: None)
-    started = time.monotonic()
-    as_of = options.as_of or datetime.now(UTC).replace(tzinfo=None)
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".reconcile-", dir=options.out_dir))
-    try:
-        report("read store", 0, 1)
-        files = list_store_files(options.store_dir)  # offsets first: see table_export
-        report("read store", 1, 1)
+    with run_frame(options, progress) as run:
+        report, started, as_of, staging, files = (run.report, run.started, run.as_of,
+                                                   run.staging, run.files)
         spark = spark or spark_session(options.master, jars=options.jdbc_jars,
                                        conf=options.spark_conf,
                                        python=options.executor_python,
@@ -76,8 +74,6 @@ def run_reconciliation(options: ReconcileOptions, progress: Progress | None = No
         inputs.store_rows.unpersist()
         inputs.extents.unpersist()
         return ReconcileResult(summary, options.out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _inputs(spark, options: ReconcileOptions, files, staging: Path,

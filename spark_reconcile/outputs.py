@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
+import time
 from collections import Counter
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .classes import ALL_CLASSES, MessageClass
+from .options import ReconcileOptions
 from .report_html import render_report
 from .results import ClassCount, ReconcileSummary
-from .store_files import StoreFiles
-from .table_export import describe_url
+from .store_files import StoreFiles, list_store_files
+from .table_export import Progress, describe_url
 
 OUTPUT_NAMES = ("classification", "classification.csv", "summary.json", "report.html")
 SAMPLE_CLASSES = (MessageClass.LOST, MessageClass.DEAD_LETTERED, MessageClass.EXHAUSTED,
@@ -90,3 +95,33 @@ def publish(staging: Path, out_dir: Path) -> None:
 
 __all__ = ["OUTPUT_NAMES", "SAMPLES_PER_CLASS", "SAMPLE_CLASSES", "describe_inputs",
            "fill_counts", "judge", "publish", "write_summary_and_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunFrame:
+    """What every engine's run starts from: its progress callback, start time, ``as_of``, a
+    staging directory inside the output folder (published whole at the end) and the store's
+    files, listed before anything else is read (offsets first: see ``table_export``)."""
+
+    report: Progress
+    started: float
+    as_of: datetime
+    staging: Path
+    files: StoreFiles
+
+
+@contextmanager
+def run_frame(options: ReconcileOptions, progress: Progress | None) -> Iterator[RunFrame]:
+    """A run's ``RunFrame``; the staging directory is removed when the run ends, however."""
+    report = progress or (lambda step, done, total: None)
+    started = time.monotonic()
+    as_of = options.as_of or datetime.now(UTC).replace(tzinfo=None)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".reconcile-", dir=options.out_dir))
+    try:
+        report("read store", 0, 1)
+        files = list_store_files(options.store_dir)
+        report("read store", 1, 1)
+        yield RunFrame(report, started, as_of, staging, files)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

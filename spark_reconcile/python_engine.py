@@ -12,13 +12,10 @@ either). Memory grows with the tables: this engine is for small inputs.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Set
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 import sqlalchemy as sa
 
@@ -37,7 +34,14 @@ from .incremental import (
     touched_ids,
 )
 from .options import ReconcileOptions, ReconcileResult
-from .outputs import describe_inputs, fill_counts, judge, publish, write_summary_and_report
+from .outputs import (
+    describe_inputs,
+    fill_counts,
+    judge,
+    publish,
+    run_frame,
+    write_summary_and_report,
+)
 from .python_classify import Tables
 from .python_outputs import write_classification, write_csv
 from .results import (
@@ -49,7 +53,6 @@ from .results import (
     TopicResends,
 )
 from .store_decode import DLQ, PROBLEM, RETRY, queue_extent
-from .store_files import list_store_files
 from .table_export import (
     LOG_COLUMNS,
     PROCESSED_COLUMNS,
@@ -69,15 +72,9 @@ def run_python_reconciliation(options: ReconcileOptions, progress: Progress | No
     Raises:
         ReconcileError: an input could not be read (no outputs were written).
     """
-    report = progress or (lambda step, done, total: None)
-    started = time.monotonic()
-    as_of = options.as_of or datetime.now(UTC).replace(tzinfo=None)
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".reconcile-", dir=options.out_dir))
-    try:
-        report("read store", 0, 1)
-        files = list_store_files(options.store_dir)  # offsets first: see table_export
-        report("read store", 1, 1)
+    with run_frame(options, progress) as run:
+        report, started, as_of, staging, files = (run.report, run.started, run.as_of,
+                                                   run.staging, run.files)
         state = load_state(options.out_dir) if options.incremental else None
         report("scan store files", 0, len(files.segments))
         store_rows, fresh, segments, scanned = scan_store(files, state, options.check_crc)
@@ -112,8 +109,6 @@ def run_python_reconciliation(options: ReconcileOptions, progress: Progress | No
         save_state(options.out_dir, State(as_of, segments))
         report("write report", 1, 1)
         return ReconcileResult(summary, options.out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def read_tables(database_url: str, report: Progress, watermark: datetime | None = None,

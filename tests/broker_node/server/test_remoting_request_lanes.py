@@ -7,16 +7,14 @@ lane. Real process, real sockets."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.hostile_requests import QueryFlood
 from bench.remoting_raw import RawRemotingClient, send_fields
 from postbox.network.protocol.codes import RequestCode, ResponseCode
-from postbox.network.protocol.wire import RemotingCommand, encode
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.polling import wait_until
 
@@ -86,58 +84,12 @@ def test_the_heartbeat_limits_are_set_on_the_command_line(start_broker):
     assert routed(broker, "%RETRY%OK2") == ResponseCode.SUCCESS
 
 
-class Flood:
-    """Connections that write pipelined QUERY_MESSAGE frames as fast as the broker reads them
-    and throw the answers away."""
-
-    def __init__(self, address: str, connections: int = 8, frames: int = 2000) -> None:
-        host, port = address.rsplit(":", 1)
-        query = RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
-            "topic": "TP", "key": "k", "maxNum": 32, "beginTimestamp": 0,
-            "endTimestamp": 2**62})
-        self._blob = encode(query) * frames
-        self._stop = threading.Event()
-        self._sockets = [socket.create_connection((host, int(port))) for _ in range(connections)]
-        self.answered_bytes = 0
-        self.overloaded = 0  # answers refusing a query: the query lane's queue is full
-        self._threads = [threading.Thread(target=target, args=(sock,), daemon=True)
-                         for sock in self._sockets for target in (self._write, self._drain)]
-        for thread in self._threads:
-            thread.start()
-
-    def _write(self, sock: socket.socket) -> None:
-        try:
-            while not self._stop.is_set():
-                sock.sendall(self._blob)
-        except OSError:
-            pass
-
-    def _drain(self, sock: socket.socket) -> None:
-        try:
-            while data := sock.recv(1 << 16):
-                self.answered_bytes += len(data)
-                self.overloaded += data.count(b"[OVERLOAD]")
-        except OSError:
-            pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        for sock in self._sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-        for thread in self._threads:
-            thread.join(10)
-
-
 def test_sends_keep_completing_under_a_flood_of_queries(start_broker):
     broker = start_broker()
     with RawRemotingClient(broker.remoting_address) as producer:
         keyed = send_fields("TP", 0, properties={"KEYS": "k"})
         assert producer.call(RequestCode.SEND_MESSAGE_V2, keyed, b"indexed").code == 0
-        flood = Flood(broker.remoting_address)
+        flood = QueryFlood(broker.remoting_address)
         try:
             wait_until(lambda: flood.overloaded, timeout_s=60, what="a query refused [OVERLOAD]")
             # asynchronous sends: all in one write, so they meet the flood's full queue at once
