@@ -79,7 +79,8 @@ def send_half(parts: ServiceParts, message: Message, group: str | None) -> tuple
 
 def end(parts: ServiceParts, request: service.EndTransactionRequest,
         context: grpc.ServicerContext) -> service.EndTransactionResponse:
-    """EndTransaction."""
+    """EndTransaction (PUB on the topic: ending a transaction publishes or discards)."""
+    parts.authorize(context)  # the signature before anything in the request is judged
     topic = topic_name(request.topic)
     parts.authorize(context, topics=[topic], write=True)
     parts.sessions.touch(client_id(metadata(context)), parts.clock.now_ms())

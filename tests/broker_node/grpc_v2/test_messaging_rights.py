@@ -129,7 +129,9 @@ def operations() -> list[tuple[str, Call, set[str]]]:
         ("NotifyClientTermination", unary("NotifyClientTermination",
                                           service.NotifyClientTerminationRequest(
                                               group=resource("billing"))), {"group_sub"}),
-        ("EndTransaction", unary("EndTransaction", service.EndTransactionRequest()), set()),
+        ("EndTransaction", unary("EndTransaction", service.EndTransactionRequest(
+            topic=resource("orders"), message_id="0102AB", transaction_id="no-such-half",
+            resolution=definition.COMMIT)), {"topic_pub"}),
         ("RecallMessage", unary("RecallMessage", service.RecallMessageRequest()), set()),
         ("SyncLiteSubscription", unary("SyncLiteSubscription",
                                        service.SyncLiteSubscriptionRequest()), set()),
