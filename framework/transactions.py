@@ -44,7 +44,7 @@ from postbox.storage_engine.formats import MessageView
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TRANSACTION_GROUP = "POSTBOX_TRANSACTION_PRODUCER"
+DEFAULT_TRANSACTION_GROUP = "postbox-transactions"
 """The producer group of ``send_in_transaction`` when none is named; applications sharing a
 broker name their own (the broker asks any producer of the group about any of its halves)."""
 
