@@ -27,6 +27,7 @@ from postbox.broker_node.namesrv.route_bodies import register_body
 from postbox.broker_node.namesrv.route_table import QueueData
 from postbox.network.protocol.codes import RequestCode
 from postbox.network.protocol.wire import RemotingCommand, encode
+from postbox.storage_engine.formats.topic_names import DELAY_TOPIC
 
 LONE = "\ud800"
 
@@ -67,7 +68,7 @@ def surrogate_requests() -> list[tuple[bool, str, int, dict[str, object], bytes]
          pull_fields("G", "T", 0, 0, subscription=LONE), b""),
         (False, "send topic", rc.SEND_MESSAGE_V2, send_fields("T" + LONE, 0), b"x"),
         (False, "send system topic", rc.SEND_MESSAGE_V2,
-         send_fields("SCHEDULE_TOPIC_XXXX" + LONE, 0), b"x"),
+         send_fields(DELAY_TOPIC + LONE, 0), b"x"),
         (False, "send trace topic", rc.SEND_MESSAGE_V2,
          send_fields("RMQ_SYS_TRACE_TOPIC", 0, group=LONE), b"x"),
         (False, "send properties", rc.SEND_MESSAGE_V2,

@@ -22,6 +22,7 @@ from postbox.broker_node.namesrv.route_table import QueueData
 from postbox.network.protocol.acl_signature import sign, sign_request
 from postbox.network.protocol.codes import RequestCode, ResponseCode
 from postbox.network.protocol.wire import RemotingCommand, encode
+from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC
 
 RC = RequestCode
 ACL = {"accounts": [
@@ -192,7 +193,7 @@ def retry_forgery(run: Any) -> dict[str, object]:
     forged = 0
     with RawRemotingClient(run.broker.remoting) as client:
         created = signed_call(client, "ops", RC.UPDATE_AND_CREATE_TOPIC, {
-            "topic": "orders", "defaultTopic": "TBW102", "readQueueNums": 1,
+            "topic": "orders", "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": 1,
             "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0, "order": False})
         for number in range(10):
@@ -259,7 +260,7 @@ def signature_replay(run: Any) -> dict[str, object]:
         stats = sign_request(client.request(RC.GET_TOPIC_STATS_INFO, {"topic": "Good"}),
                              "ops", SECRETS["ops"])
         create = _official(client, RC.UPDATE_AND_CREATE_TOPIC, {
-            "topic": "scratch", "defaultTopic": "TBW102", "readQueueNums": 1,
+            "topic": "scratch", "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": 1,
             "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0, "order": False})
         official_stats = _official(client, RC.GET_TOPIC_STATS_INFO, {"topic": "scratch"})

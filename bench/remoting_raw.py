@@ -23,6 +23,7 @@ from postbox.network.protocol.wire import (
     WireError,
     encode,
 )
+from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC
 
 
 class RawRemotingClient:
@@ -176,7 +177,7 @@ def properties_text(properties: dict[str, str]) -> str:
 def send_fields(topic: str, queue_id: int = 0, *, properties: dict[str, str] | None = None,
                 group: str = "PG", v2: bool = True, **extra: Any) -> dict[str, Any]:
     """The header of a send (V2 one-letter keys, or V1 names)."""
-    fields = {"producerGroup": group, "topic": topic, "defaultTopic": "TBW102",
+    fields = {"producerGroup": group, "topic": topic, "defaultTopic": AUTO_CREATE_TOPIC,
               "defaultTopicQueueNums": 4, "queueId": queue_id, "sysFlag": 0,
               "bornTimestamp": 1_700_000_000_000, "flag": 0,
               "properties": properties_text(properties or {}), "reconsumeTimes": 0,
