@@ -51,6 +51,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import sessionmaker
 
+from bench.peers import BenchError, run_and_print
 from postbox import migrations, outbox
 from postbox.framework import App, BatchMessage, Producer, SendResult
 from postbox.outbox import message_stub
@@ -66,10 +67,6 @@ MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/bench10m?local_infile=1"
 RETENTION = timedelta(days=7)
 DAY_STEPS = 24
 stub = message_stub.c
-
-
-class BenchError(RuntimeError):
-    """A result the bench checks came out wrong."""
 
 
 def parse_sizes(value: str) -> list[int]:
@@ -564,17 +561,7 @@ def render(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        report = run(args)
-    except BenchError as error:
-        print(f"outbox-scale bench: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(report, indent=1, default=str))
-    else:
-        render(report)
-    return 0
+    return run_and_print(run, render, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def run_and_print(run: Callable[[Any], dict], render: Callable[[dict], None], ar
         print(f"[bench] FAILED: {error}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2, default=str))  # datetimes and paths as text
     else:
         render(report)
     return 0
