@@ -55,7 +55,9 @@ def test_the_console_reads_a_running_broker_through_remoting(tmp_path: Path) -> 
         with RemotingBroker(server.namesrv_address) as remote:
             remote.create_topic("orders", 2)
             receipt = remote.send(Message("orders", b"plain text", keys=["o-1"]), queue_id=0)
-            [view] = remote.pull("g1", "orders", 0, receipt.queue_offset, max_count=1).messages
+            # the send is acknowledged before the queue's dispatch: a long poll waits for it
+            [view] = remote.pull("g1", "orders", 0, receipt.queue_offset, max_count=1,
+                                 suspend_timeout_ms=20_000).messages
             remote.send_back("g1", view, delay_level=-1, reason="ValueError: order 7 is bad")
             remote.commit_offset("g1", "orders", 0, receipt.queue_offset + 1)
         with console_process(["--broker", f"rocketmq://{server.namesrv_address}"]) as url, \
