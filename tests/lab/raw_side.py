@@ -87,7 +87,8 @@ def send(client: RawRemotingClient, topic: str, body: str, properties: dict[str,
          group: str = "sbs-producer", sys_flag: int = 0) -> RemotingCommand:
     """One SEND_MESSAGE_V2 to queue 0 of ``topic`` (auto-created on both brokers)."""
     return client.call(SEND, send_fields(topic, 0, properties=properties, group=group,
-                                         sysFlag=sys_flag), body.encode())
+                                         sysFlag=sys_flag, bornTimestamp=int(time.time() * 1000)),
+                       body.encode())
 
 
 def send_half(client: RawRemotingClient, topic: str, body: str, group: str) -> dict[str, str]:
