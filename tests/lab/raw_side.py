@@ -4,7 +4,7 @@ scenario can send what the official clients never send (garbage timer properties
 unknown halves, answers from the wrong producer group) and observe response codes as they are.
 
 - ``SHARED_SETTINGS``: the broker.conf keys both brokers get: checks of pending half messages
-  after 2 s, every 2 s, at most 2 (then the half is discarded), and a timer roll window of 20
+  after 3 s, every 2 s, at most 2 (then the half is discarded), and a timer roll window of 20
   slots (1 s each), so "past the roll window" is 21 s ahead. ``APACHE_ONLY_SETTINGS``: Apache
   gathers its op records (the ends of halves) for ``transactionOpBatchInterval`` (3 s) before
   writing them, and a check pass in between would check a half already ended; 100 ms here.
@@ -34,7 +34,7 @@ from postbox.storage_engine.formats import decode_offset_msg_id
 from tests.support.broker_process import TEST_BROKER_CONF, BrokerProcess
 from tests.support.stored_records import decode_records
 
-SHARED_SETTINGS = {"transactionTimeOut": "2000", "transactionCheckInterval": "2000",
+SHARED_SETTINGS = {"transactionTimeOut": "3000", "transactionCheckInterval": "2000",
                    "transactionCheckMax": "2", "timerRollWindowSlot": "20"}
 APACHE_ONLY_SETTINGS = {"transactionOpBatchInterval": "100"}
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
