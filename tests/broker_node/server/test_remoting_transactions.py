@@ -2,7 +2,8 @@
 END_TRANSACTION commit and rollback with their op records, refusals of an unknown or mismatched
 half, an already-ended half answered SUCCESS without a write (nothing lost or doubled),
 check-back to a heartbeat-registered producer answered by commit, rollback or unknown, the
-discard after ``transactionCheckMax`` checks, and pending halves found again after a ``postbox broker`` process is killed with SIGKILL."""
+discard after ``transactionCheckMax`` checks, and pending halves found again after a ``postbox
+broker`` process is killed with SIGKILL."""
 
 from __future__ import annotations
 

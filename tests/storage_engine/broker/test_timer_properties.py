@@ -19,7 +19,7 @@ from postbox.storage_engine.errors import InvalidMessageError
 NOW = 1_800_000_000_000
 
 
-@pytest.mark.parametrize("text, value", [
+@pytest.mark.parametrize(("text", "value"), [
     ("5", 5), ("+5", 5), ("-5", -5), ("\u0665", 5), ("0012", 12),
     (str(2**63 - 1), 2**63 - 1), (str(-(2**63)), -(2**63))])
 def test_java_long_accepts_what_long_parselong_accepts(text, value):
@@ -29,7 +29,7 @@ def test_java_long_accepts_what_long_parselong_accepts(text, value):
 @pytest.mark.parametrize("text", [
     "", "+", "-", " 5", "5 ", "5_0", "1.5", "0x10", "soon", str(2**63), str(-(2**63) - 1)])
 def test_java_long_refuses_what_long_parselong_refuses(text):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Java long"):
         java_long(text)
 
 
