@@ -73,6 +73,9 @@ from .validation import InvalidMessageError, check_properties, check_unique_key,
 
 MESSAGE_GROUP_LENGTH_MAX = 128
 """Longest ``message_group`` (as the gRPC endpoint accepts)."""
+MARKER_LEAD_MS = 1000
+"""How far ahead ``cancel_timer`` puts a delete marker by default (a broker refuses a marker
+whose moment has passed; one second is Apache RocketMQ's timer precision)."""
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -249,10 +252,11 @@ class Producer:
         delivered already is not recalled.
 
         Args:
-            deliver_at: the marker's own moment (default now). Postbox cancels whatever it
-                is, and a marker sent before its target waits for the target until then; an
-                Apache RocketMQ broker matches a marker only with a target of the same second,
-                so pass the target's ``deliver_at`` there.
+            deliver_at: the marker's own moment (default one second from now: a broker
+                refuses a marker whose moment has passed, as Apache RocketMQ does). Postbox
+                cancels whatever it is, and a marker sent before its target waits for the
+                target until then; an Apache RocketMQ broker matches a marker only with a
+                target of the same second, so pass the target's ``deliver_at`` there.
 
         Raises:
             InvalidMessageError: a bad ``unique_key`` or ``deliver_at``.
@@ -260,7 +264,8 @@ class Producer:
         """
         self._check_open(topic)
         check_unique_key(unique_key)
-        moment = self._clock.now_ms() if deliver_at is None else deliver_at_ms(topic, deliver_at)
+        moment = (self._clock.now_ms() + MARKER_LEAD_MS if deliver_at is None
+                  else deliver_at_ms(topic, deliver_at))
         marker = Message(topic, b"TIMER_DEL_UNIQKEY", properties={
             PROPERTY_TIMER_DEL_UNIQKEY: unique_key, PROPERTY_TIMER_DELIVER_MS: str(moment)},
             unique_key=self._ids.next())
