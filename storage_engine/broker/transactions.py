@@ -270,7 +270,8 @@ class HalfMessages:
                     self._pending[half.log_position] = half
                     self._by_key[half.key] = half.log_position
             raise
-        log.info("[transactions] %s %s of group %s (half %d)", state.name.lower(),
+        # DEBUG: a line per message (as a normal send has none) cost more than the end itself
+        log.debug("[transactions] %s %s of group %s (half %d)", state.name.lower(),
                  view.unique_key or half.key, half.producer_group, half.queue_offset)
         return result
 
