@@ -124,9 +124,17 @@ def receive_until(consumer, done: Callable[[list[Delivery]], bool], timeout_s: f
 
 def ready_consumer(clients: list, target: GrpcTarget, group: str, topic: str):
     """A simple consumer that has asked once already (an Apache group starts at the end of
-    the queue at its first receive: nothing sent afterwards is missed)."""
+    the queue at its first receive: nothing sent afterwards is missed). The Apache proxy may
+    refuse a receive that comes before the client's settings (``"settings" is null``): it is
+    asked again."""
     consumer = start_simple_consumer(clients, configuration(target.endpoint), group, topic,
                                      await_duration_s=2)
+    for attempt in range(10):
+        try:
+            consumer.receive(16, INVISIBLE_S)
+            return consumer
+        except Exception:  # the Apache proxy refuses a receive before the settings
+            time.sleep(0.5 * (attempt + 1))
     consumer.receive(16, INVISIBLE_S)
     return consumer
 
