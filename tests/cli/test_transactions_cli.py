@@ -6,7 +6,6 @@ by hand to their real topic and queue (refused twice unless ``--force``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,7 @@ def open_broker(root: Path, clock: FakeClock) -> Broker:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[tuple[Path, FakeClock]]:
+def store(tmp_path: Path) -> tuple[Path, FakeClock]:
     """Discarded: C, D (checked once, then given up on); pending: B (checked once), A (not
     yet); E committed."""
     root = tmp_path / "store"
@@ -65,7 +64,7 @@ def store(tmp_path: Path) -> Iterator[tuple[Path, FakeClock]]:
         half = broker.send_half(Message(TOPIC, b"E", unique_key="UE"), "PG", queue_id=0)
         broker.end_transaction(HalfReceipt.of("PG", half), TransactionState.COMMIT)
         assert broker.store.wait_dispatched()
-    yield root, clock
+    return root, clock
 
 
 def store_args(root: Path) -> list[str]:
