@@ -7,12 +7,13 @@ one module-scoped target each): the same scenario, the same assertions.
   Telemetry stream) settles those, one commit and one rollback. A ``SimpleConsumer`` started
   first sees exactly the two committed messages, each once.
 - Timers: messages sent with ``delivery_timestamp`` a few seconds ahead are received at that
-  moment within the timer precision (1 s: Apache's ``timerPrecisionMs``; Postbox keeps the
-  exact millisecond), never before the moment less that precision. The client (5.1.x) puts
-  ``delivery_timestamp`` into the protocol's ``Timestamp.seconds`` as given, although its
-  docstring says milliseconds: in seconds it works on both; in milliseconds Apache's proxy
-  refuses the send (INTERNAL_SERVER_ERROR "Timestamp is not valid") and Postbox reads it as
-  milliseconds (a seconds value past year 5138 can only be one).
+  moment (the timer precision is 1 s: Apache's ``timerPrecisionMs``; Postbox keeps the exact
+  millisecond), never before the moment less that precision; the lateness is printed. The
+  client (5.1.x) puts ``delivery_timestamp`` into the protocol's ``Timestamp.seconds`` as
+  given, although its docstring says milliseconds: in seconds it works on both; in
+  milliseconds Apache's proxy refuses the send (INTERNAL_SERVER_ERROR "Timestamp is not
+  valid") and Postbox reads it as milliseconds (a seconds value past year 5138 can only be
+  one).
 - FIFO: six messages in two message groups, sent interleaved to a FIFO topic, received by a
   ``SimpleConsumer`` of a group that consumes orderly; the head of one group is not acked at its
   first attempt, comes back after the invisible time, and each group's messages settle in send
@@ -48,9 +49,11 @@ TX_GROUP, TIMER_GROUP, FIFO_GROUP = "peers-py-tx", "peers-py-timer", "peers-py-f
 RETRY_MAX_TIMES = 2
 INVISIBLE_S = 10  # the Apache proxy refuses less (minInvisibleTimeMillsForRecv)
 PRECISION_MS = 1000  # Apache's timerPrecisionMs
-RECEIVE_SLACK_MS = 1500
-"""A received timer may come this much later than its moment plus the precision: the long poll's
-wake-up and a loaded machine (the figures are printed)."""
+RECEIVE_SLACK_MS = 15_000
+"""A received timer may come this much later than its moment plus the precision: the figures are
+printed, not compared tightly (the machine is shared and loaded; the timer benchmark measures
+lateness). Measured: Postbox 5-22 ms, Apache 0.1-0.4 s. Never earlier than the moment less the
+precision: that is asserted strictly."""
 CHECK_TIMEOUT_S = {"apache": 120, "postbox": 60}  # Apache's check pass runs every 30 s
 
 
