@@ -294,11 +294,19 @@ class Producer:
         self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
         self._checks.set(group, check)
-        message = Message(topic, body, tags=tags, keys=keys, properties=dict(properties or {}),
-                          unique_key=unique_key or self._ids.next())
-        half = self._client.send_half(message, group, queue_id=queue_id,
-                                      sharding_key=sharding_key)
-        return end_local_transaction(self._client, group, half, execute)
+        msg_id = unique_key or self._ids.next()
+
+        def run(sent_properties: dict[str, str]) -> TransactionResult:
+            message = Message(topic, body, tags=tags, keys=keys, properties=sent_properties,
+                              unique_key=msg_id)
+            half = self._client.send_half(message, group, queue_id=queue_id,
+                                          sharding_key=sharding_key)
+            return end_local_transaction(self._client, group, half, execute)
+
+        if self._tracing is None:
+            return run(dict(properties or {}))
+        return self._tracing.transaction(topic, dict(properties or {}), run, message_id=msg_id,
+                                         tags=tags, remote=self._client.remote)
 
     def register_transaction_check(self, check: Check, *,
                                    group: str = DEFAULT_TRANSACTION_GROUP) -> None:
