@@ -9,7 +9,11 @@ under ``CI=true``: CI builds it with ``make``); the tests of the switch itself a
 from __future__ import annotations
 
 import mmap
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -218,6 +222,15 @@ def test_a_damaged_pull_body_fails_with_the_same_error(case: tuple[bytes, int]) 
 
 
 # ---------------------------------------------------------------------------- the switch
+
+def test_one_loads_the_extension_and_the_command_line_names_it() -> None:
+    assert engine.load_native("1") is native
+    env = {**os.environ, "POSTBOX_NATIVE": "1"}
+    version = subprocess.run([str(Path(sys.executable).with_name("postbox")), "--version"],
+                             env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert version.stdout.strip().endswith(f"(engine: native (postbox-native "
+                                           f"{native.__version__}))")
+
 
 def test_the_process_runs_the_engine_the_switch_chose() -> None:
     assert engine.ENGINE in (engine.NATIVE, engine.PYTHON)
