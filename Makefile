@@ -15,14 +15,31 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark,server,docs]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+# The optional native engine (native/: Rust with PyO3, the postbox-native distribution, built by
+# maturin) is built and installed into the venv when cargo is on PATH; without cargo nothing is
+# built and every command runs the pure-Python engine (POSTBOX_NATIVE=auto picks whichever is
+# installed). Targets that run Postbox depend on $(INSTALLED).
+NATIVE_STAMP := $(VENV)/.postbox-native-installed
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
+ifneq ($(shell command -v cargo 2>/dev/null),)
+INSTALLED := $(STAMP) $(NATIVE_STAMP)
+else
+INSTALLED := $(STAMP)
+endif
+
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SOURCES)
+	$(BIN)/python -m pip install --quiet "maturin>=1.5,<2"
+	cd native && VIRTUAL_ENV=$(CURDIR)/$(VENV) $(CURDIR)/$(BIN)/maturin develop --release --quiet
+	@touch $(NATIVE_STAMP)
+
+demo: $(INSTALLED)
 	$(BIN)/postbox demo
 
 # ruff (style and bug patterns), import-linter (layering, .importlinter), mypy (types; the
 # public surfaces strictly, see [tool.mypy] in pyproject.toml). The last two read the package
 # as installed, postbox/storage_engine/… (scripts/namespace_tree.py lays it out).
 NAMESPACE_TREE := build/namespace
-lint: $(STAMP)
+lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/namespace_tree.py $(NAMESPACE_TREE)
 	cd $(NAMESPACE_TREE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(BIN)/lint-imports \
@@ -36,7 +53,7 @@ lint: $(STAMP)
 # drops the very warnings --strict counts. Its own tree (mkdocs.yml reads it), so it may run
 # beside `make lint`.
 DOCS_TREE := build/docs-namespace
-docs: $(STAMP)
+docs: $(INSTALLED)
 	$(BIN)/python scripts/namespace_tree.py $(DOCS_TREE)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
@@ -45,27 +62,27 @@ test: lint
 
 # The long runs `make test` leaves out (marker `slow`): the 100-kill crash loop and the
 # 400-example power-loss property test (a few minutes each); CI runs them.
-test-slow: $(STAMP)
+test-slow: $(INSTALLED)
 	$(BIN)/python -m pytest -q -m slow
 
 # The official RocketMQ peers (Java producer and consumers, the Go client, mqadmin) against the
 # lab's Apache RocketMQ and a `postbox broker` process (marker `peers`, about 5 minutes with
 # the lab's start); CI runs it beside the other passes, `make test` leaves it out.
-test-peers: $(STAMP)
+test-peers: $(INSTALLED)
 	$(BIN)/python -m pytest -q -m peers
 
 # The chaos soak of the whole topology (marker `soak`, bench/soak: its `ci` profile, 3 minutes
 # of faults on producer, relay and consumer processes, a broker process, PostgreSQL and Redis of
 # its own, then the end checks and `postbox reconcile`; about 6 minutes). CI runs it beside the
 # other passes; it needs root (a tmpfs for the broker's store) and PostgreSQL's binaries.
-test-soak: $(STAMP)
+test-soak: $(INSTALLED)
 	$(BIN)/python -m pytest -q -m soak -o log_cli=true --log-cli-level=WARNING tests/soak
 
 # The database-backed suites again on the database named by POSTBOX_TEST_DATABASE_URL (and the
 # Redis of POSTBOX_REDIS_URL when set); CI runs it for PostgreSQL and MariaDB.
 DATABASE_SUITES := tests/outbox tests/idempotency tests/migrations tests/examples \
                    tests/spark_reconcile/test_framework_scenario.py
-test-database: $(STAMP)
+test-database: $(INSTALLED)
 	@test -n "$$POSTBOX_TEST_DATABASE_URL" || { echo "set POSTBOX_TEST_DATABASE_URL"; exit 2; }
 	$(BIN)/python -m pytest -q $(DATABASE_SUITES)
 
@@ -73,15 +90,15 @@ test-database: $(STAMP)
 # against the compatibility lab's live Apache RocketMQ (tests/support/transports.py says which
 # tests each run keeps; `make test` is the embedded run).
 TRANSPORT_SUITES := tests/framework tests/outbox tests/idempotency tests/examples
-test-postbox-transport: $(STAMP)
+test-postbox-transport: $(INSTALLED)
 	$(BIN)/python -m pytest -q --transport postbox $(TRANSPORT_SUITES)
 
-test-rocketmq-transport: $(STAMP)
+test-rocketmq-transport: $(INSTALLED)
 	$(BIN)/python -m pytest -q --transport rocketmq $(TRANSPORT_SUITES)
 
 test-transports: test-postbox-transport test-rocketmq-transport
 
-bench: $(STAMP)
+bench: $(INSTALLED)
 	$(BIN)/python -m bench.store_bench
 
 clean:
