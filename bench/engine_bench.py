@@ -9,7 +9,8 @@ repetition on the same settings; the figures are store_bench's (a fresh store pe
 dispatch included in put), medians over ``--reps``. Rows: ``put_single`` (``put_message``,
 ASYNC, until readable), ``put_batch`` (``put_messages``), the two "calls only" timings,
 ``get`` (``get_message``, batch 32, every body touched) and ``lookup`` (``query_by_key``).
-SYNC puts are left out: they wait on the disk, not on record coding. A missing native engine fails the run (exit 2).
+SYNC puts are left out: they wait on the disk, not on record coding. A missing native
+engine fails the run (exit 2).
 """
 
 from __future__ import annotations
