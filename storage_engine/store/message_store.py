@@ -53,7 +53,6 @@ from ..errors import (
     StoreNotWritableError,
 )
 from ..formats import END_FILE_MIN_BLANK_LENGTH, PROPERTY_WAIT, MessageView, TagFilter, encode_host
-from ..formats.engine import ENGINE
 from ..ha import HAMasterService, HASlaveClient, LogTimestampDispatcher, RecordBoundary
 from ..service import Service
 from . import read_only
@@ -566,7 +565,6 @@ class MessageStore:
         return {
             "root_dir": str(self.config.root_dir),
             "read_only": self.read_only,
-            "engine": ENGINE,
             "commit_log": {
                 "min_position": self.commit_log.min_position,
                 "max_position": self.commit_log.max_position,
