@@ -8,7 +8,10 @@
 //! Why the slice is sound: the buffer is C-contiguous (checked), its pointer and length come
 //! from the exporter and stay valid while `PyBuffer` is held, and the slice does not outlive
 //! the closure that holds it. Every caller holds the GIL for the whole closure, so no Python
-//! thread writes the bytes meanwhile (the store's writers copy into a segment under the GIL).
+//! code writes the bytes meanwhile (a segment's writes are mmap slice assignments, under the
+//! GIL). A write through the file (`pwrite`, GIL released) could still change mapped pages;
+//! the store reads only records below its written position, which such writes leave alone,
+//! as the pure-Python reader relies on too. The extension never writes through the slice.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
