@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
 .PHONY: demo test test-slow test-peers test-soak test-database test-transports test-postbox-transport \
-        test-rocketmq-transport lint docs bench clean
+        test-rocketmq-transport test-python-engine lint docs bench clean
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
@@ -97,6 +97,11 @@ test-rocketmq-transport: $(INSTALLED)
 	$(BIN)/python -m pytest -q --transport rocketmq $(TRANSPORT_SUITES)
 
 test-transports: test-postbox-transport test-rocketmq-transport
+
+# The store's and the remote client's suites on the pure-Python engine, for a machine where
+# `make` installed the native one (which every other target then runs: POSTBOX_NATIVE=auto).
+test-python-engine: $(INSTALLED)
+	POSTBOX_NATIVE=0 $(BIN)/python -m pytest -q tests/storage_engine tests/network/client
 
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.store_bench
