@@ -9,7 +9,8 @@ repetition on the same settings; the figures are store_bench's (a fresh store pe
 dispatch included in put), medians over ``--reps``. Rows: ``put_single`` (``put_message``,
 ASYNC, until readable), ``put_batch`` (``put_messages``), the two "calls only" timings,
 ``get`` (``get_message``, batch 32, every body touched) and ``lookup`` (``query_by_key``).
-SYNC puts are left out: they wait on the disk, not on record coding. A missing native
+SYNC puts are left out: they wait on the disk, not on record coding. Then ``codec_figures``
+times each codec of ``formats.engine`` with both engines in this process. A missing native
 engine fails the run (exit 2).
 """
 
@@ -27,6 +28,8 @@ from bench.peers import BenchError, run_and_print
 
 ENGINES = (("python", "0"), ("native", "1"))
 ROWS = ("put_single", "put_single_calls", "put_batch", "put_batch_calls", "get", "lookup")
+CODEC_CALLS = 20_000
+CODEC_ROUNDS = 5
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +66,47 @@ def engine_figures(args: argparse.Namespace, setting: str) -> dict:
             for size, figures in report["sizes"].items()}
 
 
+def codec_figures(size: int) -> dict[str, dict[str, float]]:
+    """Nanoseconds per call of each codec, reference and native, in this process: the best of
+    ``CODEC_ROUNDS`` interleaved rounds of ``CODEC_CALLS`` calls (the least disturbed by other
+    load). A pull body is 32 records."""
+    import timeit
+
+    import postbox_native as native
+
+    from postbox.storage_engine.formats import hashing, properties, received_record, record
+
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    props = properties.encode_properties({"KEYS": "k1", "TAGS": "t", "UNIQ_KEY": "A" * 32})
+    props += record.PROPERTY_CRC_PLACEHOLDER
+    arguments = (b"bench", False, body, props, 1, 0, 7, 4096, 0, 1, bytes(8), 2, bytes(8), 0, 0,
+                 hashing.masked_crc32(body))
+    one = record.seal_property_crc(record.encode_record_parts(*arguments))
+    pull_body = one * 32
+    cases = {
+        "encode_record_parts + seal": lambda m: m.seal_property_crc(m.encode_record_parts(
+            *arguments)),
+        "unpack_record": lambda m: m.unpack_record(one, 0),
+        "decode_properties": lambda m: m.decode_properties(props),
+        "masked_crc32": lambda m: m.masked_crc32(body),
+        "unpack_received_records (32)": lambda m: m.unpack_received_records(
+            pull_body, 0, len(pull_body)),
+    }
+    reference = {"encode_record_parts + seal": record, "unpack_record": record,
+                 "decode_properties": properties, "masked_crc32": hashing,
+                 "unpack_received_records (32)": received_record}
+    figures = {}
+    for name, call in cases.items():
+        best = {"python": float("inf"), "native": float("inf")}
+        for _round in range(CODEC_ROUNDS):
+            for engine, module in (("python", reference[name]), ("native", native)):
+                seconds = timeit.timeit(lambda: call(module), number=CODEC_CALLS)  # noqa: B023
+                best[engine] = min(best[engine], seconds / CODEC_CALLS * 1e9)
+        figures[name] = {"python_ns": best["python"], "native_ns": best["native"],
+                         "python_over_native": best["python"] / best["native"]}
+    return figures
+
+
 def run(args: argparse.Namespace) -> dict:
     """Both engines' median rates and the native/python ratio of every row.
 
@@ -85,7 +129,8 @@ def run(args: argparse.Namespace) -> dict:
             rows[row] = {"python_per_s": python, "native_per_s": native,
                          "native_over_python": native / python}
         sizes[size] = rows
-    return {"settings": vars(args), "sizes": sizes}
+    codecs = {size: codec_figures(int(size)) for size in sizes}
+    return {"settings": vars(args), "sizes": sizes, "codecs": codecs}
 
 
 def render(report: dict) -> None:
@@ -98,6 +143,11 @@ def render(report: dict) -> None:
         for row, figures in rows.items():
             print(f"  {row:<20} {figures['python_per_s']:>12,.0f}   "
                   f"{figures['native_per_s']:>12,.0f}   {figures['native_over_python']:>10.2f}x")
+    for size, rows in report["codecs"].items():
+        print(f"\ncodecs, body {size} B             python ns   native ns   python/native")
+        for row, figures in rows.items():
+            print(f"  {row:<30} {figures['python_ns']:>10,.0f}   {figures['native_ns']:>9,.0f}"
+                  f"   {figures['python_over_native']:>10.1f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
