@@ -11,7 +11,9 @@ Environment variables are read only at the edges: the command line, the Celery b
 ``App.from_env``, a classmethod an application calls explicitly in its own entry point (nothing
 in the framework reads the environment on its own; ``App(...)`` takes its settings as
 arguments). ``env_value`` is the one reader, over a mapping the caller passes (``os.environ`` at
-those edges, a dict in tests). Nothing here is mutable; thread-safe.
+those edges, a dict in tests). One exception: ``POSTBOX_NATIVE`` chooses the engine of the whole
+process and is read once, when the store's formats are imported
+(``storage_engine.formats.engine``). Nothing here is mutable; thread-safe.
 """
 
 from __future__ import annotations
@@ -105,10 +107,18 @@ CONSOLE_WRITE_TOKEN = EnvVar(
     "topic creation); also what lets it listen beyond loopback",
     None, "unset: the console is read-only and listens on loopback only",
     "`--write-token` of `postbox console`; `--console-write-token` of `postbox broker start`")
+NATIVE = EnvVar(
+    "POSTBOX_NATIVE",
+    "Which engine codes the store's records: `auto` (the native extension `postbox-native` "
+    "when installed, else pure Python), `1` (native, an error when it is not installed), `0` "
+    "(pure Python); read once per process, when the store's formats are imported",
+    "auto", "`auto`",
+    "every program (`storage_engine.formats.engine`; `postbox --version` and `postbox store "
+    "stats` print the engine)")
 
 ENV_VARS = (STORE, DATABASE_URL, REDIS_URL, STATE_DIR, LOG_FORMAT, METRICS_LISTEN,
             METRICS_LAG_SERIES_MAX, BROKER, ACCESS_KEY, SECRET_KEY, ALERT_WEBHOOK_URL,
-            ALERT_SMTP_URL, ALERT_EMAIL_FROM, ALERT_EMAIL_TO, CONSOLE_WRITE_TOKEN)
+            ALERT_SMTP_URL, ALERT_EMAIL_FROM, ALERT_EMAIL_TO, CONSOLE_WRITE_TOKEN, NATIVE)
 """Every ``POSTBOX_*`` variable a Postbox program reads, in the order the docs list them."""
 
 

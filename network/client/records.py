@@ -29,10 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from postbox.storage_engine.formats import PROPERTY_RETRY_TOPIC, SYSFLAG_COMPRESSED, MessageView
-from postbox.storage_engine.formats.received_record import (
-    RecordLayoutError,
-    unpack_received_record,
-)
+from postbox.storage_engine.formats.engine import unpack_received_records
+from postbox.storage_engine.formats.received_record import RecordLayoutError
 
 from .errors import RemotingClientError
 
@@ -63,13 +61,11 @@ def decode_records(body: bytes, queue_id: int, *,
         RecordDecodeError: a record does not fit the body or does not decode.
     """
     views: list[MessageView] = []
-    at, end = 0, len(body)
-    while at < end:
-        try:
-            fields = unpack_received_record(body, at, end)
-        except RecordLayoutError as error:
-            raise RecordDecodeError(f"pull body: {error}") from None
-        size = fields[0]
+    try:
+        records = unpack_received_records(body, 0, len(body))
+    except RecordLayoutError as error:
+        raise RecordDecodeError(f"pull body: {error}") from None
+    for fields in records:
         if (fields[_FIELD_QUEUE_ID] != queue_id or fields[_FIELD_SYS_FLAG] & SYSFLAG_COMPRESSED
                 or unwrap is not None):
             fields = _adapted(fields, queue_id, unwrap)
@@ -77,7 +73,6 @@ def decode_records(body: bytes, queue_id: int, *,
         if unwrap is not None:
             _unwrap_retry_topic(view, unwrap)
         views.append(view)
-        at += size
     return views
 
 

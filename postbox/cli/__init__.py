@@ -10,11 +10,13 @@ modules register themselves on their sub-app when imported; this module only ass
 from __future__ import annotations
 
 import logging
+from importlib.metadata import version as distribution_version
 from typing import Annotated
 
 import typer
 
 from postbox.framework import LogFormat, environment
+from postbox.storage_engine.formats.engine import ENGINE_DESCRIPTION
 
 from .bench_commands import bench_app
 from .broker_command import broker_app
@@ -54,6 +56,18 @@ app.command("reconcile")(reconcile_command)
 app.command("console")(console_command)
 
 
+def version_text() -> str:
+    """``postbox 0.1.0 (engine: native (postbox-native 0.1.0))``: the release and the engine
+    this process codes records with (``POSTBOX_NATIVE``)."""
+    return f"postbox {distribution_version('postbox')} (engine: {ENGINE_DESCRIPTION})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
 @app.callback()
 def root(ctx: typer.Context, verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Log what the store does (to stderr).")] = False,
@@ -61,7 +75,11 @@ def root(ctx: typer.Context, verbose: Annotated[bool, typer.Option(
             "--log-format", envvar=environment.LOG_FORMAT.name, case_sensitive=False,
             help="text: readable lines (with -v); json: one JSON object per line on stderr "
                  "(warnings, and with -v all info), with topic/group/queue/offset/msg_id of "
-                 "the message being handled.")] = LogFormat.TEXT) -> None:
+                 "the message being handled.")] = LogFormat.TEXT,
+        _version: Annotated[bool, typer.Option(
+            "--version", callback=_print_version, is_eager=True,
+            help="Print the version and the engine (native or python), then exit.")] = False,
+        ) -> None:
     """Postbox: reliable messaging with an embedded RocketMQ-compatible message store."""
     level = logging.INFO if verbose else logging.WARNING
     if log_format is LogFormat.JSON:  # for this command only: undone when it ends

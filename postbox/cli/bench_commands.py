@@ -61,6 +61,13 @@ def bench_store_command(ctx: typer.Context) -> None:
     _run_bench("bench.store_bench", ctx)
 
 
+@bench_app.command("engines", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_engines_command(ctx: typer.Context) -> None:
+    """Store put and pull with the native engine vs pure Python (bench/engine_bench.py)."""
+    _run_bench("bench.engine_bench", ctx)
+
+
 @bench_app.command("durability", context_settings=PASS_THROUGH)
 @reports_errors
 def bench_durability_command(ctx: typer.Context) -> None:

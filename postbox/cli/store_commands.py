@@ -18,6 +18,7 @@ from rich.table import Table
 
 from postbox.network.client.inspect_calls import InspectCalls
 from postbox.storage_engine import MessageStore, MessageView, verify_store
+from postbox.storage_engine.formats.engine import ENGINE
 
 from .common import (
     BrokerConfOption,
@@ -72,8 +73,8 @@ def stats_command(store: StoreDirOption = None, broker_conf: BrokerConfOption = 
         with remote_broker(broker_url, access_key, secret_key) as remote:
             stats: dict[str, Any] = {"brokers": InspectCalls(remote.context).runtime_info()}
     else:
-        with open_store(options) as message_store:
-            stats = message_store.stats()
+        with open_store(options) as message_store:  # and the engine this process runs
+            stats = {"engine": ENGINE, **message_store.stats()}
     if json_output:
         print_json(stats)
         return

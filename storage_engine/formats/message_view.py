@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from .constants import MAGIC_V2, PROPERTY_CRC_NAME
-from .hashing import masked_crc32
+from .engine import decode_properties, masked_crc32, unpack_record
 from .message_id import encode_offset_msg_id
-from .properties import decode_properties, split_keys
-from .record import HostAddress, RecordBuffer, decode_host, unpack_record
+from .properties import split_keys
+from .record import HostAddress, RecordBuffer, decode_host
 
 
 class MessageView:

@@ -98,4 +98,19 @@ def _checked_fields(buf: bytes, position: int, end: int) -> tuple[Any, ...]:
     return fields
 
 
-__all__ = ["RecordLayoutError", "unpack_received_record"]
+def unpack_received_records(buf: bytes, position: int, end: int) -> list[tuple[Any, ...]]:
+    """Every record from ``position`` to ``end`` of ``buf``, back to back (a pull body), as
+    ``unpack_received_record`` returns each.
+
+    Raises:
+        RecordLayoutError: a record does not fit or does not add up.
+    """
+    records = []
+    while position < end:
+        fields = unpack_received_record(buf, position, end)
+        records.append(fields)
+        position += fields[0]
+    return records
+
+
+__all__ = ["RecordLayoutError", "unpack_received_record", "unpack_received_records"]

@@ -30,12 +30,12 @@ from ..formats import (
     body_size_problem,
     empty_body_problem,
     encode_host,
-    masked_crc32,
     property_name_problem,
     record_size,
     text_problem,
     uses_v2,
 )
+from ..formats.engine import masked_crc32
 from .commit_log import PreparedMessage
 
 _CACHE_LIMIT = 10_000

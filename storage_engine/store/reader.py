@@ -27,8 +27,8 @@ from ..formats import (
     check_record,
     decode_offset_msg_id,
     is_ext_address,
-    masked_crc32,
 )
+from ..formats.engine import masked_crc32
 from .commit_log import CommitLog
 from .consume_queue_set import ConsumeQueueSet
 from .key_index import KeyIndex
