@@ -114,12 +114,14 @@ def encode_unit(unit: TimerUnit) -> bytes:
 
 def decode_unit(raw: bytes | memoryview, offset: int) -> TimerUnit | None:
     """The record at ``offset``, or None where the written records end (zeros, a blank, a
-    record of another size or with unknown magic bits: Apache's ``recoverAndRevise`` stop)."""
+    record of another size, with unknown magic bits or no message: where Apache's
+    ``recoverAndRevise`` stops)."""
     if offset + TIMER_UNIT_SIZE > len(raw):
         return None
     size, prev, magic, write_ms, delay, log_offset, log_size, topic_hash, reserved = \
         TIMER_UNIT.unpack_from(raw, offset)
-    if size != TIMER_UNIT_SIZE or magic == TIMER_LOG_BLANK_MAGIC or magic | 0xF != 0xF:
+    if size != TIMER_UNIT_SIZE or magic == TIMER_LOG_BLANK_MAGIC or magic | 0xF != 0xF \
+            or log_size <= 0:  # a record names a message; a torn one ends in zeros
         return None
     return TimerUnit(prev, magic, write_ms, delay, log_offset, log_size, topic_hash, reserved)
 
