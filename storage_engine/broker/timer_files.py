@@ -172,6 +172,7 @@ class TimerFiles:
     # ---- wheel -------------------------------------------------------------------------------
 
     def slot(self, time_ms: int) -> Slot:
+        """The slot holding ``time_ms`` (``EMPTY_SLOT``: none, or no wheel yet)."""
         if self._wheel is None:
             return EMPTY_SLOT
         return decode_slot(self._wheel, slot_index(time_ms, self.precision_ms) * SLOT_SIZE,
@@ -206,6 +207,7 @@ class TimerFiles:
     # ---- timer log ---------------------------------------------------------------------------
 
     def unit(self, position: int) -> TimerUnit | None:
+        """The timer-log record at ``position`` (None: no record there)."""
         start = position - position % self.segment_bytes
         segment = self._segments.get(start)
         return None if segment is None else decode_unit(segment, position - start)
@@ -281,6 +283,7 @@ class TimerFiles:
         assert os.path.getsize(self.check_path) == TIMER_CHECK_FILE_SIZE
 
     def flush(self) -> None:
+        """Make the timer log, the wheel and then the checkpoint durable."""
         for segment in self._segments.values():
             segment.flush()
         if self._wheel is not None:
@@ -293,6 +296,7 @@ class TimerFiles:
                 os.close(fd)
 
     def close(self) -> None:
+        """Flush, then unmap every file (``load`` opens them again)."""
         self.flush()
         for segment in self._segments.values():
             segment.close()

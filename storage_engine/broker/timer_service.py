@@ -69,6 +69,7 @@ from ..formats import (
     PROPERTY_TIMER_OUT_MS,
     MessageView,
 )
+from ..formats.hashing import java_string_hashcode
 from ..formats.timer_layout import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,
@@ -76,7 +77,6 @@ from ..formats.timer_layout import (
     WHEEL_BLANK_SLOTS,
     WHEEL_SLOTS_TOTAL,
     TimerUnit,
-    java_string_hash,
 )
 from ..formats.topic_names import TIMER_TOPIC
 from ..service import Service
@@ -303,7 +303,7 @@ class TimerService(Service):
         if marker:
             magic |= MAGIC_DELETE
         unit = TimerUnit(-1, magic, write_ms, deliver_ms - write_ms, position, size,
-                         java_string_hash(view.properties.get("REAL_TOPIC", "")))
+                         java_string_hashcode(view.properties.get("REAL_TOPIC", "")))
         return self._files.append(unit), unit
 
     def _push(self, offset: int, moment: int, position: int, size: int, timer_pos: int) -> None:

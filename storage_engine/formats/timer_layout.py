@@ -74,6 +74,7 @@ class TimerUnit(NamedTuple):
 
     @property
     def deliver_ms(self) -> int:
+        """When the record is due (its slot's time, to the millisecond)."""
         return self.write_time_ms + self.delay_ms
 
 
@@ -90,11 +91,13 @@ class TimerCheck(NamedTuple):
 
 
 def slot_index(time_ms: int, precision_ms: int) -> int:
+    """The index of ``time_ms``'s slot in the wheel."""
     return time_ms // precision_ms % (2 * WHEEL_SLOTS_TOTAL)
 
 
 def encode_slot(time_ms: int, first_pos: int, last_pos: int, num: int, magic: int,
                 precision_ms: int) -> bytes:
+    """The 32 bytes of a slot."""
     return SLOT.pack(time_ms // precision_ms, first_pos, last_pos, num, magic)
 
 
@@ -107,6 +110,7 @@ def decode_slot(raw: bytes | memoryview, offset: int, time_ms: int, precision_ms
 
 
 def encode_unit(unit: TimerUnit) -> bytes:
+    """The 52 bytes of a timer-log record."""
     return TIMER_UNIT.pack(TIMER_UNIT_SIZE, unit.prev_pos, unit.magic, unit.write_time_ms,
                            unit.delay_ms, unit.log_offset, unit.log_size, unit.topic_hash,
                            unit.reserved)
@@ -133,6 +137,7 @@ def is_blank(raw: bytes | memoryview, offset: int) -> bool:
 
 
 def encode_blank(remaining: int) -> bytes:
+    """The blank that ends a timer-log file with ``remaining`` bytes left."""
     return TIMER_BLANK.pack(remaining, 0, TIMER_LOG_BLANK_MAGIC)
 
 
@@ -148,16 +153,6 @@ def decode_timer_check(page: bytes) -> TimerCheck:
     return TimerCheck(*struct.unpack_from(">" + "q" * min(7, len(page) // 8), page, 0))
 
 
-def java_string_hash(text: str) -> int:
-    """``String.hashCode()`` (over UTF-16 code units, 32-bit wrap-around): the real topic's
-    hash in a timer-log record."""
-    value = 0
-    for unit in struct.unpack(f"<{len(text.encode('utf-16-le')) // 2}H",
-                              text.encode("utf-16-le")):
-        value = (31 * value + unit) & 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
 __all__ = [
     "DEFAULT_TIMER_LOG_SEGMENT_BYTES", "EMPTY_SLOT", "MAGIC_DEFAULT", "MAGIC_DELETE",
     "MAGIC_ROLL", "SLOT_SIZE", "TIMER_CHECK_FILE_NAME", "TIMER_CHECK_FILE_SIZE",
@@ -165,5 +160,5 @@ __all__ = [
     "WHEEL_BLANK_SLOTS", "WHEEL_FILE_NAME", "WHEEL_FILE_SIZE", "WHEEL_SLOTS_TOTAL", "Slot",
     "TimerCheck", "TimerUnit", "decode_slot", "decode_timer_check", "decode_unit",
     "encode_blank", "encode_slot", "encode_timer_check", "encode_unit", "is_blank",
-    "java_string_hash", "slot_index",
+    "slot_index",
 ]

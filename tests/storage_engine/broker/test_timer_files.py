@@ -12,6 +12,7 @@ import pytest
 
 from postbox.storage_engine.broker.timer_files import TimerFiles
 from postbox.storage_engine.errors import CorruptionError
+from postbox.storage_engine.formats.hashing import java_string_hashcode
 from postbox.storage_engine.formats.timer_layout import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,
@@ -24,7 +25,6 @@ from postbox.storage_engine.formats.timer_layout import (
     decode_unit,
     encode_timer_check,
     encode_unit,
-    java_string_hash,
     slot_index,
 )
 
@@ -35,7 +35,7 @@ T0 = 1_700_000_000_000
 def unit(deliver_ms: int, log_offset: int, magic: int = MAGIC_DEFAULT) -> TimerUnit:
     write_ms = deliver_ms // 1000 * 1000 - 5000
     return TimerUnit(-1, magic, write_ms, deliver_ms - write_ms, log_offset, 200,
-                     java_string_hash("topic"))
+                     java_string_hashcode("topic"))
 
 
 def test_layouts_are_apaches():
@@ -44,8 +44,8 @@ def test_layouts_are_apaches():
     assert len(raw) == 52
     assert struct.unpack(">iqiqiqiiq", raw) == (52, 7, 3, T0, 1500, 4096, 321, -5, 0)
     assert TIMER_LOG_BLANK_MAGIC == -875286124  # 0xBBCCDDEE ^ 1880681586 + 8, as Java ints
-    assert java_string_hash("LabJavaMain") == 1729500040  # String.hashCode()
-    assert java_string_hash("γάμμα🎉") == 708041733
+    assert java_string_hashcode("LabJavaMain") == 1729500040  # String.hashCode()
+    assert java_string_hashcode("γάμμα🎉") == 708041733
     assert slot_index(T0 + 999, 1000) == (T0 // 1000) % (2 * 604_800)
     page = encode_timer_check(TimerCheck(T0, 104, 3, 3, 0, T0, 9))
     assert len(page) == TIMER_CHECK_FILE_SIZE and decode_timer_check(page) == TimerCheck(
