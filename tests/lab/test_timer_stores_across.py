@@ -63,8 +63,11 @@ def test_apache_writes_pending_timers_and_postbox_fires_them(live_rocketmq, tmp_
     config = StoreConfig.from_broker_conf(broker.conf_path, root_dir=root,
                                           store_host=broker.address, ha=HAConfig())
     with Broker.open(config) as postbox:
-        wait_until(lambda: postbox.timer_service.pending_count() == 3, timeout_s=20,
-                   what="the timers read back from Apache's wheel")
+        service = postbox.timer_service
+        wait_until(lambda: service.pending_count() == 3, timeout_s=20,
+                   what="the timers read back from Apache's wheel",
+                   detail=lambda: (service.failure, service.pending_count(),
+                                   service.skipped_count, service.delivered_count))
         assert postbox.store.max_offset(TOPIC, 0) == 0
         views = wait_until(lambda: (v := postbox.pull("inspector", TOPIC, 0, 0, 8).messages)
                            and len(v) >= 3 and v, timeout_s=60, what="the timers")
