@@ -25,6 +25,7 @@ version (stateVersion, timestamp, counter).
 from __future__ import annotations
 
 import struct
+from mmap import mmap
 from typing import NamedTuple
 
 WHEEL_FILE_NAME = "timerwheel"
@@ -101,7 +102,8 @@ def encode_slot(time_ms: int, first_pos: int, last_pos: int, num: int, magic: in
     return SLOT.pack(time_ms // precision_ms, first_pos, last_pos, num, magic)
 
 
-def decode_slot(raw: bytes | memoryview, offset: int, time_ms: int, precision_ms: int) -> Slot:
+def decode_slot(raw: bytes | memoryview | mmap, offset: int, time_ms: int,
+                precision_ms: int) -> Slot:
     """The slot at ``offset`` of the wheel, if it holds ``time_ms``'s slot (else ``EMPTY_SLOT``)."""
     stored, first, last, num, magic = SLOT.unpack_from(raw, offset)
     if stored != time_ms // precision_ms:
@@ -116,7 +118,7 @@ def encode_unit(unit: TimerUnit) -> bytes:
                            unit.reserved)
 
 
-def decode_unit(raw: bytes | memoryview, offset: int) -> TimerUnit | None:
+def decode_unit(raw: bytes | memoryview | mmap, offset: int) -> TimerUnit | None:
     """The record at ``offset``, or None where the written records end (zeros, a blank, a
     record of another size, with unknown magic bits or no message: where Apache's
     ``recoverAndRevise`` stops)."""
@@ -130,7 +132,7 @@ def decode_unit(raw: bytes | memoryview, offset: int) -> TimerUnit | None:
     return TimerUnit(prev, magic, write_ms, delay, log_offset, log_size, topic_hash, reserved)
 
 
-def is_blank(raw: bytes | memoryview, offset: int) -> bool:
+def is_blank(raw: bytes | memoryview | mmap, offset: int) -> bool:
     """Whether a segment's end-of-file blank starts at ``offset``."""
     return (offset + TIMER_LOG_MIN_BLANK <= len(raw)
             and TIMER_BLANK.unpack_from(raw, offset)[2] == TIMER_LOG_BLANK_MAGIC)
