@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
-.PHONY: demo test test-slow test-peers test-soak test-database test-transports test-postbox-transport \
+.PHONY: demo test test-slow test-peers test-peers-message-types test-peers-clients test-soak test-database test-transports test-postbox-transport \
         test-rocketmq-transport lint docs bench clean
 
 $(STAMP): pyproject.toml setup.py
@@ -48,11 +48,20 @@ test: lint
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# The official RocketMQ peers (Java producer and consumers, the Go client, mqadmin) against the
-# lab's Apache RocketMQ and a `postbox broker` process (marker `peers`, about 5 minutes with
-# the lab's start); CI runs it beside the other passes, `make test` leaves it out.
-test-peers: $(STAMP)
-	$(BIN)/python -m pytest -q -m peers
+# The official RocketMQ peers (Java, Go and Python clients, mqadmin) against the lab's Apache
+# RocketMQ and a `postbox broker` process (marker `peers`, 20-30 minutes with the lab's start);
+# `make test` leaves it out. CI runs its two halves as two lanes side by side (each starts its own lab): RocketMQ 5's
+# message types (transactions, timers, FIFO) and the rest.
+PEERS_MESSAGE_TYPES := tests/lab/test_side_by_side_transactions_timers.py \
+                       tests/lab/test_python_client_peers.py \
+                       tests/lab/test_remoting_message_types_peers.py
+test-peers: test-peers-message-types test-peers-clients
+
+test-peers-message-types: $(STAMP)
+	$(BIN)/python -m pytest -q -m peers $(PEERS_MESSAGE_TYPES)
+
+test-peers-clients: $(STAMP)
+	$(BIN)/python -m pytest -q -m peers $(foreach f,$(PEERS_MESSAGE_TYPES),--ignore=$(f))
 
 # The chaos soak of the whole topology (marker `soak`, bench/soak: its `ci` profile, 3 minutes
 # of faults on producer, relay and consumer processes, a broker process, PostgreSQL and Redis of

@@ -73,6 +73,9 @@ from .validation import InvalidMessageError, check_properties, check_unique_key,
 
 MESSAGE_GROUP_LENGTH_MAX = 128
 """Longest ``message_group`` (as the gRPC endpoint accepts)."""
+MARKER_LEAD_MS = 1000
+"""How far ahead ``cancel_timer`` puts a delete marker by default (a broker refuses a marker
+whose moment has passed; one second is Apache RocketMQ's timer precision)."""
 
 SendStatus = PutStatus
 """How a send ended (RocketMQ's send statuses of a stored message): the store's ``PutStatus``,
@@ -249,10 +252,11 @@ class Producer:
         delivered already is not recalled.
 
         Args:
-            deliver_at: the marker's own moment (default now). Postbox cancels whatever it
-                is, and a marker sent before its target waits for the target until then; an
-                Apache RocketMQ broker matches a marker only with a target of the same second,
-                so pass the target's ``deliver_at`` there.
+            deliver_at: the marker's own moment (default one second from now: a broker
+                refuses a marker whose moment has passed, as Apache RocketMQ does). Postbox
+                cancels whatever it is, and a marker sent before its target waits for the
+                target until then; an Apache RocketMQ broker matches a marker only with a
+                target of the same second, so pass the target's ``deliver_at`` there.
 
         Raises:
             InvalidMessageError: a bad ``unique_key`` or ``deliver_at``.
@@ -260,7 +264,8 @@ class Producer:
         """
         self._check_open(topic)
         check_unique_key(unique_key)
-        moment = self._clock.now_ms() if deliver_at is None else deliver_at_ms(topic, deliver_at)
+        moment = (self._clock.now_ms() + MARKER_LEAD_MS if deliver_at is None
+                  else deliver_at_ms(topic, deliver_at))
         marker = Message(topic, b"TIMER_DEL_UNIQKEY", properties={
             PROPERTY_TIMER_DEL_UNIQKEY: unique_key, PROPERTY_TIMER_DELIVER_MS: str(moment)},
             unique_key=self._ids.next())
@@ -289,11 +294,19 @@ class Producer:
         self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
         self._checks.set(group, check)
-        message = Message(topic, body, tags=tags, keys=keys, properties=dict(properties or {}),
-                          unique_key=unique_key or self._ids.next())
-        half = self._client.send_half(message, group, queue_id=queue_id,
-                                      sharding_key=sharding_key)
-        return end_local_transaction(self._client, group, half, execute)
+        msg_id = unique_key or self._ids.next()
+
+        def run(sent_properties: dict[str, str]) -> TransactionResult:
+            message = Message(topic, body, tags=tags, keys=keys, properties=sent_properties,
+                              unique_key=msg_id)
+            half = self._client.send_half(message, group, queue_id=queue_id,
+                                          sharding_key=sharding_key)
+            return end_local_transaction(self._client, group, half, execute)
+
+        if self._tracing is None:
+            return run(dict(properties or {}))
+        return self._tracing.transaction(topic, dict(properties or {}), run, message_id=msg_id,
+                                         tags=tags, remote=self._client.remote)
 
     def register_transaction_check(self, check: Check, *,
                                    group: str = DEFAULT_TRANSACTION_GROUP) -> None:

@@ -33,6 +33,7 @@ from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .middleware import Middleware
+    from .transactions import TransactionResult
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -97,6 +98,15 @@ class Tracing:
         message's properties carrying its span's context (see ``SpanMaker.publish_batch``);
         ``messages`` are (properties, message id, tags)."""
         return self.spans.publish_batch(topic, messages, deliver, remote=remote)
+
+    def transaction(self, topic: str, properties: dict[str, str],
+                    run: Callable[[dict[str, str]], TransactionResult], *, message_id: str,
+                    tags: str | None, remote: bool) -> TransactionResult:
+        """Run ``run(properties)`` (``send_in_transaction``'s half send, local transaction and
+        end) inside one PRODUCER span whose context the half carries (see
+        ``SpanMaker.transaction``)."""
+        return self.spans.transaction(topic, properties, run, message_id=message_id, tags=tags,
+                                      remote=remote)
 
     def middleware(self) -> Middleware:
         """A ``TracingMiddleware`` making this tracing's CONSUMER spans."""

@@ -48,6 +48,7 @@ from .tracing_metrics import (
 
 if TYPE_CHECKING:
     from .middleware import ConsumeContext
+    from .transactions import TransactionResult
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ LOG_POSITION = "postbox.log_position"
 STORED_TOPIC = "postbox.stored_topic"
 ATTEMPT = "postbox.attempt"
 MESSAGE_IDS = "postbox.message_ids"
+TRANSACTION_STATE = "postbox.transaction.state"
+TRANSACTION_ENDED = "postbox.transaction.ended"
+TRANSACTION = "transaction"
 
 
 def _version() -> str:
@@ -235,6 +239,38 @@ class SpanMaker:
                 span.set_attributes(sent_attributes(result, remote=remote))
             span.end()
         return results
+
+    def transaction(self, topic: str, properties: dict[str, str],
+                    run: Callable[[dict[str, str]], TransactionResult], *, message_id: str,
+                    tags: str | None, remote: bool) -> TransactionResult:
+        """``run(properties)`` (the half's send, the local transaction and the end call) inside
+        one ``"send <topic>"`` PRODUCER span of message type ``transaction``, made as
+        ``_publish`` makes a send's; the outcome is ``postbox.transaction.state``
+        (``commit``/``rollback``/``unknown``) and ``postbox.transaction.ended`` (whether the
+        broker took the end). An exception (from ``execute``: the half is left to the check)
+        is recorded on the span. The half carries the span's context, so the committed
+        message's handlers are its children."""
+        if self.untraced() and not self.carries_context(properties):
+            return run(properties)
+        parent, keep_caller = self._parent(properties)
+        span = self._start_publish(topic, parent, message_id, tags)
+        if not (span.is_recording() or span.get_span_context().is_valid):
+            return run(properties)
+        with trace.use_span(span, end_on_exit=True):
+            sent = dict(properties)
+            if not keep_caller:
+                self.inject(sent)
+            try:
+                outcome = run(sent)
+            except Exception as error:  # use_span records it and sets the status
+                span.set_attribute(ERROR_TYPE, error_type(error))
+                raise
+            if span.is_recording():
+                span.set_attributes(sent_attributes(outcome.send_result, remote=remote))
+                span.set_attributes({MESSAGE_TYPE: TRANSACTION,
+                                     TRANSACTION_STATE: outcome.state.name.lower(),
+                                     TRANSACTION_ENDED: outcome.ended})
+        return outcome
 
     def _parent(self, properties: Mapping[str, str]) -> tuple[Context | None, bool]:
         """A send span's parent: the context ``properties`` carry when it is valid (else

@@ -202,6 +202,13 @@ class TransactionStateError(StorageError):
     answers SYSTEM_ERROR). Nothing was written."""
 
 
+class TransactionEndedError(TransactionStateError):
+    """An end of a transaction names a half message whose transaction already ended (committed,
+    rolled back or discarded). Nothing was written: the first end stands. RocketMQ's remoting
+    answers SUCCESS here (and commits the half again); Postbox's remoting server answers SUCCESS
+    too, without writing."""
+
+
 class NoPermissionError(StorageError):
     """A topic's ``perm`` bits refuse the operation (no PERM_WRITE for a send, no PERM_READ for
     a pull), or a group's ``consume_enable`` is off."""

@@ -1,6 +1,6 @@
 """The ``postbox`` command line: a typer app with ``store``, ``query``, ``consumer``, ``dlq``,
-``outbox``, ``db`` and ``bench`` sub-apps, and the ``demo``, ``reconcile`` and ``console``
-commands.
+``transactions``, ``outbox``, ``db`` and ``bench`` sub-apps, and the ``demo``, ``reconcile`` and
+``console`` commands.
 
 This package is the edge of the system: it may import any project package and nothing imports
 it. ``main()`` is the console-script entry point (``postbox = "postbox.cli:main"``). Command
@@ -30,6 +30,7 @@ from .reconcile_command import reconcile_command
 from .store_commands import store_app
 from .store_repair_command import repair_command
 from .store_tour import tour_command
+from .transaction_commands import transactions_app
 
 app = typer.Typer(
     name="postbox",
@@ -43,6 +44,7 @@ app.add_typer(store_app)
 app.add_typer(query_app)
 app.add_typer(consumer_app)
 app.add_typer(dlq_app)
+app.add_typer(transactions_app)
 app.add_typer(outbox_app)
 app.add_typer(db_app)
 app.add_typer(bench_app)

@@ -115,3 +115,24 @@ def bench_hostile_command(ctx: typer.Context) -> None:
 def bench_outbox_scale_command(ctx: typer.Context) -> None:
     """The outbox from 10 thousand to 10 million stubs (bench/outbox_scale_bench.py)."""
     _run_bench("bench.outbox_scale_bench", ctx)
+
+
+@bench_app.command("transactions", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_transactions_command(ctx: typer.Context) -> None:
+    """Transactional vs normal sends, Postbox and Apache (bench/transaction_bench.py)."""
+    _run_bench("bench.transaction_bench", ctx)
+
+
+@bench_app.command("timers", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_timers_command(ctx: typer.Context) -> None:
+    """Timer delivery lateness and timer recovery after kill -9 (bench/timer_bench.py)."""
+    _run_bench("bench.timer_bench", ctx)
+
+
+@bench_app.command("fifo", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_fifo_command(ctx: typer.Context) -> None:
+    """Message groups consumed in order vs no groups (bench/fifo_bench.py)."""
+    _run_bench("bench.fifo_bench", ctx)

@@ -6,9 +6,11 @@ takes precedence, as in RocketMQ) is diverted as Apache RocketMQ 5.3 diverts it
 (``HookUtils.transformTimerMessage``): ``TIMER_OUT_MS`` = the deliver time, ``REAL_TOPIC`` /
 ``REAL_QID`` = where it was going, stored in ``rmq_sys_wheel_timer`` queue 0. A deliver time at
 or before now stores the message normally (delivered at once); one more than
-``delay.timer_max_delay_s`` ahead (``timerMaxDelaySec``, 3 days) or an unparsable value is
-refused (``InvalidMessageError``: RocketMQ's WHEEL_TIMER_MSG_ILLEGAL, remoting code 13), and so
-is every timer message when ``delay.timer_enabled`` is off (``timerWheelEnable``). Apache rounds
+``delay.timer_max_delay_s`` ahead (``timerMaxDelaySec``, 3 days), a value Java's
+``Long.parseLong`` refuses (spaces, ``_``, past the 64-bit range; a delay that overflows wraps
+to the past, as in Java), or a delete marker whose time has passed is refused
+(``InvalidMessageError``: RocketMQ's WHEEL_TIMER_MSG_ILLEGAL, remoting code 13), and so is
+every timer message when ``delay.timer_enabled`` is off (``timerWheelEnable``). Apache rounds
 ``TIMER_OUT_MS`` down to ``timerPrecisionMs`` (one precision earlier for an exact multiple);
 Postbox keeps the exact millisecond.
 
@@ -49,11 +51,34 @@ from .delay_service import delay_level
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 
 
-def timer_deliver_ms(properties: dict[str, str], now_ms: int) -> int | None:
-    """The deliver time the timer properties ask for (None: there are none).
+def java_long(text: str) -> int:
+    """``text`` read as Java's ``Long.parseLong`` reads it: an optional ``+``/``-`` then
+    decimal digits (any script's), no spaces or ``_``, within the signed 64-bit range.
 
     Raises:
-        InvalidMessageError: a timer property is not an integer.
+        ValueError: anything else.
+    """
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not all(char.isdecimal() for char in digits):
+        raise ValueError(f"{text!r} is not a Java long")
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{text!r} is out of a Java long's range")
+    return value
+
+
+def _wrapped(value: int) -> int:
+    """``value`` wrapped to a signed 64-bit long, as Java's arithmetic wraps it."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def timer_deliver_ms(properties: dict[str, str], now_ms: int) -> int | None:
+    """The deliver time the timer properties ask for (None: there are none), computed as
+    RocketMQ's ``HookUtils.transformTimerMessage`` does (Java longs: a delay that overflows
+    wraps, to a time in the past).
+
+    Raises:
+        InvalidMessageError: a timer property is not a Java long.
     """
     for name, scale, base in ((PROPERTY_TIMER_DELAY_SEC, 1000, now_ms),
                               (PROPERTY_TIMER_DELAY_MS, 1, now_ms),
@@ -62,7 +87,7 @@ def timer_deliver_ms(properties: dict[str, str], now_ms: int) -> int | None:
         if raw is None:
             continue
         try:
-            return base + int(raw) * scale
+            return _wrapped(base + _wrapped(java_long(raw) * scale))
         except ValueError as error:
             raise InvalidMessageError(f"{name}={raw!r} is not an integer "
                                       "(WHEEL_TIMER_MSG_ILLEGAL)") from error
@@ -87,6 +112,9 @@ def schedule_timer(message: Message, queue_id: int, now_ms: int, *, enabled: boo
         raise InvalidMessageError("timer messages are off on this broker (timerWheelEnable="
                                   "false, WHEEL_TIMER_NOT_ENABLE)", topic=message.topic)
     deliver_ms = timer_deliver_ms(properties, now_ms)
+    if cancel and deliver_ms is not None and deliver_ms <= now_ms:
+        raise InvalidMessageError("a timer delete marker's time has passed "
+                                  "(WHEEL_TIMER_MSG_ILLEGAL)", topic=message.topic)
     if cancel:  # a delete marker is never stored as a message of its topic
         properties.pop(PROPERTY_DELAY, None)
         deliver_ms = max(deliver_ms or now_ms, now_ms)
@@ -185,5 +213,5 @@ def timer_moment(properties: dict[str, str], store_timestamp_ms: int, out_ms: in
     return out_ms if asked is None else min(max(out_ms, asked), out_ms + precision_ms)
 
 
-__all__ = ["TIMER_PROPERTIES", "schedule_timer", "timer_deliver_ms", "timer_delivery", "timer_key",
-           "timer_moment", "timer_roll_copy"]
+__all__ = ["TIMER_PROPERTIES", "java_long", "schedule_timer", "timer_deliver_ms",
+           "timer_delivery", "timer_key", "timer_moment", "timer_roll_copy"]

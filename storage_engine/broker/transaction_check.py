@@ -42,6 +42,7 @@ from ..formats.topic_names import (
     TRANSACTION_CHECK_MAX_TIME_TOPIC,
     TRANSACTION_GROUP,
     TRANSACTION_HALF_TOPIC,
+    TRANSACTION_OP_TOPIC,
 )
 from ..service import Service
 from ..store.message_store import MessageStore
@@ -164,6 +165,9 @@ class Transactions:
             raise InvalidMessageError("a transactional message needs its producer group",
                                       topic=message.topic)
         self._ensure_topic(TRANSACTION_HALF_TOPIC, 1, PERM_READ_WRITE)
+        # the op topic too (Apache creates it with its first op record): both are in the topic
+        # table, so a name server routes them and a remote reader can follow the halves
+        self._ensure_topic(TRANSACTION_OP_TOPIC, 1, PERM_READ_WRITE)
         result = self.halves.prepare(message, queue_id, producer_group)
         return SendResult(
             topic=message.topic, queue_id=queue_id, stored_topic=result.topic,

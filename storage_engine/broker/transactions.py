@@ -43,7 +43,12 @@ from ..config import BrokerConfig
 from ..contract.message import Message, PutResult
 from ..contract.model import SendResult
 from ..contract.transactions import HalfReceipt, TransactionState
-from ..errors import CorruptionError, MessageNotFoundError, TransactionStateError
+from ..errors import (
+    CorruptionError,
+    MessageNotFoundError,
+    TransactionEndedError,
+    TransactionStateError,
+)
 from ..formats import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, MessageView
 from ..formats.constants import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 from ..formats.topic_names import (
@@ -265,7 +270,8 @@ class HalfMessages:
                     self._pending[half.log_position] = half
                     self._by_key[half.key] = half.log_position
             raise
-        log.info("[transactions] %s %s of group %s (half %d)", state.name.lower(),
+        # DEBUG: a line per message (as a normal send has none) cost more than the end itself
+        log.debug("[transactions] %s %s of group %s (half %d)", state.name.lower(),
                  view.unique_key or half.key, half.producer_group, half.queue_offset)
         return result
 
@@ -284,7 +290,7 @@ class HalfMessages:
             position = self._by_key.get(transaction_key(view))
             half = None if position is None else self._pending.get(position)
             if position is None or half is None:
-                raise TransactionStateError(
+                raise TransactionEndedError(
                     f"the transaction of the half message at {receipt.log_position} "
                     f"({view.unique_key}) already ended: nothing to commit or roll back")
             del self._pending[position]

@@ -7,7 +7,7 @@ sources, so an edit builds afresh and anything unchanged is reused. Modules come
 module proxy into Go's own module cache; nothing downloaded or built lands in the repository.
 The build happens under the lab cache's file lock and is renamed into place when complete.
 
-``GoClient.run(command, **request)`` runs one command (``produce``, ``push``; see
+``GoClient.run(command, **request)`` runs one command (``produce``, ``push``, ``transaction``; see
 ``tests/lab/goclient/main.go``) with the request as JSON on stdin and returns the JSON of its
 ``LAB-RESULT`` line; a failure raises the driver's ``DriverError`` with the program's output.
 Without ``go`` on PATH ``prepare`` raises ``LabUnavailableError`` (tests skip with that reason).

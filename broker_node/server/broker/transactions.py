@@ -4,12 +4,15 @@ CHECK_TRANSACTION_STATE (39).
 END_TRANSACTION (RocketMQ's ``EndTransactionProcessor``; Java sends it oneway, so an answer is
 written only when the client asked for one): the header names the half by ``producerGroup``,
 ``tranStateTableOffset`` (its offset in the half topic) and ``commitLogOffset``;
-``commitOrRollback`` 8 commits, 12 rolls back, anything else (0: the producer does not know
-yet) changes nothing and answers SUCCESS (RocketMQ answers nothing). A half that is not found,
-of another group or queue offset, or already ended answers 1 SYSTEM_ERROR with RocketMQ's
-remark ("Find prepared transaction message failed", "The producer group wrong", "The
-transaction state table offset wrong") or "... already ended" (RocketMQ would commit it again);
-nothing is written then. A SLAVE answers 11 SLAVE_NOT_AVAILABLE, as RocketMQ.
+``commitOrRollback`` 8 commits, 12 rolls back, 0 (the producer does not know yet) changes
+nothing and answers SUCCESS (RocketMQ answers nothing), any other value answers 1 SYSTEM_ERROR
+"commitOrRollback field wrong", as RocketMQ's header check. A half that is not found, of
+another group (a check answered by another group's producer among them) or queue offset answers
+1 SYSTEM_ERROR with RocketMQ's remark ("Find prepared transaction message failed", "The
+producer group wrong", "The transaction state table offset wrong"); nothing is written then. A
+half whose transaction already ended answers 0 SUCCESS, as RocketMQ, but writes nothing: the
+first end stands (RocketMQ commits the half again, even after a rollback: a duplicate, or a
+rolled-back message delivered). A SLAVE answers 11 SLAVE_NOT_AVAILABLE, as RocketMQ.
 
 CHECK_TRANSACTION_STATE is this server's route for the broker's check-back
 (``Transactions.add_route``): oneway, to one live connection of the producer group that its
@@ -33,7 +36,7 @@ from postbox.storage_engine.contract.transactions import (
     TransactionCheck,
     TransactionState,
 )
-from postbox.storage_engine.errors import NotMasterError
+from postbox.storage_engine.errors import NotMasterError, TransactionEndedError
 
 from ..errors import RequestRefusedError
 from ..handlers import HandlerTable
@@ -45,6 +48,8 @@ log = logging.getLogger(__name__)
 
 BROKER_NAME = "broker-a"
 INT64_MAX = 2**63 - 1
+END_CODES = frozenset(state.value for state in TransactionState)
+"""The ``commitOrRollback`` values RocketMQ's header check accepts: 0, 8 and 12."""
 
 
 class TransactionHandlers:
@@ -78,7 +83,10 @@ class TransactionHandlers:
                                                     high=INT64_MAX),
                               fields.get_int("commitLogOffset", low=0, high=INT64_MAX), "",
                               fields.get_str("transactionId", None, max_chars=255))
-        state = TransactionState.from_code(fields.get_int("commitOrRollback", low=-(2**31)))
+        code = fields.get_int("commitOrRollback", low=-(2**31))
+        if code not in END_CODES:
+            raise RequestRefusedError(ResponseCode.SYSTEM_ERROR, "commitOrRollback field wrong")
+        state = TransactionState.from_code(code)
         from_check = fields.get_str("fromTransactionCheck", "false").lower() == "true"
         if state is TransactionState.UNKNOWN:
             log.info("[transactions] producer %s (group %s) reports %s unknown%s",
@@ -89,6 +97,9 @@ class TransactionHandlers:
             self._broker.end_transaction(receipt, state, from_check=from_check)
         except NotMasterError as error:
             raise RequestRefusedError(ResponseCode.SLAVE_NOT_AVAILABLE, str(error)) from error
+        except TransactionEndedError as ended:  # RocketMQ answers SUCCESS; nothing is written
+            log.warning("[transactions] producer %s (group %s) ends a transaction again "
+                        "(%s): %s", session.peer_address, group, state.name.lower(), ended)
         return request.response(ResponseCode.SUCCESS)
 
     def route_check(self, check: TransactionCheck) -> bool:

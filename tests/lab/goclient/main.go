@@ -5,9 +5,15 @@
 //
 // Commands:
 //
-//	produce  {"namesrv", "group", "sends": [{"message": spec} | {"batch": [spec, ...]}]}
-//	push     {"namesrv", "group", "topic", "expect": [bodies], "fail_once": [bodies],
-//	          "max_reconsume_times", "timeout_ms"}
+//	produce      {"namesrv", "group", "sends": [{"message": spec, "order_key"} | {"batch": [spec, ...]}]}
+//	             (an order key is the message's sharding key: the hash queue selector puts equal
+//	             keys in one queue)
+//	push         {"namesrv", "group", "topic", "expect": [bodies], "fail_once": [bodies],
+//	              "max_reconsume_times", "timeout_ms", "orderly"} (orderly: a failure suspends the
+//	              queue and the same message comes again before its successors)
+//	transaction  {"namesrv", "group", "messages": [spec + "outcome": "commit" | "rollback" |
+//	              "unknown", "check": the answer to the broker's check-back], "linger_ms"}:
+//	              a TransactionProducer; one result per message with its local state
 //
 // A spec is {"topic", "tags", "keys": [..], "properties": {..}, "body"}.
 package main
@@ -40,19 +46,29 @@ type spec struct {
 }
 
 type send struct {
-	Message *spec  `json:"message"`
-	Batch   []spec `json:"batch"`
+	Message  *spec  `json:"message"`
+	OrderKey string `json:"order_key"`
+	Batch    []spec `json:"batch"`
+}
+
+type transactional struct {
+	spec
+	Outcome string `json:"outcome"`
+	Check   string `json:"check"`
 }
 
 type request struct {
-	Namesrv           string   `json:"namesrv"`
-	Group             string   `json:"group"`
-	Sends             []send   `json:"sends"`
-	Topic             string   `json:"topic"`
-	Expect            []string `json:"expect"`
-	FailOnce          []string `json:"fail_once"`
-	MaxReconsumeTimes int32    `json:"max_reconsume_times"`
-	TimeoutMs         int64    `json:"timeout_ms"`
+	Namesrv           string          `json:"namesrv"`
+	Group             string          `json:"group"`
+	Sends             []send          `json:"sends"`
+	Topic             string          `json:"topic"`
+	Expect            []string        `json:"expect"`
+	FailOnce          []string        `json:"fail_once"`
+	MaxReconsumeTimes int32           `json:"max_reconsume_times"`
+	TimeoutMs         int64           `json:"timeout_ms"`
+	Orderly           bool            `json:"orderly"`
+	Messages          []transactional `json:"messages"`
+	LingerMs          int64           `json:"linger_ms"`
 }
 
 func main() {
@@ -74,6 +90,8 @@ func main() {
 		result, err = produce(req)
 	case "push":
 		result, err = push(req)
+	case "transaction":
+		result, err = transaction(req)
 	default:
 		err = fmt.Errorf("unknown command %s", os.Args[1])
 	}
@@ -108,13 +126,20 @@ func build(s spec) *primitive.Message {
 }
 
 func produce(req request) (interface{}, error) {
-	p, err := rocketmq.NewProducer(
+	options := []producer.Option{
 		producer.WithNameServer([]string{req.Namesrv}),
 		producer.WithGroupName(req.Group),
 		producer.WithInstanceName(fmt.Sprintf("go-lab-%d", os.Getpid())),
 		producer.WithRetry(0),
-		producer.WithSendMsgTimeout(30*time.Second),
-	)
+		producer.WithSendMsgTimeout(30 * time.Second),
+	}
+	for _, each := range req.Sends {
+		if each.OrderKey != "" { // sharding key → queue (others: random)
+			options = append(options, producer.WithQueueSelector(producer.NewHashQueueSelector()))
+			break
+		}
+	}
+	p, err := rocketmq.NewProducer(options...)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +151,11 @@ func produce(req request) (interface{}, error) {
 	for _, each := range req.Sends {
 		messages := []*primitive.Message{}
 		if each.Message != nil {
-			messages = append(messages, build(*each.Message))
+			message := build(*each.Message)
+			if each.OrderKey != "" {
+				message.WithShardingKey(each.OrderKey)
+			}
+			messages = append(messages, message)
 		}
 		for _, s := range each.Batch {
 			messages = append(messages, build(s))
@@ -156,7 +185,7 @@ func describe(m *primitive.MessageExt, outcome string) map[string]interface{} {
 		"topic": m.Topic, "queue_id": m.Queue.QueueId, "queue_offset": m.QueueOffset,
 		"msg_id": m.MsgId, "offset_msg_id": m.OffsetMsgId, "tags": m.GetTags(), "keys": keys,
 		"properties": properties, "body": string(m.Body),
-		"body_b64": base64.StdEncoding.EncodeToString(m.Body),
+		"body_b64":        base64.StdEncoding.EncodeToString(m.Body),
 		"reconsume_times": m.ReconsumeTimes, "store_host": m.StoreHost, "outcome": outcome,
 	}
 }
@@ -166,6 +195,7 @@ func push(req request) (interface{}, error) {
 	for _, body := range req.FailOnce {
 		failOnce[body] = true
 	}
+	failed := map[string]bool{}
 	var lock sync.Mutex
 	pending := map[string]bool{}
 	for _, body := range req.Expect {
@@ -179,9 +209,14 @@ func push(req request) (interface{}, error) {
 		consumer.WithInstance(fmt.Sprintf("go-lab-%d", os.Getpid())),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
 		consumer.WithMaxReconsumeTimes(req.MaxReconsumeTimes),
+		consumer.WithConsumerOrder(req.Orderly),
 	)
 	if err != nil {
 		return nil, err
+	}
+	failure := consumer.ConsumeRetryLater
+	if req.Orderly {
+		failure = consumer.SuspendCurrentQueueAMoment
 	}
 	listener := func(ctx context.Context, messages ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		lock.Lock()
@@ -189,11 +224,12 @@ func push(req request) (interface{}, error) {
 		result := consumer.ConsumeSuccess
 		for _, m := range messages {
 			body := string(m.Body)
-			fails := failOnce[body] && m.ReconsumeTimes == 0
+			fails := failOnce[body] && !failed[body]
 			outcome := "ok"
 			if fails {
+				failed[body] = true
 				outcome = "fail"
-				result = consumer.ConsumeRetryLater
+				result = failure
 			} else {
 				delete(pending, body)
 			}
@@ -225,4 +261,66 @@ func push(req request) (interface{}, error) {
 	lock.Lock()
 	defer lock.Unlock()
 	return map[string]interface{}{"deliveries": deliveries}, nil
+}
+
+// outcomes answers the TransactionProducer's calls from the message's lab_outcome / lab_check
+// properties.
+type outcomes struct{}
+
+func state(outcome string) primitive.LocalTransactionState {
+	switch outcome {
+	case "commit":
+		return primitive.CommitMessageState
+	case "rollback":
+		return primitive.RollbackMessageState
+	}
+	return primitive.UnkonwnState
+}
+
+func (outcomes) ExecuteLocalTransaction(m *primitive.Message) primitive.LocalTransactionState {
+	return state(m.GetProperty("lab_outcome"))
+}
+
+func (outcomes) CheckLocalTransaction(m *primitive.MessageExt) primitive.LocalTransactionState {
+	if check := m.GetProperty("lab_check"); check != "" {
+		return state(check)
+	}
+	return state(m.GetProperty("lab_outcome"))
+}
+
+func transaction(req request) (interface{}, error) {
+	p, err := rocketmq.NewTransactionProducer(outcomes{},
+		producer.WithNameServer([]string{req.Namesrv}),
+		producer.WithGroupName(req.Group),
+		producer.WithInstanceName(fmt.Sprintf("go-lab-%d", os.Getpid())),
+		producer.WithRetry(0),
+		producer.WithSendMsgTimeout(30*time.Second),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	defer p.Shutdown()
+	names := map[primitive.LocalTransactionState]string{primitive.CommitMessageState: "commit",
+		primitive.RollbackMessageState: "rollback", primitive.UnkonwnState: "unknown"}
+	results := []map[string]interface{}{}
+	for _, each := range req.Messages {
+		message := build(each.spec)
+		message.WithProperty("lab_outcome", each.Outcome)
+		if each.Check != "" {
+			message.WithProperty("lab_check", each.Check)
+		}
+		sent, err := p.SendMessageInTransaction(context.Background(), message)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, map[string]interface{}{
+			"status": sent.Status, "msg_id": sent.MsgID, "local_state": names[sent.State],
+			"topic": sent.MessageQueue.Topic, "queue_id": sent.MessageQueue.QueueId,
+		})
+	}
+	time.Sleep(time.Duration(req.LingerMs) * time.Millisecond)
+	return results, nil
 }

@@ -23,7 +23,8 @@ final class Messages {
 
     /**
      * A remoting-client message from {@code {"topic", "tags", "keys": [..], "properties": {..},
-     * "body" (text) | "body_b64", "delay_level", "delay_ms", "flag"}}.
+     * "body" (text) | "body_b64", "delay_level", "delay_ms", "deliver_time_ms" (RocketMQ 5's timer to a
+     * moment, {@code TIMER_DELIVER_MS}), "flag"}}.
      */
     static Message build(JSONObject spec) {
         Message message = new Message(spec.getString("topic"), body(spec));
@@ -45,6 +46,9 @@ final class Messages {
         }
         if (spec.containsKey("delay_ms")) {
             message.setDelayTimeMs(spec.getLongValue("delay_ms"));
+        }
+        if (spec.containsKey("deliver_time_ms")) {
+            message.setDeliverTimeMs(spec.getLongValue("deliver_time_ms"));
         }
         if (spec.containsKey("flag")) {
             message.setFlag(spec.getIntValue("flag"));
