@@ -198,9 +198,24 @@ class DelayConfig:
     (``timerWheelEnable``); off: such a message is refused."""
     timer_max_delay_s: int = 259_200
     """Longest timer delay accepted (``timerMaxDelaySec``, 3 days)."""
+    timer_precision_ms: int = 1000
+    """Width of one timer-wheel slot (``timerPrecisionMs``: 100, 200, 500 or 1000). Postbox
+    delivers at the exact millisecond; the slot is where the ``timerwheel`` file keeps it."""
+    timer_roll_window_slots: int = 172_800
+    """Slots ahead (``timerRollWindowSlot``, 2 days at 1 s) past which a timer is parked in the
+    wheel and re-put to the timer topic when that window ends ("rolled")."""
+    timer_log_segment_size_bytes: int = 100 * 1024 * 1024
+    """Size of one ``timerlog/`` file (``mappedFileSizeTimerLog``); a store whose timer log
+    has files of another size keeps theirs."""
 
     def __post_init__(self) -> None:
         _require(self.timer_max_delay_s > 0, "delay.timer_max_delay_s", "must be positive")
+        _require(self.timer_precision_ms in (100, 200, 500, 1000), "delay.timer_precision_ms",
+                 "must be 100, 200, 500 or 1000")
+        _require(self.timer_roll_window_slots >= 2, "delay.timer_roll_window_slots",
+                 "must be at least 2")
+        _require(self.timer_log_segment_size_bytes >= 4096,
+                 "delay.timer_log_segment_size_bytes", "must be at least 4096")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from ..contract.model import SendResult
 from ..contract.rules import batch_shape_problem
 from ..formats import body_problem
 from .delay_service import delay_level, schedule_delayed
-from .timer_service import TIMER_PROPERTIES, schedule_timer
+from .timer_messages import TIMER_PROPERTIES, schedule_timer
 
 
 def send_result(message: Message, queue_id: int, result: PutResult, level: int) -> SendResult:

@@ -1,56 +1,52 @@
-"""``TimerService``: delivery at any moment (RocketMQ 5 timer messages) via ``rmq_sys_wheel_timer``.
+"""``TimerService``: delivery at any moment (RocketMQ 5 timer messages) through
+``rmq_sys_wheel_timer`` and the timer wheel's files, as Apache RocketMQ 5.x keeps them.
 
-Send path (``schedule_timer``, pure): a message with ``TIMER_DELIVER_MS`` (absolute epoch ms),
-``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS`` (relative to the send) and no ``DELAY`` level (a level
-takes precedence, as in RocketMQ) is diverted as Apache RocketMQ 5.3 diverts it
-(``HookUtils.transformTimerMessage``): ``TIMER_OUT_MS`` = the deliver time, ``REAL_TOPIC`` /
-``REAL_QID`` = where it was going, stored in ``rmq_sys_wheel_timer`` queue 0. A deliver time at
-or before now stores the message normally (delivered at once); one more than
-``delay.timer_max_delay_s`` ahead (``timerMaxDelaySec``, 3 days), a value Java's
-``Long.parseLong`` refuses (spaces, ``_``, past the 64-bit range; a delay that overflows wraps
-to the past, as in Java), or a delete marker whose time has passed is refused
-(``InvalidMessageError``: RocketMQ's WHEEL_TIMER_MSG_ILLEGAL, remoting code 13), and so is
-every timer message when ``delay.timer_enabled`` is off (``timerWheelEnable``).
+What a timer message becomes on its way (the send-path diversion, the delivered copy): see
+``timer_messages``. The files (``timerwheel``, ``timerlog/``, ``config/timercheck``): see
+``timer_files`` and ``formats.timer_layout``.
 
-Delivery (``TimerService.run_once``): the service reads the timer queue from its scan offset
-into an in-memory schedule (a heap by deliver time; reading each record's ``TIMER_OUT_MS``), and
-puts every message whose time has come into ``REAL_TOPIC`` / ``REAL_QID`` with those two
-properties and the relative ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` removed (a retry or
-dead-letter copy of the delivered message must not wait again), ``TIMER_ENQUEUE_MS`` (the timer
-record's store time) and ``TIMER_DEQUEUE_MS`` (now) added and ``WAIT=false``; ``TIMER_OUT_MS``
-and ``TIMER_DELIVER_MS`` stay. The thread sleeps until the earliest deliver time (at most
-``WAIT_MAX_MS``) and is woken when a timer record is dispatched.
+Enqueue (``TimerService.run_once``): the service reads the timer queue from its scan offset and
+appends each record to the timer log, in the wheel slot of its ``TIMER_OUT_MS`` (Apache's
+``TimerEnqueuePutService``: a record more than ``delay.timer_roll_window_slots`` ahead is parked
+in the slot where that window ends, ``MAGIC_ROLL``, and put back to the timer topic then). The
+pending records are also held in memory (a heap by deliver time, about 100 bytes each).
+
+Dequeue: every record whose time has come is delivered together with the other due ones of
+its run (one read each, one ``put_messages`` per real queue id): into ``REAL_TOPIC`` /
+``REAL_QID`` (``timer_delivery``). Postbox keeps the exact millisecond and is never early;
+Apache delivers a slot's records together once the slot is past. The thread sleeps until the
+earliest deliver time (at most ``WAIT_MAX_MS``) and is woken when a timer record is dispatched.
+
+Progress: ``config/timercheck`` says how far the queue was read into the timer log
+(lastTimerQueueOffset) and that every slot before lastReadTimeMs was delivered (the slot of the
+earliest pending record, or the current second). The files are flushed (log, wheel, then the
+checkpoint) every ``FLUSH_INTERVAL_MS`` and at stop. The *watermark* — the lowest timer-queue
+offset not yet delivered — is also committed as the consumer offset of the system group
+``TIMER_PROGRESS_GROUP``, so disk pressure never deletes an undelivered timer record.
+
+Start: with a ``config/timercheck`` (written by Postbox or by Apache) the pending records are
+read back from the wheel — every slot from lastReadTimeMs on, its records chained through the
+timer log — and the queue is read on from the record after the timer log's last one (or
+lastTimerQueueOffset). Without one (a store of an older Postbox, or of a broker with the wheel
+off) the queue is read again from the watermark. Either way a record due before the start whose
+message is already in its real topic (same unique key and ``TIMER_OUT_MS``, through the key
+index) is not delivered again: duplicates are limited to messages without a unique key and
+puts the crash caught before they reached the index (at least once). A put that fails (disk
+full, store closed) is retried ``RETRY_DELAY_MS`` later; a record that cannot be delivered is
+skipped with an error.
 
 Cancel (RocketMQ 5's delete by unique key): a message with ``TIMER_DEL_UNIQKEY`` = the
 ``UNIQ_KEY`` of a pending timer message of the same topic (or ``topic+UNIQ_KEY``, as RocketMQ
 5.2 builds it) is a *delete marker*: always diverted to the timer queue (at its timer property's
-time, or now without one), never delivered. Read into the schedule, it cancels the pending
-timer with that key: neither is delivered. A marker read before its target (sent first, or met
-in that order when the schedule is rebuilt) stays pending until its own deliver time and
-cancels a target stored up to that time (by the target's store timestamp, so a rebuild reading
-a backlog decides alike; a marker past its time is dropped only once the scan has caught up
-with the queue); being pending, it holds the watermark, so a rebuild after a restart reads it
-again before any target behind it. A timer delivered already is not recalled.
+time, or now without one), never delivered, and written to the timer log with ``MAGIC_DELETE``.
+Read, it cancels the pending timer with that key: neither is delivered, and the target's
+timer-log record gets ``MAGIC_DELETE`` too (Apache skips it as well). A marker read before its
+target stays pending until its own deliver time and cancels a target stored up to that time (by
+the target's store timestamp). A timer delivered already is not recalled. Apache matches a
+marker only with a target of the same slot.
 
-Difference from Apache RocketMQ: Apache also keeps a ``timerwheel`` file, a ``timerlog/``
-and ``config/timercheck``; Postbox writes none of them. The timer records in the commit log and
-the ``rmq_sys_wheel_timer`` consume queue are byte-compatible; the schedule is rebuilt from
-them at start. Apache rounds deliver times down to ``timerPrecisionMs`` (1 s) and delivers
-within that second; Postbox keeps the exact millisecond and is never early.
-
-Progress: the *watermark* — the lowest timer-queue offset not yet delivered (or the scan
-offset when nothing is pending) — is committed as the consumer offset of the system group
-``TIMER_PROGRESS_GROUP`` on ``rmq_sys_wheel_timer`` queue 0, so it is persisted with the
-consumer offsets and disk pressure never deletes an undelivered timer record. After a restart
-(or a crash) the schedule is rebuilt from the watermark; a record found then whose message is
-already in its real topic (same unique key and ``TIMER_OUT_MS``, through the key index) is not
-delivered again, so duplicates are limited to messages without a unique key and puts the crash
-caught before they reached the index (at least once). A put that
-fails (disk full, store closed) is retried ``RETRY_DELAY_MS`` later; a record that cannot be
-delivered (not a timer message, rejected as invalid by the store) is skipped with an error.
-
-Limits: the schedule holds every pending timer message in memory (about 100 bytes each); a run
-reads at most ``INGEST_BATCH_MAX`` records and delivers at most ``DELIVER_BATCH_MAX``.
+Limits: a run reads at most ``INGEST_BATCH_MAX`` records and delivers at most
+``DELIVER_BATCH_MAX``. Timer-log files are not deleted yet (52 bytes a timer).
 
 Thread-safety: every public method may be called from any thread; runs are serialised by a
 lock. The owner stops this service before it closes the store.
@@ -68,167 +64,43 @@ from ..contract.message import Message
 from ..errors import CorruptionError, InvalidMessageError, MessageNotFoundError, StoreClosedError
 from ..formats import (
     FILLER_UNIT_SIZE,
-    PROPERTY_DELAY,
-    PROPERTY_KEYS,
-    PROPERTY_REAL_QID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
     PROPERTY_TIMER_DEL_UNIQKEY,
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELAY_SEC,
-    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_DEQUEUE_MS,
-    PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
-    PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT,
     MessageView,
+)
+from ..formats.hashing import java_string_hashcode
+from ..formats.timer_layout import (
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    MAGIC_ROLL,
+    WHEEL_BLANK_SLOTS,
+    WHEEL_SLOTS_TOTAL,
+    TimerUnit,
 )
 from ..formats.topic_names import TIMER_TOPIC
 from ..service import Service
 from ..store.message_store import MessageStore
 from .config_stores import ConsumerOffsetTable
-from .delay_service import delay_level
+from .timer_files import FLUSH_INTERVAL_MS, TimerFiles
+from .timer_messages import timer_delivery, timer_key, timer_moment, timer_roll_copy
 
 log = logging.getLogger(__name__)
 
 TIMER_PROGRESS_GROUP = "CID_RMQ_SYS_TIMER_PROGRESS"
 """The system group whose consumer offset on the timer queue is the delivery watermark."""
-TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 INGEST_BATCH_MAX = 1024
-DELIVER_BATCH_MAX = 256
+DELIVER_BATCH_MAX = 1024
 WAIT_MAX_MS = 1000
 RETRY_DELAY_MS = 100
 LATENESS_SAMPLES_MAX = 100_000
 
-
-def java_long(text: str) -> int:
-    """``text`` read as Java's ``Long.parseLong`` reads it: an optional ``+``/``-`` then
-    decimal digits (any script's), no spaces or ``_``, within the signed 64-bit range.
-
-    Raises:
-        ValueError: anything else.
-    """
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not all(char.isdecimal() for char in digits):
-        raise ValueError(f"{text!r} is not a Java long")
-    value = int(text)
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f"{text!r} is out of a Java long's range")
-    return value
-
-
-def _wrapped(value: int) -> int:
-    """``value`` wrapped to a signed 64-bit long, as Java's arithmetic wraps it."""
-    return (value + 2**63) % 2**64 - 2**63
-
-
-def timer_deliver_ms(properties: dict[str, str], now_ms: int) -> int | None:
-    """The deliver time the timer properties ask for (None: there are none), computed as
-    RocketMQ's ``HookUtils.transformTimerMessage`` does (Java longs: a delay that overflows
-    wraps, to a time in the past).
-
-    Raises:
-        InvalidMessageError: a timer property is not a Java long.
-    """
-    for name, scale, base in ((PROPERTY_TIMER_DELAY_SEC, 1000, now_ms),
-                              (PROPERTY_TIMER_DELAY_MS, 1, now_ms),
-                              (PROPERTY_TIMER_DELIVER_MS, 1, 0)):
-        raw = properties.get(name)
-        if raw is None:
-            continue
-        try:
-            return _wrapped(base + _wrapped(java_long(raw) * scale))
-        except ValueError as error:
-            raise InvalidMessageError(f"{name}={raw!r} is not an integer "
-                                      "(WHEEL_TIMER_MSG_ILLEGAL)") from error
-    return None
-
-
-def schedule_timer(message: Message, queue_id: int, now_ms: int, *, enabled: bool,
-                   max_delay_s: int, levels_ms: tuple[int, ...]) -> Message | None:
-    """The ``rmq_sys_wheel_timer`` record of a timer message, or None when ``message`` is not
-    one (or is due already, or has a ``DELAY`` level). The input is never modified.
-
-    Raises:
-        InvalidMessageError: unparsable, more than ``max_delay_s`` ahead, or timers are off.
-    """
-    properties = dict(message.properties or {})
-    cancel = PROPERTY_TIMER_DEL_UNIQKEY in properties
-    if not cancel and not any(name in properties for name in TIMER_PROPERTIES):
-        return None
-    if not cancel and delay_level(message, levels_ms):
-        return None
-    if not enabled:
-        raise InvalidMessageError("timer messages are off on this broker (timerWheelEnable="
-                                  "false, WHEEL_TIMER_NOT_ENABLE)", topic=message.topic)
-    deliver_ms = timer_deliver_ms(properties, now_ms)
-    if cancel and deliver_ms is not None and deliver_ms <= now_ms:
-        raise InvalidMessageError("a timer delete marker's time has passed "
-                                  "(WHEEL_TIMER_MSG_ILLEGAL)", topic=message.topic)
-    if cancel:  # a delete marker is never stored as a message of its topic
-        properties.pop(PROPERTY_DELAY, None)
-        deliver_ms = max(deliver_ms or now_ms, now_ms)
-    elif deliver_ms is None or deliver_ms <= now_ms:
-        return None
-    if deliver_ms - now_ms > max_delay_s * 1000:
-        raise InvalidMessageError(
-            f"timer delay of {deliver_ms - now_ms} ms exceeds timerMaxDelaySec={max_delay_s} "
-            "(WHEEL_TIMER_MSG_ILLEGAL)", topic=message.topic)
-    properties[PROPERTY_TIMER_OUT_MS] = str(deliver_ms)
-    properties[PROPERTY_REAL_TOPIC] = message.topic
-    properties[PROPERTY_REAL_QID] = str(queue_id)
-    keys = message.keys if message.keys is None or isinstance(message.keys, str) else list(
-        message.keys)
-    return Message(
-        TIMER_TOPIC, message.body, tags=message.tags, keys=keys, properties=properties,
-        unique_key=message.unique_key, flag=message.flag,
-        born_timestamp_ms=message.born_timestamp_ms, born_host=message.born_host,
-        reconsume_count=message.reconsume_count, sys_flag=message.sys_flag)
-
-
-def timer_delivery(view: MessageView, now_ms: int) -> tuple[Message, int]:
-    """The message a stored timer record becomes, and its real queue id.
-
-    Raises:
-        InvalidMessageError: no or invalid ``REAL_TOPIC`` / ``REAL_QID``.
-    """
-    properties = dict(view.properties)
-    real_topic = properties.pop(PROPERTY_REAL_TOPIC, None)
-    real_qid = properties.pop(PROPERTY_REAL_QID, None)
-    if not real_topic or real_qid is None or not real_qid.lstrip("-").isdigit():
-        raise InvalidMessageError(f"timer record at position={view.log_position} has no valid "
-                                  f"{PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}")
-    for relative in (PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS):
-        properties.pop(relative, None)  # a later resend (retry, DLQ) must not wait again
-    properties[PROPERTY_TIMER_ENQUEUE_MS] = str(view.store_timestamp_ms)
-    properties[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
-    properties[PROPERTY_WAIT] = "false"
-    keys = properties.pop(PROPERTY_KEYS, None)
-    tags = properties.pop(PROPERTY_TAGS, None)
-    unique_key = properties.pop(PROPERTY_UNIQ_KEY, None)
-    born_ms = view.born_timestamp_ms
-    message = Message(
-        real_topic, view.body, tags=tags, keys=keys, properties=properties,
-        unique_key=unique_key, flag=view.flag,
-        born_timestamp_ms=born_ms if born_ms >= 0 else None, born_host=str(view.born_host),
-        reconsume_count=max(0, view.reconsume_count), sys_flag=view.sys_flag)
-    return message, int(real_qid)
-
-
-def _timer_key(properties: dict[str, str], cancels: str | None = None
-               ) -> tuple[str, str] | None:
-    """(real topic, UNIQ_KEY) of a timer record, or of the timer its delete marker cancels
-    (``cancels``: the UNIQ_KEY, or RocketMQ 5's ``realTopic+UNIQ_KEY``); None: no key."""
-    topic = properties.get(PROPERTY_REAL_TOPIC, "")
-    unique_key = properties.get(PROPERTY_UNIQ_KEY) if cancels is None else cancels
-    if cancels is not None and cancels.startswith(topic + "+"):
-        unique_key = cancels[len(topic) + 1:]
-    return (topic, unique_key) if topic and unique_key else None
+Entry = tuple[int, int, int, int]  # (deliver ms, queue offset, log position, size)
+"""A pending record in the heap."""
 
 
 class TimerService(Service):
-    """Delivers ``rmq_sys_wheel_timer`` records when their ``TIMER_OUT_MS`` comes."""
+    """Delivers ``rmq_sys_wheel_timer`` records when their time comes, keeping the wheel's files."""
 
     name = "timer"
     interval_ms = WAIT_MAX_MS
@@ -237,9 +109,17 @@ class TimerService(Service):
         super().__init__(clock)
         self._store = store
         self._offsets = offsets
+        delay = store.config.delay
+        self._precision = delay.timer_precision_ms
+        self._roll_slots = min(delay.timer_roll_window_slots,
+                               WHEEL_SLOTS_TOTAL - WHEEL_BLANK_SLOTS)
+        self._files = TimerFiles(store.root_dir, self._precision,
+                                 delay.timer_log_segment_size_bytes)
         self._run_lock = threading.Lock()
-        self._schedule: list[tuple[int, int, int, int]] = []  # (deliver ms, offset, pos, size)
+        self._schedule: list[Entry] = []
         self._pending: set[int] = set()
+        self._timer_pos: dict[int, int] = {}  # offset -> its timer-log position
+        self._rolls: dict[int, int] = {}  # offset of a parked record -> its enqueue time
         self._targets: dict[tuple[str, str], int] = {}  # (real topic, UNIQ_KEY) -> offset
         self._key_of: dict[int, tuple[str, str]] = {}
         self._tombstones: dict[tuple[str, str], tuple[int, int]] = {}  # -> (offset, until ms)
@@ -249,6 +129,9 @@ class TimerService(Service):
         self._low: list[int] = []  # pending offsets (lazy deletion)
         self._scan: int | None = None
         self._recovered_below = 0  # records below were in the queue at start: maybe delivered
+        self._recovered_until_ms = 0  # ... if due before the start
+        self._retry_after_ms = 0
+        self._flushed_ms = 0
         self._lateness_ms: deque[int] = deque(maxlen=LATENESS_SAMPLES_MAX)
         self.delivered_count = 0
         self.skipped_count = 0
@@ -260,12 +143,12 @@ class TimerService(Service):
             self.wakeup()
 
     def run_once(self, now_ms: int) -> int:
-        """Read new timer records into the schedule and deliver what is due (bounded)."""
+        """Read new timer records into the wheel and deliver what is due (bounded)."""
         try:
             with self._run_lock:
-                work = self._ingest()
+                work = self._ingest(now_ms)
                 work += self._deliver(now_ms)
-                self._commit()
+                self._commit(now_ms)
                 return work
         except StoreClosedError:
             log.warning("[timer] store is closed: nothing delivered (stop the timer service "
@@ -277,16 +160,58 @@ class TimerService(Service):
         head = self.next_deliver_ms()
         if head is None:
             return WAIT_MAX_MS
-        return min(max(head - now_ms, 1), WAIT_MAX_MS)
+        return min(max(head - now_ms, self._retry_after_ms - now_ms, 1), WAIT_MAX_MS)
 
-    # ---- ingest: timer queue -> schedule -----------------------------------------------------
+    def stop(self, timeout_ms: int = 10_000) -> None:
+        """Stop the thread, then record the progress and flush the files."""
+        super().stop(timeout_ms)
+        with self._run_lock:
+            if self._scan is not None:
+                try:
+                    self._commit(self.clock.now_ms())
+                except StoreClosedError:
+                    pass
+            self._files.close()
 
-    def _ingest(self) -> int:
+    # ---- start: the files, else the queue from the watermark --------------------------------
+
+    def _start(self, now_ms: int) -> None:
         queue = self._store.queues.get(TIMER_TOPIC, 0)
-        if self._scan is None:  # the first run: what the queue holds may be delivered already
+        self._recovered_below = queue.max_offset if queue else 0
+        self._recovered_until_ms = now_ms
+        check = self._files.load()
+        if check is None:
             saved = self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0)
             self._scan = saved if saved is not None else queue.min_offset if queue else 0
-            self._recovered_below = queue.max_offset if queue else 0
+            return
+        oldest = now_ms // self._precision * self._precision \
+            - (WHEEL_SLOTS_TOTAL - WHEEL_BLANK_SLOTS) * self._precision
+        found = sorted((unit.log_offset, unit.log_size, position, unit)
+                       for slot in self._files.pending_slots(max(check.last_read_time_ms, oldest))
+                       for position, unit in self._files.chain(slot))
+        for log_offset, size, position, unit in found:
+            self._schedule_unit(None, log_offset, size, now_ms, (position, unit))
+        scan = check.last_timer_queue_offset
+        last = self._files.last_unit
+        if last is not None:
+            try:
+                view = self._store.read_message(last.log_offset)
+                if view.topic == TIMER_TOPIC:
+                    scan = max(scan, view.queue_offset + 1)
+            except (CorruptionError, MessageNotFoundError) as error:
+                log.warning("[timer] the timer log's last record is not readable: %r", error)
+        self._scan = scan
+        log.info("[timer] %d pending timer records read back from the wheel (from %d); the "
+                 "timer queue is read on from offset %d", len(self._pending),
+                 check.last_read_time_ms, scan)
+
+    # ---- ingest: timer queue -> timer log, wheel and schedule --------------------------------
+
+    def _ingest(self, now_ms: int) -> int:
+        if self._scan is None:
+            self._start(now_ms)
+        assert self._scan is not None
+        queue = self._store.queues.get(TIMER_TOPIC, 0)
         if queue is None:
             self._caught_up = True
             return 0
@@ -303,59 +228,106 @@ class TimerService(Service):
             if not units:
                 break
             for position, size, _ in units:
-                self._schedule_unit(self._scan, position, size)
+                if not (size == FILLER_UNIT_SIZE and position == 0):
+                    self._schedule_unit(self._scan, position, size, now_ms)
                 self._scan += 1
                 read += 1
         self._caught_up = self._scan >= queue.max_offset
         return read
 
-    def _schedule_unit(self, offset: int, position: int, size: int) -> None:
-        if size == FILLER_UNIT_SIZE and position == 0:
-            return
+    def _schedule_unit(self, offset: int | None, position: int, size: int, now_ms: int,
+                       logged: tuple[int, TimerUnit] | None = None) -> None:
+        """Schedule one record (``logged``: read back from the timer log, else appended)."""
         try:
             view = self._store.read_message(position)
-            deliver_ms = int(view.properties[PROPERTY_TIMER_OUT_MS])
+            out_ms = int(view.properties[PROPERTY_TIMER_OUT_MS])
         except (CorruptionError, MessageNotFoundError, KeyError, ValueError) as error:
-            log.error("[timer] %s offset %d (position %d): not a timer record, skipped: %r",
+            log.error("[timer] %s offset %s (position %d): not a timer record, skipped: %r",
                       TIMER_TOPIC, offset, position, error)
             self.skipped_count += 1
             return
-        key = _timer_key(view.properties)
+        offset = view.queue_offset if offset is None else offset
         cancels = view.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+        if logged is not None and logged[1].magic & MAGIC_ROLL:
+            self._push(offset, logged[1].deliver_ms, position, size, logged[0])
+            self._rolls[offset] = logged[1].write_time_ms
+            return
+        if logged is not None and logged[1].magic & MAGIC_DELETE and cancels is None:
+            return  # a timer cancelled before the restart
+        if self._cancelled(view, offset, cancels, out_ms, logged):
+            return
+        moment = timer_moment(view.properties, view.store_timestamp_ms, out_ms, self._precision)
+        if logged is None:
+            logged = self._append(view, out_ms, position, size, now_ms, cancels is not None)
+            if logged[1].magic & MAGIC_ROLL:
+                self._rolls[offset] = logged[1].write_time_ms
+                moment = logged[1].deliver_ms
+        self._push(offset, moment, position, size, logged[0])
+
+    def _cancelled(self, view: MessageView, offset: int, cancels: str | None, out_ms: int,
+                   logged: tuple[int, TimerUnit] | None) -> bool:
+        """Match a delete marker and its target; True: nothing more to schedule."""
+        key = timer_key(view.properties)
         if cancels is not None:
-            key = _timer_key(view.properties, cancels)
+            key = timer_key(view.properties, cancels)
             target = self._targets.pop(key, None) if key else None
             if target is not None or key is None:
                 self._cancel(target, offset)
-                return
-            self._tombstones[key] = (offset, deliver_ms)  # its target may come later
+                return True
+            self._tombstones[key] = (offset, out_ms)  # its target may come later
             self._markers[offset] = key
         elif key is not None and key in self._tombstones \
                 and view.store_timestamp_ms <= self._tombstones[key][1]:
             marker, _ = self._tombstones.pop(key)
             self._markers.pop(marker, None)
+            if logged is not None:
+                self._files.mark_deleted(logged[0])
             self._cancel(offset, marker)
-            return
+            return True
         elif key is not None:
             self._targets[key] = offset
             self._key_of[offset] = key
-        heapq.heappush(self._schedule, (deliver_ms, offset, position, size))
+        return False
+
+    def _append(self, view: MessageView, out_ms: int, position: int, size: int, now_ms: int,
+                marker: bool) -> tuple[int, TimerUnit]:
+        """Append a record to the timer log (parked if past the roll window)."""
+        write_ms = now_ms // self._precision * self._precision
+        window_ms = self._roll_slots * self._precision
+        magic, deliver_ms = MAGIC_DEFAULT, out_ms
+        if deliver_ms - write_ms >= window_ms:
+            magic |= MAGIC_ROLL
+            short = deliver_ms - write_ms - window_ms < self._roll_slots // 3 * self._precision
+            deliver_ms = write_ms + (self._roll_slots // 2 * self._precision if short
+                                     else window_ms)
+        if marker:
+            magic |= MAGIC_DELETE
+        unit = TimerUnit(-1, magic, write_ms, deliver_ms - write_ms, position, size,
+                         java_string_hashcode(view.properties.get("REAL_TOPIC", "")))
+        return self._files.append(unit), unit
+
+    def _push(self, offset: int, moment: int, position: int, size: int, timer_pos: int) -> None:
+        heapq.heappush(self._schedule, (moment, offset, position, size))
         self._pending.add(offset)
+        self._timer_pos[offset] = timer_pos
         heapq.heappush(self._low, offset)
 
     def _cancel(self, pending: int | None, marker: int) -> None:
         """A delete marker met its target: neither is delivered (their heap entries, if any,
-        are dropped when they come up)."""
+        are dropped when they come up); the target's timer-log record is marked deleted."""
         for offset in (pending, marker):
             if offset is not None:
                 self._pending.discard(offset)
                 self._key_of.pop(offset, None)
         if pending is not None:
+            position = self._timer_pos.pop(pending, None)
+            if position is not None:
+                self._files.mark_deleted(position)
             self.cancelled_count += 1
             log.info("[timer] %s offset %d cancelled by the delete marker at offset %d",
                      TIMER_TOPIC, pending, marker)
 
-    # ---- deliver: schedule -> real topic -----------------------------------------------------
+    # ---- deliver: due records -> real topics, in batches -------------------------------------
 
     def _expire_markers(self) -> None:
         """Drop the markers past their time once every record stored before it was read (a
@@ -367,49 +339,79 @@ class TimerService(Service):
             if key is not None and self._tombstones.get(key, (None, 0))[0] == offset:
                 del self._tombstones[key]
             self._pending.discard(offset)
+            self._timer_pos.pop(offset, None)
         self._expired.clear()
 
     def _deliver(self, now_ms: int) -> int:
         self._expire_markers()
-        delivered = 0
-        while self._schedule and self._schedule[0][0] <= now_ms and delivered < DELIVER_BATCH_MAX:
-            deliver_ms, offset, position, size = self._schedule[0]
+        if now_ms < self._retry_after_ms:
+            return 0
+        due: list[Entry] = []
+        while self._schedule and self._schedule[0][0] <= now_ms and len(due) < DELIVER_BATCH_MAX:
+            entry = heapq.heappop(self._schedule)
+            offset = entry[1]
             if offset not in self._pending or offset in self._markers:  # cancelled; marker
-                heapq.heappop(self._schedule)
                 if offset in self._markers:
                     self._expired.append(offset)
                 continue
-            if not self._deliver_one(offset, position, now_ms):
-                heapq.heapreplace(self._schedule, (now_ms + RETRY_DELAY_MS, offset, position,
-                                                   size))
+            due.append(entry)
+        return self._put_due(due, now_ms)
+
+    def _put_due(self, due: list[Entry], now_ms: int) -> int:
+        """Put the due records' messages, one ``put_messages`` per run of one queue id."""
+        ready: list[tuple[Entry, Message | None, int]] = [self._prepare(entry, now_ms)
+                                                          for entry in due]
+        delivered, index = 0, 0
+        while index < len(ready):
+            end = index
+            while end < len(ready) and ready[end][2] == ready[index][2]:
+                end += 1
+            batch = [message for _, message, _ in ready[index:end] if message is not None]
+            try:
+                if batch:
+                    self._store.put_messages(batch, ready[index][2])
+            except StoreClosedError:
+                raise
+            except Exception as error:  # disk full, fail-stop…: retried, nothing dropped
+                log.error("[timer] %d deliveries failed, retrying in %d ms: %s",
+                          len(ready) - index, RETRY_DELAY_MS, error)
+                for entry, _, _ in ready[index:]:
+                    heapq.heappush(self._schedule, entry)
+                self._retry_after_ms = now_ms + RETRY_DELAY_MS
                 break
-            heapq.heappop(self._schedule)
-            self._pending.discard(offset)
-            self._targets.pop(self._key_of.pop(offset, ("", "")), None)
-            self._lateness_ms.append(now_ms - deliver_ms)
-            delivered += 1
+            for entry, message, _ in ready[index:end]:
+                self._done(entry, now_ms, message is not None)
+                delivered += message is not None
+            index = end
         return delivered
 
-    def _deliver_one(self, offset: int, position: int, now_ms: int) -> bool:
-        """Put one record's message to its real topic; False: retry later."""
-        where = f"{TIMER_TOPIC} offset {offset} (position {position})"
+    def _prepare(self, entry: Entry, now_ms: int) -> tuple[Entry, Message | None, int]:
+        """(entry, the message to put or None to skip, its queue id)."""
+        _, offset, position, _ = entry
         try:
-            message, queue_id = timer_delivery(self._store.read_message(position), now_ms)
-            if offset < self._recovered_below and self._delivered_before(message):
-                return True
-            self._store.put_message(message, queue_id)
+            view = self._store.read_message(position)
+            if offset in self._rolls:
+                return entry, timer_roll_copy(view, self._rolls[offset], now_ms), view.queue_id
+            message, queue_id = timer_delivery(view, now_ms)
+            if offset < self._recovered_below and entry[0] <= self._recovered_until_ms \
+                    and self._delivered_before(message):
+                return entry, None, queue_id
+            return entry, message, queue_id
         except (CorruptionError, MessageNotFoundError, InvalidMessageError) as error:
-            log.error("[timer] %s: cannot be delivered, skipped: %s", where, error)
+            log.error("[timer] %s offset %d (position %d): cannot be delivered, skipped: %s",
+                      TIMER_TOPIC, offset, position, error)
             self.skipped_count += 1
-            return True
-        except StoreClosedError:
-            raise
-        except Exception as error:  # disk full, fail-stop…: retried, nothing dropped
-            log.error("[timer] %s: put failed, retrying in %d ms: %s", where, RETRY_DELAY_MS,
-                      error)
-            return False
-        self.delivered_count += 1
-        return True
+            return entry, None, -1
+
+    def _done(self, entry: Entry, now_ms: int, put: bool) -> None:
+        deliver_ms, offset, _, _ = entry
+        self._pending.discard(offset)
+        self._timer_pos.pop(offset, None)
+        self._rolls.pop(offset, None)
+        self._targets.pop(self._key_of.pop(offset, ("", "")), None)
+        if put:
+            self._lateness_ms.append(now_ms - deliver_ms)
+            self.delivered_count += 1
 
     def _delivered_before(self, message: Message) -> bool:
         """Whether a record read back at start was delivered before the restart: its real
@@ -422,7 +424,22 @@ class TimerService(Service):
                    for view in self._store.query_by_unique_key(message.topic,
                                                                message.unique_key))
 
-    def _commit(self) -> None:
+    # ---- progress ----------------------------------------------------------------------------
+
+    def _read_time_ms(self, now_ms: int) -> int:
+        """Every slot before this was delivered: the current second's slot, or the slot of the
+        earliest pending record (one slot earlier for a moment on a slot's edge, which may
+        be the end of a slot Apache rounded down to)."""
+        slot_ms = now_ms // self._precision * self._precision
+        while self._schedule and self._schedule[0][1] not in self._pending:
+            heapq.heappop(self._schedule)
+        if self._schedule:
+            head = self._schedule[0][0]
+            edge = self._precision if head % self._precision == 0 else 0
+            slot_ms = min(slot_ms, head // self._precision * self._precision - edge)
+        return slot_ms
+
+    def _commit(self, now_ms: int) -> None:
         if self._scan is None:
             return
         while self._low and self._low[0] not in self._pending:
@@ -431,6 +448,11 @@ class TimerService(Service):
         saved = self._offsets.query(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0)
         if watermark != saved and (saved is not None or watermark > 0):  # no timer: no entry
             self._offsets.commit(TIMER_TOPIC, TIMER_PROGRESS_GROUP, 0, watermark)
+        if self._files.active:
+            self._files.write_check(self._read_time_ms(now_ms), self._scan, now_ms)
+            if now_ms - self._flushed_ms >= FLUSH_INTERVAL_MS:
+                self._files.flush()
+                self._flushed_ms = now_ms
 
     # ---- introspection -----------------------------------------------------------------------
 
@@ -449,5 +471,4 @@ class TimerService(Service):
             return list(self._lateness_ms)
 
 
-__all__ = ["TIMER_PROGRESS_GROUP", "TIMER_PROPERTIES", "TimerService", "schedule_timer",
-           "timer_deliver_ms", "timer_delivery"]
+__all__ = ["TIMER_PROGRESS_GROUP", "TimerService"]

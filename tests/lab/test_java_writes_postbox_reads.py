@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from postbox.storage_engine import Broker, HAConfig, MessageStore, StoreConfig, verify_store
+from postbox.storage_engine.formats.timer_layout import decode_timer_check
 from tests.lab.compare import differences, read_queue
 from tests.support.rocketmq_lab import copy_store
 
@@ -257,10 +258,10 @@ def test_retry_and_dead_letter_deliveries_are_in_the_store_postbox_reads(java_co
         store.close()
 
 
-ROCKETMQ_5_FILES = ("timerwheel", "config/timercheck", "config/timermetrics")
-"""Written by RocketMQ 5's timer wheel (on by default): Postbox keeps its timer schedule from
-the ``rmq_sys_wheel_timer`` queue alone, so it neither reads nor changes them; a Java broker
-reopening the store finds them as it left them."""
+ROCKETMQ_5_FILES = ("timerwheel", "config/timermetrics")
+"""Written by RocketMQ 5's timer wheel (on by default): Postbox reads the wheel and the timer
+log (nothing pending: nothing changes in them) and leaves the metrics alone; only
+``config/timercheck`` moves on (the read time), keeping the timer-queue offset Java left."""
 
 
 def file_digests(root: Path, names) -> dict[str, str]:
@@ -273,6 +274,7 @@ def test_what_rocketmq_5_adds_is_tolerated_and_left_as_it_was(java_corpus, tmp_p
     timer_log = sorted(str(p.relative_to(root)) for p in (root / "timerlog").iterdir())
     assert timer_log, "the timer message went through the timer log"
     before = file_digests(root, [*ROCKETMQ_5_FILES, *timer_log])
+    check = decode_timer_check((root / "config" / "timercheck").read_bytes())
     with Broker.open(config) as broker:  # rewrites the config files on close
         broker.commit_offset(GROUP, MAIN, 0, 0)
         assert broker.store.max_offset("rmq_sys_wheel_timer", 0) >= 1
@@ -284,6 +286,9 @@ def test_what_rocketmq_5_adds_is_tolerated_and_left_as_it_was(java_corpus, tmp_p
         assert broker.timer_service.pending_count() == 0
         assert sorted(broker.store.topics()) == before_timers
     assert file_digests(root, [*ROCKETMQ_5_FILES, *timer_log]) == before
+    after = decode_timer_check((root / "config" / "timercheck").read_bytes())
+    assert after.last_timer_queue_offset == check.last_timer_queue_offset
+    assert after.last_read_time_ms >= check.last_read_time_ms
     topics = (root / "config" / "topics.json").read_text()
     assert '"message.type":"TRANSACTION"' in topics  # 5.x topic attributes survive
     groups = (root / "config" / "subscriptionGroup.json").read_text()

@@ -38,7 +38,7 @@ from typing import Any
 from postbox.network.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from postbox.network.protocol.wire import HeaderFields, RemotingCommand
 from postbox.storage_engine.broker import Broker
-from postbox.storage_engine.broker.timer_service import TIMER_PROPERTIES
+from postbox.storage_engine.broker.timer_messages import TIMER_PROPERTIES
 from postbox.storage_engine.contract.message import Message, PutStatus
 from postbox.storage_engine.contract.model import SendResult
 from postbox.storage_engine.errors import CorruptionError, MessageNotFoundError

@@ -1,8 +1,9 @@
 """Timer messages through ``postbox broker start`` (both protocols, real sockets): gRPC
 ``delivery_timestamp`` and remoting ``TIMER_DELIVER_MS`` sends, the refusals beyond
 ``timerMaxDelaySec`` (gRPC ``ILLEGAL_DELIVERY_TIME``, remoting 13 MESSAGE_ILLEGAL), and a
-``kill -9`` while timers are pending: after the restart every one is delivered once, never
-early, those due after the restart at their moment."""
+``kill -9`` while timers are pending, and again while the restarted broker reads them back from
+the timer wheel's files: after the restart every one is delivered once, never early, those due
+after the restart at their moment."""
 
 from __future__ import annotations
 
@@ -71,6 +72,10 @@ def test_timers_survive_kill_9_and_come_at_their_moment(tmp_path):
         client.close()
         server.kill()  # kill -9 with every timer pending (or a few delivered)
     killed_ms = int(time.time() * 1000)
+    assert (store / "timerwheel").is_file() and (store / "config" / "timercheck").is_file()
+    assert any((store / "timerlog").iterdir())
+    loading = BrokerProcess(store, broker_conf=conf).start()
+    loading.kill()  # again, while the timer service reads the pending timers back
     again = BrokerProcess(store, broker_conf=conf).start()
     back_ms = int(time.time() * 1000)
     try:

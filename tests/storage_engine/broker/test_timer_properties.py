@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from postbox.storage_engine import Message
-from postbox.storage_engine.broker.timer_service import (
+from postbox.storage_engine.broker.timer_messages import (
     java_long,
     schedule_timer,
     timer_deliver_ms,

@@ -196,3 +196,17 @@ def test_a_marker_waits_for_targets_stored_until_its_time_even_in_a_backlog(tmp_
         assert sorted(view.body for view in views) == [b"after the marker", *[b"filler"] * 4,
                                                        b"last"]
         assert broker.timer_service.cancelled_count == 1
+
+
+def test_a_timer_past_the_roll_window_is_parked_and_put_back(tmp_path):
+    with open_broker(tmp_path / "s", timer_roll_window_slots=2) as broker:
+        start = now_ms()
+        broker.send(timer("rolled", b"far", start + 3500, "0A" * 16), queue_id=0)
+        views = delivered(broker, "rolled", 1)
+        assert views[0].store_timestamp_ms >= start + 3500
+        assert views[0].properties["TIMER_ROLL_TIMES"] == "1"  # as Apache's roll test sees it
+        assert broker.store.max_offset(TIMER_TOPIC, 0) == 2  # the record, and it put back
+    root = tmp_path / "s"
+    assert (root / "timerwheel").stat().st_size == 38_707_200
+    assert (root / "config" / "timercheck").stat().st_size == 4096
+    assert [p.name for p in (root / "timerlog").iterdir()] == ["0" * 20]

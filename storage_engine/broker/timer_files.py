@@ -1,0 +1,309 @@
+"""``TimerFiles``: the timer wheel's files of a store — ``timerwheel``, ``timerlog/`` and
+``config/timercheck`` — read and written as Apache RocketMQ 5.x's ``TimerMessageStore`` does
+(layouts in ``formats.timer_layout``).
+
+Nothing is created until the first record is appended (a store that never held a timer has
+none of these files, as before). ``load`` opens what exists: it finds where the timer log ends
+(the first position that holds no record, following the blanks at segment ends), revises the
+slots of the records appended since the last flush (Apache's ``recoverAndRevise``: a slot whose
+``lastPos`` lags behind the log is advanced) and returns the checkpoint. A wheel of another size
+than Apache's, a checkpoint page shorter than its four progress longs, or bytes at the timer
+log's end that are neither zeros nor a record raise ``CorruptionError`` naming the file: nothing
+is deleted or overwritten, the operator decides.
+
+Writes go through memory maps (a kill -9 loses none of them); ``flush`` makes the log, the wheel
+and then the checkpoint durable (Apache's ``TimerFlushService``, every ``FLUSH_INTERVAL_MS``).
+
+Thread-safety: none; the timer service calls it under its run lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import CorruptionError
+from ..formats.directory import CONFIG_DIR_NAME, SEGMENT_NAME_DIGITS
+from ..formats.timer_layout import (
+    EMPTY_SLOT,
+    MAGIC_DELETE,
+    SLOT,
+    SLOT_SIZE,
+    TIMER_CHECK_FILE_NAME,
+    TIMER_CHECK_FILE_SIZE,
+    TIMER_LOG_DIR_NAME,
+    TIMER_LOG_MIN_BLANK,
+    TIMER_UNIT_SIZE,
+    WHEEL_FILE_NAME,
+    WHEEL_FILE_SIZE,
+    WHEEL_SLOTS_TOTAL,
+    Slot,
+    TimerCheck,
+    TimerUnit,
+    decode_slot,
+    decode_timer_check,
+    decode_unit,
+    encode_blank,
+    encode_slot,
+    encode_timer_check,
+    encode_unit,
+    is_blank,
+    slot_index,
+)
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_MS = 1000  # timerFlushIntervalMs
+
+
+class TimerFiles:
+    """The wheel, the timer log and the checkpoint of the store at ``root``."""
+
+    def __init__(self, root: Path, precision_ms: int, segment_bytes: int) -> None:
+        self.root = root
+        self.precision_ms = precision_ms
+        self.segment_bytes = segment_bytes
+        self.wheel_path = root / WHEEL_FILE_NAME
+        self.log_dir = root / TIMER_LOG_DIR_NAME
+        self.check_path = root / CONFIG_DIR_NAME / TIMER_CHECK_FILE_NAME
+        self._wheel: mmap.mmap | None = None
+        self._segments: dict[int, mmap.mmap] = {}  # start position -> map
+        self.write_pos = 0
+        self.last_unit: TimerUnit | None = None
+        self._check: TimerCheck | None = None
+
+    # ---- open --------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """Whether the store has timer files (loaded with a checkpoint, or appended to)."""
+        return self._wheel is not None or self._check is not None
+
+    def load(self) -> TimerCheck | None:
+        """Open what exists; the checkpoint, or None when the store has none.
+
+        Raises:
+            CorruptionError: a file that does not decode (nothing is changed).
+        """
+        check = None
+        if self.check_path.exists():
+            page = self.check_path.read_bytes()
+            try:
+                check = decode_timer_check(page)
+            except ValueError as error:
+                raise CorruptionError(f"{self.check_path}: {error}",
+                                      path=str(self.check_path)) from error
+        if self.wheel_path.exists():
+            self._open_wheel(create=False)
+        self._open_segments()
+        self._recover(check.last_timer_log_flush_pos if check else 0)
+        self._check = check
+        return check
+
+    def _open_wheel(self, *, create: bool) -> None:
+        size = self.wheel_path.stat().st_size if self.wheel_path.exists() else 0
+        if size not in (0, WHEEL_FILE_SIZE) or (size == 0 and not create):
+            raise CorruptionError(f"{self.wheel_path} is {size} bytes; a timer wheel is "
+                                  f"{WHEEL_FILE_SIZE} (2 × {WHEEL_SLOTS_TOTAL} slots of "
+                                  f"{SLOT_SIZE})", path=str(self.wheel_path))
+        with open(self.wheel_path, "a+b") as file:
+            if size == 0:
+                file.truncate(WHEEL_FILE_SIZE)
+            self._wheel = mmap.mmap(file.fileno(), WHEEL_FILE_SIZE)
+
+    def _open_segments(self) -> None:
+        if not self.log_dir.is_dir():
+            return
+        names = sorted(p for p in self.log_dir.iterdir()
+                       if p.name.isdigit() and len(p.name) == SEGMENT_NAME_DIGITS)
+        sizes = {p.stat().st_size for p in names}
+        if len(sizes) > 1 or 0 in sizes:
+            raise CorruptionError(f"{self.log_dir}: timer log files of sizes {sorted(sizes)}; "
+                                  "they are all of one size", path=str(self.log_dir))
+        if sizes and sizes != {self.segment_bytes}:
+            log.warning("[timer] %s: files of %d bytes (the configured size is %d): kept",
+                        self.log_dir, *sizes, self.segment_bytes)
+            self.segment_bytes = sizes.pop()
+        for path in names:
+            with open(path, "r+b") as file:
+                self._segments[int(path.name)] = mmap.mmap(file.fileno(), self.segment_bytes)
+
+    def _recover(self, flushed_pos: int) -> None:
+        """Find the log's end; advance the slots of the records after ``flushed_pos``."""
+        if not self._segments:
+            return
+        starts = sorted(self._segments)
+        begin = max((s for s in starts if s <= max(0, flushed_pos - self.segment_bytes)),
+                    default=starts[0])
+        for start in (s for s in starts if s >= begin):
+            segment, offset = self._segments[start], 0
+            while (unit := decode_unit(segment, offset)) is not None:
+                self._revise(unit, start + offset)
+                self.last_unit = unit
+                offset += TIMER_UNIT_SIZE
+            self.write_pos = start + offset
+            if is_blank(segment, offset):
+                self.write_pos = start + self.segment_bytes
+                continue
+            if offset + TIMER_UNIT_SIZE <= self.segment_bytes and any(
+                    segment[offset:offset + TIMER_UNIT_SIZE]):
+                raise CorruptionError(
+                    f"{self.log_dir / f'{start:0{SEGMENT_NAME_DIGITS}d}'}: torn or corrupt "
+                    f"timer-log record at position {start + offset}", log_position=start + offset,
+                    path=str(self.log_dir))
+            if start != starts[-1]:
+                raise CorruptionError(f"{self.log_dir}: the timer log ends at {start + offset} "
+                                      "but later files follow", log_position=start + offset,
+                                      path=str(self.log_dir))
+
+    def _revise(self, unit: TimerUnit, position: int) -> None:
+        if self._wheel is None:
+            return
+        time_ms = unit.deliver_ms
+        slot = self.slot(time_ms)
+        if slot is EMPTY_SLOT:
+            self._put_slot(time_ms, Slot(time_ms, position, position))
+        elif slot.last_pos < position:
+            self._put_slot(time_ms, slot._replace(last_pos=position))
+
+    # ---- wheel -------------------------------------------------------------------------------
+
+    def slot(self, time_ms: int) -> Slot:
+        """The slot holding ``time_ms`` (``EMPTY_SLOT``: none, or no wheel yet)."""
+        if self._wheel is None:
+            return EMPTY_SLOT
+        return decode_slot(self._wheel, slot_index(time_ms, self.precision_ms) * SLOT_SIZE,
+                           time_ms, self.precision_ms)
+
+    def _put_slot(self, time_ms: int, slot: Slot) -> None:
+        assert self._wheel is not None
+        at = slot_index(time_ms, self.precision_ms) * SLOT_SIZE
+        self._wheel[at:at + SLOT_SIZE] = encode_slot(time_ms, slot.first_pos, slot.last_pos,
+                                                     slot.num, slot.magic, self.precision_ms)
+
+    def pending_slots(self, from_ms: int) -> Iterator[Slot]:
+        """Every slot of a time at or after ``from_ms`` that holds records."""
+        if self._wheel is None:
+            return
+        low = from_ms // self.precision_ms
+        for stored, first, last, num, magic in SLOT.iter_unpack(self._wheel):
+            if stored >= low and last >= 0:
+                yield Slot(stored * self.precision_ms, first, last, num, magic)
+
+    def chain(self, slot: Slot) -> Iterator[tuple[int, TimerUnit]]:
+        """The records of ``slot``, last first, with their positions."""
+        position, seen = slot.last_pos, 0
+        while position >= 0 and seen <= 10_000_000:
+            unit = self.unit(position)
+            if unit is None:
+                log.error("[timer] slot %d: no timer-log record at %d", slot.time_ms, position)
+                return
+            yield position, unit
+            position, seen = unit.prev_pos, seen + 1
+
+    # ---- timer log ---------------------------------------------------------------------------
+
+    def unit(self, position: int) -> TimerUnit | None:
+        """The timer-log record at ``position`` (None: no record there)."""
+        start = position - position % self.segment_bytes
+        segment = self._segments.get(start)
+        return None if segment is None else decode_unit(segment, position - start)
+
+    def append(self, unit: TimerUnit) -> int:
+        """Append ``unit`` (its ``prev_pos`` is set here) to the slot of its deliver time and
+        count it there (a delete marker counts −1); its position."""
+        if self._wheel is None:
+            self._open_wheel(create=True)
+        time_ms = unit.deliver_ms
+        slot = self.slot(time_ms)
+        position = self._reserve()
+        data = encode_unit(unit._replace(prev_pos=slot.last_pos))
+        start = position - position % self.segment_bytes
+        self._segments[start][position - start:position - start + TIMER_UNIT_SIZE] = data
+        self.write_pos = position + TIMER_UNIT_SIZE
+        delta = -1 if unit.magic & MAGIC_DELETE else 1
+        self._put_slot(time_ms, Slot(time_ms, position if slot.first_pos < 0 else slot.first_pos,
+                                     position, slot.num + delta, slot.magic))
+        return position
+
+    def _reserve(self) -> int:
+        """Where the next record goes: after a blank at a file end that would keep less than
+        ``TIMER_LOG_MIN_BLANK`` bytes (Apache's ``TimerLog.append``), in a new file then."""
+        position = self.write_pos
+        start = position - position % self.segment_bytes
+        if start not in self._segments:
+            self._create_segment(start)
+            return position
+        used = position - start
+        if used + TIMER_UNIT_SIZE + TIMER_LOG_MIN_BLANK <= self.segment_bytes:
+            return position
+        self._segments[start][used:used + TIMER_LOG_MIN_BLANK] = encode_blank(
+            self.segment_bytes - used)
+        start += self.segment_bytes
+        self._create_segment(start)
+        self.write_pos = start
+        return start
+
+    def _create_segment(self, start: int) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / f"{start:0{SEGMENT_NAME_DIGITS}d}"
+        with open(path, "a+b") as file:
+            file.truncate(self.segment_bytes)
+            self._segments[start] = mmap.mmap(file.fileno(), self.segment_bytes)
+
+    def mark_deleted(self, position: int) -> None:
+        """Set ``MAGIC_DELETE`` on the record at ``position`` (a cancelled timer: Apache's
+        dequeue then skips it too)."""
+        unit = self.unit(position)
+        if unit is None:
+            return
+        start = position - position % self.segment_bytes
+        data = encode_unit(unit._replace(magic=unit.magic | MAGIC_DELETE))
+        self._segments[start][position - start:position - start + TIMER_UNIT_SIZE] = data
+
+    # ---- checkpoint --------------------------------------------------------------------------
+
+    def write_check(self, read_time_ms: int, queue_offset: int, now_ms: int) -> None:
+        """Record progress (in the page cache; ``flush`` makes it durable)."""
+        old = self._check or TimerCheck()
+        if (old.last_read_time_ms, old.last_timer_queue_offset, old.last_timer_log_flush_pos) \
+                == (read_time_ms, queue_offset, self.write_pos) and self.check_path.exists():
+            return
+        self._check = TimerCheck(read_time_ms, self.write_pos, queue_offset, queue_offset,
+                                 old.state_version, now_ms, old.counter + 1)
+        self.check_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.check_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, encode_timer_check(self._check), 0)
+        finally:
+            os.close(fd)
+        assert os.path.getsize(self.check_path) == TIMER_CHECK_FILE_SIZE
+
+    def flush(self) -> None:
+        """Make the timer log, the wheel and then the checkpoint durable."""
+        for segment in self._segments.values():
+            segment.flush()
+        if self._wheel is not None:
+            self._wheel.flush()
+        if self.check_path.exists():
+            fd = os.open(self.check_path, os.O_RDWR)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Flush, then unmap every file (``load`` opens them again)."""
+        self.flush()
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+        if self._wheel is not None:
+            self._wheel.close()
+            self._wheel = None
+
+
+__all__ = ["FLUSH_INTERVAL_MS", "TimerFiles"]

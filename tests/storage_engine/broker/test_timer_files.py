@@ -1,0 +1,129 @@
+"""The timer wheel's files as Apache RocketMQ 5.x lays them out: ``timerwheel`` slots,
+``timerlog/`` records (chained per slot, a blank at a file end), ``config/timercheck``; a round
+trip through ``TimerFiles`` (reopen, revise, mark deleted), Apache's byte layout, and files that
+do not decode refused with a clear error and left as they were."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+
+from postbox.storage_engine.broker.timer_files import TimerFiles
+from postbox.storage_engine.errors import CorruptionError
+from postbox.storage_engine.formats.hashing import java_string_hashcode
+from postbox.storage_engine.formats.timer_layout import (
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    TIMER_CHECK_FILE_SIZE,
+    TIMER_LOG_BLANK_MAGIC,
+    WHEEL_FILE_SIZE,
+    TimerCheck,
+    TimerUnit,
+    decode_timer_check,
+    decode_unit,
+    encode_timer_check,
+    encode_unit,
+    slot_index,
+)
+
+SEGMENT = 4096
+T0 = 1_700_000_000_000
+
+
+def unit(deliver_ms: int, log_offset: int, magic: int = MAGIC_DEFAULT) -> TimerUnit:
+    write_ms = deliver_ms // 1000 * 1000 - 5000
+    return TimerUnit(-1, magic, write_ms, deliver_ms - write_ms, log_offset, 200,
+                     java_string_hashcode("topic"))
+
+
+def test_layouts_are_apaches():
+    assert WHEEL_FILE_SIZE == 38_707_200
+    raw = encode_unit(TimerUnit(7, 3, T0, 1500, 4096, 321, -5, 0))
+    assert len(raw) == 52
+    assert struct.unpack(">iqiqiqiiq", raw) == (52, 7, 3, T0, 1500, 4096, 321, -5, 0)
+    assert TIMER_LOG_BLANK_MAGIC == -875286124  # 0xBBCCDDEE ^ 1880681586 + 8, as Java ints
+    assert java_string_hashcode("LabJavaMain") == 1729500040  # String.hashCode()
+    assert java_string_hashcode("γάμμα🎉") == 708041733
+    assert slot_index(T0 + 999, 1000) == (T0 // 1000) % (2 * 604_800)
+    page = encode_timer_check(TimerCheck(T0, 104, 3, 3, 0, T0, 9))
+    assert len(page) == TIMER_CHECK_FILE_SIZE and decode_timer_check(page) == TimerCheck(
+        T0, 104, 3, 3, 0, T0, 9)
+    assert decode_timer_check(page[:32]) == TimerCheck(T0, 104, 3, 3)  # before dataVersion
+    assert decode_unit(bytes(52), 0) is None  # zeros: where the log ends
+
+
+def test_round_trip_chains_blank_and_reopen(tmp_path):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    assert files.load() is None and not files.active
+    assert not (tmp_path / "timerwheel").exists()  # nothing until the first record
+    positions = [files.append(unit(T0 + 300 + 5 * n, 1000 * n)) for n in range(100)]
+    assert positions[:3] == [0, 52, 104]
+    per_file = (SEGMENT - 16) // 52  # a record leaves room for the blank
+    assert positions[per_file] == SEGMENT  # the next one opens the next file
+    blank = (tmp_path / "timerlog" / f"{0:020d}").read_bytes()[per_file * 52:per_file * 52 + 16]
+    assert struct.unpack(">iqi", blank) == (SEGMENT - per_file * 52, 0, TIMER_LOG_BLANK_MAGIC)
+    slot = files.slot(T0 + 500)
+    assert (slot.time_ms, slot.first_pos, slot.last_pos, slot.num) == (
+        T0, 0, positions[-1], 100)
+    assert [p for p, _ in files.chain(slot)] == positions[::-1]
+    files.mark_deleted(positions[5])
+    files.write_check(T0, 100, T0)
+    files.close()
+    again = TimerFiles(tmp_path, 1000, SEGMENT)
+    check = again.load()
+    assert check is not None and check.last_timer_queue_offset == 100
+    assert again.write_pos == positions[-1] + 52
+    chained = dict(again.chain(again.slot(T0)))
+    assert chained[positions[5]].magic == MAGIC_DEFAULT | MAGIC_DELETE
+    assert [s.time_ms for s in again.pending_slots(T0)] == [T0]
+    assert list(again.pending_slots(T0 + 1000)) == []
+    assert again.append(unit(T0 + 2000, 5)) == positions[-1] + 52
+    again.close()
+
+
+def test_a_slot_behind_the_log_is_revised_at_load(tmp_path):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    files.append(unit(T0 + 1, 1))
+    files.write_check(T0, 1, T0)
+    files.close()
+    with open(tmp_path / "timerlog" / f"{0:020d}", "r+b") as log_file:  # appended, slot lost
+        log_file.seek(52)
+        log_file.write(encode_unit(unit(T0 + 2, 2)._replace(prev_pos=0)))
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    assert files.slot(T0).last_pos == 52 and len(list(files.chain(files.slot(T0)))) == 2
+    files.close()
+
+
+def digests(root):
+    return {p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["torn record", "wheel size", "short check", "mixed sizes"])
+def test_damaged_files_are_refused_and_left_as_they_were(tmp_path, damage):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    for n in range(3):
+        files.append(unit(T0 + n, n))
+    files.write_check(T0, 3, T0)
+    files.close()
+    if damage == "torn record":
+        with open(tmp_path / "timerlog" / f"{0:020d}", "r+b") as log_file:
+            log_file.seek(3 * 52)
+            log_file.write(encode_unit(unit(T0, 9))[:20])
+    elif damage == "wheel size":
+        with open(tmp_path / "timerwheel", "r+b") as wheel:
+            wheel.truncate(WHEEL_FILE_SIZE - 32)
+    elif damage == "short check":
+        (tmp_path / "config" / "timercheck").write_bytes(b"\0" * 16)
+    else:
+        (tmp_path / "timerlog" / f"{SEGMENT:020d}").write_bytes(b"\0" * 100)
+    before = digests(tmp_path)
+    with pytest.raises(CorruptionError) as refused:
+        TimerFiles(tmp_path, 1000, SEGMENT).load()
+    assert any(name in str(refused.value) for name in ("timerlog", "timerwheel", "timercheck"))
+    assert digests(tmp_path) == before
