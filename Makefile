@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.postbox-installed
 
-.PHONY: demo test test-slow test-peers test-peers-message-types test-peers-clients test-soak \
+.PHONY: demo test test-slow test-peers test-peers-message-types test-peers-stores \
+        test-peers-clients test-soak \
         test-database test-transports test-postbox-transport test-rocketmq-transport \
         test-python-engine lint docs bench clean
 
@@ -68,18 +69,24 @@ test-slow: $(INSTALLED)
 
 # The official RocketMQ peers (Java, Go and Python clients, mqadmin) against the lab's Apache
 # RocketMQ and a `postbox broker` process (marker `peers`, 20-30 minutes with the lab's start);
-# `make test` leaves it out. CI runs its two halves as two lanes side by side (each starts
-# its own lab): RocketMQ 5's message types (transactions, timers, FIFO) and the rest.
+# `make test` leaves it out. CI runs it as three lanes side by side (each starts its own
+# lab): RocketMQ 5's message types (transactions, timers, FIFO), stores with pending timers and
+# transaction halves moved between Apache and Postbox, and the other clients.
 PEERS_MESSAGE_TYPES := tests/lab/test_side_by_side_transactions_timers.py \
                        tests/lab/test_python_client_peers.py \
                        tests/lab/test_remoting_message_types_peers.py
-test-peers: test-peers-message-types test-peers-clients
+PEERS_STORES := tests/lab/test_timer_stores_across.py tests/lab/test_transaction_stores_across.py
+test-peers: test-peers-message-types test-peers-stores test-peers-clients
 
 test-peers-message-types: $(INSTALLED)
 	$(BIN)/python -m pytest -q -m peers $(PEERS_MESSAGE_TYPES)
 
+test-peers-stores: $(INSTALLED)
+	$(BIN)/python -m pytest -q -m peers $(PEERS_STORES)
+
 test-peers-clients: $(INSTALLED)
-	$(BIN)/python -m pytest -q -m peers $(foreach f,$(PEERS_MESSAGE_TYPES),--ignore=$(f))
+	$(BIN)/python -m pytest -q -m peers \
+	    $(foreach f,$(PEERS_MESSAGE_TYPES) $(PEERS_STORES),--ignore=$(f))
 
 # The chaos soak of the whole topology (marker `soak`, bench/soak: its `ci` profile, 3 minutes
 # of faults on producer, relay and consumer processes, a broker process, PostgreSQL and Redis of
