@@ -111,6 +111,10 @@ class RelayStats:
         return self.published_by_hook + self.published_by_poll
 
 
+GROUP_ROUNDS_MAX = 64
+"""Claims one pass makes at most while each publishes stubs of message groups: a claim holds
+one stub per group (``claims.group_head``), the next one its successors."""
+
 FAILURE_BACKOFF_MAX_MS = 5_000
 """Longest wait after failed passes in a row (0.2 s after one, doubling)."""
 
@@ -209,7 +213,13 @@ class Relay(Service):
         were published (none while backing off from an outage)."""
         if self.outage.waiting(self.clock.now_ms()):
             return 0
-        published = self.publish_claimed(self._claim(limit or self.options.batch_size))
+        published = 0
+        for _ in range(GROUP_ROUNDS_MAX):
+            claimed = self._claim(limit or self.options.batch_size)
+            done = self.publish_claimed(claimed)
+            published += done
+            if not done or not any(item.message_group for item in claimed):
+                break  # a round that published grouped stubs may have freed their successors
         self.stats.published_by_poll += published
         return published
 
@@ -286,7 +296,8 @@ class Relay(Service):
                     item.topic, item.content, tags=item.tags, keys=item.keys,
                     delay_level=item.delay_level if keep_delay else None,
                     deliver_at=item.deliver_at_ms if keep_delay else None,
-                    properties=item.properties, unique_key=item.message_id)]
+                    properties=item.properties, unique_key=item.message_id,
+                    message_group=item.message_group)]
             else:
                 results = producer.send_batch(group[0].topic, [
                     BatchMessage(item.content, tags=item.tags, keys=item.keys,
@@ -430,8 +441,15 @@ class Relay(Service):
     def _publish_notified(self, message_ids: list[str]) -> int:
         """Publish ids the hook handed over: committed, so no re-reading; one a poll or
         another relay took meanwhile is simply not claimed."""
-        claimed = self._claim(len(message_ids), message_ids)
-        published = self.publish_claimed(claimed)
+        published = 0
+        for _ in range(GROUP_ROUNDS_MAX):
+            claimed = self._claim(len(message_ids), message_ids)
+            done = self.publish_claimed(claimed)
+            published += done
+            taken = {item.message_id for item in claimed}
+            message_ids = [message_id for message_id in message_ids if message_id not in taken]
+            if not done or not message_ids or not any(item.message_group for item in claimed):
+                break  # ids held back behind a stub of their group just published go next
         self.stats.published_by_hook += published
         return published
 
@@ -448,11 +466,13 @@ def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int
                    ) -> list[list[ClaimedStub]]:
     """``claimed`` in publish calls: the stubs of one topic together, in claim order, up to
     ``batch_max`` stubs and ``BATCH_CONTENT_MAX`` content bytes per call; a stub published
-    with its delay or timer goes alone (a batch is never delayed)."""
+    with its delay or timer goes alone (a batch is never delayed), and so does a stub of a
+    message group (its group's queue; a claim holds one stub per group at most)."""
     groups: list[list[ClaimedStub]] = []
     open_groups: dict[str, tuple[list[ClaimedStub], int]] = {}
     for item in claimed:
-        if keep_delay and (item.delay_level or item.deliver_at_ms is not None):
+        if item.message_group is not None or (
+                keep_delay and (item.delay_level or item.deliver_at_ms is not None)):
             groups.append([item])
             continue
         group, size = open_groups.get(item.topic, ([], 0))
