@@ -131,6 +131,10 @@ def group_head() -> ColumnElement[bool]:
     confirmed); a predecessor held by another claimer, or waiting for its retry, holds them
     back. One probe per candidate into ``ix_message_stub_message_group_status_published_at_
     created_at``; the subquery is a plain read (no row lock, not skipped when locked)."""
+    return _GROUP_HEAD
+
+
+def _group_head() -> ColumnElement[bool]:
     earlier = message_stub.alias("earlier").c
     return or_(stub.message_group.is_(None), ~exists().where(
         earlier.message_group == stub.message_group,
@@ -138,6 +142,11 @@ def group_head() -> ColumnElement[bool]:
         earlier.published_at.is_(None),
         or_(earlier.created_at < stub.created_at,
             and_(earlier.created_at == stub.created_at, earlier.message_id < stub.message_id))))
+
+
+_GROUP_HEAD = _group_head()
+"""Built once (it has no parameters): building the alias and subquery per claim cost more
+than the claim's statement."""
 
 
 def abandoned() -> ColumnElement[bool]:

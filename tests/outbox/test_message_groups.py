@@ -233,3 +233,44 @@ def test_the_hand_off_publishes_a_transactions_group_in_order(app: App, broker: 
 def _id_of(engine: Engine, body: bytes) -> str:
     [message_id] = [row["message_id"] for row in stub_rows(engine) if row["content"] == body]
     return message_id
+
+
+class RecordingProducer:
+    """``send_to_group`` that records each copy and refuses the bodies in ``refuse``."""
+
+    def __init__(self, refuse: set[bytes]) -> None:
+        self.refuse = refuse
+        self.sent: list[tuple[str, bytes]] = []
+
+    def send_to_group(self, group: str, topic: str, body: bytes, **options: Any) -> Any:
+        if body in self.refuse:
+            raise ConnectionRefusedError("broker down")
+        self.sent.append((group, body))
+        return type("Result", (), {"stored_topic": f"%RETRY%{group}", "stored_queue_id": 0,
+                                   "queue_offset": len(self.sent)})()
+
+
+def test_resends_go_in_send_order_per_group_and_a_failure_holds_back_its_groups_later_ones(
+        engine: Engine):
+    from postbox.outbox.alerts import Alerter
+    from postbox.outbox.claims import ClaimedStub
+    from postbox.outbox.resend import Resender
+
+    start = utc_now()
+
+    def claimed(body: str, group: str | None, seconds: int) -> ClaimedStub:
+        return ClaimedStub(f"id-{body}", TOPIC, None, None, body.encode(), {}, None, 2, 0, 1,
+                           "token", None, group, start + timedelta(seconds=seconds))
+
+    producer = RecordingProducer(refuse={b"g-1"})
+    app = type("FakeApp", (), {"producer": producer})()
+    relay = Relay(lambda: producer, engine)  # type: ignore[arg-type, return-value]
+    resender = Resender(app, engine, relay, rules=ResendRules(), alerter=Alerter(),  # type: ignore[arg-type]
+                        owner="test")
+    stubs = [claimed("g-3", "g", 3), claimed("free", None, 0), claimed("g-1", "g", 1),
+             claimed("h-2", "h", 2), claimed("g-2", "g", 2), claimed("h-1", "h", 1)]
+    lost = {item.message_id: ["billing"] for item in stubs}
+    lost["id-g-2"] = ["billing", "shipping"]
+    assert resender._resend_to_groups(stubs, lost) == 4
+    assert producer.sent == [("billing", b"free"), ("shipping", b"g-2"), ("billing", b"h-1"),
+                             ("billing", b"h-2")]  # g-1 failed: g-2, g-3 wait for billing
