@@ -140,8 +140,8 @@ def _group_head() -> ColumnElement[bool]:
         earlier.message_group == stub.message_group,
         earlier.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
         earlier.published_at.is_(None),
-        or_(earlier.created_at < stub.created_at,
-            and_(earlier.created_at == stub.created_at, earlier.message_id < stub.message_id))))
+        earlier.created_at <= stub.created_at,  # an index range: a head's probe reads itself
+        or_(earlier.created_at < stub.created_at, earlier.message_id < stub.message_id)))
 
 
 _GROUP_HEAD = _group_head()
