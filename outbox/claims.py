@@ -149,6 +149,22 @@ _GROUP_HEAD = _group_head()
 than the claim's statement."""
 
 
+def group_heads(engine: Engine, groups: Sequence[str]) -> list[str]:
+    """The ids of the first unconfirmed, unpublished stub of each of ``groups`` (none for a
+    group with none): per group, the first entry of its index range that ``group_head``
+    admits."""
+    heads: list[str] = []
+    with engine.connect() as connection:
+        for group in groups:
+            heads.extend(connection.execute(
+                select(stub.message_id).where(
+                    stub.message_group == group,
+                    stub.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
+                    stub.published_at.is_(None), group_head())
+                .order_by(stub.created_at, stub.message_id).limit(1)).scalars())
+    return heads
+
+
 def abandoned() -> ColumnElement[bool]:
     """Stubs whose last claim ended with no outcome recorded (every record clears the lease);
     with ``lease_free``, a claim whose claimer stopped before it could say what happened."""
@@ -220,5 +236,5 @@ def _claimed(row: Any, token: str) -> ClaimedStub:
                        row["created_at"])
 
 
-__all__ = ["ClaimedStub", "abandoned", "claim_stubs", "group_head", "lease_free",
+__all__ = ["ClaimedStub", "abandoned", "claim_stubs", "group_head", "group_heads", "lease_free",
            "unpublished_due"]

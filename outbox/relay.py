@@ -64,7 +64,7 @@ from postbox.framework import (
 )
 from postbox.framework.metrics import LatencyTally
 
-from .claims import ClaimedStub, claim_stubs, unpublished_due
+from .claims import ClaimedStub, claim_stubs, group_heads, unpublished_due
 from .clock import NowFunction, utc_now
 from .commit_hook import CommitHook
 from .database import run_transaction
@@ -113,7 +113,7 @@ class RelayStats:
 
 GROUP_ROUNDS_MAX = 64
 """Claims one pass makes at most while each publishes stubs of message groups: a claim holds
-one stub per group (``claims.group_head``), the next one its successors."""
+one stub per group (``claims.group_head``), the next one its successors (``group_heads``)."""
 
 FAILURE_BACKOFF_MAX_MS = 5_000
 """Longest wait after failed passes in a row (0.2 s after one, doubling)."""
@@ -214,12 +214,20 @@ class Relay(Service):
         if self.outage.waiting(self.clock.now_ms()):
             return 0
         published = 0
+        successors: list[str] | None = None
         for _ in range(GROUP_ROUNDS_MAX):
-            claimed = self._claim(limit or self.options.batch_size)
+            claimed = self._claim(limit or self.options.batch_size) if successors is None \
+                else self._claim(len(successors), successors)
             done = self.publish_claimed(claimed)
             published += done
-            if not done or not any(item.message_group for item in claimed):
-                break  # a round that published grouped stubs may have freed their successors
+            groups = {item.message_group for item in claimed if item.message_group}
+            if not done or not groups:
+                break
+            # the next round claims the successors these publishes freed, found through the
+            # group index, not by reading every due stub again
+            successors = group_heads(self.engine, sorted(groups))
+            if not successors:
+                break
         self.stats.published_by_poll += published
         return published
 
