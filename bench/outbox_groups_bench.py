@@ -7,7 +7,8 @@ Per mode — ``ungrouped``, then ``--groups`` G message groups (default 100; ``-
 --groups 1000`` measures several) — a fresh SQLite file (or ``--database URL``, whose outbox
 tables are dropped and created again) gets ``--messages`` N stubs (default 5 000) committed
 before the clock, 500 per transaction through ``outbox.send``, the groups interleaved
-(message i in group i mod G, so every group has N / G stubs in send order). Then one ``Relay``
+(message i in group i mod G, so every group has N / G stubs in send order), then analyzed
+(PostgreSQL, MariaDB: the planner's statistics, as autovacuum keeps them). Then one ``Relay``
 over an embedded store drains them with ``publish_due()`` passes until none is left: stubs/s
 is N over that time. The grouped modes then check the order: within each group the stubs'
 queue offsets grow in send order, all in one queue (a violation raises ``BenchError``).
@@ -32,6 +33,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
+from bench.outbox_scale_data import analyze
 from bench.peers import BenchError, run_and_print
 from postbox import outbox
 from postbox.framework import App
@@ -97,6 +99,8 @@ def measure(args: argparse.Namespace, groups: int | None, root: Path) -> dict[st
     app = App(store_url=root / "store")
     try:
         fill(engine, args.messages, groups)
+        if engine.dialect.name != "sqlite":  # planner statistics, as autovacuum keeps them
+            analyze(engine)
         relay = Relay(app.producer, engine, options=RelayOptions(batch_size=args.batch),
                       owner="bench-relay")
         started = time.perf_counter()
