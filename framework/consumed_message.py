@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from postbox.storage_engine import MessageView
 from postbox.storage_engine.formats import PROPERTY_DLQ_REASON, original_topic
+from postbox.storage_engine.formats.constants import PROPERTY_SHARDING_KEY
 
 
 class ConsumedMessage:
@@ -61,6 +62,11 @@ class ConsumedMessage:
     def properties(self) -> dict[str, str]:
         """All properties of the stored record."""
         return self.view.properties
+
+    @property
+    def message_group(self) -> str | None:
+        """The FIFO message group it was sent in (``__SHARDINGKEY``), or None."""
+        return self.view.properties.get(PROPERTY_SHARDING_KEY)
 
     @property
     def dead_letter_reason(self) -> str | None:

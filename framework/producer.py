@@ -117,7 +117,7 @@ def _batch_entry(topic: str, item: BatchMessage | bytes | str, ids: UniqueKeyGen
     return entry, body, entry.unique_key or ids.next()
 
 
-def _message_group(topic: str, message_group: str | None, sharding_key: str | None
+def message_group_properties(topic: str, message_group: str | None, sharding_key: str | None
                    ) -> tuple[dict[str, str], str | None]:
     """(the ``__SHARDINGKEY`` property, the sharding key) of a send in ``message_group``."""
     if message_group is None:
@@ -229,7 +229,7 @@ class Producer:
         """
         self._check_open(topic)
         body = _checked_body(topic, body, properties, unique_key)
-        group, sharding_key = _message_group(topic, message_group, sharding_key)
+        group, sharding_key = message_group_properties(topic, message_group, sharding_key)
         merged = {**(properties or {}), **group,
                   **self._schedule_properties(topic, delay_level, deliver_at, delay)}
         msg_id = unique_key or self._ids.next()

@@ -50,6 +50,7 @@ from sqlalchemy import (
     Select,
     and_,
     case,
+    exists,
     literal_column,
     or_,
     select,
@@ -88,11 +89,16 @@ class ClaimedStub:
     deliver_at_ms: int | None = None
     """The timer ``outbox.send`` asked for (stored as the ``TIMER_DELIVER_MS`` property, which
     ``properties`` here leaves out: the relay passes it as ``deliver_at=``)."""
+    message_group: str | None = None
+    """The FIFO message group (published as ``message_group=``), None: none."""
+    created_at: datetime | None = None
+    """When it was sent: with the message id, its place in its message group."""
 
 
 _CLAIMED_COLUMNS = (stub.message_id, stub.topic, stub.tags, stub["keys"], stub.content,
                     stub.properties, stub.delay_level, stub.send_count, stub.queue_id,
-                    stub.queue_offset, stub.next_resend_at)
+                    stub.queue_offset, stub.next_resend_at, stub.message_group,
+                    stub.created_at)
 
 
 def _in_due_order(row: RowMapping) -> tuple[bool, datetime]:
@@ -107,13 +113,56 @@ def lease_free(now: datetime) -> ColumnElement[bool]:
 
 
 def unpublished_due(now: datetime, max_send_count: int) -> ColumnElement[bool]:
-    """Unconfirmed stubs never stored in the broker, due for an attempt. The status is a
+    """Unconfirmed stubs never stored in the broker, due for an attempt, first of their
+    message group (``group_head``). The status is a
     literal, so that the planner sees the claim index's own condition (``tables.UNPUBLISHED``)
     in the query and may use that partial index."""
     return and_(stub.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
                 stub.published_at.is_(None),
                 or_(stub.send_count < max_send_count, abandoned()),
-                or_(stub.next_resend_at.is_(None), stub.next_resend_at <= now))
+                or_(stub.next_resend_at.is_(None), stub.next_resend_at <= now),
+                group_head())
+
+
+def group_head() -> ColumnElement[bool]:
+    """Stubs of no message group, and stubs with no earlier unconfirmed, unpublished stub in
+    their group (earlier: ``(created_at, message_id)`` smaller). A group's stubs therefore
+    become claimable one at a time, each once its predecessor is published (or void, or
+    confirmed); a predecessor held by another claimer, or waiting for its retry, holds them
+    back. One probe per candidate into ``ix_message_stub_message_group_status_published_at_
+    created_at``; the subquery is a plain read (no row lock, not skipped when locked)."""
+    return _GROUP_HEAD
+
+
+def _group_head() -> ColumnElement[bool]:
+    earlier = message_stub.alias("earlier").c
+    return or_(stub.message_group.is_(None), ~exists().where(
+        earlier.message_group == stub.message_group,
+        earlier.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
+        earlier.published_at.is_(None),
+        earlier.created_at <= stub.created_at,  # an index range: a head's probe reads itself
+        or_(earlier.created_at < stub.created_at, earlier.message_id < stub.message_id)))
+
+
+_GROUP_HEAD = _group_head()
+"""Built once (it has no parameters): building the alias and subquery per claim cost more
+than the claim's statement."""
+
+
+def group_heads(engine: Engine, groups: Sequence[str]) -> list[str]:
+    """The ids of the first unconfirmed, unpublished stub of each of ``groups`` (none for a
+    group with none): per group, the first entry of its index range that ``group_head``
+    admits."""
+    heads: list[str] = []
+    with engine.connect() as connection:
+        for group in groups:
+            heads.extend(connection.execute(
+                select(stub.message_id).where(
+                    stub.message_group == group,
+                    stub.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
+                    stub.published_at.is_(None), group_head())
+                .order_by(stub.created_at, stub.message_id).limit(1)).scalars())
+    return heads
 
 
 def abandoned() -> ColumnElement[bool]:
@@ -183,7 +232,9 @@ def _claimed(row: Any, token: str) -> ClaimedStub:
     return ClaimedStub(row["message_id"], row["topic"], row["tags"], row["keys"],
                        bytes(row["content"]), properties, row["delay_level"],
                        row["send_count"], row["queue_id"], row["queue_offset"], token,
-                       int(timer) if timer is not None else None)
+                       int(timer) if timer is not None else None, row["message_group"],
+                       row["created_at"])
 
 
-__all__ = ["ClaimedStub", "abandoned", "claim_stubs", "lease_free", "unpublished_due"]
+__all__ = ["ClaimedStub", "abandoned", "claim_stubs", "group_head", "group_heads", "lease_free",
+           "unpublished_due"]

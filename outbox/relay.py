@@ -64,7 +64,7 @@ from postbox.framework import (
 )
 from postbox.framework.metrics import LatencyTally
 
-from .claims import ClaimedStub, claim_stubs, unpublished_due
+from .claims import ClaimedStub, claim_stubs, group_heads, unpublished_due
 from .clock import NowFunction, utc_now
 from .commit_hook import CommitHook
 from .database import run_transaction
@@ -110,6 +110,10 @@ class RelayStats:
         """Stubs published, by hook and by poll."""
         return self.published_by_hook + self.published_by_poll
 
+
+GROUP_ROUNDS_MAX = 64
+"""Claims one pass makes at most while each publishes stubs of message groups: a claim holds
+one stub per group (``claims.group_head``), the next one its successors (``group_heads``)."""
 
 FAILURE_BACKOFF_MAX_MS = 5_000
 """Longest wait after failed passes in a row (0.2 s after one, doubling)."""
@@ -209,7 +213,21 @@ class Relay(Service):
         were published (none while backing off from an outage)."""
         if self.outage.waiting(self.clock.now_ms()):
             return 0
-        published = self.publish_claimed(self._claim(limit or self.options.batch_size))
+        published = 0
+        successors: list[str] | None = None
+        for _ in range(GROUP_ROUNDS_MAX):
+            claimed = self._claim(limit or self.options.batch_size) if successors is None \
+                else self._claim(len(successors), successors)
+            done = self.publish_claimed(claimed)
+            published += done
+            groups = {item.message_group for item in claimed if item.message_group}
+            if not done or not groups:
+                break
+            # the next round claims the successors these publishes freed, found through the
+            # group index, not by reading every due stub again
+            successors = group_heads(self.engine, sorted(groups))
+            if not successors:
+                break
         self.stats.published_by_poll += published
         return published
 
@@ -286,7 +304,8 @@ class Relay(Service):
                     item.topic, item.content, tags=item.tags, keys=item.keys,
                     delay_level=item.delay_level if keep_delay else None,
                     deliver_at=item.deliver_at_ms if keep_delay else None,
-                    properties=item.properties, unique_key=item.message_id)]
+                    properties=item.properties, unique_key=item.message_id,
+                    message_group=item.message_group)]
             else:
                 results = producer.send_batch(group[0].topic, [
                     BatchMessage(item.content, tags=item.tags, keys=item.keys,
@@ -430,8 +449,15 @@ class Relay(Service):
     def _publish_notified(self, message_ids: list[str]) -> int:
         """Publish ids the hook handed over: committed, so no re-reading; one a poll or
         another relay took meanwhile is simply not claimed."""
-        claimed = self._claim(len(message_ids), message_ids)
-        published = self.publish_claimed(claimed)
+        published = 0
+        for _ in range(GROUP_ROUNDS_MAX):
+            claimed = self._claim(len(message_ids), message_ids)
+            done = self.publish_claimed(claimed)
+            published += done
+            taken = {item.message_id for item in claimed}
+            message_ids = [message_id for message_id in message_ids if message_id not in taken]
+            if not done or not message_ids or not any(item.message_group for item in claimed):
+                break  # ids held back behind a stub of their group just published go next
         self.stats.published_by_hook += published
         return published
 
@@ -448,11 +474,13 @@ def publish_groups(claimed: list[ClaimedStub], keep_delay: bool, batch_max: int
                    ) -> list[list[ClaimedStub]]:
     """``claimed`` in publish calls: the stubs of one topic together, in claim order, up to
     ``batch_max`` stubs and ``BATCH_CONTENT_MAX`` content bytes per call; a stub published
-    with its delay or timer goes alone (a batch is never delayed)."""
+    with its delay or timer goes alone (a batch is never delayed), and so does a stub of a
+    message group (its group's queue; a claim holds one stub per group at most)."""
     groups: list[list[ClaimedStub]] = []
     open_groups: dict[str, tuple[list[ClaimedStub], int]] = {}
     for item in claimed:
-        if keep_delay and (item.delay_level or item.deliver_at_ms is not None):
+        if item.message_group is not None or (
+                keep_delay and (item.delay_level or item.deliver_at_ms is not None)):
             groups.append([item])
             continue
         group, size = open_groups.get(item.topic, ([], 0))

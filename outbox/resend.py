@@ -71,7 +71,7 @@ from sqlalchemy import (
 from postbox.framework import App, ConsumedMessage
 
 from .alerts import Alert, Alerter, AlertKind, AlertReport
-from .claims import ClaimedStub, claim_stubs, lease_free
+from .claims import ClaimedStub, claim_stubs, group_head, lease_free
 from .clock import NowFunction, utc_now
 from .database import run_transaction
 from .group_state import group_pairs, record_resends, resent_copies, with_dead_letter_reason
@@ -196,7 +196,8 @@ class Resender:
             claimed = claim_stubs(
                 self.engine, and_(self._published_unconfirmed(),
                                   stub.send_count < self.rules.max_send_count,
-                                  stub.next_resend_at <= now, stub.overtaken_at <= now - grace),
+                                  stub.next_resend_at <= now, stub.overtaken_at <= now - grace,
+                                  group_head()),
                 owner=self.owner, now=now, lease=timedelta(milliseconds=self.rules.lease_ms),
                 limit=len(plan.resend), message_ids=list(plan.resend))
             report.resent = self._resend_to_groups(claimed, plan.resend)
@@ -438,9 +439,14 @@ class Resender:
         copies: list[dict[str, Any]] = []
         outcomes: list[dict[str, Any]] = []
         now = self._now()
-        for item in claimed:
+        held: set[tuple[str, str]] = set()  # (message group, consumer group) a resend failed
+        for item in sorted(claimed, key=_group_order):
             errors: list[str] = []
             for group in lost.get(item.message_id, []):
+                if item.message_group is not None and (item.message_group, group) in held:
+                    errors.append(f"resend to {group} waits for an earlier message of group "
+                                  f"{item.message_group}")
+                    continue
                 started_s = time.monotonic()
                 try:
                     result = producer.send_to_group(
@@ -448,6 +454,8 @@ class Resender:
                         properties=item.properties, unique_key=item.message_id)
                 except Exception as error:  # broker down or refusing: the next pass retries
                     errors.append(f"resend to {group} failed: {type(error).__name__}: {error}")
+                    if item.message_group is not None:
+                        held.add((item.message_group, group))
                     continue
                 self.relay.stats.publish_latency.observe(time.monotonic() - started_s)
                 copies.append({"consumer_group": group, "message_id": item.message_id,
@@ -534,6 +542,15 @@ class Resender:
 
         run_transaction(self.engine, write)
         return alerts
+
+
+def _group_order(item: ClaimedStub) -> tuple[str, str, str]:
+    """Resends in send order within each message group (the others keep claim order)."""
+    if item.message_group is None:
+        return "", "", ""
+    sent = item.created_at.isoformat(sep=" ", timespec="microseconds") if item.created_at \
+        else ""
+    return item.message_group, sent, item.message_id
 
 
 def retention_horizon(rules: ResendRules, consumer_retry: timedelta,

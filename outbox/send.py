@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from postbox.framework import UniqueKeyGenerator, check_message, check_unique_key
+from postbox.framework.producer import message_group_properties
 from postbox.framework.tracing import inject_current_context
 from postbox.framework.validation import (
     PROPERTY_ARGUMENTS,
@@ -63,6 +64,7 @@ class SendOptions(TypedDict, total=False):
     now: datetime | None
     deliver_at: datetime | int | None
     delay: timedelta | None
+    message_group: str | None
 
 
 @overload
@@ -76,8 +78,8 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
          tags: str | None = None, keys: Iterable[str] | str | None = None,
          delay_level: int | None = None, properties: Mapping[str, str] | None = None,
          message_id: str | None = None, now: datetime | None = None,
-         deliver_at: datetime | int | None = None, delay: timedelta | None = None
-         ) -> str | Coroutine[Any, Any, str]:
+         deliver_at: datetime | int | None = None, delay: timedelta | None = None,
+         message_group: str | None = None) -> str | Coroutine[Any, Any, str]:
     """Insert a stub for a message in the caller's open transaction; return its message id.
 
     With an ``AsyncSession`` or ``AsyncConnection`` this returns an awaitable instead
@@ -103,6 +105,12 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
         delay: how long after this call the message becomes visible: turned into the
             absolute ``deliver_at`` now (from ``now`` when given). One of ``delay_level``,
             ``deliver_at`` and ``delay``.
+        message_group: the FIFO message group (``Producer.send(message_group=)``: the
+            ``__SHARDINGKEY`` property, one queue per group). The relay publishes the stubs of
+            one group in the order they were sent (``created_at``, then message id), each only
+            once every earlier stub of the group is published (or void); a stub that fails
+            holds back its group alone. Not with a delay or timer (a FIFO message is not
+            scheduled).
 
     Raises:
         MissingTablesError: the database has no ``message_stub`` table (or an old one): run
@@ -112,13 +120,13 @@ def send(session_or_connection: Session | Connection | AsyncSession | AsyncConne
         check_async_transaction(session_or_connection)
         row = stub_values(topic, body, tags=tags, keys=keys, delay_level=delay_level,
                           properties=properties, message_id=message_id, now=now,
-                          deliver_at=deliver_at, delay=delay)
+                          deliver_at=deliver_at, delay=delay, message_group=message_group)
         return run_sync_in_transaction(session_or_connection, functools.partial(insert_stub,
                                                                                 row=row))
     connection = _transaction_connection(session_or_connection)
     row = stub_values(topic, body, tags=tags, keys=keys, delay_level=delay_level,
                       properties=properties, message_id=message_id, now=now,
-                      deliver_at=deliver_at, delay=delay)
+                      deliver_at=deliver_at, delay=delay, message_group=message_group)
     return insert_stub(connection, row)
 
 
@@ -126,7 +134,8 @@ def stub_values(topic: str, body: Any, *, tags: str | None,
                 keys: Iterable[str] | str | None, delay_level: int | None,
                 properties: Mapping[str, str] | None, message_id: str | None,
                 now: datetime | None, deliver_at: datetime | int | None = None,
-                delay: timedelta | None = None) -> dict[str, Any]:
+                delay: timedelta | None = None, message_group: str | None = None
+                ) -> dict[str, Any]:
     """The checked column values of a new stub (see ``send``); raises before anything is
     written."""
     content = encode_body(body)
@@ -134,6 +143,11 @@ def stub_values(topic: str, body: Any, *, tags: str | None,
                              delay_level=delay_level, arguments=SEND_ARGUMENTS)
     created = now or utc_now()
     timer_ms = _deliver_ms(topic, created, delay_level, deliver_at, delay)
+    message_group_properties(topic, message_group, None)  # raises on a bad group
+    if message_group is not None and (timer_ms is not None or delay_level):
+        raise InvalidMessageError("a message of a message_group is delivered in order, not "
+                                  "delayed: pass message_group or a delay, not both",
+                                  topic=topic)
     properties = inject_current_context(properties)
     if timer_ms is not None:
         properties = {**(properties or {}), PROPERTY_TIMER_DELIVER_MS: str(timer_ms)}
@@ -147,7 +161,7 @@ def stub_values(topic: str, body: Any, *, tags: str | None,
         "properties": json.dumps(dict(properties), sort_keys=True) if properties else None,
         "delay_level": delay_level or None, "status": StubStatus.UNCONFIRMED.value,
         "send_count": 0, "next_resend_at": created, "created_at": created,
-        "updated_at": created}
+        "updated_at": created, "message_group": message_group}
 
 
 def _deliver_ms(topic: str, created: datetime, delay_level: int | None,

@@ -36,6 +36,9 @@ publish; a timer is the ``TIMER_DELIVER_MS`` property), ``offset_msg_id`` and
 ``overtaken_at`` (when the resend check first saw a consumer group past the stub's offset
 without it: the start of the grace period before the stub is declared lost) and
 ``expected_groups`` (above).
+``message_group`` is the FIFO message group ``outbox.send(message_group=)`` gave (NULL: none):
+the relay publishes a group's stubs one after another in ``(created_at, message_id)`` order
+(``claims.group_head``); its index finds a group's unpublished stubs.
 Times are naive UTC. Column and constraint names follow ``NAMING_CONVENTION`` so migrations
 are stable across databases.
 """
@@ -75,6 +78,8 @@ NAMING_CONVENTION = {
 MESSAGE_ID_LENGTH = 128
 TOPIC_LENGTH = 255
 GROUP_LENGTH = 255
+MESSAGE_GROUP_LENGTH = 128
+"""Longest ``message_group`` (``Producer.send``'s limit, as the gRPC endpoint accepts)."""
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -146,6 +151,7 @@ message_stub = Table(
     Column("last_error", Text),
     _timestamp(name="overtaken_at"),
     Column("expected_groups", Text),
+    Column("message_group", String(MESSAGE_GROUP_LENGTH)),
     CheckConstraint("status IN ('unconfirmed', 'confirmed', 'void')", name="status"),
     CheckConstraint("send_count >= 0", name="send_count"),
     # resend scans: due unconfirmed stubs
@@ -160,6 +166,10 @@ message_stub = Table(
         dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple works (SQLAlchemy 2)
     Index("ix_message_stub_status_published_at_next_resend_at", "status", "published_at",
           "next_resend_at").ddl_if(dialect=MYSQL_DIALECTS),  # type: ignore[arg-type]
+    # relay claims of grouped stubs: is an earlier stub of the group still unpublished
+    # (``claims.group_head``: one probe per candidate, the group's unpublished stubs alone)
+    Index("ix_message_stub_message_group_status_published_at_created_at", "message_group",
+          "status", "published_at", "created_at"),
     # cleanup: confirmed stubs past retention
     Index("ix_message_stub_status_confirmed_at", "status", "confirmed_at"),
     # resend rule and reconciliation: stubs of one queue by offset
@@ -233,8 +243,8 @@ console_audit = Table(
 )
 
 __all__ = [
-    "GROUP_LENGTH", "MESSAGE_ID_LENGTH", "MYSQL_DIALECTS", "NAMING_CONVENTION",
-    "PARTIAL_INDEX_DIALECTS", "TOPIC_LENGTH", "UNPUBLISHED", "StubStatus",
+    "GROUP_LENGTH", "MESSAGE_GROUP_LENGTH", "MESSAGE_ID_LENGTH", "MYSQL_DIALECTS",
+    "NAMING_CONVENTION", "PARTIAL_INDEX_DIALECTS", "TOPIC_LENGTH", "UNPUBLISHED", "StubStatus",
     "console_audit", "message_log", "message_processed", "message_resend", "message_stub",
     "metadata", "outbox_task", "expected_group_names", "group_names_text",
 ]

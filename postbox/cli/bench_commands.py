@@ -117,6 +117,13 @@ def bench_hostile_command(ctx: typer.Context) -> None:
     _run_bench("bench.hostile_peers_bench", ctx)
 
 
+@bench_app.command("outbox-groups", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_outbox_groups_command(ctx: typer.Context) -> None:
+    """Relay throughput with stubs in message groups vs without (bench/outbox_groups_bench.py)."""
+    _run_bench("bench.outbox_groups_bench", ctx)
+
+
 @bench_app.command("outbox-scale", context_settings=PASS_THROUGH)
 @reports_errors
 def bench_outbox_scale_command(ctx: typer.Context) -> None:

@@ -423,6 +423,13 @@ def test_bench_outbox_scale_hands_arguments_to_the_benchmark():
     assert "usage:" in result.stdout and "--sizes" in result.stdout
 
 
+@pytest.mark.skipif(not BENCH_SCRIPT.is_file(), reason="no bench/ in this checkout")
+def test_bench_outbox_groups_hands_arguments_to_the_benchmark():
+    result = run("bench", "outbox-groups", "--help")
+    assert result.exit_code == 0, result.stderr
+    assert "usage:" in result.stdout and "--groups" in result.stdout
+
+
 # --- the installed console script --------------------------------------------------------------
 
 def run_script(*args: str) -> subprocess.CompletedProcess:

@@ -75,10 +75,15 @@ def modified_columns(diffs: list) -> set[tuple[str, str]]:
     return {(item[2], item[3]) for item in flat if item[0] == "modify_type"}
 
 
+def stub_columns(engine: Engine) -> set[str]:
+    """The column names of ``message_stub`` as the database has them."""
+    return {column["name"] for column in inspect(engine).get_columns("message_stub")}
+
+
 # --- the Python API ---------------------------------------------------------------------------
 
-def test_head_is_the_claim_index_revision() -> None:
-    assert migrations.head() == "0005"
+def test_head_is_the_message_group_revision() -> None:
+    assert migrations.head() == "0006"
 
 
 def test_upgrade_creates_the_outbox_tables(database_url: str, engine: Engine) -> None:
@@ -101,7 +106,7 @@ def test_downgrade_to_base_removes_them_and_upgrade_works_again(
     assert not OUTBOX_TABLES & table_names(engine)
 
     migrations.upgrade(database_url, "head")
-    assert migrations.current(database_url) == "0005"
+    assert migrations.current(database_url) == "0006"
     assert table_names(engine) >= OUTBOX_TABLES
     assert drift(engine, metadata) == []
 
@@ -112,11 +117,15 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
     with engine.begin() as connection:
         connection.execute(insert(message_stub).values(
             message_id="kept", topic="orders", content=b"x", created_at=now, updated_at=now,
-            overtaken_at=now, expected_groups="billing shipping"))
+            overtaken_at=now, expected_groups="billing shipping", message_group="order-42"))
         connection.execute(insert(message_resend).values(
             consumer_group="shipping", message_id="kept", topic="%RETRY%shipping", queue_id=0,
             queue_offset=3, resent_at=now))
 
+    migrations.downgrade(database_url, "-1")
+
+    assert migrations.current(database_url) == "0005"
+    assert "message_group" not in stub_columns(engine)
     migrations.downgrade(database_url, "-1")
 
     assert migrations.current(database_url) == "0004"
@@ -129,8 +138,7 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
 
     assert migrations.current(database_url) == "0002"
     assert "message_resend" not in table_names(engine)
-    assert "expected_groups" not in {column["name"]
-                                     for column in inspect(engine).get_columns("message_stub")}
+    assert "expected_groups" not in stub_columns(engine)
     migrations.downgrade(database_url, "-1")
 
     assert migrations.current(database_url) == "0001"
@@ -143,12 +151,14 @@ def test_downgrade_one_step_keeps_the_stubs(database_url: str, engine: Engine) -
     with engine.connect() as connection:  # the kept stub went back to "first group confirms"
         assert connection.execute(select(message_stub.c.expected_groups)).scalars().all() \
             == [None]
+        assert connection.execute(select(message_stub.c.message_group)).scalars().all() \
+            == [None]
 
 
 def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
     migrations.upgrade(database_url)
     migrations.upgrade(database_url)
-    assert migrations.current(database_url) == "0005"
+    assert migrations.current(database_url) == "0006"
 
 
 def test_unknown_revision_is_a_migration_error(database_url: str) -> None:
@@ -289,7 +299,7 @@ def test_autogenerate_writes_an_empty_revision(database_url: str, tmp_path: Path
     source = Path(script.path).read_text()
     compile(source, script.path, "exec")
     assert Path(script.path).name == "0099_probe.py"
-    assert "down_revision = '0005'" in source
+    assert "down_revision = '0006'" in source
     assert "op." not in source
 
 
@@ -303,18 +313,21 @@ def test_script_template_ships_with_the_package() -> None:
 def test_cli_upgrade_current_downgrade(database_url: str, engine: Engine) -> None:
     engine.connect().close()  # an existing, empty database (SQLite: the file exists)
     before = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (before["current"], before["head"], before["is_head"]) == (None, "0005", False)
+    assert (before["current"], before["head"], before["is_head"]) == (None, "0006", False)
 
     upgraded = run_json("db", "upgrade", "--db", database_url, env=NO_ENV)
-    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0005", True)
+    assert (upgraded["from"], upgraded["to"], upgraded["is_head"]) == (None, "0006", True)
     assert table_names(engine) >= OUTBOX_TABLES
 
     after = run_json("db", "current", "--db", database_url, env=NO_ENV)
-    assert (after["current"], after["is_head"]) == ("0005", True)
+    assert (after["current"], after["is_head"]) == ("0006", True)
     human = run("db", "current", "--db", database_url, env=NO_ENV)
     assert human.exit_code == 0, human.stderr
-    assert "0005 (head)" in human.stdout
+    assert "0006 (head)" in human.stdout
 
+    downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
+    assert (downgraded["from"], downgraded["to"]) == ("0006", "0005")
+    assert "message_group" not in stub_columns(engine)
     downgraded = run_json("db", "downgrade", "--db", database_url, env=NO_ENV)
     assert (downgraded["from"], downgraded["to"]) == ("0005", "0004")
     assert CLAIM_INDEXES.isdisjoint(index_names(engine))
@@ -333,11 +346,11 @@ def test_cli_human_output_and_env_var(database_url: str) -> None:
     env = {"POSTBOX_DATABASE_URL": database_url}
     result = run("db", "upgrade", env=env)
     assert result.exit_code == 0, result.stderr
-    assert "upgraded from <base> to 0005 (head)" in result.stdout
+    assert "upgraded from <base> to 0006 (head)" in result.stdout
     again = run("db", "upgrade", env=env)
-    assert "already at 0005 (head)" in again.stdout
+    assert "already at 0006 (head)" in again.stdout
     down = run("db", "downgrade", "base", env=env)
-    assert "downgraded from 0005 (head) to <base>" in down.stdout
+    assert "downgraded from 0006 (head) to <base>" in down.stdout
 
 
 def test_cli_default_database_creates_its_directory(
@@ -415,4 +428,4 @@ def test_cli_a_url_without_its_driver_names_the_forms_that_work(url: str, fragme
 def test_cli_json_is_one_document(database_url: str) -> None:
     result = run("db", "upgrade", "--db", database_url, "--json", env=NO_ENV)
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["to"] == "0005"
+    assert json.loads(result.stdout)["to"] == "0006"

@@ -89,6 +89,14 @@ def test_async_connection_and_generated_ids(engine: Engine, url: str):
         [b"text 0", b"text 1", b"text 2"]
 
 
+def test_async_send_stores_the_message_group(engine: Engine, url: str):
+    async def work(async_engine: AsyncEngine) -> str:
+        async with async_engine.begin() as connection:
+            return await outbox.send(connection, "orders", "paid", message_group="order-42")
+
+    assert stub_row(engine, run(work, url))["message_group"] == "order-42"
+
+
 def test_rolled_back_async_transaction_leaves_nothing(engine: Engine, url: str):
     async def work(async_engine: AsyncEngine) -> None:
         with pytest.raises(RuntimeError, match="business failure"):
