@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -50,12 +50,13 @@ from sqlalchemy import (
     Select,
     and_,
     case,
-    exists,
     literal_column,
     or_,
     select,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from postbox.framework.validation import PROPERTY_TIMER_DELIVER_MS
 
@@ -129,19 +130,66 @@ def group_head() -> ColumnElement[bool]:
     their group (earlier: ``(created_at, message_id)`` smaller). A group's stubs therefore
     become claimable one at a time, each once its predecessor is published (or void, or
     confirmed); a predecessor held by another claimer, or waiting for its retry, holds them
-    back. One probe per candidate into ``ix_message_stub_message_group_status_published_at_
-    created_at``; the subquery is a plain read (no row lock, not skipped when locked)."""
+    back.
+
+    Written as a comparison with the group's earliest such ``created_at`` — the first entry of
+    its range in ``ix_message_stub_message_group_status_published_at_created_at`` (``ORDER BY
+    published_at, created_at LIMIT 1``: the index's own order, so one seek; none of them has a
+    ``published_at``, but planners do not take ``IS NULL`` as an equality that orders) — and,
+    for a stub at that very time, an exact-match probe for a smaller id. Not as ``NOT EXISTS``
+    an earlier one: PostgreSQL planned that range probe as a scan of the group's rows per
+    candidate, growing with the published rows ahead of the head, so one claim over a group's
+    backlog of n stubs cost O(n²). The subqueries are plain reads (no row lock, not skipped
+    when locked)."""
     return _GROUP_HEAD
 
 
+GROUP_INDEX = "ix_message_stub_message_group_status_published_at_created_at"
+
+
+class _GroupRangeOrder(ColumnElement[Any]):
+    """``ORDER BY`` a group's range of the group index in the index's own order: ``published_at,
+    created_at`` (PostgreSQL and SQLite do not take ``published_at IS NULL`` as an equality that
+    fixes the order, and would sort), ``created_at`` on MySQL/MariaDB (which sort when
+    ``published_at`` is named, though it is fixed)."""
+
+    inherit_cache = True
+    _traverse_internals: ClassVar = [("published", InternalTraversal.dp_clauseelement),
+                                     ("created", InternalTraversal.dp_clauseelement)]
+
+    def __init__(self, published: ColumnElement[Any], created: ColumnElement[Any]) -> None:
+        self.published = published
+        self.created = created
+
+
+@compiles(_GroupRangeOrder)
+def _order_in_index(element: _GroupRangeOrder, compiler: Any, **kw: Any) -> str:
+    return f"{compiler.process(element.published, **kw)}, {compiler.process(element.created, **kw)}"
+
+
+@compiles(_GroupRangeOrder, "mysql")
+def _order_in_index_mysql(element: _GroupRangeOrder, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.created, **kw))
+
+
 def _group_head() -> ColumnElement[bool]:
-    earlier = message_stub.alias("earlier").c
-    return or_(stub.message_group.is_(None), ~exists().where(
-        earlier.message_group == stub.message_group,
-        earlier.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
-        earlier.published_at.is_(None),
-        earlier.created_at <= stub.created_at,  # an index range: a head's probe reads itself
-        or_(earlier.created_at < stub.created_at, earlier.message_id < stub.message_id)))
+    table = message_stub.alias("earlier")
+    earlier = table.c
+    same_group = (earlier.message_group == stub.message_group,
+                  earlier.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
+                  earlier.published_at.is_(None))
+    # MariaDB, its statistics thin, would rather read the (status, published_at) prefix of the
+    # resend index and sort: told to read the group's range
+    hint = f"FORCE INDEX ({GROUP_INDEX})"
+    first = select(earlier.created_at).where(*same_group) \
+        .order_by(_GroupRangeOrder(earlier.published_at, earlier.created_at)).limit(1) \
+        .with_hint(table, hint, dialect_name="mysql").scalar_subquery()
+    tied_before = select(earlier.message_id).where(
+        *same_group, earlier.created_at == stub.created_at,
+        earlier.message_id < stub.message_id).with_hint(table, hint, dialect_name="mysql") \
+        .exists()
+    return or_(stub.message_group.is_(None), first.is_(None),
+               and_(first >= stub.created_at, or_(first > stub.created_at, ~tied_before)))
 
 
 _GROUP_HEAD = _group_head()
@@ -151,8 +199,9 @@ than the claim's statement."""
 
 def group_heads(engine: Engine, groups: Sequence[str]) -> list[str]:
     """The ids of the first unconfirmed, unpublished stub of each of ``groups`` (none for a
-    group with none): per group, the first entry of its index range that ``group_head``
-    admits."""
+    group with none): per group, the first entry of its index range (ordered by
+    ``_GroupRangeOrder``, so that the planner reads the range in the index's order and stops
+    at the first entry, as in ``group_head``)."""
     heads: list[str] = []
     with engine.connect() as connection:
         for group in groups:
@@ -160,8 +209,10 @@ def group_heads(engine: Engine, groups: Sequence[str]) -> list[str]:
                 select(stub.message_id).where(
                     stub.message_group == group,
                     stub.status == literal_column(f"'{StubStatus.UNCONFIRMED.value}'"),
-                    stub.published_at.is_(None), group_head())
-                .order_by(stub.created_at, stub.message_id).limit(1)).scalars())
+                    stub.published_at.is_(None))  # the first of them is the head
+                .order_by(_GroupRangeOrder(stub.published_at, stub.created_at), stub.message_id)
+                .limit(1)
+            ).scalars())
     return heads
 
 
