@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -154,8 +154,8 @@ class _GroupRangeOrder(ColumnElement[Any]):
     ``published_at`` is named, though it is fixed)."""
 
     inherit_cache = True
-    _traverse_internals: ClassVar = [("published", InternalTraversal.dp_clauseelement),
-                                     ("created", InternalTraversal.dp_clauseelement)]
+    _traverse_internals = [("published", InternalTraversal.dp_clauseelement),  # noqa: RUF012
+                           ("created", InternalTraversal.dp_clauseelement)]
 
     def __init__(self, published: ColumnElement[Any], created: ColumnElement[Any]) -> None:
         self.published = published
