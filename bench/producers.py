@@ -12,11 +12,14 @@ caller after all threads are joined.
 
 from __future__ import annotations
 
+import gc
 import resource
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from bench.peers import BenchError
 
 PutCall = Callable[[int], bool]  # put number i -> confirmed?
 
@@ -96,3 +99,34 @@ def run_producers(thread_count: int, puts_per_thread: int,
     return ProducerRun(thread_count, len(merged), elapsed_s, sum(unconfirmed), merged,
                        usage.ru_utime - started_usage[0].ru_utime,
                        usage.ru_stime - started_usage[0].ru_stime)
+
+
+def timed_threads(send: Callable[[], object], count: int, threads: int) -> dict:
+    """``threads`` threads call ``send()`` ``count`` times in all, started together; the
+    count, the seconds and the rate. A failed call is raised as ``BenchError`` once every
+    thread has ended: the run measured something else."""
+    shares = [count // threads + (1 if index < count % threads else 0)
+              for index in range(threads)]
+    failures: list[BaseException] = []
+    start_line = threading.Barrier(threads + 1)
+
+    def run(share: int) -> None:
+        start_line.wait()
+        try:
+            for _ in range(share):
+                send()
+        except BaseException as error:  # reported below: the run is then wrong
+            failures.append(error)
+
+    workers = [threading.Thread(target=run, args=(share,)) for share in shares]
+    for worker in workers:
+        worker.start()
+    gc.collect()
+    start_line.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - start
+    if failures:
+        raise BenchError(f"a sender failed: {failures[0]!r}") from failures[0]
+    return {"count": count, "seconds": seconds, "per_s": count / seconds}

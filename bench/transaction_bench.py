@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from bench import producers
 from bench.peers import BenchError, run_and_print
 from bench.store_bench import machine_facts, progress
 from bench.workdir import temp_dir
@@ -170,31 +169,7 @@ def send_transactional(app) -> None:
 
 def timed_threads(app, send: Callable, count: int, threads: int) -> dict:
     """``threads`` threads call ``send(app)`` ``count`` times in all; the rate."""
-    shares = [count // threads + (1 if index < count % threads else 0)
-              for index in range(threads)]
-    failures: list[BaseException] = []
-    start_line = threading.Barrier(threads + 1)
-
-    def run(share: int) -> None:
-        start_line.wait()
-        try:
-            for _ in range(share):
-                send(app)
-        except BaseException as error:  # reported below: the run is then wrong
-            failures.append(error)
-
-    workers = [threading.Thread(target=run, args=(share,)) for share in shares]
-    for worker in workers:
-        worker.start()
-    gc.collect()
-    start_line.wait()
-    start = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    seconds = time.perf_counter() - start
-    if failures:
-        raise BenchError(f"a sender failed: {failures[0]!r}")
-    return {"count": count, "seconds": seconds, "per_s": count / seconds}
+    return producers.timed_threads(lambda: send(app), count, threads)
 
 
 def measure_target(args: argparse.Namespace, target: str) -> dict:

@@ -33,11 +33,11 @@ import contextlib
 import gc
 import random
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from bench import producers
 from bench.peers import BenchError, run_and_print
 from bench.store_bench import machine_facts, progress
 from bench.workdir import temp_dir
@@ -127,31 +127,8 @@ def send_all(app, body: bytes, count: int, threads: int) -> dict:
     """``threads`` threads send ``count`` messages in all through ``app.producer``."""
     producer = app.producer
     producer.send(TOPIC, body)  # connect, create the topic: not part of the clock
-    shares = [count // threads + (1 if index < count % threads else 0)
-              for index in range(threads)]
-    failures: list[BaseException] = []
-    start_line = threading.Barrier(threads + 1)
-
-    def run(share: int) -> None:
-        start_line.wait()
-        try:
-            for _ in range(share):
-                producer.send(TOPIC, body)
-        except BaseException as error:  # reported below, the run is then wrong
-            failures.append(error)
-
-    workers = [threading.Thread(target=run, args=(share,)) for share in shares]
-    for worker in workers:
-        worker.start()
-    gc.collect()
-    start_line.wait()
-    start = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    seconds = time.perf_counter() - start
-    if failures:
-        raise BenchError(f"a producer thread failed: {failures[0]!r}")
-    return {"count": count, "seconds": seconds, "per_s": count / seconds, "threads": threads}
+    return producers.timed_threads(lambda: producer.send(TOPIC, body), count, threads) | {
+        "threads": threads}
 
 
 def consume_all(app_options: dict, count: int) -> dict:
