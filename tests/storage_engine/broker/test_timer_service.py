@@ -204,8 +204,12 @@ def test_a_timer_past_the_roll_window_is_parked_and_put_back(tmp_path):
         broker.send(timer("rolled", b"far", start + 3500, "0A" * 16), queue_id=0)
         views = delivered(broker, "rolled", 1)
         assert views[0].store_timestamp_ms >= start + 3500
-        assert views[0].properties["TIMER_ROLL_TIMES"] == "1"  # as Apache's roll test sees it
-        assert broker.store.max_offset(TIMER_TOPIC, 0) == 2  # the record, and it put back
+        # parked at the end of the 2 s window, counted from the second it was read in, and put
+        # back then: once, or once more when the rest is still 2 s or more (the moment falls in
+        # the second after that window's end: it depends on the start's fraction of a second)
+        rolls = int(views[0].properties["TIMER_ROLL_TIMES"])
+        assert rolls in (1, 2)
+        assert broker.store.max_offset(TIMER_TOPIC, 0) == 1 + rolls  # the record, its copies
     root = tmp_path / "s"
     assert (root / "timerwheel").stat().st_size == 38_707_200
     assert (root / "config" / "timercheck").stat().st_size == 4096
