@@ -16,18 +16,23 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bench.remoting_raw import RawRemotingClient
 from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode
 from tests.support.polling import wait_until
 from tests.support.rocketmq_install import LabInstall, LabSetupError, tail
+
+T = TypeVar("T")
 
 START_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 45
@@ -76,11 +81,46 @@ wheel on, and short delay levels: a consumer's first retry (level 3) comes after
 after 2 s, ... (RocketMQ accepts only s/m/h/d units here, not Postbox's ``ms``)."""
 
 
+LAB_PORTS_LOW = 10_000
+"""The lab's servers listen on ports from here up to the kernel's ephemeral range."""
+
+
 def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback TCP port nothing listens on right now, below the kernel's ephemeral range.
+
+    A JVM binds the port it is given seconds later; a port from the ephemeral range may by then
+    be the local end of some outgoing connection (several lanes run labs and brokers side by
+    side), which the kernel never hands out below that range. Chosen at random, so that two labs
+    starting together rarely pick the same one (``start_with_free_ports`` retries if they do)."""
+    high = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(LAB_PORTS_LOW, high)
+        if _is_free(port):
+            return port
+    raise LabSetupError(f"no free port in [{LAB_PORTS_LOW}, {high})")
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768
+    return max(low, LAB_PORTS_LOW + 1_000)
+
+
+PORT_CLASH_ATTEMPTS = 3
+
+
+def start_with_free_ports(start: Callable[[], T]) -> T:
+    """``start()`` (which picks its ports with ``free_port``) again with new ports when the
+    server could not bind them (another process took one in between)."""
+    for attempt in range(PORT_CLASH_ATTEMPTS):
+        try:
+            return start()
+        except LabSetupError as error:
+            if "Address already in use" not in str(error) or attempt == PORT_CLASH_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _is_free(port: int) -> bool:
@@ -195,6 +235,10 @@ def java_argv(install: LabInstall, home: Path, role: str, heap: list[str],
 
 def start_namesrv(install: LabInstall, run_dir: Path) -> tuple[JavaServer, str]:
     """A name server on a free loopback port; (server, "127.0.0.1:port")."""
+    return start_with_free_ports(lambda: _start_namesrv(install, run_dir))
+
+
+def _start_namesrv(install: LabInstall, run_dir: Path) -> tuple[JavaServer, str]:
     home = run_dir / "namesrv"
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -236,6 +280,16 @@ def start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Pa
     and listed by it (``wait=False``: launched only). ``ports``:
     (listenPort, haListenPort) chosen beforehand with ``free_broker_ports`` (a store written
     elsewhere names its broker's address in every record and message id)."""
+    def start() -> BrokerServer:
+        return _start_broker(install, run_dir, namesrv, store_dir, name=name, cluster=cluster,
+                             extra=extra, wait=wait, ports=ports)
+
+    return start_with_free_ports(start) if ports is None and wait else start()
+
+
+def _start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Path, *,
+                  name: str, cluster: str, extra: dict[str, str] | None, wait: bool,
+                  ports: tuple[int, int] | None) -> BrokerServer:
     home = run_dir / name
     home.mkdir(parents=True, exist_ok=True)
     listen, ha = ports or free_broker_ports()
@@ -291,6 +345,14 @@ def start_proxy(install: LabInstall, run_dir: Path, namesrv: str, cluster: str =
                 wait: bool = True) -> tuple[JavaServer, str]:
     """A proxy in cluster mode (gRPC) in front of the name server's brokers; (server, endpoint).
     ``wait=False``: launched only."""
+    if wait:
+        return start_with_free_ports(lambda: _start_proxy(install, run_dir, namesrv, cluster,
+                                                          wait))
+    return _start_proxy(install, run_dir, namesrv, cluster, wait)
+
+
+def _start_proxy(install: LabInstall, run_dir: Path, namesrv: str, cluster: str,
+                 wait: bool) -> tuple[JavaServer, str]:
     home = run_dir / "proxy"
     home.mkdir(parents=True, exist_ok=True)
     grpc_port, remoting_port = free_port(), free_port()
