@@ -31,7 +31,8 @@ public final class DigestCheck {
         long deadline = System.currentTimeMillis() + Long.parseLong(args[4]);
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         ClientConfiguration configuration = ClientConfiguration.newBuilder()
-            .setEndpoints(endpoint).enableSsl(false).build();
+            .setEndpoints(endpoint).enableSsl(false)
+            .setRequestTimeout(Duration.ofSeconds(30)).build();  // a loaded machine starts slowly
         List<String> lines = new ArrayList<>();
         int corrupted = 0;
         try (SimpleConsumer consumer = provider.newSimpleConsumerBuilder()
