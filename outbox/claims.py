@@ -149,9 +149,9 @@ GROUP_INDEX = "ix_message_stub_message_group_status_published_at_created_at"
 
 class _GroupRangeOrder(ColumnElement[Any]):
     """``ORDER BY`` a group's range of the group index in the index's own order: ``published_at,
-    created_at`` (PostgreSQL and SQLite do not take ``published_at IS NULL`` as an equality that
-    fixes the order, and would sort), ``created_at`` on MySQL/MariaDB (which sort when
-    ``published_at`` is named, though it is fixed)."""
+    created_at`` (PostgreSQL does not take ``published_at IS NULL`` as an equality that fixes
+    the order, and would sort; SQLite reads the index either way), ``created_at`` on
+    MySQL/MariaDB (which sorts when ``published_at`` is named, though it is fixed)."""
 
     inherit_cache = True
     _traverse_internals = [("published", InternalTraversal.dp_clauseelement),  # noqa: RUF012
