@@ -76,11 +76,15 @@ class PostboxSide:
         assert self.process is not None
         self.process.kill()
 
+    def log_tail(self) -> str:
+        """The last lines the broker process wrote to stderr (its log)."""
+        return self.process.stderr_text()[-3000:] if self.process is not None else ""
+
     def stop(self) -> None:
         """SIGTERM; the server must exit 0."""
         if self.process is not None:
             code = self.process.stop()
-            assert code == 0, self.process.stderr_text()[-3000:]
+            assert code == 0, self.log_tail()
 
 
 def send(client: RawRemotingClient, topic: str, body: str, properties: dict[str, str], *,
