@@ -12,7 +12,11 @@ log's end that are neither zeros nor a record raise ``CorruptionError`` naming t
 is deleted or overwritten, the operator decides.
 
 Writes go through memory maps (a kill -9 loses none of them); ``flush`` makes the log, the wheel
-and then the checkpoint durable (Apache's ``TimerFlushService``, every ``FLUSH_INTERVAL_MS``).
+and then the checkpoint durable (Apache's ``TimerFlushService``, every ``FLUSH_INTERVAL_MS``);
+the checkpoint's lastTimerLogFlushPos is where the last flush began, so ``load`` reads the
+records after it only. A new file is sized beside and renamed in; an empty wheel or last log
+file (left by an older Postbox crashing between a file's creation and its sizing: it never
+held a byte) is sized at ``load``, and an empty wheel's slots rebuilt from the whole log.
 
 Thread-safety: none; the timer service calls it under its run lock.
 """
@@ -57,6 +61,10 @@ from ..formats.timer_layout import (
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS = 1000  # timerFlushIntervalMs
+CHAIN_MAX = 10_000_000
+"""Records followed through one slot's chain at most (a loop in a damaged log ends there)."""
+_PAGE_BYTES = 4096  # 128 slots
+_ZERO_PAGE = bytes(_PAGE_BYTES)
 
 
 class TimerFiles:
@@ -72,6 +80,7 @@ class TimerFiles:
         self._wheel: mmap.mmap | None = None
         self._segments: dict[int, mmap.mmap] = {}  # start position -> map
         self.write_pos = 0
+        self.flushed_pos = 0  # every record before it (and its slot) was flushed
         self.last_unit: TimerUnit | None = None
         self._check: TimerCheck | None = None
 
@@ -96,10 +105,16 @@ class TimerFiles:
             except ValueError as error:
                 raise CorruptionError(f"{self.check_path}: {error}",
                                       path=str(self.check_path)) from error
+        flushed_pos = check.last_timer_log_flush_pos if check else 0
         if self.wheel_path.exists():
-            self._open_wheel(create=False)
+            empty = self.wheel_path.stat().st_size == 0
+            if empty:  # a crash between its creation and its sizing (an older Postbox's)
+                log.warning("[timer] %s is empty: sized, and its slots rebuilt from the whole "
+                            "timer log", self.wheel_path)
+                flushed_pos = 0
+            self._open_wheel(create=empty)
         self._open_segments()
-        self._recover(check.last_timer_log_flush_pos if check else 0)
+        self._recover(flushed_pos)
         self._check = check
         return check
 
@@ -109,16 +124,15 @@ class TimerFiles:
             raise CorruptionError(f"{self.wheel_path} is {size} bytes; a timer wheel is "
                                   f"{WHEEL_FILE_SIZE} (2 × {WHEEL_SLOTS_TOTAL} slots of "
                                   f"{SLOT_SIZE})", path=str(self.wheel_path))
-        with open(self.wheel_path, "a+b") as file:
-            if size == 0:
-                file.truncate(WHEEL_FILE_SIZE)
-            self._wheel = mmap.mmap(file.fileno(), WHEEL_FILE_SIZE)
+        self._wheel = map_sized(self.wheel_path, WHEEL_FILE_SIZE)
 
     def _open_segments(self) -> None:
         if not self.log_dir.is_dir():
             return
         names = sorted(p for p in self.log_dir.iterdir()
                        if p.name.isdigit() and len(p.name) == SEGMENT_NAME_DIGITS)
+        if names and names[-1].stat().st_size == 0:  # created, not yet sized, at a crash
+            log.warning("[timer] %s is empty: sized when the log reaches it", names.pop())
         sizes = {p.stat().st_size for p in names}
         if len(sizes) > 1 or 0 in sizes:
             raise CorruptionError(f"{self.log_dir}: timer log files of sizes {sorted(sizes)}; "
@@ -136,10 +150,11 @@ class TimerFiles:
         if not self._segments:
             return
         starts = sorted(self._segments)
-        begin = max((s for s in starts if s <= max(0, flushed_pos - self.segment_bytes)),
-                    default=starts[0])
+        begin, offset = self._scan_start(flushed_pos, starts)
+        self.flushed_pos = begin + offset
         for start in (s for s in starts if s >= begin):
-            segment, offset = self._segments[start], 0
+            segment = self._segments[start]
+            offset = offset if start == begin else 0
             while (unit := decode_unit(segment, offset)) is not None:
                 self._revise(unit, start + offset)
                 self.last_unit = unit
@@ -158,6 +173,20 @@ class TimerFiles:
                 raise CorruptionError(f"{self.log_dir}: the timer log ends at {start + offset} "
                                       "but later files follow", log_position=start + offset,
                                       path=str(self.log_dir))
+
+    def _scan_start(self, flushed_pos: int, starts: list[int]) -> tuple[int, int]:
+        """(file, offset) where ``_recover`` reads from: the record before ``flushed_pos``
+        (every record before it, and its slot, was flushed; this one is read so that the log's
+        last record is known even when none follows). Where no record stands there (a
+        checkpoint naming a position the log does not reach), from the start of the file
+        before ``flushed_pos``'s one."""
+        start = flushed_pos - flushed_pos % self.segment_bytes
+        offset = (flushed_pos - start) // TIMER_UNIT_SIZE * TIMER_UNIT_SIZE - TIMER_UNIT_SIZE
+        segment = self._segments.get(start)
+        if segment is not None and offset >= 0 and decode_unit(segment, offset) is not None:
+            return start, offset
+        return max((s for s in starts if s <= max(0, flushed_pos - self.segment_bytes)),
+                   default=starts[0]), 0
 
     def _revise(self, unit: TimerUnit, position: int) -> None:
         if self._wheel is None:
@@ -188,15 +217,38 @@ class TimerFiles:
         """Every slot of a time at or after ``from_ms`` that holds records."""
         if self._wheel is None:
             return
-        low = from_ms // self.precision_ms
-        for stored, first, last, num, magic in SLOT.iter_unpack(self._wheel):
-            if stored >= low and last >= 0:
-                yield Slot(stored * self.precision_ms, first, last, num, magic)
+        low, wheel = from_ms // self.precision_ms, self._wheel
+        for page_at in range(0, len(wheel), _PAGE_BYTES):  # most pages of a wheel are zeros
+            page = wheel[page_at:page_at + _PAGE_BYTES]
+            if page == _ZERO_PAGE:
+                continue
+            for stored, first, last, num, magic in SLOT.iter_unpack(page):
+                if stored >= low and last >= 0:
+                    yield Slot(stored * self.precision_ms, first, last, num, magic)
+
+    def pending_units(self, from_ms: int) -> list[tuple[int, int, TimerUnit]]:
+        """(message position, record position, record) of every record chained in the slots
+        from ``from_ms`` on, by message position (``chain`` for each of ``pending_slots``)."""
+        found = []
+        segments, size = self._segments, self.segment_bytes
+        for slot in self.pending_slots(from_ms):
+            position, seen = slot.last_pos, 0
+            while position >= 0 and seen <= CHAIN_MAX:
+                segment = segments.get(position - position % size)
+                unit = None if segment is None else decode_unit(segment, position % size)
+                if unit is None:
+                    log.error("[timer] slot %d: no timer-log record at %d", slot.time_ms,
+                              position)
+                    break
+                found.append((unit.log_offset, position, unit))
+                position, seen = unit.prev_pos, seen + 1
+        found.sort()
+        return found
 
     def chain(self, slot: Slot) -> Iterator[tuple[int, TimerUnit]]:
         """The records of ``slot``, last first, with their positions."""
         position, seen = slot.last_pos, 0
-        while position >= 0 and seen <= 10_000_000:
+        while position >= 0 and seen <= CHAIN_MAX:
             unit = self.unit(position)
             if unit is None:
                 log.error("[timer] slot %d: no timer-log record at %d", slot.time_ms, position)
@@ -250,9 +302,7 @@ class TimerFiles:
     def _create_segment(self, start: int) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{start:0{SEGMENT_NAME_DIGITS}d}"
-        with open(path, "a+b") as file:
-            file.truncate(self.segment_bytes)
-            self._segments[start] = mmap.mmap(file.fileno(), self.segment_bytes)
+        self._segments[start] = map_sized(path, self.segment_bytes)
 
     def mark_deleted(self, position: int) -> None:
         """Set ``MAGIC_DELETE`` on the record at ``position`` (a cancelled timer: Apache's
@@ -270,24 +320,33 @@ class TimerFiles:
         """Record progress (in the page cache; ``flush`` makes it durable)."""
         old = self._check or TimerCheck()
         if (old.last_read_time_ms, old.last_timer_queue_offset, old.last_timer_log_flush_pos) \
-                == (read_time_ms, queue_offset, self.write_pos) and self.check_path.exists():
+                == (read_time_ms, queue_offset, self.flushed_pos) and self.check_path.exists():
             return
-        self._check = TimerCheck(read_time_ms, self.write_pos, queue_offset, queue_offset,
-                                 old.state_version, now_ms, old.counter + 1)
+        self._write_check(TimerCheck(read_time_ms, self.flushed_pos, queue_offset, queue_offset,
+                                     old.state_version, now_ms, old.counter + 1))
+
+    def _write_check(self, check: TimerCheck) -> None:
+        self._check = check
         self.check_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.check_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.pwrite(fd, encode_timer_check(self._check), 0)
+            os.pwrite(fd, encode_timer_check(check), 0)
         finally:
             os.close(fd)
         assert os.path.getsize(self.check_path) == TIMER_CHECK_FILE_SIZE
 
     def flush(self) -> None:
-        """Make the timer log, the wheel and then the checkpoint durable."""
+        """Make the timer log, the wheel and then the checkpoint durable; the checkpoint's
+        lastTimerLogFlushPos is then where the log was when this flush began (as Apache's
+        is its log's flushed position: a start revises the slots of the records after it)."""
+        position = self.write_pos
         for segment in self._segments.values():
             segment.flush()
         if self._wheel is not None:
             self._wheel.flush()
+        self.flushed_pos = position
+        if self._check is not None and self._check.last_timer_log_flush_pos != position:
+            self._write_check(self._check._replace(last_timer_log_flush_pos=position))
         if self.check_path.exists():
             fd = os.open(self.check_path, os.O_RDWR)
             try:
@@ -306,4 +365,17 @@ class TimerFiles:
             self._wheel = None
 
 
-__all__ = ["FLUSH_INTERVAL_MS", "TimerFiles"]
+def map_sized(path: Path, size: int) -> mmap.mmap:
+    """A shared map of ``path``, which is first created at ``size`` bytes when it is absent or
+    empty (empty: a crash came between its creation and its sizing; it never held a byte).
+    The new file is sized beside and renamed in, so no crash leaves it empty."""
+    if not path.exists() or path.stat().st_size == 0:
+        sized = path.with_name(path.name + ".new")
+        with open(sized, "wb") as file:
+            file.truncate(size)
+        os.replace(sized, path)
+    with open(path, "r+b") as file:
+        return mmap.mmap(file.fileno(), size)
+
+
+__all__ = ["FLUSH_INTERVAL_MS", "TimerFiles", "map_sized"]

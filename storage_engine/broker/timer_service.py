@@ -27,11 +27,15 @@ offset not yet delivered — is also committed as the consumer offset of the sys
 Start: with a ``config/timercheck`` (written by Postbox or by Apache) the pending records are
 read back from the wheel — every slot from lastReadTimeMs on, its records chained through the
 timer log — and the queue is read on from the record after the timer log's last one (or
-lastTimerQueueOffset). Without one (a store of an older Postbox, or of a broker with the wheel
-off) the queue is read again from the watermark. Either way a record due before the start whose
-message is already in its real topic (same unique key and ``TIMER_OUT_MS``, through the key
-index) is not delivered again: duplicates are limited to messages without a unique key and
-puts the crash caught before they reached the index (at least once). A put that fails (disk
+lastTimerQueueOffset). A record read back costs its 52 bytes and its message's queue offset
+(8 bytes of the header); the message itself is read when it is due (on a slot's edge, where the
+slot's time may be Apache's rounding, its properties' moment is taken then), and a delete
+marker finds a target read back through the key index. Without one (a store of an older
+Postbox, or of a broker with the wheel off) the queue is read again from the watermark.
+Either way a record due before the start whose message is already in its real topic (same
+unique key and ``TIMER_OUT_MS``, through the key index) is not delivered again: duplicates are
+limited to messages without a unique key and puts the crash caught before they reached the
+index (at least once). A put that fails (disk
 full, store closed) is retried ``RETRY_DELAY_MS`` later; a record that cannot be delivered is
 skipped with an error.
 
@@ -127,6 +131,8 @@ class TimerService(Service):
         self._expired: list[int] = []  # markers past their time, dropped once caught up
         self._caught_up = True
         self._low: list[int] = []  # pending offsets (lazy deletion)
+        self._unrefined: set[int] = set()  # read back on a slot's edge: moment read when due
+        self._keys_unread = False  # records read back whose keys are not in _targets
         self._scan: int | None = None
         self._recovered_below = 0  # records below were in the queue at start: maybe delivered
         self._recovered_until_ms = 0  # ... if due before the start
@@ -186,11 +192,7 @@ class TimerService(Service):
             return
         oldest = now_ms // self._precision * self._precision \
             - (WHEEL_SLOTS_TOTAL - WHEEL_BLANK_SLOTS) * self._precision
-        found = sorted((unit.log_offset, unit.log_size, position, unit)
-                       for slot in self._files.pending_slots(max(check.last_read_time_ms, oldest))
-                       for position, unit in self._files.chain(slot))
-        for log_offset, size, position, unit in found:
-            self._schedule_unit(None, log_offset, size, now_ms, (position, unit))
+        self._read_back(self._files.pending_units(max(check.last_read_time_ms, oldest)), now_ms)
         scan = check.last_timer_queue_offset
         last = self._files.last_unit
         if last is not None:
@@ -204,6 +206,33 @@ class TimerService(Service):
         log.info("[timer] %d pending timer records read back from the wheel (from %d); the "
                  "timer queue is read on from offset %d", len(self._pending),
                  check.last_read_time_ms, scan)
+
+    def _read_back(self, found: list[tuple[int, int, TimerUnit]], now_ms: int) -> None:
+        """Schedule the wheel's pending records (by log position) from the timer log alone:
+        a record's queue offset is read from its message's header, the message itself when
+        it is due (``_deliver``). Delete markers and cancelled targets are read now."""
+        for log_offset, position, unit in found:
+            if unit.magic & MAGIC_DELETE:
+                self._schedule_unit(None, log_offset, unit.log_size, now_ms, (position, unit))
+                continue
+            try:
+                offset = self._store.commit_log.read_queue_offset(log_offset)
+            except CorruptionError as error:
+                log.error("[timer] timer-log record at %d: no message at position %d, "
+                          "skipped: %s", position, log_offset, error)
+                self.skipped_count += 1
+                continue
+            if unit.magic & MAGIC_ROLL:
+                self._rolls[offset] = unit.write_time_ms
+            elif unit.deliver_ms % self._precision == 0:
+                self._unrefined.add(offset)  # maybe Apache's rounding of a later moment
+            self._schedule.append((unit.deliver_ms, offset, log_offset, unit.log_size))
+            self._pending.add(offset)
+            self._timer_pos[offset] = position
+            self._low.append(offset)
+        heapq.heapify(self._schedule)
+        heapq.heapify(self._low)
+        self._keys_unread = bool(found)
 
     # ---- ingest: timer queue -> timer log, wheel and schedule --------------------------------
 
@@ -271,6 +300,8 @@ class TimerService(Service):
         if cancels is not None:
             key = timer_key(view.properties, cancels)
             target = self._targets.pop(key, None) if key else None
+            if target is None and key is not None and self._keys_unread:
+                target = self._read_back_target(key)
             if target is not None or key is None:
                 self._cancel(target, offset)
                 return True
@@ -288,6 +319,17 @@ class TimerService(Service):
             self._targets[key] = offset
             self._key_of[offset] = key
         return False
+
+    def _read_back_target(self, key: tuple[str, str]) -> int | None:
+        """The pending record read back at start (its key unread) that ``key`` names, found
+        through the key index (None: none)."""
+        for view in self._store.query_by_unique_key(TIMER_TOPIC, key[1]):
+            offset = view.queue_offset
+            if offset in self._pending and offset not in self._markers \
+                    and offset not in self._key_of and timer_key(view.properties) == key \
+                    and PROPERTY_TIMER_DEL_UNIQKEY not in view.properties:
+                return offset
+        return None
 
     def _append(self, view: MessageView, out_ms: int, position: int, size: int, now_ms: int,
                 marker: bool) -> tuple[int, TimerUnit]:
@@ -318,6 +360,7 @@ class TimerService(Service):
         for offset in (pending, marker):
             if offset is not None:
                 self._pending.discard(offset)
+                self._unrefined.discard(offset)
                 self._key_of.pop(offset, None)
         if pending is not None:
             position = self._timer_pos.pop(pending, None)
@@ -354,8 +397,24 @@ class TimerService(Service):
                 if offset in self._markers:
                     self._expired.append(offset)
                 continue
+            if offset in self._unrefined:
+                self._unrefined.discard(offset)
+                moment = self._refined_moment(entry)
+                if moment > entry[0]:
+                    heapq.heappush(self._schedule, (moment, *entry[1:]))
+                    continue
             due.append(entry)
         return self._put_due(due, now_ms)
+
+    def _refined_moment(self, entry: Entry) -> int:
+        """A record read back on a slot's edge: the moment its properties ask for
+        (``timer_moment``); its slot's time when they cannot be read (``_prepare`` says why)."""
+        try:
+            view = self._store.read_message(entry[2])
+            out_ms = int(view.properties[PROPERTY_TIMER_OUT_MS])
+        except (CorruptionError, MessageNotFoundError, KeyError, ValueError):
+            return entry[0]
+        return timer_moment(view.properties, view.store_timestamp_ms, out_ms, self._precision)
 
     def _put_due(self, due: list[Entry], now_ms: int) -> int:
         """Put the due records' messages, one ``put_messages`` per run of one queue id."""

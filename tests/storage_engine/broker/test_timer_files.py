@@ -78,6 +78,8 @@ def test_round_trip_chains_blank_and_reopen(tmp_path):
     chained = dict(again.chain(again.slot(T0)))
     assert chained[positions[5]].magic == MAGIC_DEFAULT | MAGIC_DELETE
     assert [s.time_ms for s in again.pending_slots(T0)] == [T0]
+    assert [(offset, position) for offset, position, _ in again.pending_units(T0)] == [
+        (1000 * n, positions[n]) for n in range(100)]  # by message position
     assert list(again.pending_slots(T0 + 1000)) == []
     assert again.append(unit(T0 + 2000, 5)) == positions[-1] + 52
     again.close()
@@ -127,3 +129,33 @@ def test_damaged_files_are_refused_and_left_as_they_were(tmp_path, damage):
         TimerFiles(tmp_path, 1000, SEGMENT).load()
     assert any(name in str(refused.value) for name in ("timerlog", "timerwheel", "timercheck"))
     assert digests(tmp_path) == before
+
+
+def test_the_checkpoint_names_the_position_the_last_flush_reached(tmp_path):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    files.append(unit(T0 + 1, 1))
+    files.flush()
+    files.append(unit(T0 + 2, 2))
+    files.write_check(T0, 2, T0)  # between flushes: the second record may not be durable yet
+    page = (tmp_path / "config" / "timercheck").read_bytes()
+    assert decode_timer_check(page).last_timer_log_flush_pos == 52
+    files.close()
+    page = (tmp_path / "config" / "timercheck").read_bytes()
+    assert decode_timer_check(page).last_timer_log_flush_pos == 104
+
+
+def test_files_a_crash_left_empty_at_their_creation_are_sized_and_the_slots_rebuilt(tmp_path):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    positions = [files.append(unit(T0 + n, n)) for n in range(3)]
+    files.write_check(T0, 3, T0)
+    files.close()
+    (tmp_path / "timerwheel").write_bytes(b"")  # as a crash before its sizing leaves it
+    (tmp_path / "timerlog" / f"{SEGMENT:020d}").write_bytes(b"")
+    again = TimerFiles(tmp_path, 1000, SEGMENT)
+    assert again.load() is not None
+    assert (tmp_path / "timerwheel").stat().st_size == WHEEL_FILE_SIZE
+    assert [p for p, _ in again.chain(again.slot(T0))] == positions[::-1]
+    assert again.write_pos == positions[-1] + 52
+    again.close()

@@ -171,6 +171,22 @@ def test_cancels_survive_a_restart_whichever_comes_first(tmp_path):
         assert [view.body for view in read_all(broker, "again")] == [b"last"]
 
 
+def test_a_marker_after_a_restart_cancels_a_timer_read_back_from_the_wheel(tmp_path):
+    config = small_config(tmp_path / "s", tiny=False)
+    with Broker.open(config) as broker:
+        start = now_ms()
+        broker.send(timer("after", b"target", start + 3000, "0A" * 16), queue_id=0)
+        broker.send(timer("after", b"kept", start + 3100, "0B" * 16), queue_id=0)
+        wait_until(lambda: broker.timer_service.pending_count() == 2)
+    with Broker.open(config) as broker:  # read back from the wheel: keys through the index
+        broker.send(timer("after", b"m", start + 3000, "0C" * 16,
+                          TIMER_DEL_UNIQKEY="0A" * 16), queue_id=0)
+        assert [view.body for view in delivered(broker, "after", 1)] == [b"kept"]
+        time.sleep(0.3)
+        assert [view.body for view in read_all(broker, "after")] == [b"kept"]
+        assert broker.timer_service.cancelled_count == 1
+
+
 def test_a_marker_waits_for_targets_stored_until_its_time_even_in_a_backlog(tmp_path,
                                                                            monkeypatch):
     from postbox.storage_engine.broker import timer_service
