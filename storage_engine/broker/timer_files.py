@@ -40,6 +40,7 @@ from ..formats.timer_layout import (
     TIMER_CHECK_FILE_SIZE,
     TIMER_LOG_DIR_NAME,
     TIMER_LOG_MIN_BLANK,
+    TIMER_UNIT,
     TIMER_UNIT_SIZE,
     WHEEL_FILE_NAME,
     WHEEL_FILE_SIZE,
@@ -83,6 +84,7 @@ class TimerFiles:
         self.flushed_pos = 0  # every record before it (and its slot) was flushed
         self.last_unit: TimerUnit | None = None
         self._check: TimerCheck | None = None
+        self._latest: dict[int, int] = {}  # a full file's start -> its last-due record's time
 
     # ---- open --------------------------------------------------------------------------------
 
@@ -353,6 +355,37 @@ class TimerFiles:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def delete_delivered(self) -> list[Path]:
+        """Delete the timer-log files at the log's start, never the last one, whose every
+        record is due before the durable checkpoint's lastReadTimeMs: every slot before it was
+        delivered, and a slot's chain never leaves its own records, so no pending record is
+        reached through them. The deleted files."""
+        if self._check is None:
+            return []
+        read_ms, deleted = self._check.last_read_time_ms, []
+        for start in sorted(self._segments)[:-1]:
+            if start not in self._latest:
+                self._latest[start] = self._latest_deliver_ms(self._segments[start])
+            if self._latest[start] >= read_ms:
+                break
+            self._segments.pop(start).close()
+            path = self.log_dir / f"{start:0{SEGMENT_NAME_DIGITS}d}"
+            path.unlink()
+            deleted.append(path)
+        return deleted
+
+    @staticmethod
+    def _latest_deliver_ms(segment: mmap.mmap) -> int:
+        """When the last-due record of a full timer-log file is due."""
+        latest = 0
+        with memoryview(segment) as whole:
+            for size, _, magic, write_ms, delay, _, log_size, _, _ in TIMER_UNIT.iter_unpack(
+                    whole[:len(whole) // TIMER_UNIT_SIZE * TIMER_UNIT_SIZE]):
+                if size != TIMER_UNIT_SIZE or magic | 0xF != 0xF or log_size <= 0:
+                    break  # the blank (or zeros) after the file's last record
+                latest = max(latest, write_ms + delay)
+        return latest
 
     def close(self) -> None:
         """Flush, then unmap every file (``load`` opens them again)."""

@@ -50,7 +50,8 @@ the target's store timestamp). A timer delivered already is not recalled. Apache
 marker only with a target of the same slot.
 
 Limits: a run reads at most ``INGEST_BATCH_MAX`` records and delivers at most
-``DELIVER_BATCH_MAX``. Timer-log files are not deleted yet (52 bytes a timer).
+``DELIVER_BATCH_MAX``. A timer-log file is deleted once every record in it was delivered
+(``TimerFiles.delete_delivered``, after each flush).
 
 Thread-safety: every public method may be called from any thread; runs are serialised by a
 lock. The owner stops this service before it closes the store.
@@ -512,6 +513,8 @@ class TimerService(Service):
             if now_ms - self._flushed_ms >= FLUSH_INTERVAL_MS:
                 self._files.flush()
                 self._flushed_ms = now_ms
+                for path in self._files.delete_delivered():
+                    log.info("[timer] %s deleted: every record in it was delivered", path)
 
     # ---- introspection -----------------------------------------------------------------------
 

@@ -159,3 +159,30 @@ def test_files_a_crash_left_empty_at_their_creation_are_sized_and_the_slots_rebu
     assert [p for p, _ in again.chain(again.slot(T0))] == positions[::-1]
     assert again.write_pos == positions[-1] + 52
     again.close()
+
+
+def test_files_whose_every_record_was_delivered_are_deleted_from_the_start(tmp_path):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    per_file = (SEGMENT - 16) // 52
+    moments = [T0 + 1000 * n for n in range(per_file)]  # file 0
+    moments += [T0 + 500_000] + [T0 + 1000 * n for n in range(per_file - 1)]  # file 1: one late
+    moments += [T0 + 1000 * n for n in range(per_file)] + [T0]  # file 2, and the last, file 3
+    positions = [files.append(unit(moment, n)) for n, moment in enumerate(moments)]
+    assert positions[-1] == 3 * SEGMENT
+    assert files.delete_delivered() == []  # no checkpoint: nothing is known delivered
+    files.write_check(T0 + 1000 * per_file, len(moments), T0)
+    files.flush()
+    names = lambda: sorted(p.name for p in (tmp_path / "timerlog").iterdir())  # noqa: E731
+    assert files.delete_delivered() == [tmp_path / "timerlog" / f"{0:020d}"]
+    assert names() == [f"{n * SEGMENT:020d}" for n in (1, 2, 3)]  # file 1 holds a pending one
+    files.write_check(T0 + 600_000, len(moments), T0)
+    files.flush()
+    assert [p.name for p in files.delete_delivered()] == [f"{n * SEGMENT:020d}" for n in (1, 2)]
+    assert names() == [f"{3 * SEGMENT:020d}"]  # never the last
+    files.close()
+    again = TimerFiles(tmp_path, 1000, SEGMENT)
+    assert again.load() is not None and again.write_pos == 3 * SEGMENT + 52
+    assert again.append(unit(T0 + 700_000, 9)) == 3 * SEGMENT + 52
+    assert [p for _, p, _ in again.pending_units(T0 + 600_000)] == [3 * SEGMENT + 52]
+    again.close()

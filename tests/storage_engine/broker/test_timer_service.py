@@ -230,3 +230,19 @@ def test_a_timer_past_the_roll_window_is_parked_and_put_back(tmp_path):
     assert (root / "timerwheel").stat().st_size == 38_707_200
     assert (root / "config" / "timercheck").stat().st_size == 4096
     assert [p.name for p in (root / "timerlog").iterdir()] == ["0" * 20]
+
+
+def test_timer_log_files_of_delivered_timers_are_deleted(tmp_path):
+    root = tmp_path / "s"
+    with open_broker(root, timer_log_segment_size_bytes=4096) as broker:
+        start = now_ms()
+        for n in range(300):  # 52 bytes each: four files of 4 KiB
+            broker.send(timer("cleanup", b"%d" % n, start + 300, f"{n:032X}"), queue_id=0)
+        delivered(broker, "cleanup", 300)
+        wait_until(lambda: len(list((root / "timerlog").iterdir())) == 1, 15,
+                   "the timer-log files of delivered timers deleted, all but the last")
+    with open_broker(root, timer_log_segment_size_bytes=4096) as broker:
+        broker.send(timer("cleanup", b"after", now_ms() + 200, "F" * 32), queue_id=0)
+        assert delivered(broker, "cleanup", 301)[-1].body == b"after"
+        time.sleep(0.3)
+        assert len(read_all(broker, "cleanup")) == 301  # nothing delivered again
