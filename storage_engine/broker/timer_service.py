@@ -211,10 +211,12 @@ class TimerService(Service):
     def _read_back(self, found: list[tuple[int, int, TimerUnit]], now_ms: int) -> None:
         """Schedule the wheel's pending records (by log position) from the timer log alone:
         a record's queue offset is read from its message's header, the message itself when
-        it is due (``_deliver``). Delete markers and cancelled targets are read now."""
+        it is due (``_deliver``). Delete markers and cancelled targets are read now, after
+        the others: a marker Apache kept beside its target finds it through the key index."""
+        deleting = []
         for log_offset, position, unit in found:
             if unit.magic & MAGIC_DELETE:
-                self._schedule_unit(None, log_offset, unit.log_size, now_ms, (position, unit))
+                deleting.append((log_offset, position, unit))
                 continue
             try:
                 offset = self._store.commit_log.read_queue_offset(log_offset)
@@ -234,6 +236,8 @@ class TimerService(Service):
         heapq.heapify(self._schedule)
         heapq.heapify(self._low)
         self._keys_unread = bool(found)
+        for log_offset, position, unit in deleting:
+            self._schedule_unit(None, log_offset, unit.log_size, now_ms, (position, unit))
 
     # ---- ingest: timer queue -> timer log, wheel and schedule --------------------------------
 
@@ -302,7 +306,7 @@ class TimerService(Service):
             key = timer_key(view.properties, cancels)
             target = self._targets.pop(key, None) if key else None
             if target is None and key is not None and self._keys_unread:
-                target = self._read_back_target(key)
+                target = self._read_back_target(key, view, out_ms)
             if target is not None or key is None:
                 self._cancel(target, offset)
                 return True
@@ -321,14 +325,18 @@ class TimerService(Service):
             self._key_of[offset] = key
         return False
 
-    def _read_back_target(self, key: tuple[str, str]) -> int | None:
+    def _read_back_target(self, key: tuple[str, str], marker: MessageView,
+                          out_ms: int) -> int | None:
         """The pending record read back at start (its key unread) that ``key`` names, found
-        through the key index (None: none)."""
+        through the key index (None: none): stored before ``marker``, or after it until the
+        marker's time (``out_ms``), as a tombstone would have matched it."""
         for view in self._store.query_by_unique_key(TIMER_TOPIC, key[1]):
             offset = view.queue_offset
             if offset in self._pending and offset not in self._markers \
                     and offset not in self._key_of and timer_key(view.properties) == key \
-                    and PROPERTY_TIMER_DEL_UNIQKEY not in view.properties:
+                    and PROPERTY_TIMER_DEL_UNIQKEY not in view.properties \
+                    and (view.log_position < marker.log_position
+                         or view.store_timestamp_ms <= out_ms):
                 return offset
         return None
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from postbox.storage_engine import Broker, InvalidMessageError, Message
+from postbox.storage_engine.broker.timer_files import TimerFiles
 from postbox.storage_engine.broker.timer_service import TIMER_PROGRESS_GROUP
 from postbox.storage_engine.config import DelayConfig
+from postbox.storage_engine.formats.timer_layout import MAGIC_DEFAULT, MAGIC_DELETE, TimerUnit
 from postbox.storage_engine.formats.topic_names import TIMER_TOPIC
 from tests.storage_engine.conftest import small_config
 from tests.support.polling import wait_until
@@ -185,6 +187,36 @@ def test_a_marker_after_a_restart_cancels_a_timer_read_back_from_the_wheel(tmp_p
         assert [view.body for view in delivered(broker, "after", 1)] == [b"kept"]
         time.sleep(0.3)
         assert [view.body for view in read_all(broker, "after")] == [b"kept"]
+        assert broker.timer_service.cancelled_count == 1
+
+
+def test_a_marker_kept_beside_its_target_in_the_wheel_cancels_it_after_a_restart(tmp_path):
+    """Both records pending in the wheel, as Apache leaves them (it matches a marker with a
+    target of its slot only when the slot falls due); the restart reads both back."""
+    config = small_config(tmp_path / "s", tiny=False)
+    with Broker.open(config) as broker:
+        start = now_ms()
+        broker.send(timer("beside", b"target", start + 4000, "0A" * 16), queue_id=0)
+        broker.send(timer("beside", b"kept", start + 4100, "0B" * 16), queue_id=0)
+        wait_until(lambda: broker.timer_service.pending_count() == 2)
+        broker.timer_service.stop()  # the marker below reaches the queue, not the wheel
+        sent = broker.send(timer("beside", b"m", start + 4000, "0C" * 16,
+                                 TIMER_DEL_UNIQKEY="0A" * 16), queue_id=0)
+        assert broker.store.wait_dispatched()
+        marker = broker.store.read_message(sent.log_position)
+    files = TimerFiles(config.root_dir, config.delay.timer_precision_ms,
+                       config.delay.timer_log_segment_size_bytes)
+    check = files.load()
+    assert check is not None
+    write_ms = now_ms() // 1000 * 1000  # the marker's record, as Apache appends it
+    files.append(TimerUnit(-1, MAGIC_DEFAULT | MAGIC_DELETE, write_ms, start + 4000 - write_ms,
+                           marker.log_position, marker.store_size, 0))
+    files.write_check(check.last_read_time_ms, marker.queue_offset + 1, now_ms())
+    files.close()
+    with Broker.open(config) as broker:
+        assert [view.body for view in delivered(broker, "beside", 1)] == [b"kept"]
+        time.sleep(0.3)
+        assert [view.body for view in read_all(broker, "beside")] == [b"kept"]
         assert broker.timer_service.cancelled_count == 1
 
 
