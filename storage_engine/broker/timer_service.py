@@ -27,10 +27,11 @@ offset not yet delivered — is also committed as the consumer offset of the sys
 Start: with a ``config/timercheck`` (written by Postbox or by Apache) the pending records are
 read back from the wheel — every slot from lastReadTimeMs on, its records chained through the
 timer log — and the queue is read on from the record after the timer log's last one (or
-lastTimerQueueOffset). A record read back costs its 52 bytes and its message's queue offset
-(8 bytes of the header); the message itself is read when it is due (on a slot's edge, where the
-slot's time may be Apache's rounding, its properties' moment is taken then), and a delete
-marker finds a target read back through the key index. Without one (a store of an older
+lastTimerQueueOffset). A record read back costs its 52 bytes and an unchecked read of its
+message (``CommitLog.read_unchecked``, for the queue offset); the message is read and checked
+when it is due (on a slot's edge, where the slot's time may be Apache's rounding, its
+properties' moment is taken then), and a delete marker finds a target read back through the
+key index. Without one (a store of an older
 Postbox, or of a broker with the wheel off) the queue is read again from the watermark.
 Either way a record due before the start whose message is already in its real topic (same
 unique key and ``TIMER_OUT_MS``, through the key index) is not delivered again: duplicates are
@@ -210,7 +211,7 @@ class TimerService(Service):
 
     def _read_back(self, found: list[tuple[int, int, TimerUnit]], now_ms: int) -> None:
         """Schedule the wheel's pending records (by log position) from the timer log alone:
-        a record's queue offset is read from its message's header, the message itself when
+        a record's queue offset is read from its message's header, the whole message when
         it is due (``_deliver``). Delete markers and cancelled targets are read now, after
         the others: a marker Apache kept beside its target finds it through the key index."""
         deleting = []
@@ -219,7 +220,7 @@ class TimerService(Service):
                 deleting.append((log_offset, position, unit))
                 continue
             try:
-                offset = self._store.commit_log.read_queue_offset(log_offset)
+                offset = self._store.commit_log.read_unchecked(log_offset).queue_offset
             except CorruptionError as error:
                 log.error("[timer] timer-log record at %d: no message at position %d, "
                           "skipped: %s", position, log_offset, error)

@@ -57,10 +57,6 @@ from .segment_set import SegmentSet
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">iiiiiqq")
-"""A record's size, magic, body CRC, queue id, flag, queue offset and log position."""
-_HEADER_END = _HEADER.size
-
 
 class PreparedMessage(NamedTuple):
     """A validated message with its variable parts encoded, ready to append."""
@@ -391,7 +387,8 @@ class CommitLog:
     def read_unchecked(self, position: int) -> MessageView:
         """Decode the record at ``position`` checking only magic and its own position field.
 
-        For index lookups, whose positions came from this store's own dispatch; anything that
+        For index lookups and the timer log's read-back, whose positions came from this
+        store's own dispatch (or a timer log naming its records); anything that
         does not look like the right record falls back to :meth:`read` and its full checks.
         """
         segment = self.segments.find(position)
@@ -404,25 +401,6 @@ class CommitLog:
                     MAGIC_V1, MAGIC_V2):
                 return view
         return self.read(position, check_crc=False)
-
-    def read_queue_offset(self, position: int) -> int:
-        """The queue offset in the header of the record at ``position``, checking only its
-        magic and its own position field (a timer log's read-back of a million pending
-        records reads these 8 bytes, not each record); anything else falls back to
-        :meth:`read` and its full checks.
-
-        Raises:
-            CorruptionError: no valid record starts there.
-        """
-        segment = self.segments.find(position)
-        if segment is not None and position < self.max_position:
-            offset = position - segment.base_position
-            if offset >= 0 and offset + _HEADER_END <= segment.written_position:
-                size, magic, _, _, _, queue_offset, stored_at = segment.unpack(_HEADER, offset)
-                if stored_at == position and magic in (MAGIC_V1, MAGIC_V2) \
-                        and size > _HEADER_END:
-                    return queue_offset
-        return self.read(position, check_crc=False).queue_offset
 
     def has_record_at(self, position: int) -> bool:
         """Whether a well-formed record (CRC not checked) starts at ``position``."""
