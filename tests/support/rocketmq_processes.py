@@ -91,7 +91,7 @@ def free_port() -> int:
     A JVM binds the port it is given seconds later; a port from the ephemeral range may by then
     be the local end of some outgoing connection (several lanes run labs and brokers side by
     side), which the kernel never hands out below that range. Chosen at random, so that two labs
-    starting together rarely pick the same one (``start_with_free_ports`` retries if they do)."""
+    starting together rarely pick the same one (``start_again_if_transient`` retries if they do)."""
     high = _ephemeral_low()
     for _ in range(200):
         port = random.randrange(LAB_PORTS_LOW, high)
@@ -108,7 +108,7 @@ def _ephemeral_low() -> int:
     return max(low, LAB_PORTS_LOW + 1_000)
 
 
-PORT_CLASH_ATTEMPTS = 3
+START_ATTEMPTS = 3
 # Start failures that a second start does not repeat: a port another process took in between,
 # and a proxy whose first name-server request (its system topic's route, with a budget of under
 # a second) ran out while the JVMs beside it were still warming up, on a loaded machine.
@@ -116,15 +116,15 @@ TRANSIENT_START_FAILURES = ("Address already in use",
                             "create system broadcast topic")
 
 
-def start_with_free_ports(start: Callable[[], T]) -> T:
+def start_again_if_transient(start: Callable[[], T]) -> T:
     """``start()`` (which picks its ports with ``free_port``) again, with new ports, when the
     server failed in one of the ``TRANSIENT_START_FAILURES`` ways."""
-    for attempt in range(PORT_CLASH_ATTEMPTS):
+    for attempt in range(START_ATTEMPTS):
         try:
             return start()
         except LabSetupError as error:
             transient = any(sign in str(error) for sign in TRANSIENT_START_FAILURES)
-            if not transient or attempt == PORT_CLASH_ATTEMPTS - 1:
+            if not transient or attempt == START_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -241,7 +241,7 @@ def java_argv(install: LabInstall, home: Path, role: str, heap: list[str],
 
 def start_namesrv(install: LabInstall, run_dir: Path) -> tuple[JavaServer, str]:
     """A name server on a free loopback port; (server, "127.0.0.1:port")."""
-    return start_with_free_ports(lambda: _start_namesrv(install, run_dir))
+    return start_again_if_transient(lambda: _start_namesrv(install, run_dir))
 
 
 def _start_namesrv(install: LabInstall, run_dir: Path) -> tuple[JavaServer, str]:
@@ -290,7 +290,7 @@ def start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Pa
         return _start_broker(install, run_dir, namesrv, store_dir, name=name, cluster=cluster,
                              extra=extra, wait=wait, ports=ports)
 
-    return start_with_free_ports(start) if ports is None and wait else start()
+    return start_again_if_transient(start) if ports is None and wait else start()
 
 
 def _start_broker(install: LabInstall, run_dir: Path, namesrv: str, store_dir: Path, *,
@@ -352,7 +352,7 @@ def start_proxy(install: LabInstall, run_dir: Path, namesrv: str, cluster: str =
     """A proxy in cluster mode (gRPC) in front of the name server's brokers; (server, endpoint).
     ``wait=False``: launched only."""
     if wait:
-        return start_with_free_ports(lambda: _start_proxy(install, run_dir, namesrv, cluster,
+        return start_again_if_transient(lambda: _start_proxy(install, run_dir, namesrv, cluster,
                                                           wait))
     return _start_proxy(install, run_dir, namesrv, cluster, wait)
 

@@ -174,20 +174,31 @@ def test_cancels_survive_a_restart_whichever_comes_first(tmp_path):
         assert [view.body for view in read_all(broker, "again")] == [b"last"]
 
 
+def pend_target_and_kept(broker: Broker, topic: str, ahead_ms: int) -> int:
+    """Two timers pending in the wheel: "target" (key 0A…) ``ahead_ms`` ahead and "kept"
+    100 ms after it; the moment of the target."""
+    target_ms = now_ms() + ahead_ms
+    broker.send(timer(topic, b"target", target_ms, "0A" * 16), queue_id=0)
+    broker.send(timer(topic, b"kept", target_ms + 100, "0B" * 16), queue_id=0)
+    wait_until(lambda: broker.timer_service.pending_count() == 2)
+    return target_ms
+
+
+def assert_only_kept_delivered(broker: Broker, topic: str) -> None:
+    assert [view.body for view in delivered(broker, topic, 1)] == [b"kept"]
+    time.sleep(0.3)
+    assert [view.body for view in read_all(broker, topic)] == [b"kept"]
+    assert broker.timer_service.cancelled_count == 1
+
+
 def test_a_marker_after_a_restart_cancels_a_timer_read_back_from_the_wheel(tmp_path):
     config = small_config(tmp_path / "s", tiny=False)
     with Broker.open(config) as broker:
-        start = now_ms()
-        broker.send(timer("after", b"target", start + 3000, "0A" * 16), queue_id=0)
-        broker.send(timer("after", b"kept", start + 3100, "0B" * 16), queue_id=0)
-        wait_until(lambda: broker.timer_service.pending_count() == 2)
+        target_ms = pend_target_and_kept(broker, "after", 3000)
     with Broker.open(config) as broker:  # read back from the wheel: keys through the index
-        broker.send(timer("after", b"m", start + 3000, "0C" * 16,
+        broker.send(timer("after", b"m", target_ms, "0C" * 16,
                           TIMER_DEL_UNIQKEY="0A" * 16), queue_id=0)
-        assert [view.body for view in delivered(broker, "after", 1)] == [b"kept"]
-        time.sleep(0.3)
-        assert [view.body for view in read_all(broker, "after")] == [b"kept"]
-        assert broker.timer_service.cancelled_count == 1
+        assert_only_kept_delivered(broker, "after")
 
 
 def test_a_marker_kept_beside_its_target_in_the_wheel_cancels_it_after_a_restart(tmp_path):
@@ -195,12 +206,9 @@ def test_a_marker_kept_beside_its_target_in_the_wheel_cancels_it_after_a_restart
     target of its slot only when the slot falls due); the restart reads both back."""
     config = small_config(tmp_path / "s", tiny=False)
     with Broker.open(config) as broker:
-        start = now_ms()
-        broker.send(timer("beside", b"target", start + 4000, "0A" * 16), queue_id=0)
-        broker.send(timer("beside", b"kept", start + 4100, "0B" * 16), queue_id=0)
-        wait_until(lambda: broker.timer_service.pending_count() == 2)
+        target_ms = pend_target_and_kept(broker, "beside", 4000)
         broker.timer_service.stop()  # the marker below reaches the queue, not the wheel
-        sent = broker.send(timer("beside", b"m", start + 4000, "0C" * 16,
+        sent = broker.send(timer("beside", b"m", target_ms, "0C" * 16,
                                  TIMER_DEL_UNIQKEY="0A" * 16), queue_id=0)
         assert broker.store.wait_dispatched()
         marker = broker.store.read_message(sent.log_position)
@@ -209,15 +217,12 @@ def test_a_marker_kept_beside_its_target_in_the_wheel_cancels_it_after_a_restart
     check = files.load()
     assert check is not None
     write_ms = now_ms() // 1000 * 1000  # the marker's record, as Apache appends it
-    files.append(TimerUnit(-1, MAGIC_DEFAULT | MAGIC_DELETE, write_ms, start + 4000 - write_ms,
+    files.append(TimerUnit(-1, MAGIC_DEFAULT | MAGIC_DELETE, write_ms, target_ms - write_ms,
                            marker.log_position, marker.store_size, 0))
     files.write_check(check.last_read_time_ms, marker.queue_offset + 1, now_ms())
     files.close()
     with Broker.open(config) as broker:
-        assert [view.body for view in delivered(broker, "beside", 1)] == [b"kept"]
-        time.sleep(0.3)
-        assert [view.body for view in read_all(broker, "beside")] == [b"kept"]
-        assert broker.timer_service.cancelled_count == 1
+        assert_only_kept_delivered(broker, "beside")
 
 
 def test_a_marker_waits_for_targets_stored_until_its_time_even_in_a_backlog(tmp_path,
