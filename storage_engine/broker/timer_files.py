@@ -9,14 +9,19 @@ slots of the records appended since the last flush (Apache's ``recoverAndRevise`
 ``lastPos`` lags behind the log is advanced) and returns the checkpoint. A wheel of another size
 than Apache's, a checkpoint page shorter than its four progress longs, or bytes at the timer
 log's end that are neither zeros nor a record raise ``CorruptionError`` naming the file: nothing
-is deleted or overwritten, the operator decides.
+is deleted or overwritten, the operator decides. The one exception is what a kill -9 in the
+middle of an append leaves: one record's bytes, torn, after the last flush's position in the
+last file, with zeros after them. The slot was never pointed at it and its message is still
+in the timer queue (read again from the log's last whole record on), so it is logged, in hex,
+and the next append writes over it.
 
 Writes go through memory maps (a kill -9 loses none of them); ``flush`` makes the log, the wheel
 and then the checkpoint durable (Apache's ``TimerFlushService``, every ``FLUSH_INTERVAL_MS``);
 the checkpoint's lastTimerLogFlushPos is where the last flush began, so ``load`` reads the
-records after it only. A new file is sized beside and renamed in; an empty wheel or last log
-file (left by an older Postbox crashing between a file's creation and its sizing: it never
-held a byte) is sized at ``load``, and an empty wheel's slots rebuilt from the whole log.
+records after it only. A new file (the checkpoint too) is written beside and renamed in; an
+empty wheel or last log file (left by an older Postbox crashing between a file's creation and
+its sizing: it never held a byte) is sized at ``load``, and an empty wheel's slots rebuilt from
+the whole log; an empty checkpoint is one of nothing (every slot read back).
 
 Thread-safety: none; the timer service calls it under its run lock.
 """
@@ -99,14 +104,7 @@ class TimerFiles:
         Raises:
             CorruptionError: a file that does not decode (nothing is changed).
         """
-        check = None
-        if self.check_path.exists():
-            page = self.check_path.read_bytes()
-            try:
-                check = decode_timer_check(page)
-            except ValueError as error:
-                raise CorruptionError(f"{self.check_path}: {error}",
-                                      path=str(self.check_path)) from error
+        check = self._load_check()
         flushed_pos = check.last_timer_log_flush_pos if check else 0
         if self.wheel_path.exists():
             empty = self.wheel_path.stat().st_size == 0
@@ -119,6 +117,23 @@ class TimerFiles:
         self._recover(flushed_pos)
         self._check = check
         return check
+
+    def _load_check(self) -> TimerCheck | None:
+        """The checkpoint; an empty one (an older Postbox crashing between its creation and
+        its first write) is a checkpoint of nothing: every slot is read back, the log from
+        its start."""
+        if not self.check_path.exists():
+            return None
+        page = self.check_path.read_bytes()
+        if not page:
+            log.warning("[timer] %s is empty: the wheel is read back whole, the timer log "
+                        "revised from its start", self.check_path)
+            return TimerCheck()
+        try:
+            return decode_timer_check(page)
+        except ValueError as error:
+            raise CorruptionError(f"{self.check_path}: {error}",
+                                  path=str(self.check_path)) from error
 
     def _open_wheel(self, *, create: bool) -> None:
         size = self.wheel_path.stat().st_size if self.wheel_path.exists() else 0
@@ -165,7 +180,13 @@ class TimerFiles:
             if is_blank(segment, offset):
                 self.write_pos = start + self.segment_bytes
                 continue
-            if offset + TIMER_UNIT_SIZE <= self.segment_bytes and any(
+            if self._torn_tail(segment, start, offset, flushed_pos, start == starts[-1]):
+                log.warning("[timer] %s: an append a crash cut short at position %d (bytes "
+                            "%s), after the last flush; the next record is written over it "
+                            "(its message is read from the timer queue again)",
+                            self.log_dir, start + offset,
+                            bytes(segment[offset:offset + TIMER_UNIT_SIZE]).hex())
+            elif offset + TIMER_UNIT_SIZE <= self.segment_bytes and any(
                     segment[offset:offset + TIMER_UNIT_SIZE]):
                 raise CorruptionError(
                     f"{self.log_dir / f'{start:0{SEGMENT_NAME_DIGITS}d}'}: torn or corrupt "
@@ -175,6 +196,16 @@ class TimerFiles:
                 raise CorruptionError(f"{self.log_dir}: the timer log ends at {start + offset} "
                                       "but later files follow", log_position=start + offset,
                                       path=str(self.log_dir))
+
+    def _torn_tail(self, segment: mmap.mmap, start: int, offset: int, flushed_pos: int,
+                   last: bool) -> bool:
+        """Whether the bytes at ``offset``, where the records end, are one record (or end
+        blank) whose write a kill cut short: in the last file, after the last flush's
+        position, nothing but zeros after them. Anything else that is not zeros is damage."""
+        end = offset + 2 * TIMER_UNIT_SIZE
+        return (last and start + offset >= flushed_pos and offset < self.segment_bytes
+                and any(segment[offset:offset + TIMER_UNIT_SIZE])
+                and not any(segment[offset + TIMER_UNIT_SIZE:min(end, self.segment_bytes)]))
 
     def _scan_start(self, flushed_pos: int, starts: list[int]) -> tuple[int, int]:
         """(file, offset) where ``_recover`` reads from: the record before ``flushed_pos``
@@ -329,10 +360,16 @@ class TimerFiles:
 
     def _write_check(self, check: TimerCheck) -> None:
         self._check = check
-        self.check_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.check_path, os.O_RDWR | os.O_CREAT, 0o644)
+        page = encode_timer_check(check)
+        if not self.check_path.exists():  # written beside and renamed in: never found empty
+            self.check_path.parent.mkdir(parents=True, exist_ok=True)
+            written = self.check_path.with_name(self.check_path.name + ".new")
+            written.write_bytes(page)
+            os.replace(written, self.check_path)
+            return
+        fd = os.open(self.check_path, os.O_RDWR)
         try:
-            os.pwrite(fd, encode_timer_check(check), 0)
+            os.pwrite(fd, page, 0)
         finally:
             os.close(fd)
         assert os.path.getsize(self.check_path) == TIMER_CHECK_FILE_SIZE

@@ -221,7 +221,7 @@ class TimerService(Service):
                 continue
             try:
                 offset = self._store.commit_log.read_unchecked(log_offset).queue_offset
-            except CorruptionError as error:
+            except (CorruptionError, MessageNotFoundError) as error:
                 log.error("[timer] timer-log record at %d: no message at position %d, "
                           "skipped: %s", position, log_offset, error)
                 self.skipped_count += 1

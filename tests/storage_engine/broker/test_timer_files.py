@@ -105,7 +105,8 @@ def digests(root):
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("damage", ["torn record", "wheel size", "short check", "mixed sizes"])
+@pytest.mark.parametrize("damage", ["torn flushed record", "wheel size", "short check",
+                                    "mixed sizes"])
 def test_damaged_files_are_refused_and_left_as_they_were(tmp_path, damage):
     files = TimerFiles(tmp_path, 1000, SEGMENT)
     files.load()
@@ -113,10 +114,10 @@ def test_damaged_files_are_refused_and_left_as_they_were(tmp_path, damage):
         files.append(unit(T0 + n, n))
     files.write_check(T0, 3, T0)
     files.close()
-    if damage == "torn record":
+    if damage == "torn flushed record":  # the last of three, flushed: no kill leaves that
         with open(tmp_path / "timerlog" / f"{0:020d}", "r+b") as log_file:
-            log_file.seek(3 * 52)
-            log_file.write(encode_unit(unit(T0, 9))[:20])
+            log_file.seek(2 * 52 + 20)
+            log_file.write(bytes(32))
     elif damage == "wheel size":
         with open(tmp_path / "timerwheel", "r+b") as wheel:
             wheel.truncate(WHEEL_FILE_SIZE - 32)
@@ -158,6 +159,41 @@ def test_files_a_crash_left_empty_at_their_creation_are_sized_and_the_slots_rebu
     assert (tmp_path / "timerwheel").stat().st_size == WHEEL_FILE_SIZE
     assert [p for p, _ in again.chain(again.slot(T0))] == positions[::-1]
     assert again.write_pos == positions[-1] + 52
+    again.close()
+
+
+def test_an_append_a_kill_cut_short_after_the_last_flush_is_written_over(tmp_path, caplog):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    whole = [files.append(unit(T0 + n, n)) for n in range(2)]
+    files.write_check(T0, 2, T0)
+    files.flush()
+    torn = encode_unit(unit(T0 + 5, 5)._replace(prev_pos=whole[-1]))[:20]
+    with open(tmp_path / "timerlog" / f"{0:020d}", "r+b") as log_file:
+        log_file.seek(2 * 52)
+        log_file.write(torn)  # a kill inside the copy: the slot was never pointed at it
+    files.close()
+    again = TimerFiles(tmp_path, 1000, SEGMENT)
+    assert again.load() is not None
+    assert "cut short at position 104" in caplog.text and torn.hex() in caplog.text
+    assert again.write_pos == 104 and again.last_unit == unit(T0 + 1, 1)._replace(prev_pos=0)
+    assert again.append(unit(T0 + 5, 5)) == 104  # written over
+    assert [p for p, _ in again.chain(again.slot(T0))] == [104, 52, 0]
+    again.close()
+
+
+def test_an_empty_checkpoint_reads_the_whole_wheel_back(tmp_path, caplog):
+    files = TimerFiles(tmp_path, 1000, SEGMENT)
+    files.load()
+    positions = [files.append(unit(T0 + n, n)) for n in range(3)]
+    files.write_check(T0, 3, T0)
+    assert not (tmp_path / "config" / "timercheck.new").exists()  # written beside, renamed
+    files.close()
+    (tmp_path / "config" / "timercheck").write_bytes(b"")  # an older Postbox's crash
+    again = TimerFiles(tmp_path, 1000, SEGMENT)
+    assert again.load() == TimerCheck()
+    assert "timercheck is empty" in caplog.text
+    assert [p for _, p, _ in again.pending_units(T0 - 5000)] == positions
     again.close()
 
 

@@ -17,7 +17,13 @@ from postbox.storage_engine import Broker, InvalidMessageError, Message
 from postbox.storage_engine.broker.timer_files import TimerFiles
 from postbox.storage_engine.broker.timer_service import TIMER_PROGRESS_GROUP
 from postbox.storage_engine.config import DelayConfig
-from postbox.storage_engine.formats.timer_layout import MAGIC_DEFAULT, MAGIC_DELETE, TimerUnit
+from postbox.storage_engine.formats.timer_layout import (
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    TimerUnit,
+    decode_unit,
+    encode_unit,
+)
 from postbox.storage_engine.formats.topic_names import TIMER_TOPIC
 from tests.storage_engine.conftest import small_config
 from tests.support.polling import wait_until
@@ -131,6 +137,27 @@ def test_reopen_delivers_pending_timers_once(tmp_path):
 def timer(topic: str, body: bytes, deliver_ms: int, key: str, **extra: str) -> Message:
     return Message(topic, body, properties={"TIMER_DELIVER_MS": str(deliver_ms), **extra},
                    unique_key=key)
+
+
+def test_a_timer_whose_append_a_kill_cut_short_is_read_again_and_delivered_once(tmp_path):
+    config = small_config(tmp_path / "s", tiny=False)
+    start = now_ms()
+    with Broker.open(config) as broker:
+        broker.send(timer("torn", b"whole", start + 1500, "0A" * 16), queue_id=0)
+        wait_until(lambda: broker.timer_service.pending_count() == 1, timeout_s=10)
+        broker.timer_service.stop()  # its files are flushed: what follows is after the flush
+        broker.send(timer("torn", b"cut", start + 1500, "0B" * 16), queue_id=0)
+    timer_log = tmp_path / "s" / "timerlog" / f"{0:020d}"
+    with open(timer_log, "r+b") as log_file:
+        log_file.seek(52)
+        assert log_file.read(52) == bytes(52)
+        log_file.seek(52)
+        log_file.write(encode_unit(TimerUnit(0, MAGIC_DEFAULT, start, 1500, 1, 1, 0))[:30])
+    with Broker.open(config) as broker:
+        delivered(broker, "torn", 2)
+        time.sleep(0.3)
+        assert sorted(view.body for view in read_all(broker, "torn")) == [b"cut", b"whole"]
+    assert decode_unit(timer_log.read_bytes(), 52) is not None  # written over, whole
 
 
 def test_a_delete_marker_cancels_the_pending_timer_of_its_unique_key(tmp_path):
