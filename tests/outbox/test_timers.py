@@ -27,20 +27,20 @@ def now_ms() -> int:
 def test_the_relay_publishes_the_timer_fixed_at_send_time(app: App, broker: Broker,
                                                           engine: Engine):
     before = now_ms()
-    # moments seconds ahead: the relay below must publish before them, also on a loaded
-    # machine (with 1.2 s, a late one there was delivered at once, in the real topic)
+    # moments seconds ahead: the relay below, 2 s late, must publish before them, also on a
+    # loaded machine (with 1.2 s, a late one there was delivered at once, in the real topic)
     with engine.begin() as connection:
         at = outbox.send(connection, "orders", b"at", deliver_at=datetime.now(UTC)
-                         + timedelta(milliseconds=4200), properties={"k": "v"})
-        later = outbox.send(connection, "orders", b"later", delay=timedelta(milliseconds=3900))
+                         + timedelta(milliseconds=6200), properties={"k": "v"})
+        later = outbox.send(connection, "orders", b"later", delay=timedelta(milliseconds=5900))
         plain = outbox.send(connection, "orders", b"plain")
     after = now_ms()
     asked = {message_id: int(json.loads(stub_row(engine, message_id)["properties"])[
         "TIMER_DELIVER_MS"]) for message_id in (at, later)}
-    assert before + 4200 <= asked[at] <= after + 4200
-    assert before + 3900 <= asked[later] <= after + 3900  # the delay is absolute from the send
+    assert before + 6200 <= asked[at] <= after + 6200
+    assert before + 5900 <= asked[later] <= after + 5900  # the delay is absolute from the send
     assert stub_row(engine, plain)["properties"] is None
-    time.sleep(0.4)  # a late relay
+    time.sleep(2.0)  # a late relay
     assert Relay(app.producer, engine).publish_due() == 3
     for message_id in (at, later):  # its offset is the timer topic's until it is delivered
         row = stub_row(engine, message_id)
@@ -54,7 +54,9 @@ def test_the_relay_publishes_the_timer_fixed_at_send_time(app: App, broker: Brok
         assert view.properties["TIMER_DELIVER_MS"] == str(asked[message_id])
     assert views[at].properties["k"] == "v"
     assert views[at].queue_id == stub_row(engine, at)["queue_id"]
-    assert views[later].store_timestamp_ms < asked[later] + 1000  # not sent + 900 ms late
+    # not 2 s late (the delay counted from the publish); Apache delivers within its 1 s
+    # precision (rounded down to the second, delivered within the next: 1 028 ms once)
+    assert views[later].store_timestamp_ms < asked[later] + 1500
 
 
 def test_timer_arguments_are_checked_before_anything_is_written(engine: Engine):
