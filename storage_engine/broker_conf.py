@@ -107,6 +107,7 @@ _MAPPING: dict[str, tuple[str | None, str, _Converter | str]] = {
     "transactionTimeOut": ("broker", "transaction_timeout_ms", _integer),
     "transactionCheckMax": ("broker", "transaction_check_max", _integer),
     "transactionCheckInterval": ("broker", "transaction_check_interval_ms", _integer),
+    "transactionOpBatchInterval": ("broker", "transaction_op_batch_interval_ms", _integer),
     "brokerRole": (None, "broker_role", _ENUM_MEMBER),
     "haListenPort": ("ha", "ha_listen", lambda text: f"0.0.0.0:{_integer(text)}"),
     "haMasterAddress": ("ha", "master_address", str.strip),

@@ -100,8 +100,17 @@ class TransactionCheckService(Service):
         self._backing_off = False
 
     def run_once(self, now_ms: int) -> int:
-        """Check (or discard) up to ``CHECK_BATCH`` due halves; commit the progress offsets."""
+        """Write the gathered op record when its time came; check (or discard) up to
+        ``CHECK_BATCH`` due halves; commit the progress offsets."""
         transactions = self._transactions
+        gathered_due = transactions.halves.gathered_due_ms()
+        if gathered_due is not None and gathered_due <= now_ms:
+            try:
+                transactions.halves.write_gathered_ops()
+            except StorageError as error:  # kept gathered, written on a later pass
+                log.warning("[transactions] gathered op record not written: %s", error)
+                self._backing_off = True
+                return 0
         due = transactions.halves.due(now_ms)[:CHECK_BATCH]
         for half in due:
             try:
@@ -127,12 +136,23 @@ class TransactionCheckService(Service):
         transactions.deliver(restored_check(replaced[0]))
 
     def idle_wait_ms(self, now_ms: int) -> int:
-        """Until the earliest half falls due, at most ``IDLE_WAIT_MAX_MS``."""
-        next_due = self._transactions.halves.next_due_ms()
-        if next_due is None or self._backing_off:
+        """Until the earliest half falls due or the gathered op record is to be written, at
+        most ``IDLE_WAIT_MAX_MS``."""
+        halves = self._transactions.halves
+        moments = [m for m in (halves.next_due_ms(), halves.gathered_due_ms()) if m is not None]
+        if not moments or self._backing_off:
             self._backing_off = False
             return IDLE_WAIT_MAX_MS
-        return max(1, min(next_due - now_ms, IDLE_WAIT_MAX_MS))
+        return max(1, min(min(moments) - now_ms, IDLE_WAIT_MAX_MS))
+
+    def stop(self, timeout_ms: int = 10_000) -> None:
+        """Stop the thread, then write the gathered op record (a store already closed or
+        failing keeps it unwritten: the next recovery finds those commits)."""
+        super().stop(timeout_ms)
+        try:
+            self._transactions.halves.write_gathered_ops()
+        except StorageError as error:
+            log.warning("[transactions] gathered op record not written at stop: %s", error)
 
 
 def _next_copy(view: MessageView) -> Message:
@@ -155,6 +175,7 @@ class Transactions:
         self._ensure_topic = ensure_topic
         self.halves = HalfMessages(store, offsets, config, put)
         self.check_service = TransactionCheckService(self, clock)
+        self.halves.on_gathering = self.check_service.wakeup
         self._lock = threading.Lock()
         self._checkers: dict[str, list[Checker]] = {}
         self._routes: list[Route] = []

@@ -13,8 +13,15 @@ indexes it. Ending its transaction (``end``):
   record keeps them; a committed message is not a half, so Postbox stores it without them);
 * commit and rollback alike: an op record in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``,
   whose body lists the half's queue offsets, each followed by a comma (RocketMQ 5's op body,
-  ``"12,"``; RocketMQ 4 wrote ``"12"``, which the reader here accepts too). RocketMQ 5 gathers
-  ops for up to 3 s before writing them; Postbox writes each at once.
+  ``"12,"``; RocketMQ 4 wrote ``"12"``, which the reader here accepts too). A rollback's (and a
+  discard's) is written at once. Commits' are gathered, as RocketMQ 5 gathers all of them
+  (``transactionOpBatchInterval``, 3 s there): one op record lists the commits of up to
+  ``broker.transaction_op_batch_interval_ms`` (100 ms) or ``OP_BODY_MAX`` bytes of offsets,
+  written by the check service (``write_gathered_ops``) and when it stops. A crash loses the
+  gathered list, never a commit's effect: at recovery a half found pending whose committed
+  message is stored (a record of its ``UNIQ_KEY`` in its real topic, or the delay or timer
+  topic it asked for, after the half) is ended by an op record written then, so it is neither
+  checked nor committed twice. A rollback leaves nothing to find, hence its op at once.
 
 A check (``transaction_check``) writes a copy of the half at the end of the half queue with
 ``TRANSACTION_CHECK_TIMES`` one higher (RocketMQ's ``putBackHalfMsgQueue``); the copy replaces
@@ -34,6 +41,7 @@ stores are written outside it except a check's copy).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -46,12 +54,19 @@ from ..contract.transactions import HalfReceipt, TransactionState
 from ..errors import (
     CorruptionError,
     MessageNotFoundError,
+    StorageError,
     TransactionEndedError,
     TransactionStateError,
 )
 from ..formats import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, MessageView
-from ..formats.constants import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
+from ..formats.constants import (
+    PROPERTY_DELAY,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_MASK,
+)
 from ..formats.topic_names import (
+    DELAY_TOPIC,
+    TIMER_TOPIC,
     TRANSACTION_GROUP,
     TRANSACTION_HALF_TOPIC,
     TRANSACTION_OP_TOPIC,
@@ -70,6 +85,8 @@ OP_REMOVE_TAG = "d"
 HALF_ONLY_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TRAN_MSG)
 """Removed from a committed message."""
 _READ_BATCH = 32
+OP_BODY_MAX = 4096
+"""Bytes of offsets one gathered op record lists at most (``transactionOpMsgMaxSize``)."""
 _FIELD_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
 
 Put = Callable[[Message, int], SendResult]
@@ -166,6 +183,12 @@ class HalfMessages:
         self._ops: list[tuple[int, int]] = []  # (op queue offset, highest half offset listed)
         self._op_start = 0
         self._committed: tuple[int, int] = (0, 0)  # the progress offsets last committed
+        self._gathered: list[int] = []  # half offsets of commits whose op is not written yet
+        self._gathered_bytes = 0
+        self._gathered_since_ms = 0
+        self._op_write_lock = threading.Lock()  # one gathered op record written at a time
+        self.on_gathering: Callable[[], object] = lambda: None
+        """Called when a commit starts a new gathered op record (the check service's wakeup)."""
 
     # ---- reading the topics ------------------------------------------------------------------
 
@@ -197,15 +220,36 @@ class HalfMessages:
             if view.queue_offset in ended:
                 ended_keys.add(key)
             latest[key] = view
+        found = [view for key, view in latest.items() if key not in ended_keys]
+        committed = [view for view in found if self._committed_before(view)]
+        ended_now = {view.log_position for view in committed}
         with self._lock:
-            self._ops = ops
-            for key, view in latest.items():
-                if key not in ended_keys:
+            self._ops = sorted(ops)
+            for view in found:
+                if view.log_position not in ended_now:
                     self._add(view)
             count = len(self._pending)
+        if committed:
+            self._write_op(sorted(view.queue_offset for view in committed))
+            log.info("[transactions] %d half messages committed before the restart, their op "
+                     "records not yet written: ended now", len(committed))
         if count:
             log.info("[transactions] %d pending half messages recovered", count)
         return count
+
+    def _committed_before(self, half: MessageView) -> bool:
+        """Whether the committed message of ``half`` is stored (its op record, gathered, was
+        lost): a record of its ``UNIQ_KEY`` after it in its real topic, or in the delay or
+        timer topic when it asked for a delay."""
+        key, properties = half.unique_key, half.properties
+        if not key:
+            return False
+        topics = [properties.get(PROPERTY_REAL_TOPIC, "")]
+        if PROPERTY_DELAY in properties or any(name.startswith("TIMER_") for name in properties):
+            topics += [DELAY_TOPIC, TIMER_TOPIC]
+        return any(view.log_position > half.log_position
+                   for topic in topics if topic
+                   for view in self._store.query_by_unique_key(topic, key))
 
     def _first_due_ms(self, born_ms: int, properties: Mapping[str, str]) -> int:
         immunity_ms = self._config.transaction_timeout_ms
@@ -263,13 +307,16 @@ class HalfMessages:
             if state is TransactionState.COMMIT:
                 message, queue_id = committed_message(view)
                 result = self._put(message, queue_id)
-            self._write_op(listed)
+            else:
+                self._write_op(listed)
         except BaseException:
             with self._lock:  # nothing ended: the half stays pending
                 if half.key not in self._by_key:
                     self._pending[half.log_position] = half
                     self._by_key[half.key] = half.log_position
             raise
+        if result is not None:
+            self._gather_op(listed)
         # DEBUG: a line per message (as a normal send has none) cost more than the end itself
         log.debug("[transactions] %s %s of group %s (half %d)", state.name.lower(),
                  view.unique_key or half.key, half.producer_group, half.queue_offset)
@@ -315,8 +362,54 @@ class HalfMessages:
         body = "".join(f"{offset}," for offset in offsets).encode("ascii")
         result = self._store.put_message(Message(TRANSACTION_OP_TOPIC, body,
                                                  tags=OP_REMOVE_TAG), 0)
+        with self._lock:  # in op-queue order, which ``progress`` relies on
+            bisect.insort(self._ops, (result.queue_offset, max(offsets)))
+
+    def _gather_op(self, offsets: list[int]) -> None:
+        """Add a commit's half offsets to the next gathered op record; write it when full."""
         with self._lock:
-            self._ops.append((result.queue_offset, max(offsets)))
+            first = not self._gathered
+            if first:
+                self._gathered_since_ms = self._store.clock.now_ms()
+            self._gathered += offsets
+            self._gathered_bytes += sum(len(str(offset)) + 1 for offset in offsets)
+            full = self._gathered_bytes >= OP_BODY_MAX
+        if first:
+            self.on_gathering()
+        if full:
+            try:
+                self.write_gathered_ops()
+            except StorageError as error:  # the check service tries again: nothing is lost
+                log.warning("[transactions] gathered op record not written: %s", error)
+
+    def gathered_due_ms(self) -> int | None:
+        """When the gathered op record is to be written (None: nothing gathered)."""
+        with self._lock:
+            if not self._gathered:
+                return None
+            return self._gathered_since_ms + self._config.transaction_op_batch_interval_ms
+
+    def write_gathered_ops(self) -> int:
+        """Write the op record of the commits gathered so far; how many offsets it lists.
+
+        Raises:
+            StorageError: the record could not be stored (the offsets stay gathered).
+        """
+        with self._op_write_lock:
+            with self._lock:
+                offsets, self._gathered, self._gathered_bytes = self._gathered, [], 0
+                since_ms = self._gathered_since_ms
+            if not offsets:
+                return 0
+            try:
+                self._write_op(offsets)
+            except BaseException:
+                with self._lock:  # back in front, due as they were
+                    self._gathered[:0] = offsets
+                    self._gathered_bytes += sum(len(str(offset)) + 1 for offset in offsets)
+                    self._gathered_since_ms = since_ms
+                raise
+            return len(offsets)
 
     # ---- for the check service ---------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Half messages in the embedded broker, driven by a ``FakeClock``: the check schedule
+"""Half messages in the embedded broker, driven by a ``FakeClock``: commits' op records gathered
+(and found again when a crash lost them), the check schedule
 (``transactionTimeOut`` after birth, ``CHECK_IMMUNITY_TIME_IN_SECONDS``, then every
 ``transactionCheckInterval``), the discard after ``transactionCheckMax`` checks, a late end of a
 superseded copy, recovery of pending halves after a close without any persist of the progress
@@ -6,6 +7,7 @@ offsets, and the broker.conf keys."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from postbox.storage_engine import Broker, FakeClock, Message, StoreConfig
@@ -14,6 +16,7 @@ from postbox.storage_engine.formats.topic_names import (
     TRANSACTION_CHECK_MAX_TIME_TOPIC,
     TRANSACTION_GROUP,
     TRANSACTION_HALF_TOPIC,
+    TRANSACTION_OP_TOPIC,
 )
 from tests.support.brokers import broker_config
 
@@ -92,11 +95,48 @@ def test_pending_halves_are_recovered_from_the_topics(tmp_path: Path) -> None:
             TRANSACTION_HALF_TOPIC, TRANSACTION_GROUP, 0) == pending.queue_offset
 
 
+def op_bodies(broker: Broker) -> list[bytes]:
+    assert broker.store.wait_dispatched()
+    return [view.body for view in broker.store.get_message(
+        TRANSACTION_GROUP, TRANSACTION_OP_TOPIC, 0, 0, 32).messages]
+
+
+def test_commits_share_one_op_record_and_a_crash_losing_it_loses_no_end(tmp_path: Path) -> None:
+    clock = FakeClock(START_MS)
+    with open_broker(tmp_path / "store", clock) as broker:
+        sent = [broker.send_half(Message("T", f"m{n}".encode(), unique_key=f"K{n}",
+                                         properties={"DELAY": "1"} if n == 1 else None),
+                                 "PG", queue_id=0) for n in range(4)]
+        for n, state in ((0, TransactionState.COMMIT), (1, TransactionState.COMMIT),
+                         (2, TransactionState.ROLLBACK)):
+            broker.end_transaction(HalfReceipt.of("PG", sent[n]), state)
+        assert op_bodies(broker) == [b"2,"]  # a rollback's at once; the commits' gathered
+        shutil.copytree(tmp_path / "store", tmp_path / "crashed")  # what a kill -9 leaves
+        service = broker.transactions.check_service
+        clock.advance(99)
+        service.run_once(clock.now_ms())
+        assert op_bodies(broker) == [b"2,"]
+        clock.advance(1)  # transaction_op_batch_interval_ms
+        service.run_once(clock.now_ms())
+        assert op_bodies(broker) == [b"2,", b"0,1,"]
+    with open_broker(tmp_path / "crashed", clock) as broker:
+        assert [half.key for half in broker.transactions.halves.pending()] == ["K3"]
+        assert op_bodies(broker) == [b"2,", b"0,1,"]  # written by the recovery
+        clock.advance(6_000)
+        checks: list = []
+        broker.register_transaction_checker("PG", checks.append)
+        broker.transactions.check_service.run_once(clock.now_ms())
+        assert [check.message.body for check in checks] == [b"m3"]  # the commits: not checked
+        assert [view.body for view in broker.pull("G", "T", 0, 0).messages] == [b"m0"]
+
+
 def test_broker_conf_keys_set_the_times() -> None:
     config = StoreConfig.from_broker_conf({"storePathRootDir": "/tmp/x",
                                            "transactionTimeOut": "1000",
                                            "transactionCheckMax": "3",
-                                           "transactionCheckInterval": "2000"})
+                                           "transactionCheckInterval": "2000",
+                                           "transactionOpBatchInterval": "3000"})
     assert (config.broker.transaction_timeout_ms, config.broker.transaction_check_max,
-            config.broker.transaction_check_interval_ms) == (1000, 3, 2000)
+            config.broker.transaction_check_interval_ms,
+            config.broker.transaction_op_batch_interval_ms) == (1000, 3, 2000, 3000)
     assert StoreConfig(root_dir="/tmp/x").broker.transaction_check_interval_ms == 30_000
