@@ -105,15 +105,22 @@ def digests(root):
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def three_written(root) -> list[int]:
+    """Timer files at ``root`` holding three records, checkpointed and closed: their
+    positions."""
+    files = TimerFiles(root, 1000, SEGMENT)
+    files.load()
+    positions = [files.append(unit(T0 + n, n)) for n in range(3)]
+    files.write_check(T0, 3, T0)
+    assert not (root / "config" / "timercheck.new").exists()  # written beside, renamed
+    files.close()
+    return positions
+
+
 @pytest.mark.parametrize("damage", ["torn flushed record", "wheel size", "short check",
                                     "mixed sizes"])
 def test_damaged_files_are_refused_and_left_as_they_were(tmp_path, damage):
-    files = TimerFiles(tmp_path, 1000, SEGMENT)
-    files.load()
-    for n in range(3):
-        files.append(unit(T0 + n, n))
-    files.write_check(T0, 3, T0)
-    files.close()
+    three_written(tmp_path)
     if damage == "torn flushed record":  # the last of three, flushed: no kill leaves that
         with open(tmp_path / "timerlog" / f"{0:020d}", "r+b") as log_file:
             log_file.seek(2 * 52 + 20)
@@ -147,11 +154,7 @@ def test_the_checkpoint_names_the_position_the_last_flush_reached(tmp_path):
 
 
 def test_files_a_crash_left_empty_at_their_creation_are_sized_and_the_slots_rebuilt(tmp_path):
-    files = TimerFiles(tmp_path, 1000, SEGMENT)
-    files.load()
-    positions = [files.append(unit(T0 + n, n)) for n in range(3)]
-    files.write_check(T0, 3, T0)
-    files.close()
+    positions = three_written(tmp_path)
     (tmp_path / "timerwheel").write_bytes(b"")  # as a crash before its sizing leaves it
     (tmp_path / "timerlog" / f"{SEGMENT:020d}").write_bytes(b"")
     again = TimerFiles(tmp_path, 1000, SEGMENT)
@@ -183,12 +186,7 @@ def test_an_append_a_kill_cut_short_after_the_last_flush_is_written_over(tmp_pat
 
 
 def test_an_empty_checkpoint_reads_the_whole_wheel_back(tmp_path, caplog):
-    files = TimerFiles(tmp_path, 1000, SEGMENT)
-    files.load()
-    positions = [files.append(unit(T0 + n, n)) for n in range(3)]
-    files.write_check(T0, 3, T0)
-    assert not (tmp_path / "config" / "timercheck.new").exists()  # written beside, renamed
-    files.close()
+    positions = three_written(tmp_path)
     (tmp_path / "config" / "timercheck").write_bytes(b"")  # an older Postbox's crash
     again = TimerFiles(tmp_path, 1000, SEGMENT)
     assert again.load() == TimerCheck()
