@@ -7,6 +7,8 @@ lane. Real process, real sockets."""
 from __future__ import annotations
 
 import json
+import queue
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,7 +99,22 @@ def test_sends_keep_completing_under_a_flood_of_queries(start_broker):
                 producer.request(RequestCode.SEND_MESSAGE_V2, send_fields("TP", 1),
                                  f"sent under a flood {number}".encode())
                 for number in range(SENDS)])
-            codes = [answer.get(timeout=60).code for answer in answers]
+            codes = answer_codes(answers, broker)
         finally:
             flood.stop()
     assert codes == [ResponseCode.SUCCESS] * SENDS
+
+
+def answer_codes(answers: list[queue.Queue], broker: BrokerProcess) -> list[int]:
+    """The answers' codes, waiting up to 60 s in all; a missing one fails naming which came
+    and what the broker logged (one went missing once in CI, not reproduced since)."""
+    deadline, codes = time.monotonic() + 60, []
+    for number, answer in enumerate(answers):
+        try:
+            codes.append(answer.get(timeout=max(0.0, deadline - time.monotonic())).code)
+        except queue.Empty:
+            late = [a.get_nowait().code if not a.empty() else None for a in answers[number:]]
+            pytest.fail(f"send {number} of {len(answers)} unanswered after 60 s; answered "
+                        f"before it: {codes}, from it on: {late}\n"
+                        f"broker log (tail):\n{broker.stderr_text()[-4000:]}")
+    return codes
