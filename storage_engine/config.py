@@ -258,8 +258,8 @@ class BrokerConfig:
     """Time between two checks of one half message (``transactionCheckInterval``)."""
     transaction_op_batch_interval_ms: int = 100
     """Commits' op records are gathered this long into one (``transactionOpBatchInterval``;
-    Apache's default is 3 000): fewer writes per commit; a crash only makes the recovery look
-    up the commits of the last interval in the key index."""
+    Apache's default is 3 000): fewer writes per commit. Commits whose gathered record a crash
+    lost are found by the recovery through the key index (a lookup per pending half)."""
 
     def __post_init__(self) -> None:
         _require(1 <= self.default_topic_queue_count <= 1024,
