@@ -158,6 +158,11 @@ def committed_message(view: MessageView) -> tuple[Message, int]:
                         prepared_position=view.log_position), int(queue))
 
 
+def _op_body_bytes(offsets: list[int]) -> int:
+    """The bytes ``offsets`` take in an op record's body (``"12,"`` each)."""
+    return sum(len(str(offset)) + 1 for offset in offsets)
+
+
 def op_offsets(body: bytes) -> list[int]:
     """The half queue offsets an op record's body lists (``"12,13,"`` or ``"12"``)."""
     offsets = []
@@ -372,7 +377,7 @@ class HalfMessages:
             if first:
                 self._gathered_since_ms = self._store.clock.now_ms()
             self._gathered += offsets
-            self._gathered_bytes += sum(len(str(offset)) + 1 for offset in offsets)
+            self._gathered_bytes += _op_body_bytes(offsets)
             full = self._gathered_bytes >= OP_BODY_MAX
         if first:
             self.on_gathering()
@@ -406,7 +411,7 @@ class HalfMessages:
             except BaseException:
                 with self._lock:  # back in front, due as they were
                     self._gathered[:0] = offsets
-                    self._gathered_bytes += sum(len(str(offset)) + 1 for offset in offsets)
+                    self._gathered_bytes += _op_body_bytes(offsets)
                     self._gathered_since_ms = since_ms
                 raise
             return len(offsets)
