@@ -19,6 +19,10 @@ written). A subclass whose pass is safe to repeat sets ``retries_out_of_descript
 pass is retried after ``idle_wait_ms`` instead (one warning per ``SHORTAGE_LOG_INTERVAL_S``, one
 line when a pass succeeds again), so a descriptor flood cannot latch the store into fail-stop.
 
+``Service.state`` (``ServiceState``) says whether a service runs, was stopped or failed, and
+why: a broker reports its services so that one that died (a timer service refusing damaged
+files, say) shows in its runtime information and metrics, not only in its log.
+
 Thread-safety: ``start``, ``stop`` and ``wakeup`` may be called from any thread, ``stop`` also
 from the service's own thread (it then does not join itself). Nothing here is persisted.
 """
@@ -30,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Self
 
 from .clock import Clock
@@ -48,6 +53,17 @@ def out_of_descriptors(error: BaseException | None) -> bool:
             return True
         error, seen = error.__cause__ or error.__context__, seen + 1
     return False
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """Whether one service runs."""
+
+    name: str
+    state: str
+    """``running``, ``stopped`` (never started, or stopped by its owner) or ``failed``."""
+    failure: str | None = None
+    """The error that stopped a failed service (its type and message)."""
 
 
 class Service:
@@ -126,6 +142,14 @@ class Service:
     def is_running(self) -> bool:
         """Whether the thread is alive."""
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def state(self) -> ServiceState:
+        """Running, stopped or failed (and why), now."""
+        if self.failure is not None:
+            return ServiceState(self.name, "failed",
+                                f"{type(self.failure).__name__}: {self.failure}")
+        return ServiceState(self.name, "running" if self.is_running else "stopped")
 
     def _loop(self) -> None:
         while not self._stopping.is_set():

@@ -11,8 +11,12 @@ and 10 min (``"a b c"``, as RocketMQ writes them). Every value is a string, as i
 ``earliestMessageTimeStamp``, ``pageCacheLockTimeMills``, ``send/pullThreadPoolQueueSize``,
 ``send/pullThreadPoolQueueHeadWaitTimeMills``, ``brokerActive``, ``timer*`` — plus what the
 store knows (commit-log positions, dispatch lag, boot time). Values Postbox has no equivalent
-for (thread-pool queues, page-cache lock time, the timer wheel) are ``0``: there is no queue
-and no timer wheel (the delay service replaces it).
+for (thread-pool queues, page-cache lock time) are ``0``, and so are the ``timer*`` figures,
+which the timer service does not count. ``postboxServicesFailed`` (Postbox's own key, printed by
+``mqadmin brokerStatus`` with the others) names each broker service that an error stopped
+(``timer: CorruptionError: ...``; ``;``-separated, empty while all run): the broker keeps
+serving without it, so this is where an operator sees that timers, delays or transaction
+checks stopped.
 
 Time comes from the injected clock. Thread-safety: one lock around the counters.
 """
@@ -127,6 +131,9 @@ def runtime_table(broker: Broker, stats: RuntimeStats,
         "commitLogDiskRatio": f"{store.retention.disk_used_ratio:.4f}",
         "earliestMessageTimeStamp": str(_earliest_store_time_ms(broker)),
         "runtime": _uptime(stats.boot_ms, stats.now_ms()),
+        "postboxServicesFailed": "; ".join(f"{state.name}: {state.failure}"
+                                           for state in broker.service_states()
+                                           if state.failure is not None),
     })
     return table
 

@@ -2,9 +2,10 @@
 
 Serves the store's families (``framework.metrics.store_families``: puts per topic, flush
 latency, disk use, log end, dispatch lag) and the remoting server's: open connections, the
-requests it received by code (counted by its IO thread), and the messages its SEND and PULL
-handlers counted (the runtime statistics ``mqadmin brokerStatus`` reads,
-``broker_node.admin.RuntimeStats``), and the consumer lag of every group the broker knows
+requests it received by code (counted by its IO thread), whether each broker service runs
+(``postbox_broker_service_up``), and the messages its SEND and PULL handlers counted (the
+runtime statistics ``mqadmin brokerStatus`` reads, ``broker_node.admin.RuntimeStats``), and
+the consumer lag of every group the broker knows
 (committed offsets, subscription groups, live members) per topic and queue, computed from the
 broker's own offsets: ``postbox_broker_consumer_lag_messages``. The lag is at most
 ``lag_series_max`` series (``POSTBOX_METRICS_LAG_SERIES_MAX``, default 5 000; groups in name
@@ -79,6 +80,11 @@ class BrokerMetrics:
                 "to consumers (get) since it started.", ["direction"],
                 [(("put",), int(table["msgPutTotalTodayNow"])),
                  (("get",), int(table["msgGetTotalTodayNow"]))]))
+        families.append(gauge(
+            "postbox_broker_service_up", "1 while a broker service (broker-persist, delay, "
+            "timer, transaction-check) runs, 0 once stopped or failed.", ["service"],
+            [((state.name,), int(state.state == "running"))
+             for state in self._broker.service_states()]))
         lags, dropped = self._lags()
         families.append(gauge(
             "postbox_broker_consumer_lag_messages", "Messages of a queue a consumer group has "

@@ -43,6 +43,7 @@ def store_figures(broker: AnyBroker) -> dict[str, Any]:
                    if not queue.topic.startswith("%"))
     ratio = disk_used_ratio(store.root_dir)
     return {"stats": stats, "gauge": gauge(ratio, marks, f"disk of {store.root_dir}"),
+            "services_failed": [state for state in broker.service_states() if state.failure],
             "stored": stored, "consumed": consumed, "computed_at": time.monotonic(),
             "log_bytes": stats["commit_log"]["max_position"] - stats["commit_log"]["min_position"]}
 

@@ -76,7 +76,7 @@ from ..formats.topic_names import (
     is_system_group_topic,
     retry_topic,
 )
-from ..service import Service
+from ..service import Service, ServiceState
 from ..store.message_store import MessageStore
 from .config_stores import CONFIG_DIR_NAME, ConfigStores
 from .consumer_registry import ConsumerRegistry, MembershipListener
@@ -209,6 +209,11 @@ class Broker(TransactionalSends):
     def store(self) -> MessageStore:
         """The store this broker works on."""
         return self._store
+
+    def service_states(self) -> list[ServiceState]:
+        """The broker's own services (persistence, delays, timers, transaction checks; the
+        store's services put the store into fail-stop instead): running, stopped or failed."""
+        return [service.state for service in self._services]
 
     @property
     def delay_level_count(self) -> int:

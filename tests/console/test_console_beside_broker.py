@@ -75,3 +75,29 @@ def test_the_console_reads_a_running_broker_through_remoting(tmp_path: Path) -> 
             ).text
     finally:
         assert server.stop() == 0
+
+
+def test_a_broker_service_stopped_by_an_error_is_shown_on_the_overview(tmp_path: Path) -> None:
+    """The live broker's overview (``--console``) and a console reading it over remoting both
+    name the timer service a damaged timer wheel stopped."""
+    from tests.console.scenario import console_process
+    from tests.support.polling import wait_until
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "timerwheel").write_bytes(bytes(100))  # a wheel of the wrong size: refused
+    server = BrokerProcess(store, extra=("--console", "127.0.0.1:0")).start()
+    try:
+        line = server._lines.get(timeout=START_TIMEOUT_S)
+        url = f"http://{line.split()[-1]}"
+
+        def stopped_shown(base: str) -> bool:
+            page = httpx.get(base + "/", timeout=60).text
+            return 'services-failed' in page and "CorruptionError" in page and "timer" in page
+
+        wait_until(lambda: stopped_shown(url), what="the stopped timer service on the page")
+        with console_process(["--broker", f"rocketmq://{server.namesrv_address}"]) as remote:
+            assert stopped_shown(remote)
+            assert "getTransferredTps" in httpx.get(remote + "/", timeout=60).text
+    finally:
+        assert server.stop() == 0

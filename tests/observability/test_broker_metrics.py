@@ -1,17 +1,21 @@
 """``postbox broker start --metrics 127.0.0.1:0`` in a subprocess: its endpoint (the port it
 prints) serves the store's and the remoting server's families, with the values of what a
 remote producer and consumer did (and every broker name the Grafana dashboard uses), and each
-consumer group's lag per queue from the broker's offsets, bounded in series; a port in use ends
-the command with a clear error."""
+consumer group's lag per queue from the broker's offsets, bounded in series; a broker service
+that an error stopped shows as down (and in the runtime info); a port in use ends the command
+with a clear error."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import threading
 from pathlib import Path
 
+from bench.remoting_raw import RawRemotingClient
 from postbox.framework import App, ConsumerOptions
+from postbox.network.protocol.codes import RequestCode
 from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
 from tests.support.polling import wait_until
 
@@ -128,3 +132,31 @@ def test_broker_lag_series_are_bounded(tmp_path: Path, monkeypatch) -> None:
         assert broker.stop() == 0
     assert len(result.samples["postbox_broker_consumer_lag_messages"]) == 3
     assert result.value("postbox_broker_consumer_lag_series_dropped") == 2 * queues - 3
+
+
+def test_a_broker_service_stopped_by_an_error_shows_in_metrics_and_runtime_info(
+        tmp_path: Path) -> None:
+    store, conf = tmp_path / "store", write_broker_conf(tmp_path)
+    store.mkdir()
+    (store / "timerwheel").write_bytes(bytes(100))  # a wheel of the wrong size: refused
+    broker = BrokerProcess(store, broker_conf=conf, extra=("--metrics", "127.0.0.1:0")).start()
+    try:
+        url = f"http://{broker.metrics_address}/metrics"
+        wait_until(lambda: scrape(url).value("postbox_broker_service_up", service="timer") == 0,
+                   what="the timer service's failure in the metrics")
+        result = scrape(url)
+        client = RawRemotingClient(broker.remoting_address)
+        try:
+            table = json.loads(client.call(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+        finally:
+            client.close()
+        with App(store_url=f"rocketmq://{broker.namesrv_address}") as app:
+            app.producer.send("orders", b"still served")  # the broker serves on without timers
+    finally:
+        assert broker.stop() == 0
+    for service in ("broker-persist", "delay", "transaction-check"):
+        assert result.value("postbox_broker_service_up", service=service) == 1
+    assert table["postboxServicesFailed"].startswith("timer: CorruptionError: ")
+    assert "timerwheel" in table["postboxServicesFailed"]
+    assert "[timer] stopped by an error" in broker.stderr_text()
+    assert (store / "timerwheel").read_bytes() == bytes(100)  # left as it was

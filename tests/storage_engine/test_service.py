@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from postbox.storage_engine import FakeClock
-from postbox.storage_engine.service import Service
+from postbox.storage_engine.service import Service, ServiceState
 
 WAIT_S = 10.0  # a liveness bound for the thread, not a latency
 
@@ -95,7 +95,19 @@ def test_a_pass_that_raises_stops_the_loop_and_is_reported():
     service._thread.join(WAIT_S)
     assert not service.is_running
     assert isinstance(service.failure, OSError) and heard == [service.failure]
+    assert service.state == ServiceState("failing", "failed", f"OSError: {service.failure}")
     service.stop()
+    assert service.state.state == "failed"  # stopping does not hide why it ended
+
+
+def test_the_state_says_stopped_before_the_start_and_after_the_stop():
+    service = Counting(FakeClock())
+    assert service.state == ServiceState("counting", "stopped")
+    service.start()
+    assert service.passed.wait(WAIT_S)
+    assert service.state == ServiceState("counting", "running")
+    service.stop()
+    assert service.state == ServiceState("counting", "stopped")
 
 
 class StopsItself(Service):
