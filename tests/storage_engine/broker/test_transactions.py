@@ -3,14 +3,23 @@
 (``transactionTimeOut`` after birth, ``CHECK_IMMUNITY_TIME_IN_SECONDS``, then every
 ``transactionCheckInterval``), the discard after ``transactionCheckMax`` checks, a late end of a
 superseded copy, recovery of pending halves after a close without any persist of the progress
-offsets, and the broker.conf keys."""
+offsets, a gathered op record refused for a full disk, and the broker.conf keys."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from postbox.storage_engine import Broker, FakeClock, Message, StoreConfig
+import pytest
+
+from postbox.storage_engine import (
+    Broker,
+    DiskFullError,
+    FakeClock,
+    Message,
+    MessageStore,
+    StoreConfig,
+)
 from postbox.storage_engine.contract import HalfReceipt, TransactionState
 from postbox.storage_engine.formats.topic_names import (
     TRANSACTION_CHECK_MAX_TIME_TOPIC,
@@ -18,6 +27,7 @@ from postbox.storage_engine.formats.topic_names import (
     TRANSACTION_HALF_TOPIC,
     TRANSACTION_OP_TOPIC,
 )
+from tests.storage_engine.conftest import DiskProbe
 from tests.support.brokers import broker_config
 
 START_MS = 1_700_000_000_000
@@ -140,3 +150,39 @@ def test_broker_conf_keys_set_the_times() -> None:
             config.broker.transaction_check_interval_ms,
             config.broker.transaction_op_batch_interval_ms) == (1000, 3, 2000, 3000)
     assert StoreConfig(root_dir="/tmp/x").broker.transaction_check_interval_ms == 30_000
+
+
+def test_a_gathered_op_record_refused_for_a_full_disk_is_written_once_space_is_back(
+        tmp_path: Path) -> None:
+    """The fault is the store's real disk-full refusal, driven by its disk-usage probe."""
+    clock, probe = FakeClock(START_MS), DiskProbe()
+    store = MessageStore.open(broker_config(tmp_path / "store", **TIMES), clock=clock,
+                              disk_usage=probe)
+    with Broker(store, clock=clock, owns_store=True) as broker:
+        service = broker.transactions.check_service
+        service.stop()
+        sent = [broker.send_half(Message("T", f"m{n}".encode(), unique_key=f"K{n}"), "PG",
+                                 queue_id=0) for n in range(3)]
+        for half in sent[:2]:
+            broker.end_transaction(HalfReceipt.of("PG", half), TransactionState.COMMIT)
+        probe.ratio = 0.95
+        store.retention.run_once(clock.now_ms())
+        with pytest.raises(DiskFullError):  # nothing ends: the half stays pending
+            broker.end_transaction(HalfReceipt.of("PG", sent[2]), TransactionState.COMMIT)
+        clock.advance(100)
+        assert service.run_once(clock.now_ms()) == 0  # refused: kept gathered, not lost
+        assert op_bodies(broker) == []
+        assert broker.transactions.halves.gathered_due_ms() is not None
+        probe.ratio = 0.2
+        store.retention.run_once(clock.now_ms())
+        service.run_once(clock.now_ms())
+        assert op_bodies(broker) == [b"0,1,"]
+        broker.end_transaction(HalfReceipt.of("PG", sent[2]), TransactionState.COMMIT)
+        assert broker.store.wait_dispatched()
+        assert [view.body for view in broker.pull("G", "T", 0, 0).messages] == [
+            b"m0", b"m1", b"m2"]
+        clock.advance(6_000)  # past the first check: the commits are not asked about
+        checks: list = []
+        broker.register_transaction_checker("PG", checks.append)
+        service.run_once(clock.now_ms())
+        assert checks == []
