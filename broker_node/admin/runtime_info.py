@@ -10,13 +10,16 @@ and 10 min (``"a b c"``, as RocketMQ writes them). Every value is a string, as i
 ``msgPut/GetTotalYesterdayMorning``, ``putTps``, ``getTransferredTps``, ``commitLogDiskRatio``,
 ``earliestMessageTimeStamp``, ``pageCacheLockTimeMills``, ``send/pullThreadPoolQueueSize``,
 ``send/pullThreadPoolQueueHeadWaitTimeMills``, ``brokerActive``, ``timer*`` — plus what the
-store knows (commit-log positions, dispatch lag, boot time). Values Postbox has no equivalent
-for (thread-pool queues, page-cache lock time) are ``0``, and so are the ``timer*`` figures,
-which the timer service does not count. ``postboxServicesFailed`` (Postbox's own key, printed by
-``mqadmin brokerStatus`` with the others) names each broker service that an error stopped
-(``timer: CorruptionError: ...``; ``;``-separated, empty while all run): the broker keeps
-serving without it, so this is where an operator sees that timers, delays or transaction
-checks stopped.
+store knows (commit-log positions, dispatch lag, boot time). The timer service gives
+``timerOffsetBehind`` (timer records stored and not yet read into the wheel),
+``timerReadBehind`` (seconds the earliest undelivered timer is overdue) and Postbox's
+``postboxTimerPending`` / ``postboxTimerDelivered`` (timers waiting in the wheel; delivered
+since the start). Values Postbox has no equivalent for (thread-pool queues, page-cache lock
+time, the wheel's congestion and its enqueue/dequeue rates) are ``0``.
+``postboxServicesFailed`` (Postbox's own key, printed by ``mqadmin brokerStatus`` with the
+others) names each broker service that an error stopped (``timer: CorruptionError: ...``;
+``;``-separated, empty while all run): the broker keeps serving without it, so this is where
+an operator sees that timers, delays or transaction checks stopped.
 
 Time comes from the injected clock. Thread-safety: one lock around the counters.
 """
@@ -41,8 +44,7 @@ SAMPLE_WINDOW_MS = 600_000
 VERSION_DESC = "V5_3_3"
 _ZERO_KEYS = ("sendThreadPoolQueueSize", "pullThreadPoolQueueSize",
               "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
-              "pageCacheLockTimeMills", "timerReadBehind", "timerOffsetBehind",
-              "timerCongestNum", "timerEnqueueTps", "timerDequeueTps")
+              "pageCacheLockTimeMills", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps")
 
 
 class RuntimeStats:
@@ -131,11 +133,21 @@ def runtime_table(broker: Broker, stats: RuntimeStats,
         "commitLogDiskRatio": f"{store.retention.disk_used_ratio:.4f}",
         "earliestMessageTimeStamp": str(_earliest_store_time_ms(broker)),
         "runtime": _uptime(stats.boot_ms, stats.now_ms()),
+        **_timer_figures(broker, stats.now_ms()),
         "postboxServicesFailed": "; ".join(f"{state.name}: {state.failure}"
                                            for state in broker.service_states()
                                            if state.failure is not None),
     })
     return table
+
+
+def _timer_figures(broker: Broker, now_ms: int) -> dict[str, str]:
+    """The timer service's keys."""
+    timers = broker.timer_service
+    return {"timerOffsetBehind": str(timers.offset_behind()),
+            "timerReadBehind": str(timers.read_behind_ms(now_ms) // 1000),
+            "postboxTimerPending": str(timers.pending_count()),
+            "postboxTimerDelivered": str(timers.delivered_count)}
 
 
 def _earliest_store_time_ms(broker: Broker) -> int:

