@@ -14,8 +14,9 @@ store knows (commit-log positions, dispatch lag, boot time). The timer service g
 ``timerOffsetBehind`` (timer records stored and not yet read into the wheel),
 ``timerReadBehind`` (seconds the earliest undelivered timer is overdue) and Postbox's
 ``postboxTimerPending`` / ``postboxTimerDelivered`` (timers waiting in the wheel; delivered
-since the start). Values Postbox has no equivalent for (thread-pool queues, page-cache lock
-time, the wheel's congestion and its enqueue/dequeue rates) are ``0``.
+since the start; all 0 on a slave, which delivers none). Values Postbox has no equivalent
+for (thread-pool queues, page-cache lock time, the wheel's congestion and its enqueue/dequeue
+rates) are ``0``.
 ``postboxServicesFailed`` (Postbox's own key, printed by ``mqadmin brokerStatus`` with the
 others) names each broker service that an error stopped (``timer: CorruptionError: ...``;
 ``;``-separated, empty while all run): the broker keeps serving without it, so this is where
@@ -33,6 +34,7 @@ from typing import Any
 
 from postbox.network.protocol.codes import SERVER_VERSION, RequestCode
 from postbox.network.protocol.wire import RemotingCommand
+from postbox.storage_engine import BrokerRole
 from postbox.storage_engine.broker import Broker
 from postbox.storage_engine.clock import Clock
 
@@ -142,8 +144,11 @@ def runtime_table(broker: Broker, stats: RuntimeStats,
 
 
 def _timer_figures(broker: Broker, now_ms: int) -> dict[str, str]:
-    """The timer service's keys."""
+    """The timer service's keys (zeros on a slave, which delivers no timers)."""
     timers = broker.timer_service
+    if broker.store.config.broker_role is BrokerRole.SLAVE:
+        return dict.fromkeys(("timerOffsetBehind", "timerReadBehind", "postboxTimerPending",
+                              "postboxTimerDelivered"), "0")
     return {"timerOffsetBehind": str(timers.offset_behind()),
             "timerReadBehind": str(timers.read_behind_ms(now_ms) // 1000),
             "postboxTimerPending": str(timers.pending_count()),

@@ -5,6 +5,7 @@ the refused config write."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -15,9 +16,10 @@ from postbox.broker_node.admin.runtime_info import runtime_table
 from postbox.broker_node.server.broker import BrokerRemotingServer
 from postbox.network.protocol import fastjson
 from postbox.network.protocol.codes import RequestCode, ResponseCode
-from postbox.storage_engine import Broker, Message, MessageStore
+from postbox.storage_engine import Broker, BrokerRole, Message, MessageStore
 from postbox.storage_engine.clock import FakeClock
 from postbox.storage_engine.formats.fastjson import ObjectKey
+from postbox.storage_engine.formats.topic_names import TIMER_TOPIC
 from tests.support.small_store import small_store_config
 
 TOPIC_FIELDS = {"defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
@@ -260,3 +262,19 @@ def test_the_runtime_table_reports_the_timer_backlog(tmp_path):
         assert figures() == ("0", "0", "1", "1")
         clock.advance(13_000)  # the second is 5 s overdue: no pass ran since
         assert figures() == ("0", "5", "1", "1")
+
+
+def test_a_slave_reports_no_timer_backlog(tmp_path):
+    """A slave's timer records come by replication and are delivered by its master."""
+    config, clock = small_store_config(tmp_path / "store"), FakeClock(1_700_000_000_000)
+    with Broker.open(config, clock=clock) as master:  # timer records in the store's files
+        for _ in range(2):
+            master.send(Message("orders", b"timed", properties={
+                "TIMER_DELIVER_MS": str(clock.now_ms() + 60_000)}))
+    config = dataclasses.replace(config, broker_role=BrokerRole.SLAVE)
+    with Broker.open(config, clock=clock) as broker:
+        assert broker.store.queues.get(TIMER_TOPIC, 0).max_offset == 2
+        table = runtime_table(broker, RuntimeStats(clock))
+    assert [table[key] for key in ("timerOffsetBehind", "timerReadBehind",
+                                   "postboxTimerPending", "postboxTimerDelivered")] == ["0"] * 4
+    assert table["postboxServicesFailed"] == ""
