@@ -6,16 +6,27 @@ from __future__ import annotations
 
 import base64
 
+from tests.support.mqadmin import MqadminError
 from tests.support.remoting_targets import RemotingTarget
 
 QUEUES = 4
+UPDATE_ATTEMPTS = 3
 
 
 def create_topics(target: RemotingTarget, *topics: str) -> None:
     """``mqadmin updateTopic`` on the target's broker, then wait until the name server routes
-    each topic."""
-    target.mqadmin.run(*(["updateTopic", "-b", target.broker_addr, "-t", topic,
-                          "-r", str(QUEUES), "-w", str(QUEUES)] for topic in topics))
+    each topic. The update is asked again (it is idempotent) when mqadmin's own 3 s ran out
+    waiting for the broker's answer: once in CI, a just-started Apache broker beside eight
+    other lanes took longer (``RemotingTimeoutException``), a refusal still fails at once."""
+    commands = [["updateTopic", "-b", target.broker_addr, "-t", topic,
+                 "-r", str(QUEUES), "-w", str(QUEUES)] for topic in topics]
+    for attempt in range(1, UPDATE_ATTEMPTS + 1):
+        try:
+            target.mqadmin.run(*commands)
+            break
+        except MqadminError as error:
+            if attempt == UPDATE_ATTEMPTS or "RemotingTimeoutException" not in str(error):
+                raise
     routes = target.driver.run("await-route", topics=list(topics), timeout_ms=60_000)
     assert routes == {topic: [target.broker_name] for topic in topics}
 
