@@ -259,18 +259,19 @@ def test_a_marker_waits_for_targets_stored_until_its_time_even_in_a_backlog(tmp_
     config = small_config(tmp_path / "s", tiny=False)
     with Broker.open(config) as broker:
         broker.timer_service.stop()
-        start = now_ms()
-        broker.send(timer("late", b"last", start + 1500, "0A" * 16), queue_id=0)
-        broker.send(timer("late", b"m", start + 200, "0B" * 16,
+        start = now_ms()  # every send below is stored before the first marker's time (with
+        # the moments 5x nearer, a loaded CI lane once stored the target after it: kept)
+        broker.send(timer("late", b"last", start + 4500, "0A" * 16), queue_id=0)
+        broker.send(timer("late", b"m", start + 1200, "0B" * 16,
                           TIMER_DEL_UNIQKEY="0C" * 16), queue_id=0)
         for n in range(4):  # a backlog between the marker and its target
-            broker.send(timer("late", b"filler", start + 1000, f"{n:02X}" * 16), queue_id=0)
-        broker.send(timer("late", b"target", start + 1000, "0C" * 16), queue_id=0)
+            broker.send(timer("late", b"filler", start + 3000, f"{n:02X}" * 16), queue_id=0)
+        broker.send(timer("late", b"target", start + 3000, "0C" * 16), queue_id=0)
         broker.send(Message("late", b"m", properties={"TIMER_DEL_UNIQKEY": "0D" * 16},
                             unique_key="0E" * 16), queue_id=0)  # its time is now
         time.sleep(0.05)
-        broker.send(timer("late", b"after the marker", start + 1000, "0D" * 16), queue_id=0)
-    time.sleep(max(0.0, (start + 300 - now_ms()) / 1000))  # the first marker is past its time
+        broker.send(timer("late", b"after the marker", start + 3000, "0D" * 16), queue_id=0)
+    time.sleep(max(0.0, (start + 1300 - now_ms()) / 1000))  # the first marker is past its time
     monkeypatch.setattr(timer_service, "INGEST_BATCH_MAX", 2)
     with Broker.open(config) as broker:
         views = delivered(broker, "late", 6)
