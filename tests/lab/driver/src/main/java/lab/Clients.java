@@ -2,6 +2,7 @@ package lab;
 
 import com.alibaba.fastjson.JSONObject;
 import org.apache.rocketmq.client.ClientConfig;
+import org.apache.rocketmq.client.impl.MQClientManager;
 
 /** Settings every remoting client of the driver shares. */
 final class Clients {
@@ -18,6 +19,18 @@ final class Clients {
         // generous: the lab shares two cores with the rest of the test suite
         client.setMqClientApiTimeout(TIMEOUT_MS);
         return client;
+    }
+
+    /**
+     * Give a started client's admin requests (route lookups for its queues, queue offsets) the
+     * same generous wait: they keep a 6 s timeout of their own, which a name server sharing two
+     * cores with eight CI lanes once outran on a route lookup. The client's instance is the one
+     * {@code start()} registered under its client id, so this reaches the client's own.
+     */
+    static <T extends ClientConfig> T adminTimeout(T started) {
+        MQClientManager.getInstance().getOrCreateMQClientInstance(started).getMQAdminImpl()
+            .setTimeoutMillis(TIMEOUT_MS);
+        return started;
     }
 
     static String group(JSONObject request, String fallback) {

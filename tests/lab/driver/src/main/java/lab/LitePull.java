@@ -43,6 +43,7 @@ final class LitePull {
             consumer.subscribe(topic, "*");
         }
         consumer.start();
+        Clients.adminTimeout(consumer);
         try {
             List<MessageQueue> queues = new ArrayList<>(consumer.fetchMessageQueues(topic));
             queues.sort(Comparator.comparingInt(MessageQueue::getQueueId));

@@ -28,6 +28,7 @@ final class Pull {
         DefaultMQPullConsumer consumer = Clients.configure(
             new DefaultMQPullConsumer(Clients.group(request, "lab-puller")), request);
         consumer.start();
+        Clients.adminTimeout(consumer);
         try {
             List<MessageQueue> queues = new ArrayList<>();
             JSONArray topics = request.getJSONArray("topics");

@@ -131,6 +131,7 @@ final class Push {
         }
         DefaultMQPullConsumer probe = Clients.configure(new DefaultMQPullConsumer("lab-dlq-probe"), request);
         probe.start();
+        Clients.adminTimeout(probe);
         try {
             probe.fetchSubscribeMessageQueues(request.getString("topic"));
             MessageQueue dlq = new MessageQueue("%DLQ%" + group, request.getString("broker"), 0);
