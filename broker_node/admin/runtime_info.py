@@ -12,11 +12,12 @@ and 10 min (``"a b c"``, as RocketMQ writes them). Every value is a string, as i
 ``send/pullThreadPoolQueueHeadWaitTimeMills``, ``brokerActive``, ``timer*`` — plus what the
 store knows (commit-log positions, dispatch lag, boot time). The timer service gives
 ``timerOffsetBehind`` (timer records stored and not yet read into the wheel),
-``timerReadBehind`` (seconds the earliest undelivered timer is overdue) and Postbox's
-``postboxTimerPending`` / ``postboxTimerDelivered`` (timers waiting in the wheel; delivered
-since the start; all 0 on a slave, which delivers none). Values Postbox has no equivalent
-for (thread-pool queues, page-cache lock time, the wheel's congestion and its enqueue/dequeue
-rates) are ``0``.
+``timerReadBehind`` (seconds the earliest undelivered timer is overdue), ``timerCongestNum``
+(timers waiting in the wheel, as Apache sums its slots from the read time on: the same figure
+as Postbox's ``postboxTimerPending``), ``timerEnqueueTps`` / ``timerDequeueTps`` (timer-log
+appends and deliveries a second over the last 10 s) and ``postboxTimerDelivered`` (since the
+start); all 0 on a slave, which delivers none. Values Postbox has no equivalent for
+(thread-pool queues, page-cache lock time) are ``0``.
 ``postboxServicesFailed`` (Postbox's own key, printed by ``mqadmin brokerStatus`` with the
 others) names each broker service that an error stopped (``timer: CorruptionError: ...``;
 ``;``-separated, empty while all run): the broker keeps serving without it, so this is where
@@ -28,7 +29,6 @@ Time comes from the injected clock. Thread-safety: one lock around the counters.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +37,7 @@ from postbox.network.protocol.wire import RemotingCommand
 from postbox.storage_engine import BrokerRole
 from postbox.storage_engine.broker import Broker
 from postbox.storage_engine.clock import Clock
+from postbox.storage_engine.rates import CounterRates
 
 from ..namesrv.route_bodies import kv_table_body
 
@@ -46,7 +47,9 @@ SAMPLE_WINDOW_MS = 600_000
 VERSION_DESC = "V5_3_3"
 _ZERO_KEYS = ("sendThreadPoolQueueSize", "pullThreadPoolQueueSize",
               "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
-              "pageCacheLockTimeMills", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps")
+              "pageCacheLockTimeMills")
+_TIMER_KEYS = ("timerOffsetBehind", "timerReadBehind", "timerCongestNum", "timerEnqueueTps",
+               "timerDequeueTps", "postboxTimerPending", "postboxTimerDelivered")
 
 
 class RuntimeStats:
@@ -60,7 +63,8 @@ class RuntimeStats:
         self._day_start_ms = self.boot_ms - self.boot_ms % DAY_MS
         self._today_morning = [0, 0]
         self._yesterday_morning = [0, 0]
-        self._samples: deque[tuple[int, int, int]] = deque([(self.boot_ms, 0, 0)])
+        self._rates = CounterRates(self.boot_ms, self._totals, keep_ms=SAMPLE_WINDOW_MS,
+                                   interval_ms=SAMPLE_INTERVAL_MS)
 
     def now_ms(self) -> int:
         """The stats' clock."""
@@ -86,36 +90,26 @@ class RuntimeStats:
             self._day_start_ms += DAY_MS
             self._yesterday_morning = self._today_morning
             self._today_morning = list(self._totals)
-        if now_ms - self._samples[-1][0] >= SAMPLE_INTERVAL_MS:
-            self._samples.append((now_ms, self._totals[0], self._totals[1]))
-        while len(self._samples) > 1 and now_ms - self._samples[0][0] > SAMPLE_WINDOW_MS:
-            self._samples.popleft()
+        self._rates.sample(now_ms, self._totals)
 
     def table(self) -> dict[str, str]:
         """The counter part of the runtime table."""
         now_ms = self._clock.now_ms()
         with self._lock:
             self._roll(now_ms)
-            totals, samples = list(self._totals), list(self._samples)
+            totals = list(self._totals)
             today, yesterday = list(self._today_morning), list(self._yesterday_morning)
         table = {}
         for index, kind in enumerate(("Put", "Get")):
             table[f"msg{kind}TotalTodayNow"] = str(totals[index])
             table[f"msg{kind}TotalTodayMorning"] = str(today[index])
             table[f"msg{kind}TotalYesterdayMorning"] = str(yesterday[index])
-        table["putTps"] = _rates(samples, now_ms, totals, 0)
-        table["getTransferredTps"] = table["getTotalTps"] = _rates(samples, now_ms, totals, 1)
+        windows = [self._rates.per_second(now_ms, totals, window_ms)
+                   for window_ms in (10_000, 60_000, 600_000)]
+        table["putTps"] = " ".join(f"{rates[0]:.2f}" for rates in windows)
+        table["getTransferredTps"] = table["getTotalTps"] = " ".join(
+            f"{rates[1]:.2f}" for rates in windows)
         return table
-
-
-def _rates(samples: list[tuple[int, int, int]], now_ms: int, totals: list[int],
-           index: int) -> str:
-    rates = []
-    for window_ms in (10_000, 60_000, 600_000):
-        base = next((s for s in samples if now_ms - s[0] <= window_ms), samples[-1])
-        elapsed_ms = max(now_ms - base[0], 1)
-        rates.append(f"{(totals[index] - base[1 + index]) * 1000 / elapsed_ms:.2f}")
-    return " ".join(rates)
 
 
 def runtime_table(broker: Broker, stats: RuntimeStats,
@@ -147,11 +141,14 @@ def _timer_figures(broker: Broker, now_ms: int) -> dict[str, str]:
     """The timer service's keys (zeros on a slave, which delivers no timers)."""
     timers = broker.timer_service
     if broker.store.config.broker_role is BrokerRole.SLAVE:
-        return dict.fromkeys(("timerOffsetBehind", "timerReadBehind", "postboxTimerPending",
-                              "postboxTimerDelivered"), "0")
+        return dict.fromkeys(_TIMER_KEYS, "0")
+    pending = str(timers.pending_count())
+    enqueued, delivered = timers.enqueue_rates(now_ms)
     return {"timerOffsetBehind": str(timers.offset_behind()),
             "timerReadBehind": str(timers.read_behind_ms(now_ms) // 1000),
-            "postboxTimerPending": str(timers.pending_count()),
+            "timerCongestNum": pending, "timerEnqueueTps": f"{enqueued:.2f}",
+            "timerDequeueTps": f"{delivered:.2f}",
+            "postboxTimerPending": pending,
             "postboxTimerDelivered": str(timers.delivered_count)}
 
 

@@ -85,6 +85,7 @@ from ..formats.timer_layout import (
     TimerUnit,
 )
 from ..formats.topic_names import TIMER_TOPIC
+from ..rates import CounterRates
 from ..service import Service
 from ..store.message_store import MessageStore
 from .config_stores import ConsumerOffsetTable
@@ -100,6 +101,7 @@ DELIVER_BATCH_MAX = 1024
 WAIT_MAX_MS = 1000
 RETRY_DELAY_MS = 100
 LATENESS_SAMPLES_MAX = 100_000
+RATE_WINDOW_MS = 10_000  # enqueue_rates(): records a second over the last 10 s
 
 Entry = tuple[int, int, int, int]  # (deliver ms, queue offset, log position, size)
 """A pending record in the heap."""
@@ -141,9 +143,11 @@ class TimerService(Service):
         self._retry_after_ms = 0
         self._flushed_ms = 0
         self._lateness_ms: deque[int] = deque(maxlen=LATENESS_SAMPLES_MAX)
+        self.enqueued_count = 0  # records appended to the timer log (rolls and markers too)
         self.delivered_count = 0
         self.skipped_count = 0
         self.cancelled_count = 0
+        self._rates = CounterRates(clock.now_ms(), (0, 0), keep_ms=RATE_WINDOW_MS)
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Dispatch listener: a new timer record wakes the thread."""
@@ -157,6 +161,7 @@ class TimerService(Service):
                 work = self._ingest(now_ms)
                 work += self._deliver(now_ms)
                 self._commit(now_ms)
+                self._rates.sample(now_ms, (self.enqueued_count, self.delivered_count))
                 return work
         except StoreClosedError:
             log.warning("[timer] store is closed: nothing delivered (stop the timer service "
@@ -356,7 +361,9 @@ class TimerService(Service):
             magic |= MAGIC_DELETE
         unit = TimerUnit(-1, magic, write_ms, deliver_ms - write_ms, position, size,
                          java_string_hashcode(view.properties.get("REAL_TOPIC", "")))
-        return self._files.append(unit), unit
+        timer_pos = self._files.append(unit)
+        self.enqueued_count += 1
+        return timer_pos, unit
 
     def _push(self, offset: int, moment: int, position: int, size: int, timer_pos: int) -> None:
         heapq.heappush(self._schedule, (moment, offset, position, size))
@@ -547,6 +554,13 @@ class TimerService(Service):
         in seconds); 0 while nothing is due."""
         head = self.next_deliver_ms()
         return 0 if head is None else max(now_ms - head, 0)
+
+    def enqueue_rates(self, now_ms: int) -> tuple[float, float]:
+        """Timer-log appends and deliveries a second over the last ``RATE_WINDOW_MS``
+        (RocketMQ's ``timerEnqueueTps`` / ``timerDequeueTps``)."""
+        enqueued, delivered = self._rates.per_second(
+            now_ms, (self.enqueued_count, self.delivered_count), RATE_WINDOW_MS)
+        return enqueued, delivered
 
     def lateness_ms_samples(self) -> list[int]:
         """``delivery run time - deliver time`` of the latest deliveries, oldest first."""

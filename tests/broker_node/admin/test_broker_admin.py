@@ -237,8 +237,8 @@ def test_broker_config_write_is_refused(admin):
 
 
 def test_the_runtime_table_reports_the_timer_backlog(tmp_path):
-    """``timerOffsetBehind``, ``timerReadBehind`` and Postbox's timer counts, with the timer
-    service driven by hand on a fake clock."""
+    """``timerOffsetBehind``, ``timerReadBehind``, ``timerCongestNum``, the enqueue and dequeue
+    rates and Postbox's timer counts, with the timer service driven by hand on a fake clock."""
     start_ms = 1_700_000_000_000
     clock = FakeClock(start_ms)
     store = MessageStore.open(small_store_config(tmp_path / "store"), clock=clock)
@@ -247,21 +247,23 @@ def test_the_runtime_table_reports_the_timer_backlog(tmp_path):
 
         def figures() -> tuple[str, ...]:
             table = runtime_table(broker, stats)
-            return tuple(table[key] for key in ("timerOffsetBehind", "timerReadBehind",
-                                                "postboxTimerPending", "postboxTimerDelivered"))
+            return tuple(table[key] for key in (
+                "timerOffsetBehind", "timerReadBehind", "postboxTimerPending",
+                "postboxTimerDelivered", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps"))
 
         for delay_ms in (1_000, 10_000):
             broker.send(Message("orders", b"timed", properties={
                 "TIMER_DELIVER_MS": str(start_ms + delay_ms)}))
         assert store.wait_dispatched()
-        assert figures() == ("2", "0", "0", "0")  # stored, not read into the wheel
+        assert figures() == ("2", "0", "0", "0", "0", "0.00", "0.00")  # not read into the wheel
+        clock.advance(500)
         timers.run_once(clock.now_ms())
-        assert figures() == ("0", "0", "2", "0")
-        clock.advance(2_000)
+        assert figures() == ("0", "0", "2", "0", "2", "4.00", "0.00")  # 2 appended in 0.5 s
+        clock.advance(1_500)
         timers.run_once(clock.now_ms())
-        assert figures() == ("0", "0", "1", "1")
+        assert figures() == ("0", "0", "1", "1", "1", "1.00", "0.50")  # since the start, 2 s
         clock.advance(13_000)  # the second is 5 s overdue: no pass ran since
-        assert figures() == ("0", "5", "1", "1")
+        assert figures() == ("0", "5", "1", "1", "1", "0.00", "0.00")  # nothing in the last 10 s
 
 
 def test_a_slave_reports_no_timer_backlog(tmp_path):
@@ -275,6 +277,7 @@ def test_a_slave_reports_no_timer_backlog(tmp_path):
     with Broker.open(config, clock=clock) as broker:
         assert broker.store.queues.get(TIMER_TOPIC, 0).max_offset == 2
         table = runtime_table(broker, RuntimeStats(clock))
-    assert [table[key] for key in ("timerOffsetBehind", "timerReadBehind",
-                                   "postboxTimerPending", "postboxTimerDelivered")] == ["0"] * 4
+    assert [table[key] for key in ("timerOffsetBehind", "timerReadBehind", "timerCongestNum",
+                                   "timerEnqueueTps", "timerDequeueTps", "postboxTimerPending",
+                                   "postboxTimerDelivered")] == ["0"] * 7
     assert table["postboxServicesFailed"] == ""
