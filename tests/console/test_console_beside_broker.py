@@ -10,7 +10,11 @@ import httpx
 
 from postbox.network.client.remote_broker import RemotingBroker
 from postbox.storage_engine import Message
-from tests.support.broker_process import START_TIMEOUT_S, BrokerProcess
+from tests.support.broker_process import (
+    START_TIMEOUT_S,
+    BrokerProcess,
+    store_with_a_damaged_timer_wheel,
+)
 
 TOKEN = "beside-the-broker"
 
@@ -77,15 +81,15 @@ def test_the_console_reads_a_running_broker_through_remoting(tmp_path: Path) -> 
         assert server.stop() == 0
 
 
-def test_a_broker_service_stopped_by_an_error_is_shown_on_the_overview(tmp_path: Path) -> None:
+def test_a_broker_service_stopped_by_an_error_is_shown_on_the_overview(
+        tmp_path: Path, browser) -> None:
     """The live broker's overview (``--console``) and a console reading it over remoting both
-    name the timer service a damaged timer wheel stopped."""
+    name the timer service a damaged timer wheel stopped; in Chromium the row is on screen, in
+    the alert colour (the screenshot stays in the test's temp dir)."""
     from tests.console.scenario import console_process
     from tests.support.polling import wait_until
 
-    store = tmp_path / "store"
-    store.mkdir()
-    (store / "timerwheel").write_bytes(bytes(100))  # a wheel of the wrong size: refused
+    store = store_with_a_damaged_timer_wheel(tmp_path / "store")
     server = BrokerProcess(store, extra=("--console", "127.0.0.1:0")).start()
     try:
         line = server._lines.get(timeout=START_TIMEOUT_S)
@@ -96,6 +100,20 @@ def test_a_broker_service_stopped_by_an_error_is_shown_on_the_overview(tmp_path:
             return 'services-failed' in page and "CorruptionError" in page and "timer" in page
 
         wait_until(lambda: stopped_shown(url), what="the stopped timer service on the page")
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            tab.goto(url + "/")
+            row = tab.locator("tr", has=tab.locator("td.services-failed"))
+            row.wait_for(state="visible")
+            assert row.locator("th").inner_text() == "service timer stopped"
+            assert row.locator("td").inner_text().startswith("CorruptionError: ")
+            assert row.locator("td").evaluate("cell => getComputedStyle(cell).color") \
+                == "rgb(155, 44, 44)"  # .alert
+            # bytes, written here: Playwright writes a ``path`` from an executor thread that
+            # would outlive the test (the browser is the package's)
+            (tmp_path / "overview.png").write_bytes(tab.screenshot(full_page=True))
+        finally:
+            tab.close()
         with console_process(["--broker", f"rocketmq://{server.namesrv_address}"]) as remote:
             assert stopped_shown(remote)
             assert "getTransferredTps" in httpx.get(remote + "/", timeout=60).text

@@ -16,7 +16,13 @@ from pathlib import Path
 from bench.remoting_raw import RawRemotingClient
 from postbox.framework import App, ConsumerOptions
 from postbox.network.protocol.codes import RequestCode
-from tests.support.broker_process import POSTBOX, BrokerProcess, write_broker_conf
+from tests.support.broker_process import (
+    DAMAGED_TIMER_WHEEL,
+    POSTBOX,
+    BrokerProcess,
+    store_with_a_damaged_timer_wheel,
+    write_broker_conf,
+)
 from tests.support.polling import wait_until
 
 from .scrape import alert_rule_metric_names, dashboard_metric_names, scrape
@@ -136,9 +142,8 @@ def test_broker_lag_series_are_bounded(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_broker_service_stopped_by_an_error_shows_in_metrics_and_runtime_info(
         tmp_path: Path) -> None:
-    store, conf = tmp_path / "store", write_broker_conf(tmp_path)
-    store.mkdir()
-    (store / "timerwheel").write_bytes(bytes(100))  # a wheel of the wrong size: refused
+    store = store_with_a_damaged_timer_wheel(tmp_path / "store")
+    conf = write_broker_conf(tmp_path)
     broker = BrokerProcess(store, broker_conf=conf, extra=("--metrics", "127.0.0.1:0")).start()
     try:
         url = f"http://{broker.metrics_address}/metrics"
@@ -159,4 +164,4 @@ def test_a_broker_service_stopped_by_an_error_shows_in_metrics_and_runtime_info(
     assert table["postboxServicesFailed"].startswith("timer: CorruptionError: ")
     assert "timerwheel" in table["postboxServicesFailed"]
     assert "[timer] stopped by an error" in broker.stderr_text()
-    assert (store / "timerwheel").read_bytes() == bytes(100)  # left as it was
+    assert (store / "timerwheel").read_bytes() == DAMAGED_TIMER_WHEEL  # left as it was

@@ -45,6 +45,18 @@ def write_broker_conf(directory: Path) -> Path:
     return path
 
 
+DAMAGED_TIMER_WHEEL = bytes(100)
+
+
+def store_with_a_damaged_timer_wheel(store: Path) -> Path:
+    """Create ``store`` holding only a ``timerwheel`` of the wrong size
+    (``DAMAGED_TIMER_WHEEL``): a broker on it refuses the wheel, its timer service stops with
+    a ``CorruptionError`` and the rest serves on."""
+    store.mkdir()
+    (store / "timerwheel").write_bytes(DAMAGED_TIMER_WHEEL)
+    return store
+
+
 class BrokerProcess:
     """One ``postbox broker start`` child process."""
 
