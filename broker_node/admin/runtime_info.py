@@ -143,7 +143,7 @@ def _timer_figures(broker: Broker, now_ms: int) -> dict[str, str]:
     if broker.store.config.broker_role is BrokerRole.SLAVE:
         return dict.fromkeys(_TIMER_KEYS, "0")
     pending = str(timers.pending_count())
-    enqueued, delivered = timers.enqueue_rates(now_ms)
+    enqueued, delivered = timers.rates_per_second(now_ms)
     return {"timerOffsetBehind": str(timers.offset_behind()),
             "timerReadBehind": str(timers.read_behind_ms(now_ms) // 1000),
             "timerCongestNum": pending, "timerEnqueueTps": f"{enqueued:.2f}",

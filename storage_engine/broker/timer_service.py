@@ -101,7 +101,7 @@ DELIVER_BATCH_MAX = 1024
 WAIT_MAX_MS = 1000
 RETRY_DELAY_MS = 100
 LATENESS_SAMPLES_MAX = 100_000
-RATE_WINDOW_MS = 10_000  # enqueue_rates(): records a second over the last 10 s
+RATE_WINDOW_MS = 10_000  # rates_per_second(): records a second over the last 10 s
 
 Entry = tuple[int, int, int, int]  # (deliver ms, queue offset, log position, size)
 """A pending record in the heap."""
@@ -555,7 +555,7 @@ class TimerService(Service):
         head = self.next_deliver_ms()
         return 0 if head is None else max(now_ms - head, 0)
 
-    def enqueue_rates(self, now_ms: int) -> tuple[float, float]:
+    def rates_per_second(self, now_ms: int) -> tuple[float, float]:
         """Timer-log appends and deliveries a second over the last ``RATE_WINDOW_MS``
         (RocketMQ's ``timerEnqueueTps`` / ``timerDequeueTps``)."""
         enqueued, delivered = self._rates.per_second(
