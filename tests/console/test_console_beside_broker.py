@@ -85,7 +85,7 @@ def test_a_broker_service_stopped_by_an_error_is_shown_on_the_overview(
         tmp_path: Path, browser) -> None:
     """The live broker's overview (``--console``) and a console reading it over remoting both
     name the timer service a damaged timer wheel stopped; in Chromium the row is on screen, in
-    the alert colour (the screenshot stays in the test's temp dir)."""
+    the alert colour (a screenshot is saved in the test's temp dir)."""
     from tests.console.scenario import console_process
     from tests.support.polling import wait_until
 
