@@ -54,6 +54,9 @@ LAB_BROKER_SETTINGS = {
     "brokerId": "0",
     "brokerRole": "ASYNC_MASTER",
     "flushDiskType": "ASYNC_FLUSH",
+    # a send may wait 5 s in the broker's queue before it is refused "[TIMEOUT_CLEAN_QUEUE]broker
+    # busy" (default 200 ms: beside eight CI lanes on two cores, a send once waited 204 ms)
+    "waitTimeMillsInSendQueue": "5000",
     "brokerIP1": "127.0.0.1",
     "brokerIP2": "127.0.0.1",
     "bindAddress": "127.0.0.1",
