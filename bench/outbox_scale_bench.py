@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, create_engine, func, make_url, select, text, update
 from sqlalchemy.orm import sessionmaker
 
 from bench.peers import BenchError, run_and_print
@@ -65,6 +65,8 @@ from . import outbox_scale_data as data
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench10m"
 MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/bench10m?local_infile=1"
 RETENTION = timedelta(days=7)
+PHASES = ("claims", "relay", "churn", "cleanup")
+"""The phases after the load, in the order they run (``--phases`` picks some)."""
 DAY_STEPS = 24
 stub = message_stub.c
 
@@ -102,6 +104,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--vacuum-every", type=int, default=6, help="churn steps between VACUUMs")
     p.add_argument("--bloat-bound", type=float, default=1.5,
                    help="index bytes per row after churn / before, at most")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help="phases after the load, a comma-separated subset of "
+                        f"{','.join(PHASES)} (the load always runs)")
     p.add_argument("--dir", default=None, help="parent of the store's temp dir")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -111,6 +116,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.claims = args.claims or (20 if args.quick else 200)
     args.relay_stubs = args.relay_stubs or (1_000 if args.quick else 10_000)
     args.cleanup_batch_sizes = [int(size) for size in args.cleanup_batches.split(",")]
+    args.phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
+    unknown = sorted(set(args.phases) - set(PHASES))
+    if unknown:
+        p.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASES)})")
     return args
 
 
@@ -156,12 +165,34 @@ class CountingProducer(Producer):
         return results
 
 
+def ensure_database(url: str) -> None:
+    """Create the database ``url`` names when its server has none of that name."""
+    parsed = make_url(url)
+    name = parsed.database
+    if not name or not name.replace("_", "").isalnum():
+        raise BenchError(f"give the bench a database of its own by a plain name, not {name!r}")
+    server_db = "postgres" if parsed.get_backend_name() == "postgresql" else None
+    admin = create_engine(parsed.set(database=server_db), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            if parsed.get_backend_name() == "postgresql":
+                found = connection.execute(text("SELECT 1 FROM pg_database WHERE datname = "
+                                                ":name"), {"name": name}).first()
+                if found is None:
+                    connection.execute(text(f'CREATE DATABASE "{name}"'))
+            else:
+                connection.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}`"))
+    finally:
+        admin.dispose()
+
+
 class Target:
     """One database: its URL, engine and the next free stub number."""
 
     def __init__(self, name: str, url: str) -> None:
         self.name = name
         self.url = url
+        ensure_database(url)
         self.engine = outbox.create_database_engine(url)
         self.next_number = 0
         self.base = utc_now()
@@ -495,21 +526,25 @@ def cleanup_phase(args: argparse.Namespace, target: Target) -> list[dict]:
 def run_size(args: argparse.Namespace, target: Target, size: int) -> dict:
     result: dict[str, Any] = {"database": target.name, "size": size}
     result["load"] = load_phase(args, target, size)
-    result["claims_ms"] = claims_phase(args, target)
-    progress(args, f"{target.name} {size}: claims {result['claims_ms']}")
-    app, root = open_store(args)
-    try:
-        result["relay"] = relay_phase(args, target, app)
-        result["four_relays"] = four_relays_phase(args, target, app)
-    finally:
-        app.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    progress(args, f"{target.name} {size}: relay {result['relay']}, 4 relays "
-                   f"{result['four_relays']['stubs_per_s']}/s")
-    result["churn"] = churn_phase(args, target, size)
-    progress(args, f"{target.name} {size}: churn growth {result['churn']['growth']}")
-    result["cleanup"] = cleanup_phase(args, target)
-    progress(args, f"{target.name} {size}: cleanup {result['cleanup']}")
+    if "claims" in args.phases:
+        result["claims_ms"] = claims_phase(args, target)
+        progress(args, f"{target.name} {size}: claims {result['claims_ms']}")
+    if "relay" in args.phases:
+        app, root = open_store(args)
+        try:
+            result["relay"] = relay_phase(args, target, app)
+            result["four_relays"] = four_relays_phase(args, target, app)
+        finally:
+            app.stop()
+            shutil.rmtree(root, ignore_errors=True)
+        progress(args, f"{target.name} {size}: relay {result['relay']}, 4 relays "
+                       f"{result['four_relays']['stubs_per_s']}/s")
+    if "churn" in args.phases:
+        result["churn"] = churn_phase(args, target, size)
+        progress(args, f"{target.name} {size}: churn growth {result['churn']['growth']}")
+    if "cleanup" in args.phases:
+        result["cleanup"] = cleanup_phase(args, target)
+        progress(args, f"{target.name} {size}: cleanup {result['cleanup']}")
     return result
 
 
@@ -539,6 +574,8 @@ def render(report: dict) -> None:
           "index: p50 / p99 ms, work | relay stubs/s | 4 relays stubs/s, dup |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in report["results"]:
+        if "claims_ms" not in r or "relay" not in r:
+            continue
         claims = r["claims_ms"]
         old = claims.get("without_claim_index")
         before = f"{old['p50']} / {old['p99']}, {old['work']:,}" if old else "—"
@@ -553,9 +590,10 @@ def render(report: dict) -> None:
           "producer p99 / max ms before | during | lock waiters |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in report["results"]:
-        for c in r["cleanup"]:
+        growth = f"{r['churn']['worst_growth']}×" if "churn" in r else "—"
+        for c in r.get("cleanup", []):
             calm, during = c["producers_before_ms"], c["producers_during_ms"]
-            print(f"| {r['database']} | {r['size']:,} | {r['churn']['worst_growth']}× | "
+            print(f"| {r['database']} | {r['size']:,} | {growth} | "
                   f"{c['batch_size']} | {c['rows_per_min']:,} | {calm['p99']} / {calm['max']} "
                   f"| {during['p99']} / {during['max']} | {c['lock_waiters_max']} |")
 

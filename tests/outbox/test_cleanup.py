@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, insert, select, update
+from sqlalchemy import Engine, event, insert, select, text, update
 from sqlalchemy.exc import OperationalError
 
 from postbox.framework import ConfigurationError
@@ -26,6 +27,8 @@ from postbox.outbox import (
 )
 from postbox.outbox.cleanup import MAX_BATCH_SIZE, CleanupPolicy, CleanupReport, run_cleanup
 from postbox.outbox.clock import utc_now
+from postbox.outbox.database import dialect_name
+from tests.support.polling import wait_until
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, 678901)
 DAY = timedelta(days=1)
@@ -93,8 +96,21 @@ class Statements:
     selects: int = 0
     deletes: list[tuple[str, int]] = field(default_factory=list)
     """(statement, number of bind parameters) per DELETE."""
+    batches: list[tuple[str, int]] = field(default_factory=list)
+    """The same per one-statement batch (PostgreSQL: ``WITH picked AS (…), gone AS (DELETE
+    …) SELECT …``)."""
     others: list[str] = field(default_factory=list)
     """Anything else but a transaction's BEGIN."""
+
+    def batches_of(self, table: str) -> list[int]:
+        """The bind parameters of each one-statement batch deleting from ``table``."""
+        return [count for statement, count in self.batches
+                if f"DELETE FROM {table} " in statement]
+
+
+def by_address(engine: Engine) -> bool:
+    """Whether cleanup's batches are one statement deleting by ``ctid`` (PostgreSQL)."""
+    return dialect_name(engine) == "postgresql"
 
 
 @contextmanager
@@ -107,6 +123,8 @@ def recorded(engine: Engine) -> Iterator[Statements]:
         if kind == "DELETE":
             assert not executemany
             seen.deletes.append((statement, len(parameters)))
+        elif kind == "WITH" and "DELETE FROM " in statement:
+            seen.batches.append((statement, len(parameters)))
         elif kind == "SELECT":
             seen.selects += 1
         elif kind != "BEGIN":  # SQLite's BEGIN IMMEDIATE (create_database_engine)
@@ -163,6 +181,14 @@ def test_batches_are_bounded_by_batch_size(engine: Engine):
     assert report.largest_batch == batch_size
     assert report.complete
     assert stub_ids(engine) == {"in-flight"}
+    assert not statements.others
+    if by_address(engine):
+        # one statement per batch, the last one picking fewer than a batch; the same
+        # parameters in each (the condition's and the limit), none per row
+        assert not statements.deletes
+        assert len(statements.batches_of("message_stub")) == report.batches
+        assert len(set(statements.batches_of("message_stub")[1:])) == 1
+        return
     # every DELETE names its rows by key: the status and cutoff parameters plus one per key
     assert len(statements.deletes) == report.batches
     keys_per_delete = [parameters - 2 for _, parameters in statements.deletes]
@@ -170,7 +196,6 @@ def test_batches_are_bounded_by_batch_size(engine: Engine):
     assert max(keys_per_delete) <= batch_size
     for statement, _ in statements.deletes:
         assert "WHERE" in statement and " IN " in statement, statement
-    assert not statements.others
 
 
 def test_max_batches_stops_a_run_early_and_the_next_run_continues(engine: Engine):
@@ -204,24 +229,62 @@ def test_oldest_rows_go_first(engine: Engine):
     assert stub_ids(engine) == set(ids("old", 5))
 
 
-def test_a_row_changed_between_select_and_delete_is_kept(engine: Engine):
+def test_a_row_changed_while_its_batch_runs_is_kept(engine: Engine):
+    """A stub re-armed after the batch picked it stays. On PostgreSQL and MariaDB another
+    transaction re-arms it and holds its row lock until the batch's DELETE waits on it; SQLite
+    has one writer at a time, so there the change is made in the batch's own transaction,
+    between its pick and its DELETE."""
     add_stubs(engine, ["rearmed", "gone"], StubStatus.CONFIRMED, confirmed_at=OLD)
-    changed = False
+    rearm = update(message_stub).where(message_stub.c.message_id == "rearmed").values(
+        status=StubStatus.UNCONFIRMED.value, confirmed_at=None)
 
-    @event.listens_for(engine, "before_execute")
-    def rearm_before_delete(connection: Any, statement: Any, *_: Any) -> None:
-        nonlocal changed
-        if not changed and getattr(statement, "is_delete", False):
-            changed = True  # in the batch's own transaction: no lock to wait for on SQLite
-            connection.execute(update(message_stub).where(
-                message_stub.c.message_id == "rearmed").values(
-                status=StubStatus.UNCONFIRMED.value, confirmed_at=None))
+    if dialect_name(engine) == "sqlite":
+        changed = False
 
-    report = run_cleanup(engine, CleanupPolicy(), now=NOW)
+        @event.listens_for(engine, "before_execute")
+        def rearm_before_delete(connection: Any, statement: Any, *_: Any) -> None:
+            nonlocal changed
+            if not changed and getattr(statement, "is_delete", False):
+                changed = True
+                connection.execute(rearm)
 
-    assert changed
+        report = run_cleanup(engine, CleanupPolicy(), now=NOW)
+        assert changed
+    else:
+        with engine.connect() as other:
+            other.execute(rearm)  # not committed: the row stays locked
+            with ThreadPoolExecutor(1) as pool:
+                running = pool.submit(run_cleanup, engine, CleanupPolicy(), now=NOW)
+                wait_until(lambda: waiting_on_a_lock(engine) or running.done(),
+                           what="the batch's DELETE waiting on the re-armed row",
+                           interval_s=0.25, detail=lambda: sessions(engine))
+                assert not running.done(), running.result()
+                other.commit()
+                report = running.result(timeout=30)
+
     assert report == CleanupReport(stubs=1, batches=1, largest_batch=1)
     assert stub_ids(engine) == {"rearmed"}
+
+
+def sessions(engine: Engine) -> list[Any]:
+    """What every session of the database server is doing, for a failure's message."""
+    query = ("SELECT pid, state, wait_event_type, wait_event, query FROM pg_stat_activity"
+             if dialect_name(engine) == "postgresql" else "SHOW FULL PROCESSLIST")
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(query))]
+
+
+def waiting_on_a_lock(engine: Engine) -> bool:
+    """Whether a session of this database waits on a row lock (PostgreSQL, MariaDB), read in a
+    transaction of its own (PostgreSQL's activity view holds still within one). InnoDB
+    refreshes ``innodb_trx`` only when it was not read in the last 0.1 s: poll it slower."""
+    if dialect_name(engine) == "postgresql":
+        query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND wait_event_type = 'Lock'")
+    else:
+        query = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+    with engine.connect() as connection:
+        return bool(connection.execute(text(query)).scalar_one())
 
 
 # ---- void stubs ------------------------------------------------------------------------------
@@ -280,6 +343,10 @@ def test_log_rows_of_stubs_cleaned_in_the_same_run_are_orphaned(engine: Engine):
     assert report.batches == math.ceil(30 / 7) + math.ceil(60 / 7)
     assert report.largest_batch == 7
     assert stub_ids(engine) == set() and log_keys(engine) == set()
+    if by_address(engine):  # a statement per batch, the last of each table picking fewer
+        assert len(statements.batches_of("message_stub")) == math.ceil(30 / 7)
+        assert len(statements.batches_of("message_log")) == math.ceil(60 / 7)
+        return
     # stub DELETEs: status, cutoff + 1 per key; log DELETEs: cutoff, status + 2 per key
     stub_keys = [n - 2 for statement, n in statements.deletes if "message_stub" in
                  statement.split("WHERE", 1)[0]]
@@ -322,6 +389,7 @@ def test_each_table_has_its_own_retention(engine: Engine):
 def test_composite_keys_without_row_values_use_or_of_ands(engine: Engine,
                                                           monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(cleanup, "_supports_row_values", lambda _engine: False)
+    monkeypatch.setattr(cleanup, "_deletes_by_address", lambda _engine: False)
     old = [(group, message_id) for group in ("billing", "shipping")
            for message_id in ids("m", 6)]
     add_processed(engine, old, processed_at=OLD)
@@ -334,6 +402,7 @@ def test_composite_keys_without_row_values_use_or_of_ands(engine: Engine,
     assert (report.logs, report.processed, report.batches) == (12, 12, 6)
     assert log_keys(engine) == set()
     assert processed_keys(engine) == {("billing", "young")}
+    assert statements.deletes
     assert all(" OR " in statement for statement, _ in statements.deletes)
 
 
@@ -349,7 +418,10 @@ def test_empty_database_run_is_a_no_op(engine: Engine, caplog: pytest.LogCapture
     assert report == CleanupReport()
     assert report.deleted == 0
     assert statements.deletes == [] and statements.others == []
-    assert statements.selects == 5  # one key lookup per kind of row
+    if by_address(engine):  # one batch statement per kind of row, finding nothing
+        assert len(statements.batches) == 5 and statements.selects == 0
+    else:
+        assert statements.selects == 5  # one key lookup per kind of row
     [record] = [r for r in caplog.records if r.name == "postbox.outbox.cleanup"]
     assert record.levelno == logging.INFO
     assert "[cleanup]" in record.getMessage() and "batches=0" in record.getMessage()
