@@ -30,33 +30,42 @@ Per size N (``--sizes``, default 10k,100k,1M,10M; ``--quick``: 1k,10k and small 
    web process's transaction) while ``run_cleanup`` deletes a day of confirmed stubs, once
    per ``--cleanup-batches`` batch size: rows/min, the producers' transaction latency p99/max
    before and during, and on PostgreSQL the most backends seen waiting on a lock
-   (``pg_stat_activity``, sampled every 20 ms).
+   (``pg_stat_activity``, sampled every 20 ms). ``--cleanup-baseline`` (PostgreSQL) times
+   the same per batch size with the key-list batches cleanup used before its one-statement
+   TID batches, a further day each: the ratio within one run.
+
+``--phases`` runs a subset after the load (``--phases cleanup``: load and cleanup only; the
+churn then has not deleted the first day, so the first cleanup run deletes two days).
+``--innodb-buffer-pool-mib`` sets MariaDB's buffer pool for the run (``SET GLOBAL``) and
+puts the former size back after. A database named in the URLs that does not exist is created.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, func, make_url, select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from bench.peers import BenchError, run_and_print
 from postbox import migrations, outbox
 from postbox.framework import App, BatchMessage, Producer, SendResult
-from postbox.outbox import message_stub
+from postbox.outbox import cleanup, message_stub
 from postbox.outbox.claims import claim_stubs, lease_free, unpublished_due
-from postbox.outbox.cleanup import CleanupPolicy, run_cleanup
+from postbox.outbox.cleanup import CleanupPolicy, CleanupReport, run_cleanup
 from postbox.outbox.clock import utc_now
 from postbox.outbox.relay import Relay, RelayOptions
 
@@ -99,11 +108,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--cleanup-batches", default="500,5000",
                    help="CleanupPolicy.batch_size values, one cleanup run each")
+    p.add_argument("--cleanup-baseline", action="store_true",
+                   help="PostgreSQL: also time cleanup by key lists (the former batches), a "
+                        "day of stubs per batch size")
     p.add_argument("--compare-index", action="store_true",
                    help="also time claims with the claim index dropped (the former schema)")
     p.add_argument("--vacuum-every", type=int, default=6, help="churn steps between VACUUMs")
     p.add_argument("--bloat-bound", type=float, default=1.5,
                    help="index bytes per row after churn / before, at most")
+    p.add_argument("--innodb-buffer-pool-mib", type=int, default=None,
+                   help="MariaDB: innodb_buffer_pool_size for the run (SET GLOBAL, put back "
+                        "after; default: the server's own)")
     p.add_argument("--phases", default=",".join(PHASES),
                    help="phases after the load, a comma-separated subset of "
                         f"{','.join(PHASES)} (the load always runs)")
@@ -500,21 +515,44 @@ class LockSampler:
         self._thread.join()
 
 
+def cleanup_runs(args: argparse.Namespace, target: Target) -> list[tuple[int, str]]:
+    """(batch size, how) of each cleanup run: the product's way, then with
+    ``--cleanup-baseline`` on PostgreSQL the key lists it replaced, a day each."""
+    runs = [(size, "product") for size in args.cleanup_batch_sizes]
+    if args.cleanup_baseline and target.name == "postgresql":
+        runs += [(size, "key lists") for size in args.cleanup_batch_sizes]
+    return runs
+
+
+def timed_cleanup(target: Target, policy: CleanupPolicy, now: datetime,
+                  how: str) -> tuple[CleanupReport, float]:
+    """``run_cleanup`` at ``now``, the way ``how`` names; its report and seconds."""
+    by_address = cleanup._deletes_by_address
+    if how == "key lists":  # the baseline: what every database did before the TID batches
+        cleanup._deletes_by_address = lambda _engine: False  # type: ignore[assignment]
+    try:
+        started = time.perf_counter()
+        report = run_cleanup(target.engine, policy, now=now)
+        return report, time.perf_counter() - started
+    finally:
+        cleanup._deletes_by_address = by_address  # type: ignore[assignment]
+
+
 def cleanup_phase(args: argparse.Namespace, target: Target) -> list[dict]:
     """A day of confirmed stubs deleted per batch size while producers send."""
     results = []
-    for day, batch_size in enumerate(args.cleanup_batch_sizes, start=2):
+    for day, (batch_size, how) in enumerate(cleanup_runs(args, target), start=2):
         policy = CleanupPolicy(batch_size=batch_size, max_batches=1_000_000)
         with Producers(target, args.producers) as producers:
             time.sleep(2.0 if args.quick else 3.0)
             calm = producers.since(0)
             mark = len(producers.took)
             with LockSampler(target) as sampler:
-                started = time.perf_counter()
-                report = run_cleanup(target.engine, policy, now=target.base + timedelta(days=day))
-                elapsed = time.perf_counter() - started
+                report, elapsed = timed_cleanup(target, policy,
+                                                target.base + timedelta(days=day), how)
             during = producers.since(mark)
         results.append({
+            "how": how,
             "batch_size": batch_size, "deleted": report.stubs, "seconds": round(elapsed, 2),
             "rows_per_min": round(report.stubs / elapsed * 60) if elapsed else 0,
             "producers_before_ms": latency_ms(calm), "producers_during_ms": latency_ms(during),
@@ -561,11 +599,51 @@ def run(args: argparse.Namespace) -> dict:
     results = []
     for target in targets(args):
         try:
-            for size in args.sizes:
-                results.append(run_size(args, target, size))
+            with buffer_pool(args, target):
+                for size in args.sizes:
+                    result = run_size(args, target, size)
+                    if target.name == "mariadb":
+                        result["innodb_buffer_pool_mib"] = pool_mib(target)
+                    results.append(result)
         finally:
             target.dispose()
     return {"sizes": args.sizes, "results": results}
+
+
+def pool_mib(target: Target) -> int:
+    """MariaDB's ``innodb_buffer_pool_size`` now, in MiB."""
+    with target.engine.connect() as connection:
+        return int(connection.execute(text("SELECT @@innodb_buffer_pool_size")).scalar_one()
+                   ) >> 20
+
+
+@contextlib.contextmanager
+def buffer_pool(args: argparse.Namespace, target: Target) -> Iterator[None]:
+    """On MariaDB with ``--innodb-buffer-pool-mib``: that buffer pool during the block, the
+    former one after (the server resizes in the background: wait until it reports the size)."""
+    mib = args.innodb_buffer_pool_mib
+    if target.name != "mariadb" or mib is None:
+        yield
+        return
+    former = pool_mib(target)
+
+    def resize(size: int) -> None:
+        with target.engine.connect() as connection:
+            connection.execute(text(f"SET GLOBAL innodb_buffer_pool_size = {size << 20}"))
+        deadline = time.monotonic() + 300
+        while pool_mib(target) != size and time.monotonic() < deadline:
+            time.sleep(0.5)
+        progress(args, f"mariadb: innodb_buffer_pool_size {pool_mib(target)} MiB")
+
+    resize(mib)
+    try:
+        yield
+    finally:
+        try:  # the server may refuse to shrink a full pool: the figures matter more
+            resize(former)
+        except OperationalError as error:
+            progress(args, f"mariadb: innodb_buffer_pool_size not put back to {former} MiB "
+                           f"({error.orig}); set it again by hand")
 
 
 def render(report: dict) -> None:
@@ -593,8 +671,9 @@ def render(report: dict) -> None:
         growth = f"{r['churn']['worst_growth']}×" if "churn" in r else "—"
         for c in r.get("cleanup", []):
             calm, during = c["producers_before_ms"], c["producers_during_ms"]
+            how = "" if c["how"] == "product" else f" ({c['how']})"
             print(f"| {r['database']} | {r['size']:,} | {growth} | "
-                  f"{c['batch_size']} | {c['rows_per_min']:,} | {calm['p99']} / {calm['max']} "
+                  f"{c['batch_size']}{how} | {c['rows_per_min']:,} | {calm['p99']} / {calm['max']} "
                   f"| {during['p99']} / {during['max']} | {c['lock_waiters_max']} |")
 
 

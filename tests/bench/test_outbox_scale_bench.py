@@ -55,3 +55,23 @@ def test_quick_profile_on_postgresql(scale_database: str) -> None:
     assert set(churn["growth"]) == set(churn["before"]["bytes"])
     [cleanup] = result["cleanup"]
     assert cleanup["deleted"] > 0 and cleanup["producers_during_ms"]["n"] >= 0
+
+
+def test_cleanup_alone_against_its_key_list_baseline(scale_database: str) -> None:
+    args = bench.parse_args(["--quick", "--sizes", "2k", "--no-mariadb", "--phases", "cleanup",
+                             "--cleanup-baseline", "--postgres", scale_database,
+                             "--cleanup-batches", "100"])
+    report = bench.run(args)
+
+    [result] = report["results"]
+    assert set(result) == {"database", "size", "load", "cleanup"}  # no other phase ran
+    product, baseline = result["cleanup"]
+    assert (product["how"], baseline["how"]) == ("product", "key lists")
+    # the first run deletes the stubs confirmed in the table's first two days, the
+    # baseline those of the third (history spread evenly over seven days, 95 % confirmed)
+    assert product["deleted"] > baseline["deleted"] > 0
+
+
+def test_unknown_phase_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--phases", "cleanup,vacuum"])
