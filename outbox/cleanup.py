@@ -199,6 +199,12 @@ class _Sweep:
     time_column: Column[Any]
     condition: ColumnElement[bool]
 
+    def since(self, reached: Any) -> ColumnElement[bool]:
+        """The condition, from the time ``reached`` on (None: from the oldest row)."""
+        if reached is None:
+            return self.condition
+        return and_(self.condition, self.time_column >= reached)
+
 
 @dataclass(frozen=True)
 class _Batch:
@@ -282,10 +288,7 @@ def _delete_batch(connection: Connection, *, sweep: _Sweep, limit: int, row_valu
     """One batch, in the caller's transaction: pick up to ``limit`` keys (from ``reached``
     on, the time where the previous batch of the run ended), delete those rows that still
     match."""
-    condition = sweep.condition
-    if reached is not None:
-        condition = and_(condition, sweep.time_column >= reached)
-    picked = connection.execute(select(*sweep.key, sweep.time_column).where(condition)
+    picked = connection.execute(select(*sweep.key, sweep.time_column).where(sweep.since(reached))
                                 .order_by(sweep.time_column).limit(limit)).all()
     if not picked:
         return _Batch(0, 0)
@@ -300,12 +303,10 @@ def _delete_batch_by_address(connection: Connection, *, sweep: _Sweep, limit: in
                              reached: Any = None) -> _Batch:
     """PostgreSQL's batch, one statement: pick up to ``limit`` rows' ``ctid`` (from
     ``reached`` on), delete those that still match through a TID scan."""
-    condition = sweep.condition
-    if reached is not None:
-        condition = and_(condition, sweep.time_column >= reached)
     address: ColumnElement[Any] = literal_column(f"{sweep.table.name}.ctid")
     picked = (select(address.label("address"), sweep.time_column.label("at"))
-              .where(condition).order_by(sweep.time_column).limit(limit).cte("picked"))
+              .where(sweep.since(reached)).order_by(sweep.time_column).limit(limit)
+              .cte("picked"))
     # ARRAY(SELECT …) makes the addresses one parameter, which the TID scan takes
     gone = (delete(sweep.table)
             .where(text(f"{sweep.table.name}.ctid = ANY(ARRAY(SELECT address FROM picked))"),
