@@ -14,6 +14,7 @@ from postbox.idempotency import ledger
 from postbox.outbox.clock import utc_now
 from postbox.outbox.database import create_database_engine, dialect_name
 from postbox.outbox.tables import StubStatus
+from tests.support.lock_waits import waiting_on_a_lock
 from tests.support.polling import wait_until
 
 GROUPS = ("billing", "shipping")
@@ -86,7 +87,7 @@ def test_two_groups_at_the_same_moment_confirm_the_stub(make_app, fake_clock):
             thread.start()
             assert blocking.wait(30), "shipping's transaction never reached the stub"
             if dialect == "postgresql":  # seen waiting on billing's row lock
-                wait_until(lambda: _lock_waits(box.engine) > 0, what="shipping waiting")
+                wait_until(lambda: waiting_on_a_lock(box.engine), what="shipping waiting")
         thread.join(30)
         assert not thread.is_alive()
     finally:
@@ -94,10 +95,3 @@ def test_two_groups_at_the_same_moment_confirm_the_stub(make_app, fake_clock):
         second_engine.dispose()
     assert claimed == [True]
     assert _status(box.engine, message_id) == StubStatus.CONFIRMED
-
-
-def _lock_waits(engine) -> int:
-    with engine.connect() as connection:
-        return connection.exec_driver_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()").scalar_one()

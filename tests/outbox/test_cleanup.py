@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, insert, select, text, update
+from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.exc import OperationalError
 
 from postbox.framework import ConfigurationError
@@ -28,6 +28,7 @@ from postbox.outbox import (
 from postbox.outbox.cleanup import MAX_BATCH_SIZE, CleanupPolicy, CleanupReport, run_cleanup
 from postbox.outbox.clock import utc_now
 from postbox.outbox.database import dialect_name
+from tests.support.lock_waits import sessions, waiting_on_a_lock
 from tests.support.polling import wait_until
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, 678901)
@@ -264,27 +265,6 @@ def test_a_row_changed_while_its_batch_runs_is_kept(engine: Engine):
 
     assert report == CleanupReport(stubs=1, batches=1, largest_batch=1)
     assert stub_ids(engine) == {"rearmed"}
-
-
-def sessions(engine: Engine) -> list[Any]:
-    """What every session of the database server is doing, for a failure's message."""
-    query = ("SELECT pid, state, wait_event_type, wait_event, query FROM pg_stat_activity"
-             if dialect_name(engine) == "postgresql" else "SHOW FULL PROCESSLIST")
-    with engine.connect() as connection:
-        return [tuple(row) for row in connection.execute(text(query))]
-
-
-def waiting_on_a_lock(engine: Engine) -> bool:
-    """Whether a session of this database waits on a row lock (PostgreSQL, MariaDB), read in a
-    transaction of its own (PostgreSQL's activity view holds still within one). InnoDB
-    refreshes ``innodb_trx`` only when it was not read in the last 0.1 s: poll it slower."""
-    if dialect_name(engine) == "postgresql":
-        query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                 "AND wait_event_type = 'Lock'")
-    else:
-        query = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
-    with engine.connect() as connection:
-        return bool(connection.execute(text(query)).scalar_one())
 
 
 # ---- void stubs ------------------------------------------------------------------------------
