@@ -4,7 +4,8 @@
 returns its response; ``oneway`` sends with flag bit 1; ``send_bytes`` writes anything (a
 malformed frame); ``server_requests`` collects the broker → client requests (e.g. 40
 NOTIFY_CONSUMER_IDS_CHANGED) that arrive, and ``answer_calls`` makes it reply to them. A reader
-thread matches responses by opaque; ``close`` ends it.
+thread matches responses by opaque; ``close`` ends it. ``closed_by_peer`` is set when the
+peer closes the connection (or it breaks), never because the peer was quiet for a while.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ class RawRemotingClient:
     """One connection to a remoting server."""
 
     def __init__(self, address: tuple[str, int] | str | None, *, language: str = "JAVA",
-                 version: int = 479, sock: socket.socket | None = None) -> None:
+                 version: int = 479, sock: socket.socket | None = None,
+                 timeout_s: float = 10.0) -> None:
         if isinstance(address, str):
             host, port = address.rsplit(":", 1)
             address = (host, int(port))
         if sock is None:
             assert address is not None
-            sock = socket.create_connection(address, timeout=10)
+            sock = socket.create_connection(address, timeout=timeout_s)
         self.sock = sock
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.language, self.version = language, version
@@ -128,9 +130,18 @@ class RawRemotingClient:
         self.close()
 
     def _read(self) -> None:
+        """Read until the peer closes, the connection breaks or ``close``; the socket's
+        timeout (``create_connection``'s 10 s, for connecting and writing) only means nothing
+        came for that long, never that the peer closed."""
         decoder = FrameDecoder()
         try:
-            while data := self.sock.recv(1 << 16):
+            while True:
+                try:
+                    data = self.sock.recv(1 << 16)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
                 for command in decoder.feed(data):
                     self._on_command(command)
         except (OSError, WireError):
