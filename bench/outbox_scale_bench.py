@@ -26,10 +26,12 @@ Per size N (``--sizes``, default 10k,100k,1M,10M; ``--quick``: 1k,10k and small 
    ``run_cleanup`` at that hour. PostgreSQL: a plain ``VACUUM`` every ``--vacuum-every``
    steps stands for autovacuum. Index bytes per row before and after: the ratio must stay
    under ``--bloat-bound`` (printed, never asserted).
-6. **Cleanup under load**: ``--producers`` threads send stubs (``outbox.send`` + commit, the
-   web process's transaction) while ``run_cleanup`` deletes a day of confirmed stubs, once
-   per ``--cleanup-batches`` batch size: rows/min, the producers' transaction latency p99/max
-   before and during, and on PostgreSQL the most backends seen waiting on a lock
+6. **Cleanup under load**: ``--producers`` processes send stubs (``outbox.send`` + commit, the
+   web process's transaction; ``--producer-threads``: threads of the bench's process, which
+   share its interpreter lock with the cleanup) while ``run_cleanup`` deletes a day of
+   confirmed stubs, once per ``--cleanup-batches`` batch size: rows/min, the producers'
+   transaction latency p99/max before and during, and on PostgreSQL the most backends seen
+   waiting on a lock
    (``pg_stat_activity``, sampled every 20 ms). ``--cleanup-baseline`` (PostgreSQL) times
    the same per batch size with the key-list batches cleanup used before its one-statement
    TID batches, a further day each: the ratio within one run.
@@ -104,6 +106,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100, help="stubs per claim (RelayOptions)")
     p.add_argument("--relay-stubs", type=int, default=None, help="default 10 000")
     p.add_argument("--producers", type=int, default=2)
+    p.add_argument("--producer-threads", action="store_true",
+                   help="run the cleanup phase's producers as threads of the bench's process "
+                        "(sharing its interpreter lock with the cleanup) instead of processes")
     p.add_argument("--cleanup-batches", default="500,5000",
                    help="CleanupPolicy.batch_size values, one cleanup run each")
     p.add_argument("--cleanup-baseline", action="store_true",
@@ -488,6 +493,9 @@ def render(report: dict) -> None:
               f"{r['relay']['stubs_per_s']:,} | {r['four_relays']['stubs_per_s']:,}, "
               f"{r['four_relays']['published_twice']} |")
     print()
+    modes = {c["producers"] for r in report["results"] for c in r.get("cleanup", [])}
+    if modes:
+        print(f"Cleanup under load, producers as {' and '.join(sorted(modes))}:")
     print("| db | stubs | index growth after a day (worst) | cleanup batch | rows/min | "
           "producer p99 / max ms before | during | lock waiters |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

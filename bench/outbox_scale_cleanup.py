@@ -1,19 +1,20 @@
 """The outbox scale bench's cleanup under load (``bench.outbox_scale_bench``, phase 6): producer
-threads sending stubs, PostgreSQL's lock-waiter sampler, the cleanup runs (the product's
-batches, and with ``--cleanup-baseline`` the key lists they replaced), MariaDB's buffer pool
-for a run; and the progress and latency helpers the bench shares."""
+processes (or threads) sending stubs, PostgreSQL's lock-waiter sampler, the cleanup runs (the
+product's batches, and with ``--cleanup-baseline`` the key lists they replaced), MariaDB's
+buffer pool for a run; and the progress and latency helpers the bench shares."""
 
 from __future__ import annotations
 
 import argparse
 import collections
 import contextlib
+import multiprocessing
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -46,43 +47,88 @@ def latency_ms(values: Sequence[float]) -> dict[str, float]:
             "max": round(max(values, default=0.0) * 1000, 2), "n": len(values)}
 
 
+def _send_until(url: str, stop: threading.Event | Any, took: list[tuple[float, float]]) -> None:
+    """Send stubs (``outbox.send`` + commit) until ``stop``, appending (start, seconds) per
+    transaction (``time.monotonic``: one clock for every process of the machine)."""
+    engine = outbox.create_database_engine(url)
+    sessions = sessionmaker(engine)
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            with sessions.begin() as session:
+                outbox.send(session, "orders", {"order": 1}, tags="paid")
+            took.append((started, time.monotonic() - started))
+    finally:
+        engine.dispose()
+
+
+def _producer_process(url: str, stop: Any, results: Any) -> None:
+    """One producer process: its timings (or its error) go to ``results`` at the end."""
+    took: list[tuple[float, float]] = []
+    try:
+        results.put(("ready", None))
+        _send_until(url, stop, took)
+        results.put(("took", took))
+    except BaseException as error:
+        results.put(("error", repr(error)))
+
+
 class Producers:
-    """Threads sending stubs in their own transactions, timing each."""
+    """``count`` producers sending stubs in their own transactions, each timed: separate
+    processes (the web processes of production, which share no interpreter with the cleanup
+    worker), or with ``threads`` threads of this process (they compete with the cleanup for
+    its interpreter lock). ``during(start, end)`` gives the seconds of the transactions
+    that began in that window, once the block has ended."""
 
-    def __init__(self, target: Target, count: int) -> None:
-        self.engine = outbox.create_database_engine(target.url)
-        self.sessions = sessionmaker(self.engine)
-        self.took: list[float] = []
-        self.mark = 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
-        self.errors: list[BaseException] = []
+    def __init__(self, target: Target, count: int, *, threads: bool = False) -> None:
+        self.url = target.url
+        self.took: list[tuple[float, float]] = []
+        self.errors: list[str] = []
+        self._threads_mode = threads
+        if threads:
+            self._stop: Any = threading.Event()
+            self._workers: list[Any] = [threading.Thread(target=self._run_thread, daemon=True)
+                                        for _ in range(count)]
+        else:
+            context = multiprocessing.get_context("spawn")  # nothing inherited from this one
+            self._stop, self._results = context.Event(), context.Queue()
+            self._workers = [context.Process(target=_producer_process,
+                                             args=(self.url, self._stop, self._results),
+                                             daemon=True) for _ in range(count)]
 
-    def _run(self) -> None:
+    def _run_thread(self) -> None:
         try:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                with self.sessions.begin() as session:
-                    outbox.send(session, "orders", {"order": 1}, tags="paid")
-                self.took.append(time.perf_counter() - started)
-        except BaseException as error:  # reported by stop()
-            self.errors.append(error)
+            _send_until(self.url, self._stop, self.took)
+        except BaseException as error:  # reported on exit
+            self.errors.append(repr(error))
 
     def __enter__(self) -> Producers:
-        for thread in self._threads:
-            thread.start()
+        for worker in self._workers:
+            worker.start()
+        if not self._threads_mode:  # every process imported and connected before timing
+            for _ in self._workers:
+                kind, value = self._results.get(timeout=120)
+                if kind == "error":
+                    self.errors.append(value)
         return self
 
-    def since(self, mark: int) -> list[float]:
-        return self.took[mark:]
+    def during(self, start: float, end: float = float("inf")) -> list[float]:
+        """Seconds of the transactions begun in [start, end)."""
+        return [seconds for began, seconds in self.took if start <= began < end]
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
-        self.engine.dispose()
+        if not self._threads_mode:
+            for _ in self._workers:
+                kind, value = self._results.get(timeout=120)
+                if kind == "error":
+                    self.errors.append(value)
+                else:
+                    self.took.extend(value)
+        for worker in self._workers:
+            worker.join(60)
         if self.errors:
-            raise BenchError(f"a producer failed: {self.errors[0]!r}") from self.errors[0]
+            raise BenchError(f"a producer failed: {self.errors[0]}")
 
 
 class LockSampler:
@@ -148,16 +194,18 @@ def cleanup_phase(args: argparse.Namespace, target: Target) -> list[dict]:
     results = []
     for day, (batch_size, how) in enumerate(cleanup_runs(args, target), start=2):
         policy = CleanupPolicy(batch_size=batch_size, max_batches=1_000_000)
-        with Producers(target, args.producers) as producers:
+        with Producers(target, args.producers, threads=args.producer_threads) as producers:
+            calm_from = time.monotonic()
             time.sleep(2.0 if args.quick else 3.0)
-            calm = producers.since(0)
-            mark = len(producers.took)
+            cleanup_from = time.monotonic()
             with LockSampler(target) as sampler:
                 report, elapsed = timed_cleanup(target, policy,
                                                 target.base + timedelta(days=day), how)
-            during = producers.since(mark)
+            cleanup_to = time.monotonic()
+        calm = producers.during(calm_from, cleanup_from)
+        during = producers.during(cleanup_from, cleanup_to)
         results.append({
-            "how": how,
+            "how": how, "producers": "threads" if args.producer_threads else "processes",
             "batch_size": batch_size, "deleted": report.stubs, "seconds": round(elapsed, 2),
             "rows_per_min": round(report.stubs / elapsed * 60) if elapsed else 0,
             "producers_before_ms": latency_ms(calm), "producers_during_ms": latency_ms(during),

@@ -54,19 +54,21 @@ def test_quick_profile_on_postgresql(scale_database: str) -> None:
     assert "ix_message_stub_unpublished" in churn["after"]["bytes"]
     assert set(churn["growth"]) == set(churn["before"]["bytes"])
     [cleanup] = result["cleanup"]
-    assert cleanup["deleted"] > 0 and cleanup["producers_during_ms"]["n"] >= 0
+    assert cleanup["deleted"] > 0 and cleanup["producers"] == "processes"
+    assert cleanup["producers_before_ms"]["n"] > 0  # the producer processes' timings came back
 
 
 def test_cleanup_alone_against_its_key_list_baseline(scale_database: str) -> None:
     args = bench.parse_args(["--quick", "--sizes", "2k", "--no-mariadb", "--phases", "cleanup",
                              "--cleanup-baseline", "--postgres", scale_database,
-                             "--cleanup-batches", "100"])
+                             "--cleanup-batches", "100", "--producer-threads"])
     report = bench.run(args)
 
     [result] = report["results"]
     assert set(result) == {"database", "size", "load", "cleanup"}  # no other phase ran
     product, baseline = result["cleanup"]
     assert (product["how"], baseline["how"]) == ("product", "key lists")
+    assert product["producers"] == "threads" and product["producers_before_ms"]["n"] > 0
     # the first run deletes the stubs confirmed in the table's first two days, the
     # baseline those of the third (history spread evenly over seven days, 95 % confirmed)
     assert product["deleted"] > baseline["deleted"] > 0
