@@ -8,7 +8,7 @@ STAMP := $(VENV)/.postbox-installed
 .PHONY: demo test test-slow test-peers test-peers-message-types test-peers-stores \
         test-peers-clients test-soak \
         test-database test-transports test-postbox-transport test-rocketmq-transport \
-        test-python-engine lint docs bench clean
+        test-python-engine lint docs bench screenshots clean
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Postbox needs Python 3.11 or newer")'
@@ -122,6 +122,13 @@ test-python-engine: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.store_bench
+
+# The console's screenshots in docs/console/: the browser tests take them (into
+# build/console-screenshots, so a test run leaves the tracked images alone), then they are copied.
+screenshots: $(INSTALLED)
+	rm -rf build/console-screenshots
+	$(BIN)/python -m pytest -q tests/console
+	cp build/console-screenshots/*.png docs/console/
 
 clean:
 	rm -rf $(VENV) .postbox .pytest_cache .mypy_cache

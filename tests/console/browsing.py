@@ -11,11 +11,13 @@ from sqlalchemy import create_engine, select
 from postbox.outbox.tables import StubStatus, console_audit, message_stub
 
 TOKEN = "console-test-token"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "console-screenshots"
+"""Where the browser tests leave their screenshots: not in the tracked ``docs/console/``, so a
+test run leaves the tree clean; ``make screenshots`` runs these tests and copies them there."""
 
 
 def shoot(page, name: str) -> None:
-    """A full-page screenshot for the docs."""
+    """A full-page screenshot for the docs (``SCREENSHOTS``)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
