@@ -62,7 +62,7 @@ def rates(console: Console, figures: dict[str, Any]) -> dict[str, Any]:
         consume_rates.append(max(c1 - c0, 0) / span)
     return {"put": put_rates[-1] if put_rates else 0.0,
             "consume": consume_rates[-1] if consume_rates else 0.0,
-            "chart": line_chart([f"{len(samples)} samples"],
+            "chart": line_chart([f"{len(samples)} sample{'' if len(samples) == 1 else 's'}"],
                                 {"put/s": put_rates, "consume/s": consume_rates},
                                 "messages per second")}
 
