@@ -38,8 +38,9 @@ Per size N (``--sizes``, default 10k,100k,1M,10M; ``--quick``: 1k,10k and small 
 
 ``--phases`` runs a subset after the load (``--phases cleanup``: load and cleanup only; the
 churn then has not deleted the first day, so the first cleanup run deletes two days).
-``--innodb-buffer-pool-mib`` sets MariaDB's buffer pool for the run (``SET GLOBAL``) and
-puts the former size back after. A database named in the URLs that does not exist is created.
+``--innodb-buffer-pool-mib`` and ``--mariadb-set NAME=VALUE`` set MariaDB's buffer pool and
+other server variables for the run (``SET GLOBAL``) and put the former values back after.
+A database named in the URLs that does not exist is created.
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ from postbox.outbox.clock import utc_now
 from postbox.outbox.relay import Relay, RelayOptions
 
 from . import outbox_scale_data as data
-from .outbox_scale_cleanup import buffer_pool, cleanup_phase, latency_ms, pool_mib, progress
+from .outbox_scale_cleanup import (
+    cleanup_phase,
+    latency_ms,
+    mariadb_settings,
+    pool_mib,
+    progress,
+)
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench10m"
 MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/bench10m?local_infile=1"
@@ -89,6 +96,14 @@ def parse_sizes(value: str) -> list[int]:
         factor = factors.get(part[-1:], 1)
         sizes.append(int(float(part.rstrip("km")) * factor))
     return sizes
+
+
+def setting(value: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of a numeric server variable."""
+    name, _, number = value.partition("=")
+    if not name.isidentifier() or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {value!r}")
+    return name, number
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -122,6 +137,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--innodb-buffer-pool-mib", type=int, default=None,
                    help="MariaDB: innodb_buffer_pool_size for the run (SET GLOBAL, put back "
                         "after; default: the server's own)")
+    p.add_argument("--mariadb-set", type=setting, action="append", default=[],
+                   metavar="NAME=VALUE",
+                   help="MariaDB: a numeric server variable for the run (SET GLOBAL, put back "
+                        "after; repeatable), e.g. innodb_log_file_size=1073741824")
     p.add_argument("--phases", default=",".join(PHASES),
                    help="phases after the load, a comma-separated subset of "
                         f"{','.join(PHASES)} (the load always runs)")
@@ -464,11 +483,12 @@ def run(args: argparse.Namespace) -> dict:
     results = []
     for target in targets(args):
         try:
-            with buffer_pool(args, target):
+            with mariadb_settings(args, target) as settings:
                 for size in args.sizes:
                     result = run_size(args, target, size)
                     if target.name == "mariadb":
                         result["innodb_buffer_pool_mib"] = pool_mib(target)
+                        result["mariadb_set"] = settings
                     results.append(result)
         finally:
             target.dispose()

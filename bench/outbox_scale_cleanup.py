@@ -1,7 +1,8 @@
 """The outbox scale bench's cleanup under load (``bench.outbox_scale_bench``, phase 6): producer
 processes (or threads) sending stubs, PostgreSQL's lock-waiter sampler, the cleanup runs (the
 product's batches, and with ``--cleanup-baseline`` the key lists they replaced), MariaDB's
-buffer pool for a run; and the progress and latency helpers the bench shares."""
+buffer pool and server variables for a run; and the progress and latency helpers the bench
+shares."""
 
 from __future__ import annotations
 
@@ -248,3 +249,33 @@ def buffer_pool(args: argparse.Namespace, target: Target) -> Iterator[None]:
         except OperationalError as error:
             progress(args, f"mariadb: innodb_buffer_pool_size not put back to {former} MiB "
                            f"({error.orig}); set it again by hand")
+
+
+def global_value(target: Target, name: str) -> str:
+    """A server variable's global value, as text."""
+    with target.engine.connect() as connection:
+        return str(connection.execute(text(f"SELECT @@GLOBAL.{name}")).scalar_one())
+
+
+@contextlib.contextmanager
+def mariadb_settings(args: argparse.Namespace, target: Target) -> Iterator[dict[str, str]]:
+    """On MariaDB: the buffer pool of ``--innodb-buffer-pool-mib`` and every ``--mariadb-set
+    NAME=VALUE`` (``SET GLOBAL``, e.g. ``innodb_log_file_size``, which MariaDB 10.11 resizes
+    online) during the block, the former values after; yields the values in force."""
+    settings = dict(args.mariadb_set) if target.name == "mariadb" else {}
+    former = {name: global_value(target, name) for name in settings}
+
+    def apply(values: dict[str, str]) -> None:
+        with target.engine.connect() as connection:
+            for name, value in values.items():
+                connection.execute(text(f"SET GLOBAL {name} = {int(value)}"))
+
+    with buffer_pool(args, target):
+        apply(settings)
+        try:
+            in_force = {name: global_value(target, name) for name in settings}
+            if in_force:
+                progress(args, f"mariadb: {in_force}")
+            yield in_force
+        finally:
+            apply(former)

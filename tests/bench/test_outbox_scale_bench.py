@@ -77,3 +77,57 @@ def test_cleanup_alone_against_its_key_list_baseline(scale_database: str) -> Non
 def test_unknown_phase_is_refused() -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--phases", "cleanup,vacuum"])
+
+
+MARIADB_SERVER_URL = "mysql+pymysql://root@127.0.0.1:3306"
+
+
+@pytest.fixture
+def mariadb_scale_database() -> Iterator[str]:
+    """A MariaDB database created for this test and dropped after it."""
+    name = f"postbox_scale_{os.getpid()}"
+    admin = create_engine(f"{MARIADB_SERVER_URL}/test", isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            connection.execute(text(f"CREATE DATABASE {name}"))
+    except OperationalError as error:
+        admin.dispose()
+        pytest.skip(f"no MariaDB server at {MARIADB_SERVER_URL}: {error.orig}")
+    try:
+        yield f"{MARIADB_SERVER_URL}/{name}?local_infile=1"  # the load's LOAD DATA LOCAL
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
+
+
+def io_capacity(url: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            value = connection.execute(text("SELECT @@GLOBAL.innodb_io_capacity")).scalar_one()
+            return int(value)
+    finally:
+        engine.dispose()
+
+
+def test_mariadb_server_variables_hold_for_the_run_and_are_put_back(mariadb_scale_database):
+    former = io_capacity(mariadb_scale_database)
+    wanted = former + 100
+    args = bench.parse_args(["--quick", "--sizes", "2k", "--no-postgres", "--phases", "cleanup",
+                             "--mariadb", mariadb_scale_database, "--cleanup-batches", "500",
+                             "--mariadb-set", f"innodb_io_capacity={wanted}"])
+    report = bench.run(args)
+
+    [result] = report["results"]
+    assert result["mariadb_set"] == {"innodb_io_capacity": str(wanted)}
+    [cleanup] = result["cleanup"]
+    assert cleanup["deleted"] > 0 and cleanup["producers"] == "processes"
+    assert io_capacity(mariadb_scale_database) == former
+
+
+def test_a_server_variable_must_be_a_name_and_a_number() -> None:
+    for wrong in ("innodb_io_capacity", "x=1; DROP TABLE t", "a b=3"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--mariadb-set", wrong])
