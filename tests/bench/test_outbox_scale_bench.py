@@ -14,26 +14,41 @@ from sqlalchemy.exc import OperationalError
 from bench import outbox_scale_bench as bench
 
 SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432"
+MARIADB_SERVER_URL = "mysql+pymysql://root@127.0.0.1:3306"
 
 
-@pytest.fixture
-def scale_database() -> Iterator[str]:
-    """A PostgreSQL database created for this test and dropped after it."""
+def database_for_the_test(server_url: str, admin_database: str, drop_options: str = ""
+                          ) -> Iterator[str]:
+    """A database created on ``server_url`` for one test, dropped after it (skipped when the
+    server does not answer; under ``CI=true`` a skip fails the run)."""
     name = f"postbox_scale_{os.getpid()}"
-    admin = create_engine(f"{SERVER_URL}/postgres", isolation_level="AUTOCOMMIT")
+    admin = create_engine(f"{server_url}/{admin_database}", isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
             connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
             connection.execute(text(f"CREATE DATABASE {name}"))
     except OperationalError as error:
         admin.dispose()
-        pytest.skip(f"no PostgreSQL server at {SERVER_URL}: {error.orig}")
+        pytest.skip(f"no database server at {server_url}: {error.orig}")
     try:
-        yield f"{SERVER_URL}/{name}"
+        yield f"{server_url}/{name}"
     finally:
         with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}{drop_options}"))
         admin.dispose()
+
+
+@pytest.fixture
+def scale_database() -> Iterator[str]:
+    """A PostgreSQL database of this test's own."""
+    yield from database_for_the_test(SERVER_URL, "postgres", " WITH (FORCE)")
+
+
+@pytest.fixture
+def mariadb_scale_database() -> Iterator[str]:
+    """A MariaDB database of this test's own (with LOAD DATA LOCAL, which the load uses)."""
+    for url in database_for_the_test(MARIADB_SERVER_URL, "test"):
+        yield f"{url}?local_infile=1"
 
 
 def test_quick_profile_on_postgresql(scale_database: str) -> None:
@@ -77,29 +92,6 @@ def test_cleanup_alone_against_its_key_list_baseline(scale_database: str) -> Non
 def test_unknown_phase_is_refused() -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--phases", "cleanup,vacuum"])
-
-
-MARIADB_SERVER_URL = "mysql+pymysql://root@127.0.0.1:3306"
-
-
-@pytest.fixture
-def mariadb_scale_database() -> Iterator[str]:
-    """A MariaDB database created for this test and dropped after it."""
-    name = f"postbox_scale_{os.getpid()}"
-    admin = create_engine(f"{MARIADB_SERVER_URL}/test", isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-            connection.execute(text(f"CREATE DATABASE {name}"))
-    except OperationalError as error:
-        admin.dispose()
-        pytest.skip(f"no MariaDB server at {MARIADB_SERVER_URL}: {error.orig}")
-    try:
-        yield f"{MARIADB_SERVER_URL}/{name}?local_infile=1"  # the load's LOAD DATA LOCAL
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        admin.dispose()
 
 
 def io_capacity(url: str) -> int:
