@@ -106,11 +106,14 @@ class Producers:
     def __enter__(self) -> Producers:
         for worker in self._workers:
             worker.start()
-        if not self._threads_mode:  # every process imported and connected before timing
+        self._ready = 0
+        if not self._threads_mode:  # every process imported before timing
             for _ in self._workers:
                 kind, value = self._results.get(timeout=120)
                 if kind == "error":
                     self.errors.append(value)
+                else:
+                    self._ready += 1  # it sends one more message: its timings or its error
         return self
 
     def during(self, start: float, end: float = float("inf")) -> list[float]:
@@ -120,7 +123,7 @@ class Producers:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if not self._threads_mode:
-            for _ in self._workers:
+            for _ in range(self._ready):
                 kind, value = self._results.get(timeout=120)
                 if kind == "error":
                     self.errors.append(value)
