@@ -48,7 +48,7 @@ def latency_ms(values: Sequence[float]) -> dict[str, float]:
             "max": round(max(values, default=0.0) * 1000, 2), "n": len(values)}
 
 
-def _send_until(url: str, stop: threading.Event | Any, took: list[tuple[float, float]]) -> None:
+def _send_until(url: str, stop: Any, took: list[tuple[float, float]]) -> None:
     """Send stubs (``outbox.send`` + commit) until ``stop``, appending (start, seconds) per
     transaction (``time.monotonic``: one clock for every process of the machine)."""
     engine = outbox.create_database_engine(url)
@@ -218,11 +218,15 @@ def cleanup_phase(args: argparse.Namespace, target: Target) -> list[dict]:
     return results
 
 
+def global_value(target: Target, name: str) -> str:
+    """A server variable's global value, as text."""
+    with target.engine.connect() as connection:
+        return str(connection.execute(text(f"SELECT @@GLOBAL.{name}")).scalar_one())
+
+
 def pool_mib(target: Target) -> int:
     """MariaDB's ``innodb_buffer_pool_size`` now, in MiB."""
-    with target.engine.connect() as connection:
-        return int(connection.execute(text("SELECT @@innodb_buffer_pool_size")).scalar_one()
-                   ) >> 20
+    return int(global_value(target, "innodb_buffer_pool_size")) >> 20
 
 
 @contextlib.contextmanager
@@ -252,12 +256,6 @@ def buffer_pool(args: argparse.Namespace, target: Target) -> Iterator[None]:
         except OperationalError as error:
             progress(args, f"mariadb: innodb_buffer_pool_size not put back to {former} MiB "
                            f"({error.orig}); set it again by hand")
-
-
-def global_value(target: Target, name: str) -> str:
-    """A server variable's global value, as text."""
-    with target.engine.connect() as connection:
-        return str(connection.execute(text(f"SELECT @@GLOBAL.{name}")).scalar_one())
 
 
 @contextlib.contextmanager
