@@ -69,12 +69,19 @@ def engine_figures(args: argparse.Namespace, setting: str) -> dict:
 def codec_figures(size: int) -> dict[str, dict[str, float]]:
     """Nanoseconds per call of each codec, reference and native, in this process: the best of
     ``CODEC_ROUNDS`` interleaved rounds of ``CODEC_CALLS`` calls (the least disturbed by other
-    load). A pull body is 32 records."""
+    load). A pull body is 32 records; the segment walk (the reconciliation's store scan) walks
+    the same 32 records, checking their CRCs, and collects none."""
     import timeit
 
     import postbox_native as native
 
-    from postbox.storage_engine.formats import hashing, properties, received_record, record
+    from postbox.storage_engine.formats import (
+        hashing,
+        properties,
+        received_record,
+        record,
+        record_walk,
+    )
 
     body = bytes(range(256)) * (size // 256) + bytes(size % 256)
     props = properties.encode_properties({"KEYS": "k1", "TAGS": "t", "UNIQ_KEY": "A" * 32})
@@ -91,10 +98,14 @@ def codec_figures(size: int) -> dict[str, dict[str, float]]:
         "masked_crc32": lambda m: m.masked_crc32(body),
         "unpack_received_records (32)": lambda m: m.unpack_received_records(
             pull_body, 0, len(pull_body)),
+        "walk_records (32)": lambda m: m.walk_records(
+            pull_body, 0, len(pull_body), True, (b"%DLQ%", b"%RETRY%"), b"REAL_TOPIC\x01",
+            b"SCHEDULE_TOPIC_XXXX"),
     }
     reference = {"encode_record_parts + seal": record, "unpack_record": record,
                  "decode_properties": properties, "masked_crc32": hashing,
-                 "unpack_received_records (32)": received_record}
+                 "unpack_received_records (32)": received_record,
+                 "walk_records (32)": record_walk}
     figures = {}
     for name, call in cases.items():
         best = {"python": float("inf"), "native": float("inf")}

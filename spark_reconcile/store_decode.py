@@ -9,6 +9,10 @@ records the reconciliation needs, decoding their properties:
 - ``delivered``: a delayed message the delay service moved to its real topic (it carries
   ``REAL_TOPIC``): gives a delayed stub its real queue offset.
 
+The walk over the records is ``formats.engine.walk_records``: the native engine's when the
+process runs it (every record validated and matched in one call per run of common-layout
+records), the reference's otherwise; both give the same rows.
+
 A record that fails validation ends the scan of its segment with a ``problem`` row (the records
 after it cannot be located reliably); the other segments are scanned as usual.
 """
@@ -36,6 +40,7 @@ from postbox.storage_engine.formats import (
     topic_and_properties,
     unpack_record,
 )
+from postbox.storage_engine.formats.engine import walk_records
 from postbox.storage_engine.formats.topic_names import (
     DELAY_TOPIC,
     DLQ_TOPIC_PREFIX,
@@ -51,6 +56,7 @@ _DLQ_PREFIX = DLQ_TOPIC_PREFIX.encode()
 _RETRY_PREFIX = RETRY_TOPIC_PREFIX.encode()
 _DELAY_TOPIC = DELAY_TOPIC.encode()
 _REAL_TOPIC_MARK = (PROPERTY_REAL_TOPIC + NAME_VALUE_SEPARATOR).encode()
+_TOPIC_PREFIXES = (_DLQ_PREFIX, _RETRY_PREFIX)
 
 
 class StoreRow(NamedTuple):
@@ -96,8 +102,17 @@ def scan_segment(path: str, base_position: int, check_crc: bool = True) -> Itera
 
 
 def _scan(buf, limit: int, path: str, base_position: int, check_crc: bool) -> Iterator[StoreRow]:
+    """The rows of one segment: the walk (native when the engine is) passes over the records
+    and collects the interesting ones; the record it stops at is checked here, and a message
+    (one outside the walk's fast path) is taken here before the walk goes on."""
     position = 0
     while True:
+        found, position = walk_records(buf, position, limit, check_crc, _TOPIC_PREFIXES,
+                                       _REAL_TOPIC_MARK, _DELAY_TOPIC)
+        for at in found:
+            row = _interesting(buf, at)
+            if row is not None:
+                yield row
         check = check_record(buf, position, limit, check_crc=check_crc)
         if check.kind == RecordKind.MESSAGE:
             row = _interesting(buf, position)

@@ -16,6 +16,7 @@ mod hashing;
 mod properties;
 mod received_record;
 mod record;
+mod record_walk;
 mod reference;
 
 /// The record format generation this build encodes; the Python side refuses a mismatch.
@@ -31,6 +32,7 @@ fn postbox_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::encode_record_parts, m)?)?;
     m.add_function(wrap_pyfunction!(record::seal_property_crc, m)?)?;
     m.add_function(wrap_pyfunction!(record::unpack_record, m)?)?;
+    m.add_function(wrap_pyfunction!(record_walk::walk_records, m)?)?;
     m.add_function(wrap_pyfunction!(received_record::unpack_received_record, m)?)?;
     m.add_function(wrap_pyfunction!(received_record::unpack_received_records, m)?)?;
     Ok(())

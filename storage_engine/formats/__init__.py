@@ -8,7 +8,8 @@ checkpoint page, offsetMsgId and UNIQ_KEY. The engine, the CLI and the Spark job
 through it. Facts come from ``reference/rocketmq-store.md`` §0–§5 and ``vectors/``; all integers
 are big-endian. Modules: ``constants``, ``hashing``, ``properties``, ``record``, ``message_view``,
 ``message_id``, ``message_rules``, ``queue_unit``, ``index_layout``, ``checkpoint_layout``,
-``received_record`` (the checked decoder of records received in a pull body).
+``received_record`` (the checked decoder of records received in a pull body), ``record_walk``
+(the walk of a scan that keeps a few records).
 """
 
 from .checkpoint_layout import (
@@ -109,6 +110,7 @@ from .record import (
     uses_v2,
     utf16_length,
 )
+from .record_walk import walk_records
 
 __all__ = [
     *_constant_names,
@@ -193,4 +195,5 @@ __all__ = [
     "user_properties_problem",
     "uses_v2",
     "utf16_length",
+    "walk_records",
 ]

@@ -11,7 +11,10 @@ The functions below are the hot-path codecs under their reference names; callers
 and pull paths import them from here. The native functions return exactly what the reference
 returns, byte for byte, and hand whatever lies outside their fast path (an integer that does
 not fit, an unusual layout, a malformed record) to the reference, so every error is the
-reference's error. The reference modules (``record``, ``properties``, ``hashing``,
+reference's error. ``walk_records`` (the store scan's loop) shares its reference's contract
+instead: it may stop early, at any record outside its fast path, and the caller takes that
+record itself; an extension built before it existed leaves it to the reference. The
+reference modules (``record``, ``record_walk``, ``properties``, ``hashing``,
 ``received_record``) stay pure Python and are what the differential tests compare against.
 
 The one place outside the command line that reads an environment variable: the engine is a
@@ -27,7 +30,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from . import hashing, properties, received_record, record
+from . import hashing, properties, received_record, record, record_walk
 
 NATIVE_VARIABLE = "POSTBOX_NATIVE"
 NATIVE_MODULE = "postbox_native"
@@ -94,6 +97,7 @@ unpack_received_record: Callable[[bytes, int, int], tuple[Any, ...]] = (
     received_record.unpack_received_record)
 unpack_received_records: Callable[[bytes, int, int], list[tuple[Any, ...]]] = (
     received_record.unpack_received_records)
+walk_records: Callable[..., tuple[list[int], int]] = record_walk.walk_records
 if _native is not None:
     masked_crc32 = _native.masked_crc32
     encode_properties = _native.encode_properties
@@ -103,6 +107,7 @@ if _native is not None:
     unpack_record = _native.unpack_record
     unpack_received_record = _native.unpack_received_record
     unpack_received_records = _native.unpack_received_records
+    walk_records = getattr(_native, "walk_records", record_walk.walk_records)
 
 __all__ = [
     "ENGINE",
@@ -121,4 +126,5 @@ __all__ = [
     "unpack_received_record",
     "unpack_received_records",
     "unpack_record",
+    "walk_records",
 ]
