@@ -1,4 +1,4 @@
-"""Which engine runs a reconciliation: Spark, or the Python engine for small inputs.
+"""Which engine runs a reconciliation: Spark, or the Python engine for inputs one machine holds.
 
 ``reconcile(options)`` is the entry point the CLI uses. With ``engine="auto"`` it counts the
 stubs (one ``SELECT count(*)``) and sums the commit-log segment sizes, and runs the Python

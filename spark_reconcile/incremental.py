@@ -31,12 +31,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from postbox.outbox.tables import message_log, message_processed, message_stub
 
 from .classes import STUB_CLASSES
+from .python_classify import SCHEMA
 from .store_decode import StoreRow, scan_segment
 from .store_files import StoreFiles
 
@@ -115,14 +118,16 @@ def touched_ids(rows: Iterable[StoreRow]) -> set[str]:
             if message_id}
 
 
-def carried_rows(out_dir: Path, reread: set[str]) -> list[dict]:
-    """The last run's stub rows whose stub is not re-read now."""
+def carried_rows(out_dir: Path, reread: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The last run's stub rows whose stub is not re-read now (``reread``: the ids)."""
     directory = out_dir / "classification"
     if not directory.is_dir():
-        return []
-    stub_classes = {kind.value for kind in STUB_CLASSES}
-    return [row for row in pq.read_table(directory).to_pylist()
-            if row["classification"] in stub_classes and row["message_id"] not in reread]
+        return SCHEMA.empty_table()
+    last = pq.read_table(directory).select(SCHEMA.names).cast(SCHEMA)
+    stub_classes = pa.array([kind.value for kind in STUB_CLASSES])
+    keep = pc.and_(pc.is_in(last["classification"], value_set=stub_classes),
+                   pc.invert(pc.is_in(last["message_id"], value_set=reread)))
+    return last.filter(keep)
 
 
 def id_chunks(ids: Iterable[str]) -> Iterable[list[str]]:

@@ -51,8 +51,8 @@ class ReconcileOptions:
     incremental: bool = False
     """Re-read only what changed since the last run plus what is still open, carry the rest
     over (``incremental``; Python engine only)."""
-    python_max_stubs: int = 50_000
-    python_max_store_bytes: int = 1 << 30
+    python_max_stubs: int = 2_000_000
+    python_max_store_bytes: int = 8 << 30
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

@@ -1,209 +1,253 @@
-"""The classification of ``classify`` / ``classify_groups`` over plain Python rows, by the
-shared rules (``rules``): the Python engine's core. Rows are dicts with the columns of
-``CLASSIFICATION_COLUMNS``; the joins of the Spark job are dict lookups here."""
+"""The classification of ``classify`` / ``classify_groups`` over Arrow columns, by the shared
+rules (``rules``): the Python engine's core. Each rule's condition is a boolean column, the
+first that holds picks the class (``rules.first_class``, column-wise) and the first matching
+detail writes the text (``rules.detail_text``, filled only where it applies); the joins of the
+Spark job are the lookups of ``python_facts``. The result has the columns of
+``CLASSIFICATION_COLUMNS`` (``COLUMNS`` here; that module needs PySpark)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .arrow_text import fill_template
+from .classes import ALL_CLASSES
 from .classes import MessageClass as C
 from .outputs import SAMPLE_CLASSES, SAMPLES_PER_CLASS
+from .python_facts import Column, Facts, Lookup, Tables, pair_keys
 from .rules import (
+    ALWAYS,
     DLQ_WITHOUT_STUB_DETAIL,
     GROUP_DETAILS,
     GROUP_RULES,
     ORPHAN_LOG_DETAIL,
     STUB_DETAILS,
     STUB_RULES,
-    detail_text,
-    first_class,
+    Detail,
     spark_text,
 )
-from .store_decode import DELIVERED, DLQ, RETRY
+from .store_decode import DLQ, StoreRow
 from .store_files import CommittedOffset
 
-COLUMNS = ("message_id", "classification", "topic", "consumer_group", "queue_id",
-           "queue_offset", "status", "send_count", "created_at", "hour", "detail")
-"""``classify.CLASSIFICATION_COLUMNS`` (that module needs PySpark)."""
-
+SCHEMA = pa.schema([
+    ("message_id", pa.string()), ("classification", pa.string()), ("topic", pa.string()),
+    ("consumer_group", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+    ("status", pa.string()), ("send_count", pa.int32()), ("created_at", pa.timestamp("us")),
+    ("hour", pa.timestamp("us")), ("detail", pa.string()),
+])
+"""The classification's columns and types (the Spark job's)."""
+COLUMNS = tuple(SCHEMA.names)
+"""``classify.CLASSIFICATION_COLUMNS``."""
 
 EPOCH = datetime.fromtimestamp(0, UTC).replace(tzinfo=None)
 
-
-@dataclass
-class Tables:
-    """The outbox tables' rows (dicts of the exported columns)."""
-
-    stubs: list[dict]
-    logs: list[dict]
-    processed: list[dict]
+Holds = Mapping[str, Column]
 
 
-class _Facts:
-    """What the joins of the Spark job find, as lookups."""
-
-    def __init__(self, tables: Tables, offsets: Iterable[CommittedOffset], store_rows: list
-                 ) -> None:
-        self.delivered: dict[tuple, tuple] = {}
-        self.dead: dict[str, tuple] = {}       # id -> (min group, max reason)
-        self.retry: dict[str, tuple] = {}
-        self.dead_by_group: dict[tuple, str | None] = {}   # (group, id) -> max reason
-        self.retry_by_group: dict[tuple, str | None] = {}
-        for row in store_rows:
-            if row.kind == DELIVERED:
-                key = (row.unique_key, row.topic)
-                self.delivered[key] = max(self.delivered.get(key, (-1, -1)),
-                                          (row.queue_offset, row.queue_id))
-            elif row.kind in (DLQ, RETRY):
-                by_id, by_group = ((self.dead, self.dead_by_group) if row.kind == DLQ
-                                   else (self.retry, self.retry_by_group))
-                for message_id in {row.unique_key, row.origin_message_id} - {None}:
-                    _keep(by_id, message_id, row.consumer_group, row.reason)
-                    key = (row.consumer_group, message_id)
-                    by_group[key] = _max(by_group.get(key), row.reason)
-        self.logged: dict[str, str] = {}
-        for log in tables.logs:
-            group = self.logged.get(log["message_id"])
-            self.logged[log["message_id"]] = _min(group, log["consumer_group"])
-        self.logged_pairs = {(log["consumer_group"], log["message_id"]) for log in tables.logs}
-        self.processed = {(row["consumer_group"], row["message_id"]) for row in tables.processed}
-        self.offsets: dict[tuple, list[tuple[str, int]]] = {}
-        self.committed: dict[tuple, int] = {}
-        for offset in offsets:
-            self.offsets.setdefault((offset.topic, offset.queue_id), []).append(
-                (offset.consumer_group, offset.offset))
-            self.committed[(offset.topic, offset.consumer_group, offset.queue_id)] = offset.offset
-
-
-def _keep(found: dict, message_id: str, group: str | None, reason: str | None) -> None:
-    group_before, reason_before = found.get(message_id, (None, None))
-    found[message_id] = (_min(group_before, group), _max(reason_before, reason))
-
-
-def _min(a, b):
-    return b if a is None else a if b is None else min(a, b)
-
-
-def _max(a, b):
-    return b if a is None else a if b is None else max(a, b)
-
-
-def classify(tables: Tables, offsets: Iterable[CommittedOffset], store_rows: list,
-             as_of: datetime, grace_ms: int, known_ids: set[str] | None = None) -> list[dict]:
+def classify(tables: Tables, offsets: Iterable[CommittedOffset], store_rows: list[StoreRow],
+             as_of: datetime, grace_ms: int, known_ids: Column | None = None) -> pa.Table:
     """Every output row: per stub (per expected group), orphan log, dead letter without stub.
 
     ``known_ids``: every stub id there is (default: those of ``tables.stubs``), for the rows
     without a stub — an incremental run reads only some stubs."""
-    facts = _Facts(tables, offsets, store_rows)
-    cutoff = as_of - timedelta(milliseconds=grace_ms)
-    rows: list[dict] = []
-    for stub in tables.stubs:
-        stub = _resolve_offset(stub, facts)
-        if stub["expected_groups"] is None:
-            rows.append(_plain_row(stub, facts, cutoff))
-        else:
-            rows.extend(_group_row(stub, group, facts, cutoff)
-                        for group in re.split(" +", stub["expected_groups"].strip()))
-    stub_ids = ({stub["message_id"] for stub in tables.stubs} if known_ids is None
-                else known_ids)
-    rows.extend(_orphan_log(log) for log in tables.logs if log["message_id"] not in stub_ids)
-    rows.extend(_dead_letters_without_stub(store_rows, stub_ids))
-    for row in rows:
-        created = row["created_at"]
-        row["hour"] = None if created is None else created.replace(minute=0, second=0,
-                                                                   microsecond=0)
-    return rows
+    facts = Facts(tables, offsets, store_rows)
+    cutoff = pa.scalar(as_of - timedelta(milliseconds=grace_ms), pa.timestamp("us"))
+    stubs = _resolve_offsets(tables.stubs, facts.delivered)
+    fanned = pc.is_valid(stubs["expected_groups"])
+    ids = stubs["message_id"] if known_ids is None else known_ids
+    parts = [_plain_rows(stubs.filter(pc.invert(fanned)), facts, cutoff),
+             _group_rows(stubs.filter(fanned), facts, cutoff),
+             _orphan_logs(tables.logs, ids), _dead_letters_without_stub(store_rows, ids)]
+    rows = pa.concat_tables([part for part in parts if part.num_rows] or parts[:1])
+    hour = pc.floor_temporal(rows["created_at"], unit="hour")
+    return rows.add_column(COLUMNS.index("hour"), "hour", hour).select(COLUMNS)
 
 
-def _resolve_offset(stub: dict, facts: _Facts) -> dict:
-    delivered = facts.delivered.get((stub["message_id"], stub["topic"]))
-    if delivered is None:
-        return stub
-    return stub | {"queue_id": stub["queue_id"] if stub["queue_id"] is not None
-                   else delivered[1],
-                   "queue_offset": stub["queue_offset"] if stub["queue_offset"] is not None
-                   else delivered[0]}
+def _resolve_offsets(stubs: pa.Table, delivered: Lookup) -> pa.Table:
+    """A delayed stub without an offset takes its delivered copy's queue and offset."""
+    if not len(delivered.keys):
+        return stubs
+    keys = pair_keys(stubs["message_id"], stubs["topic"])
+    for name in ("queue_id", "queue_offset"):
+        resolved = pc.coalesce(stubs[name], delivered.get(keys, name))
+        stubs = stubs.set_column(stubs.schema.get_field_index(name), name, resolved)
+    return stubs
 
 
-def _since(stub: dict) -> datetime | None:
-    return next((stub[name] for name in ("overtaken_at", "published_at", "updated_at",
-                                         "created_at") if stub[name] is not None), None)
+def _since(stubs: pa.Table) -> Column:
+    return pc.coalesce(stubs["overtaken_at"], stubs["published_at"], stubs["updated_at"],
+                       stubs["created_at"])
 
 
-def _pending_holds(stub: dict) -> dict[str, bool]:
-    offset = stub["queue_offset"]
-    return {"unpublished": offset is None and (stub["send_count"] == 0
-                                               or stub["published_at"] is None),
-            "undelivered": offset is None}
+def _pending_holds(stubs: pa.Table) -> dict[str, Column]:
+    offset_missing = pc.is_null(stubs["queue_offset"])
+    unsent = pc.or_kleene(pc.equal(stubs["send_count"], 0), pc.is_null(stubs["published_at"]))
+    return {"unpublished": pc.and_kleene(offset_missing, unsent),
+            "undelivered": offset_missing}
 
 
-def _plain_row(stub: dict, facts: _Facts, cutoff: datetime) -> dict:
-    message_id = stub["message_id"]
-    dlq_group, dlq_reason = facts.dead.get(message_id, (None, None))
-    retry_group = facts.retry.get(message_id, (None, None))[0]
-    log_group = facts.logged.get(message_id)
-    past_group, past_committed = None, None
-    if (stub["status"] == "unconfirmed" and stub["queue_offset"] is not None):
-        for past, committed in facts.offsets.get((stub["topic"], stub["queue_id"]), ()):
-            if committed > stub["queue_offset"] and (past, message_id) not in facts.processed:
-                past_group = _min(past_group, past)
-                past_committed = _max(past_committed, committed)
-    since = _since(stub)
-    holds = {"confirmed": stub["status"] == "confirmed", "dead_lettered": dlq_group is not None,
-             "void": stub["status"] == "void",
-             "logged_or_retried": log_group is not None or retry_group is not None,
-             "lost": past_group is not None and since is not None and since <= cutoff,
-             "logged": log_group is not None, "overtaken": past_group is not None,
-             **_pending_holds(stub)}
+def _past(stubs: pa.Table, facts: Facts) -> Lookup:
+    """Per unconfirmed stub with an offset: the first group committed past it without
+    processing it, and the furthest such commit."""
+    waiting = stubs.filter(pc.and_(pc.equal(stubs["status"], "unconfirmed"),
+                                   pc.is_valid(stubs["queue_offset"])))
+    joined = waiting.select(["message_id", "topic", "queue_id", "queue_offset"]).join(
+        facts.offsets, keys=["topic", "queue_id"], join_type="inner")
+    joined = joined.filter(pc.greater(joined["offset"], joined["queue_offset"]))
+    processed = facts.processed(joined["message_id"])
+    unprocessed = pc.invert(processed.has(pair_keys(joined["consumer_group"],
+                                                    joined["message_id"])))
+    past = joined.filter(unprocessed).group_by("message_id").aggregate(
+        [("consumer_group", "min"), ("offset", "max")])
+    return Lookup(past["message_id"].combine_chunks(),
+                  {"group": past["consumer_group_min"].combine_chunks(),
+                   "committed": past["offset_max"].combine_chunks()})
+
+
+def _plain_rows(stubs: pa.Table, facts: Facts, cutoff: pa.Scalar) -> pa.Table:
+    ids, status = stubs["message_id"], stubs["status"]
+    dlq_group, retry_group = facts.dead.get(ids, "group"), facts.retry.get(ids, "group")
+    log_group = facts.logged.get(ids, "group")
+    past = _past(stubs, facts)
+    past_group = past.get(ids, "group")
+    since = _since(stubs)
+    holds = {"confirmed": pc.equal(status, "confirmed"), "dead_lettered": pc.is_valid(dlq_group),
+             "void": pc.equal(status, "void"),
+             "logged_or_retried": pc.or_(pc.is_valid(log_group), pc.is_valid(retry_group)),
+             "lost": _lost(pc.is_valid(past_group), since, cutoff),
+             "logged": pc.is_valid(log_group), "overtaken": pc.is_valid(past_group),
+             **_pending_holds(stubs)}
     kind = first_class(STUB_RULES, holds)
-    group: str | None = {C.DEAD_LETTERED: dlq_group, C.IN_FLIGHT: log_group or retry_group,
-                          C.LOST: past_group, C.PENDING: past_group}.get(kind)
-    values = stub | {"dlq_group": dlq_group, "dlq_reason": dlq_reason, "log_group": log_group,
-                     "retry_group": retry_group, "past_group": past_group,
-                     "past_committed": past_committed, "since": since}
-    return _row(stub, kind, group, detail_text(STUB_DETAILS, kind, holds, values))
+    group = pc.case_when(_struct([pc.equal(kind, ALL_CLASSES.index(c)) for c in (
+        C.DEAD_LETTERED, C.IN_FLIGHT, C.LOST, C.PENDING)]),
+        dlq_group, pc.coalesce(log_group, retry_group), past_group, past_group)
+    values = {name: stubs[name] for name in stubs.column_names} | {
+        "dlq_group": dlq_group, "dlq_reason": facts.dead.get(ids, "reason"),
+        "log_group": log_group, "retry_group": retry_group, "past_group": past_group,
+        "past_committed": past.get(ids, "committed"), "since": since}
+    return _rows(stubs, kind, group, details(STUB_DETAILS, kind, holds, values.__getitem__))
 
 
-def _group_row(stub: dict, group: str, facts: _Facts, cutoff: datetime) -> dict:
-    key = (group, stub["message_id"])
-    committed = facts.committed.get((stub["topic"], group, stub["queue_id"]))
-    past = (stub["queue_offset"] is not None and committed is not None
-            and committed > stub["queue_offset"])
-    since = _since(stub)
-    holds = {"confirmed": key in facts.processed or stub["status"] == "confirmed",
-             "dead_lettered": key in facts.dead_by_group, "void": stub["status"] == "void",
-             "logged_or_retried": key in facts.logged_pairs or key in facts.retry_by_group,
-             "lost": past and since is not None and since <= cutoff,
-             "logged": key in facts.logged_pairs, "overtaken": past, **_pending_holds(stub)}
+def _group_rows(stubs: pa.Table, facts: Facts, cutoff: pa.Scalar) -> pa.Table:
+    """One row per (stub, expected group): the groups split at runs of spaces."""
+    named = pc.split_pattern_regex(pc.utf8_trim_whitespace(stubs["expected_groups"]),
+                                   pattern=" +")
+    rows = stubs.take(pc.list_parent_indices(named)).append_column(
+        "consumer_group", pc.list_flatten(named))
+    rows = rows.join(facts.offsets, keys=["topic", "consumer_group", "queue_id"],
+                     join_type="left outer").rename_columns(
+        {"offset": "committed_offset"}).combine_chunks()
+    keys = pair_keys(rows["consumer_group"], rows["message_id"])
+    status, offset = rows["status"], rows["queue_offset"]
+    committed = rows["committed_offset"]
+    past = pc.fill_null(pc.greater(committed, offset), False)
+    since = _since(rows)
+    logged = facts.logged_pairs.has(keys)
+    processed = facts.processed(rows["message_id"])
+    holds = {"confirmed": pc.or_(processed.has(keys), pc.equal(status, "confirmed")),
+             "dead_lettered": facts.dead_by_group.has(keys), "void": pc.equal(status, "void"),
+             "logged_or_retried": pc.or_(logged, facts.retry_by_group.has(keys)),
+             "lost": _lost(past, since, cutoff), "logged": logged, "overtaken": past,
+             **_pending_holds(rows)}
     kind = first_class(GROUP_RULES, holds)
-    values = stub | {"consumer_group": group, "dlq_reason": facts.dead_by_group.get(key),
-                     "committed_offset": committed, "since": since}
-    return _row(stub, kind, group, detail_text(GROUP_DETAILS, kind, holds, values))
+    values = {name: rows[name] for name in rows.column_names} | {
+        "dlq_reason": facts.dead_by_group.get(keys, "reason"), "since": since}
+    return _rows(rows, kind, rows["consumer_group"],
+                 details(GROUP_DETAILS, kind, holds, values.__getitem__))
 
 
-def _row(stub: dict, kind: C, group: str | None, detail: str) -> dict:
-    return {"message_id": stub["message_id"], "classification": kind.value,
-            "topic": stub["topic"], "consumer_group": group, "queue_id": stub["queue_id"],
-            "queue_offset": stub["queue_offset"], "status": stub["status"],
-            "send_count": stub["send_count"], "created_at": stub["created_at"],
-            "detail": detail}
+def _lost(past: Column, since: Column, cutoff: pa.Scalar) -> Column:
+    return pc.fill_null(pc.and_(past, pc.less_equal(since, cutoff)), False)
 
 
-def _orphan_log(log: dict) -> dict:
-    return {"message_id": log["message_id"], "classification": C.ORPHAN_LOG.value,
-            "topic": log["topic"], "consumer_group": log["consumer_group"],
-            "queue_id": log["queue_id"], "queue_offset": log["queue_offset"], "status": None,
-            "send_count": None, "created_at": log["created_at"],
-            "detail": ORPHAN_LOG_DETAIL % spark_text(log["consumer_group"])}
+def _struct(conditions: list[Column]) -> pa.StructArray:
+    filled = [pc.fill_null(condition, False) for condition in conditions]
+    return pc.make_struct(*filled, field_names=[str(n) for n in range(len(filled))])
 
 
-def _dead_letters_without_stub(store_rows: list, stub_ids: set[str]) -> list[dict]:
+def first_class(rules: tuple[tuple[C, str], ...], holds: Holds) -> Column:
+    """``rules.first_class`` for every row: the class of the first condition that holds, as
+    its number in ``ALL_CLASSES`` (``class_names`` turns the numbers into the names)."""
+    conditions = [holds[condition] for _, condition in rules if condition != ALWAYS]
+    codes = [pa.scalar(ALL_CLASSES.index(kind), pa.int8()) for kind, _ in rules]
+    return pc.case_when(_struct(conditions), *codes)
+
+
+def class_names(codes: Column) -> Column:
+    """The class names of ``first_class``'s numbers."""
+    return pc.take(pa.array([kind.value for kind in ALL_CLASSES], pa.string()), codes)
+
+
+def details(details: tuple[Detail, ...], kind: Column, holds: Holds,
+            value: Callable[[str], Column]) -> Column:
+    """``rules.detail_text`` for every row (``kind``: ``first_class``'s numbers): each
+    detail's text is filled only on the rows it explains (the first detail of the row's class
+    whose condition holds)."""
+    text: Column = pa.nulls(len(kind), pa.string())
+    for detail in details:
+        mask = pc.equal(kind, pa.scalar(ALL_CLASSES.index(detail.classification), pa.int8()))
+        if detail.condition != ALWAYS:
+            mask = pc.and_(mask, pc.fill_null(holds[detail.condition], False))
+        mask = _array(pc.and_(pc.fill_null(mask, False), pc.is_null(text)))
+        count = pc.sum(mask).as_py() or 0
+        if count:
+            values = {name: value(name).filter(mask) for name in detail.values}
+            text = pc.replace_with_mask(_array(text), mask, _array(
+                fill_template(detail.template, detail.values, values, count)))
+    return text
+
+
+def _array(column: Column) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _rows(source: pa.Table, kind: Column, group: Column, detail: Column) -> pa.Table:
+    return _table({"message_id": source["message_id"], "classification": class_names(kind),
+                   "topic": source["topic"], "consumer_group": group,
+                   "queue_id": source["queue_id"], "queue_offset": source["queue_offset"],
+                   "status": source["status"], "send_count": source["send_count"],
+                   "created_at": source["created_at"], "detail": detail}, source.num_rows)
+
+
+def _table(columns: Mapping[str, Column | None], length: int) -> pa.Table:
+    """The classification's columns but ``hour``, cast to their types (None: all null)."""
+    fields = [f for f in SCHEMA if f.name != "hour"]
+    return pa.table([pa.nulls(length, f.type) if columns[f.name] is None
+                     else pc.cast(columns[f.name], f.type) for f in fields],
+                    schema=pa.schema(fields))
+
+
+def _present(ids: Column, stub_ids: Column) -> Column:
+    """Which of ``ids`` are stub ids; the set hashed is ``ids`` (few), not every stub id."""
+    unique = pc.unique(ids)
+    found = pc.filter(stub_ids, pc.is_in(stub_ids, value_set=unique))
+    return pc.is_in(ids, value_set=found)
+
+
+def _orphan_logs(logs: pa.Table, stub_ids: Column) -> pa.Table:
+    orphans = logs.filter(pc.invert(_present(logs["message_id"], stub_ids)))
+    group = orphans["consumer_group"]
+    return _table({"message_id": orphans["message_id"],
+                   "classification": pa.array([C.ORPHAN_LOG.value] * orphans.num_rows),
+                   "topic": orphans["topic"], "consumer_group": group,
+                   "queue_id": orphans["queue_id"], "queue_offset": orphans["queue_offset"],
+                   "status": None, "send_count": None, "created_at": orphans["created_at"],
+                   "detail": fill_template(ORPHAN_LOG_DETAIL, ("consumer_group",),
+                                           {"consumer_group": group}, orphans.num_rows)},
+                  orphans.num_rows)
+
+
+def _dead_letters_without_stub(store_rows: list[StoreRow], stub_ids: Column) -> pa.Table:
+    named = sorted({message_id for row in store_rows if row.kind == DLQ
+                    for message_id in (row.unique_key, row.origin_message_id) if message_id})
+    found = pa.array(named, pa.string())
+    known = set(found.filter(_present(found, stub_ids)).to_pylist())
     rows: dict[tuple, dict] = {}
     for row in store_rows:
-        if row.kind != DLQ or row.unique_key in stub_ids or row.origin_message_id in stub_ids:
+        if row.kind != DLQ or row.unique_key in known or row.origin_message_id in known:
             continue
         message_id = (row.unique_key or row.origin_message_id
                       or f"position {row.log_position}")
@@ -211,11 +255,12 @@ def _dead_letters_without_stub(store_rows: list, stub_ids: set[str]) -> list[dic
             "message_id": message_id, "classification": C.DLQ_WITHOUT_STUB.value,
             "topic": row.original_topic or row.topic, "consumer_group": row.consumer_group,
             "queue_id": row.queue_id, "queue_offset": row.queue_offset, "status": None,
-            "send_count": None,
-            "created_at": utc_from_millis(row.store_timestamp_ms),
+            "send_count": None, "created_at": utc_from_millis(row.store_timestamp_ms),
             "detail": DLQ_WITHOUT_STUB_DETAIL % (spark_text(row.consumer_group),
                                                  spark_text(row.reason, "no reason recorded"))})
-    return list(rows.values())
+    listed = list(rows.values())
+    return _table({f.name: pa.array([row[f.name] for row in listed], f.type)
+                   for f in SCHEMA if f.name != "hour"}, len(listed))
 
 
 def utc_from_millis(millis: int | None) -> datetime | None:
@@ -223,23 +268,21 @@ def utc_from_millis(millis: int | None) -> datetime | None:
     return None if millis is None else EPOCH + timedelta(milliseconds=millis)
 
 
-def samples(rows: list[dict]) -> list:
+def samples(rows: pa.Table) -> list:
     """The first ``SAMPLES_PER_CLASS`` rows of each alarming class, by (created, id)."""
     from .results import Sample
 
-    wanted = {kind.value for kind in SAMPLE_CLASSES}
-    chosen = sorted((row for row in rows if row["classification"] in wanted),
-                    key=lambda row: (row["classification"], row["created_at"] is not None,
-                                     row["created_at"] or datetime.min, row["message_id"]))
     found: list[Sample] = []
-    taken: dict[str, int] = {}
-    for row in chosen:
-        if taken.get(row["classification"], 0) < SAMPLES_PER_CLASS:
-            taken[row["classification"]] = taken.get(row["classification"], 0) + 1
-            found.append(Sample(row["classification"], row["message_id"], row["topic"],
-                                row["consumer_group"], row["queue_id"], row["queue_offset"],
-                                row["detail"]))
+    for kind in sorted(c.value for c in SAMPLE_CLASSES):
+        chosen = rows.filter(pc.equal(rows["classification"], kind))
+        chosen = chosen.append_column("dated", pc.is_valid(chosen["created_at"])).sort_by(
+            [("dated", "ascending"), ("created_at", "ascending"), ("message_id", "ascending")]
+        ).slice(0, SAMPLES_PER_CLASS)
+        found += [Sample(row["classification"], row["message_id"], row["topic"],
+                         row["consumer_group"], row["queue_id"], row["queue_offset"],
+                         row["detail"]) for row in chosen.to_pylist()]
     return found
 
 
-__all__ = ["COLUMNS", "Tables", "classify", "samples", "utc_from_millis"]
+__all__ = ["COLUMNS", "SCHEMA", "Tables", "classify", "details", "first_class", "samples",
+           "utc_from_millis"]

@@ -32,7 +32,7 @@ Progress = Callable[[str, int, int], None]
 _TIMESTAMP = pa.timestamp("us")
 
 STUB_COLUMNS = {
-    "message_id": pa.string(), "topic": pa.string(), "tags": pa.string(),
+    "message_id": pa.string(), "topic": pa.string(),
     "status": pa.string(), "send_count": pa.int32(), "queue_id": pa.int32(),
     "queue_offset": pa.int64(), "delay_level": pa.int32(), "published_at": _TIMESTAMP,
     "created_at": _TIMESTAMP, "updated_at": _TIMESTAMP, "confirmed_at": _TIMESTAMP,

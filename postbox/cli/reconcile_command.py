@@ -90,7 +90,7 @@ def reconcile_command(
              "(Python engine); --full (the default) reads everything.")] = False,
     python_max_stubs: Annotated[int, typer.Option(
         "--python-max-stubs", min=0, help="The most stubs --engine auto runs in Python.")
-    ] = 50_000,
+    ] = 2_000_000,
     remote: Annotated[str | None, typer.Option(
         "--remote", metavar="URL",
         help="Run through a Spark Connect server (sc://host:port) instead of --master.")

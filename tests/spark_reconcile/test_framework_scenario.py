@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from postbox.spark_reconcile.job import ReconcileOptions, run_reconciliation
+from postbox.spark_reconcile.python_engine import read_tables, run_python_reconciliation
 from tests.spark_reconcile.framework_scenario import ScenarioCounts, build_scenario
 from tests.support.filesystems import scratch_dir
 from tests.support.services import DATABASE_URL_ENV, reset_database
@@ -92,3 +93,35 @@ def test_a_copy_of_the_live_store_is_reconciled(spark, scenario: dict, tmp_path:
     assert counts["confirmed"] == COUNTS.ok
     assert counts["dead_lettered"] == COUNTS.poison
     assert counts["lost"] + counts["pending"] == COUNTS.lose_lost + COUNTS.audit
+
+
+def test_the_python_engine_writes_what_the_spark_job_writes(spark, scenario: dict,
+                                                            tmp_path: Path) -> None:
+    """On this run's database (SQLite, or PostgreSQL / MariaDB in their CI lanes), with the
+    tables read through connectorx."""
+    on_spark = reconcile(spark, scenario, scenario["base"] / "store", tmp_path / "spark")
+    on_python = run_python_reconciliation(ReconcileOptions(
+        store_dir=scenario["base"] / "store", database_url=scenario["database_url"],
+        out_dir=tmp_path / "python", grace_ms=0))
+
+    assert on_python.summary.inputs["tables_read_by"] == "connectorx"
+    assert on_python.summary.counts == on_spark.summary.counts == COUNTS.expected()
+    lines = {name: (tmp_path / name / "classification.csv").read_text().splitlines()
+             for name in ("spark", "python")}
+    assert lines["python"][0] == lines["spark"][0]
+    assert sorted(lines["python"][1:]) == sorted(lines["spark"][1:])
+    summaries = {name: json.loads((tmp_path / name / "summary.json").read_text())
+                 for name in ("spark", "python")}
+    for summary in summaries.values():
+        del summary["duration_s"], summary["inputs"], summary["as_of"]  # runs apart
+    assert summaries["python"] == summaries["spark"]
+
+
+def test_connectorx_reads_the_tables_sqlalchemy_reads(scenario: dict) -> None:
+    fast = read_tables(scenario["database_url"], lambda *_: None)
+    plain = read_tables(scenario["database_url"], lambda *_: None, fast=False)
+    for name in ("stubs", "logs", "processed"):
+        found, expected = getattr(fast, name), getattr(plain, name)
+        assert found.schema == expected.schema, name
+        assert found.num_rows == expected.num_rows > 0, name
+        assert sorted(map(str, found.to_pylist())) == sorted(map(str, expected.to_pylist()))

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, insert
 
 from bench.reconcile_data import GROUP, TOPIC, generate
 from postbox.outbox.tables import message_log, message_processed, message_stub
-from postbox.spark_reconcile import ReconcileOptions, choose_engine
+from postbox.spark_reconcile import ReconcileOptions, choose_engine, python_classify
 from postbox.spark_reconcile.job import run_reconciliation
 from postbox.spark_reconcile.python_engine import run_python_reconciliation
 from postbox.spark_reconcile.report_html import render_report
@@ -158,3 +158,22 @@ print(json.dumps({{"pyspark": any(name.startswith("pyspark") for name in sys.mod
     assert found["master"] == "python"
     assert found["stubs"] == STUBS + 2 * len(FANOUT)  # a row per (stub, group)
     assert (tmp_path / "auto" / "report.html").is_file()
+
+
+def test_an_empty_outbox_gives_the_header_alone_and_zero_counts(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = create_engine(url)
+    message_stub.metadata.create_all(engine)
+    engine.dispose()
+    config = StoreConfig(root_dir=tmp_path / "store")
+    with MessageStore.open(config) as store:
+        store.put_message(Message(TOPIC, b"sent without the outbox"), 0)
+
+    result = run_python_reconciliation(ReconcileOptions(
+        store_dir=tmp_path / "store", database_url=url, out_dir=tmp_path / "out"))
+
+    assert result.exit_code == 0 and result.summary.complete
+    assert set(result.summary.counts.values()) == {0} and result.summary.stubs == 0
+    lines = (tmp_path / "out" / "classification.csv").read_text().splitlines()
+    assert lines == [",".join(python_classify.COLUMNS)]
+    assert pq.read_table(tmp_path / "out" / "classification").schema == python_classify.SCHEMA
