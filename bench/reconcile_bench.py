@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--database-url", default=None, help="default: PostgreSQL at "
                    f"{DEFAULT_DATABASE_URL} when reachable, else SQLite in the temp dir")
     p.add_argument("--master", default="local[2]", help="Spark master")
+    p.add_argument("--standalone-workers", type=int, default=0, metavar="N",
+                   help="start a standalone cluster on this machine (a master and N workers "
+                        "of one core, as the tests' fixture does) and run on it")
+    p.add_argument("--worker-memory", default="6g", help="each standalone worker's memory")
+    p.add_argument("--executor-memory", default="5g",
+                   help="executor and driver memory on the standalone cluster")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark settings for the session (repeatable)")
     p.add_argument("--seed", type=int, default=7)
@@ -257,22 +263,28 @@ def wait_backend_exit(url: str, pid: int) -> None:
 # ---------------------------------------------------------------- one size
 
 
-def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:
-    """Wall seconds, per-step seconds, counts and peak RSS of one reconciliation."""
-    from postbox.spark_reconcile import ReconcileOptions
-    from postbox.spark_reconcile.job import run_reconciliation
-
+def step_clock() -> tuple[dict[str, float], Callable[[str, int, int], None]]:
+    """Seconds per step, and the progress callback that fills them: the seconds since the
+    previous report go to the step reporting progress now (to "other" when it only starts:
+    the gaps between steps)."""
     steps: dict[str, float] = {}
     last = [time.perf_counter()]
 
     def step(name: str, done: int, total: int) -> None:
-        """The seconds since the previous report go to the step reporting progress now (to
-        "other" when it only starts: the gaps between steps)."""
         now = time.perf_counter()
         key = "export" if name.startswith("export") else (name if done else "other")
         steps[key] = steps.get(key, 0.0) + now - last[0]
         last[0] = now
 
+    return steps, step
+
+
+def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:
+    """Wall seconds, per-step seconds, counts and peak RSS of one reconciliation."""
+    from postbox.spark_reconcile import ReconcileOptions
+    from postbox.spark_reconcile.job import run_reconciliation
+
+    steps, step = step_clock()
     sampler = PeakSampler(lambda: descendants(os.getpid()))
     baseline_kb = sampler.sample()
     with sampler:
@@ -288,14 +300,17 @@ def run_spark(spark, store: Path, url: str, out: Path, args: argparse.Namespace)
 
 
 def run_python(store: Path, url: str, out: Path, args: argparse.Namespace) -> dict:
-    """Wall seconds, counts and this process's peak RSS of the Python engine (no JVM)."""
+    """Wall seconds, per-step seconds, counts and this process's peak RSS of the Python engine
+    (no JVM)."""
     from postbox.spark_reconcile import ReconcileOptions
     from postbox.spark_reconcile.python_engine import run_python_reconciliation
 
+    steps, step = step_clock()
     started = time.perf_counter()
     result = run_python_reconciliation(ReconcileOptions(store_dir=store, database_url=url,
-                                                        out_dir=out, grace_ms=args.grace_ms))
-    return {"seconds": time.perf_counter() - started,
+                                                        out_dir=out, grace_ms=args.grace_ms),
+                                       step)
+    return {"seconds": time.perf_counter() - started, "steps": steps,
             "peak_rss_mb": _status_kb(os.getpid(), "VmHWM") / 1024,
             "counts": {str(kind): count for kind, count in result.summary.counts.items()}}
 
@@ -375,7 +390,31 @@ def measure_size(spark, stubs: int, args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Every size; returns the report as plain data."""
+    """Every size; returns the report as plain data (on a standalone cluster of this
+    machine's own when ``--standalone-workers`` asks for one)."""
+    if not args.standalone_workers:
+        return run_sizes(args)
+    from tests.support.spark_cluster import standalone_cluster
+
+    base = Path(tempfile.mkdtemp(prefix="postbox-reconcile-cluster-", dir=args.dir))
+    try:
+        with standalone_cluster(base, args.standalone_workers,
+                                worker_memory=args.worker_memory) as cluster:
+            args.master = cluster.master_url
+            args.spark_settings = {"spark.pyspark.python": sys.executable,
+                                   "spark.executor.memory": args.executor_memory,
+                                   "spark.driver.memory": args.executor_memory,
+                                   **args.spark_settings}
+            report = run_sizes(args)
+            report["cluster"] = {"workers": args.standalone_workers,
+                                 "worker_memory": args.worker_memory}
+            return report
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_sizes(args: argparse.Namespace) -> dict:
+    """Every size on ``args.master``."""
     from postbox.spark_reconcile.session import spark_session
 
     started = time.perf_counter()
@@ -434,9 +473,10 @@ def render(report: dict) -> None:
          for size in sizes)))
     names = sorted({name for size in sizes for name in size["spark"]["steps"]})
     console.print(table(
-        "Spark steps (s)", ("stubs", *names),
-        ([f"{size['stubs']:,}", *(f"{size['spark']['steps'].get(name, 0):.1f}"
-                                  for name in names)] for size in sizes)))
+        "Steps (s)", ("stubs", "engine", *names),
+        ([f"{size['stubs']:,}", engine, *(f"{size[engine]['steps'].get(name, 0):.1f}"
+                                          for name in names)]
+         for size in sizes for engine in ("spark", "python") if size[engine])))
     for size in sizes:
         counts = ", ".join(f"{kind} {size['expected'][kind]:,}" for kind in ALL_CLASSES)
         console.print(f"{size['stubs']:,} stubs ({size['store_mb']:,.0f} MB store): both "

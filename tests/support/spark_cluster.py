@@ -129,8 +129,9 @@ class StandaloneCluster:
 
 
 @contextmanager
-def standalone_cluster(base: Path, workers: int = WORKERS) -> Iterator[StandaloneCluster]:
-    """A master and ``workers`` workers (1 core, 1 GiB each) on loopback."""
+def standalone_cluster(base: Path, workers: int = WORKERS, *,
+                       worker_memory: str = WORKER_MEMORY) -> Iterator[StandaloneCluster]:
+    """A master and ``workers`` workers (1 core, ``worker_memory`` each) on loopback."""
     port, web_port = free_port(), free_port()
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}")
     with ExitStack() as stack:
@@ -145,7 +146,7 @@ def standalone_cluster(base: Path, workers: int = WORKERS) -> Iterator[Standalon
             processes.append(stack.enter_context(spark_process(f"worker-{number}", [
                 "bin/spark-class", "org.apache.spark.deploy.worker.Worker", "--host",
                 "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(WORKER_CORES),
-                "--memory", WORKER_MEMORY, "--work-dir", str(work_dir), cluster.master_url],
+                "--memory", worker_memory, "--work-dir", str(work_dir), cluster.master_url],
                 base)))
         wait_for(f"{workers} workers registered",
                  lambda: len(cluster.alive_workers()) == workers, processes)
