@@ -1,5 +1,5 @@
-"""Text of whole Arrow columns, as the row-at-a-time functions write one value: a rule's
-detail (``rules.spark_text`` and ``rules.detail_text`` filled column-wise) and a field of
+"""Text of whole Arrow columns, as a row-at-a-time function would write one value: a rule's
+detail (``rules.spark_text`` of each value, the template filled column-wise) and a field of
 ``classification.csv`` as Spark's CSV writer writes it (``escape='"'``). Used by the Python
 engine, which classifies columns, not rows.
 """

@@ -1,8 +1,8 @@
 """The classification of ``classify`` / ``classify_groups`` over Arrow columns, by the shared
 rules (``rules``): the Python engine's core. Each rule's condition is a boolean column, the
-first that holds picks the class (``rules.first_class``, column-wise) and the first matching
-detail writes the text (``rules.detail_text``, filled only where it applies); the joins of the
-Spark job are the lookups of ``python_facts``. The result has the columns of
+first that holds picks the class, and the first matching detail of that class writes the text
+(filled only on the rows it explains); the joins of the Spark job are the lookups of
+``python_facts``. The result has the columns of
 ``CLASSIFICATION_COLUMNS`` (``COLUMNS`` here; that module needs PySpark)."""
 
 from __future__ import annotations
@@ -169,8 +169,8 @@ def _struct(conditions: list[Column]) -> pa.StructArray:
 
 
 def first_class(rules: tuple[tuple[C, str], ...], holds: Holds) -> Column:
-    """``rules.first_class`` for every row: the class of the first condition that holds, as
-    its number in ``ALL_CLASSES`` (``class_names`` turns the numbers into the names)."""
+    """For every row, the class of the first rule whose condition holds (``ALWAYS`` always
+    does), as its number in ``ALL_CLASSES`` (``class_names`` turns numbers into names)."""
     conditions = [holds[condition] for _, condition in rules if condition != ALWAYS]
     codes = [pa.scalar(ALL_CLASSES.index(kind), pa.int8()) for kind, _ in rules]
     return pc.case_when(_struct(conditions), *codes)
@@ -183,9 +183,9 @@ def class_names(codes: Column) -> Column:
 
 def details(details: tuple[Detail, ...], kind: Column, holds: Holds,
             value: Callable[[str], Column]) -> Column:
-    """``rules.detail_text`` for every row (``kind``: ``first_class``'s numbers): each
-    detail's text is filled only on the rows it explains (the first detail of the row's class
-    whose condition holds)."""
+    """For every row (``kind``: ``first_class``'s numbers), the first detail of its class
+    whose condition holds, its ``%s`` filled with the named values as ``rules.spark_text``
+    writes them; each detail's text is built only on the rows it explains."""
     text: Column = pa.nulls(len(kind), pa.string())
     for detail in details:
         mask = pc.equal(kind, pa.scalar(ALL_CLASSES.index(detail.classification), pa.int8()))

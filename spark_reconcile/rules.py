@@ -3,9 +3,9 @@
 A rule set is an ordered list of (class, condition): a row gets the class of the first
 condition that holds. A detail list says, the same way, which sentence explains the row. The
 conditions and the values the sentences quote are *named* here; each engine computes them its
-own way — the Spark job as columns (``classify``, ``classify_groups``), the Python engine as
-plain values (``python_engine``) — and both evaluate these same lists, so the order of the
-rules and the wording of every detail exist in this module only.
+own way — the Spark job as Spark columns (``classify``, ``classify_groups``), the Python
+engine as Arrow columns (``python_classify``) — and both evaluate these same lists, so the
+order of the rules and the wording of every detail exist in this module only.
 
 Conditions of a stub (``STUB_RULES``):
 
@@ -24,7 +24,6 @@ it (``spark_text``): times ``YYYY-MM-DD HH:MM:SS[.ffffff]`` without trailing zer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import NamedTuple
 
@@ -101,25 +100,6 @@ DEFAULT_TEXT = {"confirmed_at": "an unknown time", "dlq_reason": "no reason reco
 """What a detail says for a missing value (else Spark's ``null``)."""
 
 
-def first_class(rules: tuple[tuple[C, str], ...], holds: Mapping[str, bool]) -> C:
-    """The class of the first rule whose condition holds (``ALWAYS`` always does)."""
-    for classification, condition in rules:
-        if condition == ALWAYS or holds[condition]:
-            return classification
-    raise AssertionError("a rule set ends with ALWAYS")
-
-
-def detail_text(details: tuple[Detail, ...], classification: C, holds: Mapping[str, bool],
-                values: Mapping[str, object]) -> str:
-    """The first matching detail of ``classification``, its values filled in as text."""
-    for detail in details:
-        if detail.classification == classification and (
-                detail.condition == ALWAYS or holds[detail.condition]):
-            return detail.template % tuple(
-                spark_text(values.get(name), DEFAULT_TEXT.get(name)) for name in detail.values)
-    raise AssertionError(f"no detail for {classification}")
-
-
 def spark_text(value: object, default: str | None = None) -> str:
     """``value`` as Spark casts it to a string (``null`` when missing and no ``default``)."""
     if value is None:
@@ -131,5 +111,4 @@ def spark_text(value: object, default: str | None = None) -> str:
 
 
 __all__ = ["ALWAYS", "DLQ_WITHOUT_STUB_DETAIL", "DEFAULT_TEXT", "Detail", "GROUP_DETAILS",
-           "GROUP_RULES", "ORPHAN_LOG_DETAIL", "STUB_DETAILS", "STUB_RULES", "detail_text",
-           "first_class", "spark_text"]
+           "GROUP_RULES", "ORPHAN_LOG_DETAIL", "STUB_DETAILS", "STUB_RULES", "spark_text"]
