@@ -35,7 +35,7 @@ from .outputs import (
 )
 from .results import ReconcileSummary
 from .session import spark_session
-from .table_export import Progress, export_tables, present_tables
+from .table_export import Progress, export_tables, exported_through, present_tables
 
 COPY_BUFFER_BYTES = 1 << 20
 
@@ -91,7 +91,7 @@ def _inputs(spark, options: ReconcileOptions, files, staging: Path,
         exported = export_tables(options.database_url, staging / "tables",
                                  options.export_chunk_rows, report)
         stubs, logs, processed = table_frames(spark, exported)
-        source = "parquet export"
+        source = f"parquet export ({exported_through(options.database_url)})"
     file_count = len(files.segments) + len(files.queue_files)
     report("scan store files", 0, file_count)
     store_rows = store_frame(spark, files, options.check_crc).cache()

@@ -1,5 +1,6 @@
-"""The outbox tables as Arrow tables for the Python engine, in ``table_export``'s reading order
-(``message_log``, ``message_processed``, then ``message_stub``) and with its columns and types.
+"""The outbox tables as Arrow tables: whole for the Python engine (in ``table_export``'s reading
+order, ``message_log``, ``message_processed``, then ``message_stub``, with its columns and
+types), or streamed in bounded batches for the Spark job's export (``stream_whole``).
 
 A whole table is read by connectorx (``pip install 'postbox[spark]'``), which moves rows from
 SQLite, PostgreSQL and MySQL/MariaDB straight into Arrow columns without a Python object per
@@ -14,14 +15,13 @@ and are turned into columns here.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import sqlalchemy as sa
 
 from .errors import DatabaseUnavailableError
-from .table_export import describe_url
 
 FAST_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql",
                  "mariadb": "mysql"}
@@ -31,6 +31,14 @@ SQLITE_PARTS = 2
 ROW_COLUMN = "postbox_rowid"
 PASSED_QUERY = {"postgresql": frozenset({"options", "sslmode"})}
 """URL query keys connectorx takes as the SQLAlchemy driver does (``options=-csearch_path=…``)."""
+
+
+def describe_url(database_url: str) -> str:
+    """The URL with its password masked, for messages and reports."""
+    try:
+        return sa.make_url(database_url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "<unparseable database URL>"
 
 
 def fast_url(database_url: str) -> str | None:
@@ -74,6 +82,31 @@ def read_whole(database_url: str, table: sa.Table, columns: dict[str, pa.DataTyp
     return cast_columns(found, columns)
 
 
+def stream_whole(database_url: str, table: sa.Table, columns: dict[str, pa.DataType],
+                 batch_rows: int) -> Iterator[pa.Table]:
+    """Every row of ``table``'s ``columns`` through connectorx (``fast_url`` must be set), at
+    most ``batch_rows`` at a time: the Spark job's export, whose memory stays bounded.
+
+    Raises:
+        DatabaseUnavailableError: the read failed.
+    """
+    import connectorx
+
+    url = fast_url(database_url)
+    if url is None:
+        raise ValueError(f"connectorx cannot read {describe_url(database_url)}")
+    query = f"SELECT {', '.join(columns)} FROM {table.name}"
+    try:
+        reader = connectorx.read_sql(url, query, return_type="arrow_stream",
+                                     batch_size=batch_rows)
+        for batch in reader:
+            if batch.num_rows:
+                yield cast_columns(pa.Table.from_batches([batch]), columns)
+    except Exception as error:  # connectorx raises its own (Rust) error types
+        raise DatabaseUnavailableError(f"cannot read {table.name} from "
+                                       f"{describe_url(database_url)}: {error}") from error
+
+
 def cast_columns(found: pa.Table, columns: dict[str, pa.DataType]) -> pa.Table:
     """``found`` with exactly ``columns``, in order and of their types."""
     schema = pa.schema(list(columns.items()))
@@ -91,4 +124,4 @@ def from_rows(rows: Iterable[tuple], columns: dict[str, pa.DataType]) -> pa.Tabl
                      in zip(values, schema.types, strict=True)], schema=schema)
 
 
-__all__ = ["cast_columns", "fast_url", "from_rows", "read_whole"]
+__all__ = ["cast_columns", "describe_url", "fast_url", "from_rows", "read_whole", "stream_whole"]

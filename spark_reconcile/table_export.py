@@ -1,8 +1,10 @@
-"""Export the outbox tables to Parquet through SQLAlchemy, in bounded chunks (the default input).
+"""Export the outbox tables to Parquet in bounded chunks (the Spark job's default input).
 
-Works with every database SQLAlchemy reaches (SQLite included) and needs no JDBC driver: rows
-are streamed with a server-side cursor where the database has one, ``chunk_rows`` at a time,
-and each chunk becomes one Parquet row group, so memory stays bounded however large the table.
+Rows are streamed ``chunk_rows`` at a time, each chunk one Parquet row group, so memory stays
+bounded however large the table: through connectorx straight into Arrow where
+``python_tables.fast_url`` allows (SQLite, PostgreSQL, MySQL/MariaDB), else through SQLAlchemy
+with a server-side cursor where the database has one (any database SQLAlchemy reaches; no JDBC
+driver either way).
 
 Order matters for a consistent picture without a cross-table snapshot: ``message_log`` is read
 before ``message_stub`` (the consumer deletes a log row in the transaction that confirms the
@@ -25,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from postbox.outbox.tables import message_log, message_processed, message_stub
 
 from .errors import DatabaseUnavailableError, MissingTableError
+from .python_tables import describe_url, fast_url, stream_whole
 
 Progress = Callable[[str, int, int], None]
 """``progress(step, done, total)``: how the job reports each step."""
@@ -62,14 +65,6 @@ class ExportedTable:
     rows: int
 
 
-def describe_url(database_url: str) -> str:
-    """The URL with its password masked, for messages and reports."""
-    try:
-        return sa.make_url(database_url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return "<unparseable database URL>"
-
-
 def present_tables(database_url: str) -> set[str]:
     """The tables of the database, checked for the ones the reconciliation needs.
 
@@ -82,18 +77,31 @@ def present_tables(database_url: str) -> set[str]:
 
 
 def export_tables(database_url: str, work_dir: Path, chunk_rows: int = 50_000,
-                  progress: Progress | None = None) -> dict[str, ExportedTable]:
-    """Write ``message_log``, ``message_processed`` (when present) and ``message_stub``.
+                  progress: Progress | None = None, *, fast: bool = True
+                  ) -> dict[str, ExportedTable]:
+    """Write ``message_log``, ``message_processed`` (when present) and ``message_stub``
+    (through connectorx when ``fast`` and ``python_tables.fast_url`` allow, else SQLAlchemy).
 
     Raises:
         DatabaseUnavailableError: the database cannot be reached or a read fails.
         MissingTableError: ``message_stub`` or ``message_log`` does not exist.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
+    fast = fast and fast_url(database_url) is not None
     with table_connection(database_url) as connection:
         present = _check_tables(connection, describe_url(database_url))
-        return {table.name: _export(connection, table, columns, work_dir, chunk_rows, progress)
-                for table, columns, _ in TABLES if table.name in present}
+        total = {table.name: connection.execute(sa.select(sa.func.count()).select_from(table))
+                 .scalar_one() for table, _, _ in TABLES if table.name in present}
+        return {table.name: _export(
+            stream_whole(database_url, table, columns, chunk_rows) if fast
+            else _chunks(connection, table, columns, chunk_rows),
+            table, columns, work_dir, total[table.name], progress)
+            for table, columns, _ in TABLES if table.name in present}
+
+
+def exported_through(database_url: str) -> str:
+    """How ``export_tables`` reads ``database_url``: ``connectorx`` or ``sqlalchemy``."""
+    return "connectorx" if fast_url(database_url) is not None else "sqlalchemy"
 
 
 @contextmanager
@@ -125,23 +133,31 @@ def _check_tables(connection: sa.Connection, where: str) -> set[str]:
     return present
 
 
-def _export(connection, table: sa.Table, columns: dict[str, pa.DataType], work_dir: Path,
-            chunk_rows: int, progress: Progress | None) -> ExportedTable:
+def _chunks(connection, table: sa.Table, columns: dict[str, pa.DataType], chunk_rows: int
+            ) -> Iterator[pa.Table]:
+    """The table's ``columns`` through SQLAlchemy, ``chunk_rows`` at a time (server-side
+    cursor where the database has one)."""
+    schema = pa.schema(list(columns.items()))
+    statement = sa.select(*(table.c[name] for name in columns))
+    result = connection.execution_options(stream_results=True,
+                                          yield_per=chunk_rows).execute(statement)
+    for chunk in result.partitions(chunk_rows):
+        batch = list(zip(*chunk, strict=True))
+        yield pa.table([pa.array(values, type=kind)
+                        for values, kind in zip(batch, schema.types, strict=True)],
+                       schema=schema)
+
+
+def _export(chunks: Iterator[pa.Table], table: sa.Table, columns: dict[str, pa.DataType],
+            work_dir: Path, total: int, progress: Progress | None) -> ExportedTable:
+    """``chunks`` into ``<table>.parquet``, one row group each."""
     schema = pa.schema(list(columns.items()))
     path = work_dir / f"{table.name}.parquet"
-    total = connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
-    statement = sa.select(*(table.c[name] for name in columns))
     rows = 0
     with pq.ParquetWriter(path, schema) as writer:
-        result = connection.execution_options(stream_results=True,
-                                              yield_per=chunk_rows).execute(statement)
-        for chunk in result.partitions(chunk_rows):
-            batch = list(zip(*chunk, strict=True))
-            writer.write_table(pa.table(
-                [pa.array(values, type=kind) for values, kind in zip(batch, schema.types,
-                                                                     strict=True)],
-                schema=schema))
-            rows += len(chunk)
+        for chunk in chunks:
+            writer.write_table(chunk)
+            rows += chunk.num_rows
             if progress:
                 progress(f"export {table.name}", rows, max(total, rows))
         if rows == 0:
@@ -151,4 +167,5 @@ def _export(connection, table: sa.Table, columns: dict[str, pa.DataType], work_d
     return ExportedTable(table.name, path, rows)
 
 
-__all__ = ["ExportedTable", "describe_url", "export_tables", "present_tables", "table_connection"]
+__all__ = ["ExportedTable", "describe_url", "export_tables", "exported_through", "present_tables",
+           "table_connection"]

@@ -9,10 +9,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from postbox.spark_reconcile.job import ReconcileOptions, run_reconciliation
 from postbox.spark_reconcile.python_engine import read_tables, run_python_reconciliation
+from postbox.spark_reconcile.table_export import export_tables, exported_through
 from tests.spark_reconcile.framework_scenario import ScenarioCounts, build_scenario
 from tests.support.filesystems import scratch_dir
 from tests.support.services import DATABASE_URL_ENV, reset_database
@@ -125,3 +127,22 @@ def test_connectorx_reads_the_tables_sqlalchemy_reads(scenario: dict) -> None:
         assert found.schema == expected.schema, name
         assert found.num_rows == expected.num_rows > 0, name
         assert sorted(map(str, found.to_pylist())) == sorted(map(str, expected.to_pylist()))
+
+
+def test_the_export_writes_the_same_rows_through_connectorx_and_sqlalchemy(
+        scenario: dict, tmp_path: Path) -> None:
+    """The Spark job's input: connectorx's stream where it can read the database, SQLAlchemy's
+    rows elsewhere; the same Parquet rows, types and chunking either way."""
+    url = scenario["database_url"]
+    assert exported_through(url) == "connectorx"
+    fast = export_tables(url, tmp_path / "fast", chunk_rows=7)
+    plain = export_tables(url, tmp_path / "plain", chunk_rows=7, fast=False)
+    assert fast.keys() == plain.keys() == {"message_log", "message_processed", "message_stub"}
+    for name, exported in fast.items():
+        found, expected = pq.read_table(exported.path), pq.read_table(plain[name].path)
+        assert found.schema == expected.schema, name
+        assert exported.rows == plain[name].rows == found.num_rows > 0, name
+        assert sorted(map(str, found.to_pylist())) == sorted(map(str, expected.to_pylist()))
+        for path in (exported.path, plain[name].path):
+            metadata = pq.ParquetFile(path).metadata
+            assert all(metadata.row_group(n).num_rows <= 7 for n in range(metadata.num_row_groups))
