@@ -126,6 +126,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "(sharing its interpreter lock with the cleanup) instead of processes")
     p.add_argument("--cleanup-batches", default="500,5000",
                    help="CleanupPolicy.batch_size values, one cleanup run each")
+    p.add_argument("--cleanup-workers", type=int, default=1,
+                   help="CleanupPolicy.workers: connections deleting at once, each its own "
+                        "slice of the day")
     p.add_argument("--cleanup-baseline", action="store_true",
                    help="PostgreSQL: also time cleanup by key lists (the former batches), a "
                         "day of stubs per batch size")
@@ -524,6 +527,7 @@ def render(report: dict) -> None:
         for c in r.get("cleanup", []):
             calm, during = c["producers_before_ms"], c["producers_during_ms"]
             how = "" if c["how"] == "product" else f" ({c['how']})"
+            how += f" × {c['workers']} workers" if c.get("workers", 1) > 1 else ""
             print(f"| {r['database']} | {r['size']:,} | {growth} | "
                   f"{c['batch_size']}{how} | {c['rows_per_min']:,} | {calm['p99']} / {calm['max']} "
                   f"| {during['p99']} / {during['max']} | {c['lock_waiters_max']} |")

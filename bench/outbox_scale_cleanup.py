@@ -197,7 +197,8 @@ def cleanup_phase(args: argparse.Namespace, target: Target) -> list[dict]:
     """A day of confirmed stubs deleted per batch size while producers send."""
     results = []
     for day, (batch_size, how) in enumerate(cleanup_runs(args, target), start=2):
-        policy = CleanupPolicy(batch_size=batch_size, max_batches=1_000_000)
+        policy = CleanupPolicy(batch_size=batch_size, max_batches=1_000_000,
+                               workers=args.cleanup_workers)
         with Producers(target, args.producers, threads=args.producer_threads) as producers:
             calm_from = time.monotonic()
             time.sleep(2.0 if args.quick else 3.0)
@@ -210,7 +211,8 @@ def cleanup_phase(args: argparse.Namespace, target: Target) -> list[dict]:
         during = producers.during(cleanup_from, cleanup_to)
         results.append({
             "how": how, "producers": "threads" if args.producer_threads else "processes",
-            "batch_size": batch_size, "deleted": report.stubs, "seconds": round(elapsed, 2),
+            "batch_size": batch_size, "workers": args.cleanup_workers,
+            "deleted": report.stubs, "seconds": round(elapsed, 2),
             "rows_per_min": round(report.stubs / elapsed * 60) if elapsed else 0,
             "producers_before_ms": latency_ms(calm), "producers_during_ms": latency_ms(during),
             "lock_waiters_max": sampler.most, "lock_samples": sampler.samples,

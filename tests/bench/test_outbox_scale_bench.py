@@ -105,17 +105,20 @@ def io_capacity(url: str) -> int:
 
 
 def test_mariadb_server_variables_hold_for_the_run_and_are_put_back(mariadb_scale_database):
+    """Also with two cleanup workers (``CleanupPolicy.workers``)."""
     former = io_capacity(mariadb_scale_database)
     wanted = former + 100
     args = bench.parse_args(["--quick", "--sizes", "2k", "--no-postgres", "--phases", "cleanup",
                              "--mariadb", mariadb_scale_database, "--cleanup-batches", "500",
-                             "--mariadb-set", f"innodb_io_capacity={wanted}"])
+                             "--mariadb-set", f"innodb_io_capacity={wanted}",
+                             "--cleanup-workers", "2"])
     report = bench.run(args)
 
     [result] = report["results"]
     assert result["mariadb_set"] == {"innodb_io_capacity": str(wanted)}
     [cleanup] = result["cleanup"]
     assert cleanup["deleted"] > 0 and cleanup["producers"] == "processes"
+    assert cleanup["workers"] == 2
     assert io_capacity(mariadb_scale_database) == former
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -25,7 +26,13 @@ from postbox.outbox import (
     message_processed,
     message_stub,
 )
-from postbox.outbox.cleanup import MAX_BATCH_SIZE, CleanupPolicy, CleanupReport, run_cleanup
+from postbox.outbox.cleanup import (
+    MAX_BATCH_SIZE,
+    MAX_WORKERS,
+    CleanupPolicy,
+    CleanupReport,
+    run_cleanup,
+)
 from postbox.outbox.clock import utc_now
 from postbox.outbox.database import dialect_name
 from tests.support.lock_waits import sessions, waiting_on_a_lock
@@ -479,3 +486,50 @@ def test_policy_is_frozen():
     policy = CleanupPolicy()
     with pytest.raises(AttributeError):
         policy.batch_size = 0  # type: ignore[misc]
+
+
+# ---- workers ---------------------------------------------------------------------------------
+
+
+def test_workers_delete_what_one_connection_deletes_each_its_own_slice(engine: Engine):
+    for day in range(6):  # six days of confirmed stubs, the retention's edge inside the last
+        add_stubs(engine, ids(f"day{day}-", 40), StubStatus.CONFIRMED,
+                  confirmed_at=OLD - DAY * day)
+    add_stubs(engine, ids("young", 7), StubStatus.CONFIRMED, confirmed_at=NOW)
+    add_stubs(engine, ["in-flight"], StubStatus.UNCONFIRMED)
+    add_processed(engine, [("billing", f"p{n}") for n in range(30)], processed_at=OLD)
+    threads: set[str] = set()
+
+    def seen(*_: Any) -> None:
+        threads.add(threading.current_thread().name)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        report = run_cleanup(engine, CleanupPolicy(batch_size=15, workers=3), now=NOW)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+
+    assert report.stubs == 240 and report.processed == 30 and report.complete
+    assert report.largest_batch == 15
+    assert report.batches >= math.ceil(240 / 15) + math.ceil(30 / 15)
+    assert stub_ids(engine) == set(ids("young", 7)) | {"in-flight"}
+    assert len({name for name in threads if name.startswith("cleanup")}) == 3
+
+
+def test_workers_share_max_batches_and_the_next_run_carries_on(engine: Engine):
+    for day in range(4):
+        add_stubs(engine, ids(f"day{day}-", 50), StubStatus.CONFIRMED,
+                  confirmed_at=OLD - DAY * day)
+    policy = CleanupPolicy(batch_size=10, max_batches=4, workers=2)
+
+    first = run_cleanup(engine, policy, now=NOW)
+    assert first.stubs == 40 and first.batches == 4 and not first.complete
+    while not run_cleanup(engine, policy, now=NOW).complete:
+        pass
+    assert stub_ids(engine) == set()
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 2.0, MAX_WORKERS + 1])
+def test_invalid_workers_are_refused(workers: Any):
+    with pytest.raises(ConfigurationError, match=r"CleanupPolicy\.workers"):
+        CleanupPolicy(workers=workers)
