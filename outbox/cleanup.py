@@ -306,8 +306,9 @@ def _sweep_in_slices(engine: Engine, sweep: _Sweep, policy: CleanupPolicy,
               for lower, upper in zip([None, *bounds], [*bounds, None], strict=True)]
     share = -(-policy.max_batches // policy.workers)
     with ThreadPoolExecutor(policy.workers, thread_name_prefix="cleanup") as pool:
-        parts = list(pool.map(lambda part: _slice_report(engine, *part, policy, share),
-                              slices))
+        futures = [pool.submit(_slice_report, engine, part, lower, policy, share)
+                   for part, lower in slices]
+        parts = [future.result() for future in futures]
     for part in parts:
         setattr(report, sweep.field, getattr(report, sweep.field) + getattr(part, sweep.field))
         report.batches += part.batches
