@@ -72,9 +72,14 @@ def csv_text(column: Column) -> Column:
     return pc.fill_null(text, "")
 
 
+def as_array(column: Column) -> pa.Array:
+    """``column`` as one array (a chunked one's chunks joined)."""
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
 def _iso_micros(column: Column) -> Column:
     """``YYYY-MM-DD HH:MM:SS.ffffff`` (Arrow's cast: far faster than ``strftime``)."""
     return column.cast(pa.timestamp("us")).cast(pa.string())
 
 
-__all__ = ["csv_text", "fill_template", "spark_text"]
+__all__ = ["Column", "as_array", "csv_text", "fill_template", "spark_text"]

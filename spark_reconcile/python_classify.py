@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_text import fill_template
+from .arrow_text import Column, as_array, fill_template
 from .classes import ALL_CLASSES
 from .classes import MessageClass as C
 from .outputs import SAMPLE_CLASSES, SAMPLES_PER_CLASS
-from .python_facts import Column, Facts, Lookup, Tables, pair_keys
+from .python_facts import Facts, Lookup, Tables, pair_keys
 from .rules import (
     ALWAYS,
     DLQ_WITHOUT_STUB_DETAIL,
@@ -191,17 +191,13 @@ def details(details: tuple[Detail, ...], kind: Column, holds: Holds,
         mask = pc.equal(kind, pa.scalar(ALL_CLASSES.index(detail.classification), pa.int8()))
         if detail.condition != ALWAYS:
             mask = pc.and_(mask, pc.fill_null(holds[detail.condition], False))
-        mask = _array(pc.and_(pc.fill_null(mask, False), pc.is_null(text)))
+        mask = as_array(pc.and_(pc.fill_null(mask, False), pc.is_null(text)))
         count = pc.sum(mask).as_py() or 0
         if count:
             values = {name: value(name).filter(mask) for name in detail.values}
-            text = pc.replace_with_mask(_array(text), mask, _array(
+            text = pc.replace_with_mask(as_array(text), mask, as_array(
                 fill_template(detail.template, detail.values, values, count)))
     return text
-
-
-def _array(column: Column) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _rows(source: pa.Table, kind: Column, group: Column, detail: Column) -> pa.Table:

@@ -60,6 +60,7 @@ from .table_export import (
     PROCESSED_COLUMNS,
     STUB_COLUMNS,
     Progress,
+    exported_through,
     present_tables,
     table_connection,
 )
@@ -99,7 +100,7 @@ def run_python_reconciliation(options: ReconcileOptions, progress: Progress | No
         judge(summary, options.thresholds)
         summary.inputs = describe_inputs(
             options.database_url, files,
-            "connectorx" if state is None and fast_url(options.database_url) else "sqlalchemy",
+            "sqlalchemy" if state else exported_through(options.database_url),
             ENGINE_NAME) | {
             "incremental": state is not None, "segments_scanned": scanned,
             "rows_read": {"message_stub": tables.stubs.num_rows,

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_text import Column
 from .store_decode import DELIVERED, DLQ, RETRY, StoreRow
 from .store_files import CommittedOffset
-
-Column: TypeAlias = pa.Array | pa.ChunkedArray
 
 SEPARATOR = "\x00"
 """Between the parts of a composite key (no group, topic or id holds it)."""

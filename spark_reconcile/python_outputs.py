@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .arrow_text import csv_text
+from .arrow_text import Column, as_array, csv_text
 from .python_classify import COLUMNS, SCHEMA
 
 WORKERS = 2
@@ -63,21 +63,17 @@ def write_csv(rows: pa.Table, path: Path, pool: Executor | None = None) -> None:
 
 def _csv_lines(part: pa.Table) -> pa.Buffer:
     """The CSV lines of ``part``, each ending with a line feed."""
-    lines = pc.binary_join_element_wise(*(
+    lines = as_array(pc.binary_join_element_wise(*(
         _few_values_text(part[name]) if name in FEW_VALUES else csv_text(part[name])
-        for name in COLUMNS), ",")
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
+        for name in COLUMNS), ","))
     ended = pc.binary_join_element_wise(lines, "\n", "")
     return pc.binary_join(pa.ListArray.from_arrays(
         pa.array([0, len(ended)], pa.int32()), ended), "")[0].as_buffer()
 
 
-def _few_values_text(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+def _few_values_text(column: Column) -> pa.Array:
     """``csv_text`` of a column with few distinct values, through its dictionary."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    encoded = pc.dictionary_encode(column)
+    encoded = pc.dictionary_encode(as_array(column))
     return pc.fill_null(pc.take(csv_text(encoded.dictionary), encoded.indices), "")
 
 

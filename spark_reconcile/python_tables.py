@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,21 +65,14 @@ def read_whole(database_url: str, table: sa.Table, columns: dict[str, pa.DataTyp
     """
     import connectorx
 
-    url = fast_url(database_url)
-    if url is None:
-        raise ValueError(f"connectorx cannot read {describe_url(database_url)}")
-    partitioned = url.startswith("sqlite:")
-    query = (f"SELECT {'rowid AS ' + ROW_COLUMN + ', ' if partitioned else ''}"
-             f"{', '.join(columns)} FROM {table.name}")
-    try:
-        if partitioned:
-            found = connectorx.read_sql(url, query, return_type="arrow",
-                                        partition_on=ROW_COLUMN, partition_num=SQLITE_PARTS)
+    with _reading(database_url, table) as url:
+        if url.startswith("sqlite:"):
+            found = connectorx.read_sql(
+                url, f"SELECT rowid AS {ROW_COLUMN}, {', '.join(columns)} FROM {table.name}",
+                return_type="arrow", partition_on=ROW_COLUMN, partition_num=SQLITE_PARTS)
         else:
-            found = connectorx.read_sql(url, query, return_type="arrow")
-    except Exception as error:  # connectorx raises its own (Rust) error types
-        raise DatabaseUnavailableError(f"cannot read {table.name} from "
-                                       f"{describe_url(database_url)}: {error}") from error
+            found = connectorx.read_sql(url, f"SELECT {', '.join(columns)} FROM {table.name}",
+                                        return_type="arrow")
     return cast_columns(found, columns)
 
 
@@ -92,16 +86,22 @@ def stream_whole(database_url: str, table: sa.Table, columns: dict[str, pa.DataT
     """
     import connectorx
 
-    url = fast_url(database_url)
-    if url is None:
-        raise ValueError(f"connectorx cannot read {describe_url(database_url)}")
-    query = f"SELECT {', '.join(columns)} FROM {table.name}"
-    try:
-        reader = connectorx.read_sql(url, query, return_type="arrow_stream",
-                                     batch_size=batch_rows)
+    with _reading(database_url, table) as url:
+        reader = connectorx.read_sql(url, f"SELECT {', '.join(columns)} FROM {table.name}",
+                                     return_type="arrow_stream", batch_size=batch_rows)
         for batch in reader:
             if batch.num_rows:
                 yield cast_columns(pa.Table.from_batches([batch]), columns)
+
+
+@contextmanager
+def _reading(database_url: str, table: sa.Table) -> Iterator[str]:
+    """connectorx's URL for ``database_url``; its errors as ``DatabaseUnavailableError``."""
+    url = fast_url(database_url)
+    if url is None:
+        raise ValueError(f"connectorx cannot read {describe_url(database_url)}")
+    try:
+        yield url
     except Exception as error:  # connectorx raises its own (Rust) error types
         raise DatabaseUnavailableError(f"cannot read {table.name} from "
                                        f"{describe_url(database_url)}: {error}") from error

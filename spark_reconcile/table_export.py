@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from postbox.outbox.tables import message_log, message_processed, message_stub
 
 from .errors import DatabaseUnavailableError, MissingTableError
-from .python_tables import describe_url, fast_url, stream_whole
+from .python_tables import describe_url, fast_url, from_rows, stream_whole
 
 Progress = Callable[[str, int, int], None]
 """``progress(step, done, total)``: how the job reports each step."""
@@ -100,7 +100,8 @@ def export_tables(database_url: str, work_dir: Path, chunk_rows: int = 50_000,
 
 
 def exported_through(database_url: str) -> str:
-    """How ``export_tables`` reads ``database_url``: ``connectorx`` or ``sqlalchemy``."""
+    """How a whole table of ``database_url`` is read (``export_tables``, and the Python
+    engine's full run): ``connectorx`` or ``sqlalchemy``."""
     return "connectorx" if fast_url(database_url) is not None else "sqlalchemy"
 
 
@@ -137,15 +138,11 @@ def _chunks(connection, table: sa.Table, columns: dict[str, pa.DataType], chunk_
             ) -> Iterator[pa.Table]:
     """The table's ``columns`` through SQLAlchemy, ``chunk_rows`` at a time (server-side
     cursor where the database has one)."""
-    schema = pa.schema(list(columns.items()))
     statement = sa.select(*(table.c[name] for name in columns))
     result = connection.execution_options(stream_results=True,
                                           yield_per=chunk_rows).execute(statement)
     for chunk in result.partitions(chunk_rows):
-        batch = list(zip(*chunk, strict=True))
-        yield pa.table([pa.array(values, type=kind)
-                        for values, kind in zip(batch, schema.types, strict=True)],
-                       schema=schema)
+        yield from_rows(chunk, columns)
 
 
 def _export(chunks: Iterator[pa.Table], table: sa.Table, columns: dict[str, pa.DataType],
