@@ -16,6 +16,7 @@ mod hashing;
 mod properties;
 mod received_record;
 mod record;
+mod record_scan;
 mod record_walk;
 mod reference;
 
@@ -33,6 +34,10 @@ fn postbox_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::seal_property_crc, m)?)?;
     m.add_function(wrap_pyfunction!(record::unpack_record, m)?)?;
     m.add_function(wrap_pyfunction!(record_walk::walk_records, m)?)?;
+    m.add_function(wrap_pyfunction!(record_scan::scan_records, m)?)?;
+    m.add_function(wrap_pyfunction!(record_scan::decode_run, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::java_string_hashcode, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::index_key_hash, m)?)?;
     m.add_function(wrap_pyfunction!(received_record::unpack_received_record, m)?)?;
     m.add_function(wrap_pyfunction!(received_record::unpack_received_records, m)?)?;
     Ok(())

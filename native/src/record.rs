@@ -204,12 +204,14 @@ pub fn short_at(buf: &[u8], at: usize) -> Option<i16> {
     Some(i16::from_be_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
 }
 
-/// Field bounds of the record at `position`: `(header bytes, body, topic, properties)` ranges,
-/// or None for anything the reference must handle itself (negative lengths, anything past
-/// the end of `buf`: there it raises `struct.error` or returns truncated fields).
-pub fn layout(buf: &[u8], position: usize)
-              -> Option<(usize, std::ops::Range<usize>, std::ops::Range<usize>,
-                         std::ops::Range<usize>)> {
+/// `(header bytes, body, topic, properties)`: where a record's fields lie.
+pub type FieldBounds = (usize, std::ops::Range<usize>, std::ops::Range<usize>,
+                        std::ops::Range<usize>);
+
+/// Field bounds of the record at `position`, or None for anything the reference must handle
+/// itself (negative lengths, anything past the end of `buf`: there it raises `struct.error`
+/// or returns truncated fields).
+pub fn layout(buf: &[u8], position: usize) -> Option<FieldBounds> {
     if buf.len() < position.checked_add(HEADER_V4_BYTES)? {
         return None;
     }

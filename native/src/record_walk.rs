@@ -7,6 +7,8 @@
 //! `check_record` would call a blank, the end or corruption, and valid records of another
 //! layout (v2, IPv6 hosts), which the caller checks itself before walking on. Arguments of
 //! other types, or a `limit` past the end of the buffer, go to the reference.
+//!
+//! `common_layout` and `crc_holds` are also the layout and checksum tests of `record_scan.rs`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -45,17 +47,17 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// A common-layout record: its size and the bounds of its body, topic and properties.
-struct Layout {
-    size: usize,
+pub(crate) struct Layout {
+    pub size: usize,
     body_crc: i32,
     body: std::ops::Range<usize>,
-    topic: std::ops::Range<usize>,
-    props: std::ops::Range<usize>,
+    pub topic: std::ops::Range<usize>,
+    pub props: std::ops::Range<usize>,
 }
 
 /// `check_record`'s early exits and `_common_layout`: the record at `position` when it is a
 /// v1/IPv4 record whose fields add up; None for everything else (`buf` holds `limit` bytes).
-fn common_layout(buf: &[u8], position: usize, limit: usize) -> Option<Layout> {
+pub(crate) fn common_layout(buf: &[u8], position: usize, limit: usize) -> Option<Layout> {
     let remaining = limit.checked_sub(position)?;
     if remaining < RECORD_FIXED_OVERHEAD_BYTES {
         return None;  // the end of data, a blank record, or a record the reference decides
@@ -101,7 +103,7 @@ fn property_crc_holds(buf: &[u8], position: usize, end: usize) -> Option<bool> {
 }
 
 /// `_crc_failure(...) == ""`: whether the record's checksums and framing hold.
-fn crc_holds(buf: &[u8], position: usize, record: &Layout) -> bool {
+pub(crate) fn crc_holds(buf: &[u8], position: usize, record: &Layout) -> bool {
     let end = position + record.size;
     let ends_pair = buf[end - 1] == PAIR_END;
     let record_crc = if record.props.len() >= PROPERTY_CRC_LENGTH {

@@ -13,7 +13,9 @@ returns, byte for byte, and hand whatever lies outside their fast path (an integ
 not fit, an unusual layout, a malformed record) to the reference, so every error is the
 reference's error. ``walk_records`` (the store scan's loop) shares its reference's contract
 instead: it may stop early, at any record outside its fast path, and the caller takes that
-record itself; an extension built before it existed leaves it to the reference. The
+record itself. ``scan_records`` and ``decode_run`` (recovery's scan and dispatch's decoding)
+and the Java hashes are exact like the codecs. An extension built before a function existed
+leaves that function to the reference. The
 reference modules (``record``, ``record_walk``, ``properties``, ``hashing``,
 ``received_record``) stay pure Python and are what the differential tests compare against.
 
@@ -98,6 +100,10 @@ unpack_received_record: Callable[[bytes, int, int], tuple[Any, ...]] = (
 unpack_received_records: Callable[[bytes, int, int], list[tuple[Any, ...]]] = (
     received_record.unpack_received_records)
 walk_records: Callable[..., tuple[list[int], int]] = record_walk.walk_records
+scan_records: Callable[..., tuple[int, int]] = record.scan_records
+decode_run: Callable[[Any, int, int, int], list[record.DispatchRecord]] = record.decode_run
+java_string_hashcode: Callable[[str], int] = hashing.java_string_hashcode
+index_key_hash: Callable[[str], int] = hashing.index_key_hash
 if _native is not None:
     masked_crc32 = _native.masked_crc32
     encode_properties = _native.encode_properties
@@ -108,6 +114,10 @@ if _native is not None:
     unpack_received_record = _native.unpack_received_record
     unpack_received_records = _native.unpack_received_records
     walk_records = getattr(_native, "walk_records", record_walk.walk_records)
+    scan_records = getattr(_native, "scan_records", record.scan_records)
+    decode_run = getattr(_native, "decode_run", record.decode_run)
+    java_string_hashcode = getattr(_native, "java_string_hashcode", hashing.java_string_hashcode)
+    index_key_hash = getattr(_native, "index_key_hash", hashing.index_key_hash)
 
 __all__ = [
     "ENGINE",
@@ -117,11 +127,15 @@ __all__ = [
     "PYTHON",
     "NativeEngineError",
     "decode_properties",
+    "decode_run",
     "encode_properties",
     "encode_record_parts",
     "engine_description",
+    "index_key_hash",
+    "java_string_hashcode",
     "load_native",
     "masked_crc32",
+    "scan_records",
     "seal_property_crc",
     "unpack_received_record",
     "unpack_received_records",

@@ -47,10 +47,9 @@ from ..formats import (
     RecordKind,
     check_record,
     encode_blank_record,
-    scan_records,
     takes_queue_offset,
 )
-from ..formats.engine import encode_record_parts, seal_property_crc
+from ..formats.engine import encode_record_parts, scan_records, seal_property_crc
 from .damage import next_valid_position, survey
 from .segment import SCAN_WINDOW_BYTES
 from .segment_set import SegmentSet

@@ -27,11 +27,11 @@ from ..formats import (
     DispatchRecord,
     RecordKind,
     decode_for_dispatch,
-    decode_run,
     split_keys,
     tag_hash,
     takes_queue_offset,
 )
+from ..formats.engine import decode_run
 from ..formats.topic_names import DELAY_TOPIC
 from ..service import Service
 from .commit_log import CommitLog
@@ -129,6 +129,10 @@ class DispatchService(Service):
     name = "dispatch"
     interval_ms = 1
     batch_size_max = 65_536
+    decode_size_max = 512
+    """Records decoded from the log at a time: a run this short is dispatched and dropped
+    before the garbage collector's young generation fills, so its objects never reach the older
+    generations (a 65 536-record run made decoding about 3x slower in collections)."""
 
     def __init__(self, commit_log: CommitLog, dispatchers: list[Dispatcher], clock: Clock,
                  start_position: int) -> None:
@@ -158,7 +162,8 @@ class DispatchService(Service):
                 records = [record]
             else:  # from the log, up to the feed's first record
                 stop = end if record is None else min(end, record.log_position)
-                records = self._decode_from(position, stop, self.batch_size_max - processed)
+                records = self._decode_from(position, stop, min(
+                    self.decode_size_max, self.batch_size_max - processed))
                 if not records:  # a blank record: continue in the next segment
                     position = self._next_segment_start(position)
                     continue

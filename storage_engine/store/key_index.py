@@ -39,8 +39,8 @@ from ..formats import (
     entry_position,
     index_file_name,
     index_file_size,
-    index_key_hash,
 )
+from ..formats.engine import index_key_hash
 from .fsutil import fsync_dir
 from .segment import PAGE_SIZE_BYTES, Allocation, MappedSegment, reservation_end
 
