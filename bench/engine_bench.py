@@ -70,7 +70,8 @@ def codec_figures(size: int) -> dict[str, dict[str, float]]:
     """Nanoseconds per call of each codec, reference and native, in this process: the best of
     ``CODEC_ROUNDS`` interleaved rounds of ``CODEC_CALLS`` calls (the least disturbed by other
     load). A pull body is 32 records; the segment walk (the reconciliation's store scan) walks
-    the same 32 records, checking their CRCs, and collects none."""
+    the same 32 records, checking their CRCs, and collects none; recovery's scan checks them
+    too, and dispatch's decoding makes their 32 ``DispatchRecord``s."""
     import timeit
 
     import postbox_native as native
@@ -101,11 +102,15 @@ def codec_figures(size: int) -> dict[str, dict[str, float]]:
         "walk_records (32)": lambda m: m.walk_records(
             pull_body, 0, len(pull_body), True, (b"%DLQ%", b"%RETRY%"), b"REAL_TOPIC\x01",
             b"SCHEDULE_TOPIC_XXXX"),
+        "scan_records (32)": lambda m: m.scan_records(pull_body, 0, len(pull_body)),
+        "decode_run (32)": lambda m: m.decode_run(pull_body, 0, len(pull_body), 32),
+        "index_key_hash": lambda m: m.index_key_hash("bench#order-000042"),
     }
     reference = {"encode_record_parts + seal": record, "unpack_record": record,
                  "decode_properties": properties, "masked_crc32": hashing,
                  "unpack_received_records (32)": received_record,
-                 "walk_records (32)": record_walk}
+                 "walk_records (32)": record_walk, "scan_records (32)": record,
+                 "decode_run (32)": record, "index_key_hash": hashing}
     figures = {}
     for name, call in cases.items():
         best = {"python": float("inf"), "native": float("inf")}

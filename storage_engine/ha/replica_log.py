@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..formats import (
     BLANK_MAGIC,
@@ -93,9 +93,9 @@ class LogTimestampDispatcher:
         self._commit_log = commit_log
         self._newest_ms = 0
 
-    def dispatch(self, record: DispatchRecord) -> None:
-        """Remember the record's store time."""
-        self._newest_ms = record.store_timestamp_ms
+    def dispatch_run(self, records: Sequence[DispatchRecord]) -> None:
+        """Remember the newest store time of the run."""
+        self._newest_ms = records[-1].store_timestamp_ms
 
     def batch_done(self) -> None:
         """Publish the newest store time of the batch."""

@@ -1,8 +1,10 @@
 """``DispatchService``: tails the commit log and feeds the derived structures (RocketMQ's reput).
 
-For every record after ``position`` it runs the dispatchers in order: the consume-queue
-dispatcher (normal and committed-transaction records) and the key-index dispatcher (all but
-rolled-back records), then tells arrival listeners (long polling) which queue grew. Records are
+It hands the records after ``position`` to the dispatchers in runs of up to
+``decode_size_max`` consecutive records (from the append feed, or decoded from the log): the
+consume-queue dispatcher (normal and committed-transaction records; each queue's units of a run
+in one ``append_run``, then the arrival listeners, long polling, once per queue that grew) and
+the key-index dispatcher (all but rolled-back records). Records decoded from the log are
 validated again on the way (lengths, without the body CRC); a blank record moves to the next
 segment; a corrupt record stops dispatch and is recorded as the service failure.
 
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..clock import Clock
@@ -46,8 +49,8 @@ ArrivalListener = Callable[[str, int, int], None]  # (topic, queue_id, new max o
 class Dispatcher(Protocol):
     """Consumer of dispatched records."""
 
-    def dispatch(self, record: DispatchRecord) -> None:
-        """Apply one record."""
+    def dispatch_run(self, records: Sequence[DispatchRecord]) -> None:
+        """Apply records that follow each other in the log, in log order."""
 
     def batch_done(self) -> None:
         """Called after every dispatch batch (publish buffered state)."""
@@ -63,15 +66,25 @@ class ConsumeQueueDispatcher:
         self._listeners = listeners
         self._tag_hashes: dict[str, int] = {}
 
-    def dispatch(self, record: DispatchRecord) -> None:
-        """Append the unit for ``record``."""
-        if not takes_queue_offset(record.sys_flag):
-            return
-        queue = self._queues.get_or_create(record.topic, record.queue_id)
-        if queue.append(record.log_position, record.size, self._tag_code(record),
-                        record.queue_offset):
-            for listener in self._listeners:
-                listener(record.topic, record.queue_id, record.queue_offset + 1)
+    def dispatch_run(self, records: Sequence[DispatchRecord]) -> None:
+        """Append the units of ``records``, each queue's in one ``append_run``; then tell the
+        listeners once per queue that grew."""
+        runs: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        for record in records:
+            if not takes_queue_offset(record.sys_flag):
+                continue
+            unit = (record.log_position, record.size, self._tag_code(record),
+                    record.queue_offset)
+            run = runs.get((record.topic, record.queue_id))
+            if run is None:
+                runs[(record.topic, record.queue_id)] = [unit]
+            else:
+                run.append(unit)
+        for (topic, queue_id), units in runs.items():
+            max_offset = self._queues.get_or_create(topic, queue_id).append_run(units)
+            if max_offset:
+                for listener in self._listeners:
+                    listener(topic, queue_id, max_offset)
 
     def batch_done(self) -> None:
         """Nothing is buffered."""
@@ -107,16 +120,17 @@ class KeyIndexDispatcher:
     def __init__(self, key_index: KeyIndex) -> None:
         self._key_index = key_index
 
-    def dispatch(self, record: DispatchRecord) -> None:
-        """Index the keys of ``record``."""
-        if record.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
-            return
-        keys = split_keys(record.keys)
-        if record.unique_key:
-            keys.insert(0, record.unique_key)
-        if keys:
-            self._key_index.add(record.topic, keys, record.log_position,
-                                record.store_timestamp_ms)
+    def dispatch_run(self, records: Sequence[DispatchRecord]) -> None:
+        """Index the keys of ``records``."""
+        add = self._key_index.add
+        for record in records:
+            if record.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+                continue
+            keys = split_keys(record.keys)
+            if record.unique_key:
+                keys.insert(0, record.unique_key)
+            if keys:
+                add(record.topic, keys, record.log_position, record.store_timestamp_ms)
 
     def batch_done(self) -> None:
         """Write the current index file's header once per batch."""
@@ -154,25 +168,24 @@ class DispatchService(Service):
         feed = commit_log.dispatch_feed
         processed = 0
         while position < end and processed < self.batch_size_max:
+            count_max = min(self.decode_size_max, self.batch_size_max - processed)
             record = feed[0] if feed else None
             if record is not None and record.log_position <= position:
-                feed.popleft()
-                if record.log_position < position:
-                    continue  # dispatched already (e.g. from the log before the feed caught up)
-                records = [record]
+                records = _take_from_feed(feed, position, end, count_max)
+                if not records:
+                    continue  # dispatched already (from the log before the feed caught up)
             else:  # from the log, up to the feed's first record
                 stop = end if record is None else min(end, record.log_position)
-                records = self._decode_from(position, stop, min(
-                    self.decode_size_max, self.batch_size_max - processed))
+                records = self._decode_from(position, stop, count_max)
                 if not records:  # a blank record: continue in the next segment
                     position = self._next_segment_start(position)
                     continue
-            for record in records:
-                for dispatcher in self._dispatchers:
-                    dispatcher.dispatch(record)
-                position += record.size
+            for dispatcher in self._dispatchers:
+                dispatcher.dispatch_run(records)
+            last = records[-1]
+            position = last.log_position + last.size
             processed += len(records)
-            timestamp_ms = records[-1].store_timestamp_ms
+            timestamp_ms = last.store_timestamp_ms
         if processed:
             for dispatcher in self._dispatchers:
                 dispatcher.batch_done()
@@ -234,3 +247,19 @@ class DispatchService(Service):
         """Wake waiters so they see the failure."""
         with self._progress:
             self._progress.notify_all()
+
+
+def _take_from_feed(feed: deque[DispatchRecord], position: int, end: int,
+                    count_max: int) -> list[DispatchRecord]:
+    """Up to ``count_max`` records of the append feed that follow each other from ``position``
+    (below ``end``); records before ``position`` are dropped (dispatched from the log)."""
+    records: list[DispatchRecord] = []
+    while feed and len(records) < count_max and position < end:
+        record = feed[0]
+        if record.log_position > position:
+            break
+        feed.popleft()
+        if record.log_position == position:
+            records.append(record)
+            position += record.size
+    return records

@@ -85,16 +85,18 @@ class PutTally:
         self._topics: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
-    def dispatch(self, record: DispatchRecord) -> None:
-        """Count one record (the dispatch thread only)."""
-        if record.log_position < self.start_position:
-            return
-        counts = self._topics.get(record.topic)
-        if counts is None:
-            with self._lock:
-                counts = self._topics.setdefault(record.topic, [0, 0])
-        counts[0] += 1
-        counts[1] += record.size
+    def dispatch_run(self, records: Sequence[DispatchRecord]) -> None:
+        """Count records (the dispatch thread only)."""
+        topics = self._topics
+        for record in records:
+            if record.log_position < self.start_position:
+                continue
+            counts = topics.get(record.topic)
+            if counts is None:
+                with self._lock:
+                    counts = topics.setdefault(record.topic, [0, 0])
+            counts[0] += 1
+            counts[1] += record.size
 
     def batch_done(self) -> None:
         """Nothing is buffered."""
