@@ -55,13 +55,16 @@ pub fn scan_records<'py>(buf: &Bound<'py, PyAny>, offset: &Bound<'py, PyAny>,
     reference::call_with(py, "record", "scan_records", args, Some(&kwargs))
 }
 
-/// `DispatchRecord._make` (tuple.__new__ bound to the class: no Python frame per record).
-fn make_dispatch_record(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static MAKE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
-    MAKE.get_or_try_init(py, || {
-        Ok::<_, PyErr>(py.import("postbox.storage_engine.formats.record")?
-            .getattr("DispatchRecord")?.getattr("_make")?.unbind())
-    }).map(|make| make.bind(py))
+/// `tuple.__new__` and the `DispatchRecord` class: `tuple.__new__(DispatchRecord, fields)`
+/// builds a record in C (the class's `_make` would add a Python frame per record).
+fn dispatch_record_maker(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>)> {
+    static MAKER: GILOnceCell<(Py<PyAny>, Py<PyAny>)> = GILOnceCell::new();
+    let (new, class) = MAKER.get_or_try_init(py, || {
+        let class = py.import("postbox.storage_engine.formats.record")?.getattr("DispatchRecord")?;
+        let new = py.get_type::<PyTuple>().getattr("__new__")?;
+        Ok::<_, PyErr>((new.unbind(), class.unbind()))
+    })?;
+    Ok((new.bind(py).clone(), class.bind(py).clone()))
 }
 
 /// Strings one `decode_run` call makes again and again (property names, the topic), made once.
@@ -173,7 +176,7 @@ pub fn decode_run<'py>(buf: &Bound<'py, PyAny>, offset: &Bound<'py, PyAny>,
     let py = buf.py();
     if let (Ok(mut at), Ok(stop_at), Ok(wanted)) = (
         offset.extract::<usize>(), limit.extract::<usize>(), count_max.extract::<i64>()) {
-        let make = make_dispatch_record(py)?;
+        let (new, class) = dispatch_record_maker(py)?;
         let decoded = with_bytes(buf, |bytes| {
             if stop_at > bytes.len() {
                 return Ok(None);
@@ -185,7 +188,7 @@ pub fn decode_run<'py>(buf: &Bound<'py, PyAny>, offset: &Bound<'py, PyAny>,
                 let Some(fields) = dispatch_record(&mut strings, bytes, at, record.size,
                                                    &bytes[record.topic.clone()],
                                                    &bytes[record.props.clone()])? else { break };
-                records.append(make.call1((fields,))?)?;
+                records.append(new.call1((&class, fields))?)?;
                 at += record.size;
             }
             Ok(Some(records))

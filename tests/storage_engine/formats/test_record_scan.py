@@ -20,16 +20,7 @@ from postbox.storage_engine.formats.record import (
     DispatchRecord,
     encode_record_parts,
 )
-from tests.support.record_segments import (
-    COMMON,
-    DAMAGE,
-    KINDS,
-    MIDDLE,
-    damage,
-    mutated,
-    records,
-    segment,
-)
+from tests.support import record_segments as segments
 
 native = pytest.importorskip(
     "postbox_native", reason="the native engine is not built (run `make` with cargo present)")
@@ -72,18 +63,19 @@ def assert_loops_agree(buf, limit: int) -> None:
 
 @pytest.mark.parametrize("crc_tails", [True, False, None])
 def test_common_records_scan_and_decode_alike(crc_tails: bool | None) -> None:
-    buf = segment(list(COMMON) * 3, crc_tails)
+    kinds = list(segments.COMMON) * 3
+    buf = segments.segment(kinds, crc_tails)
     stop, last = native.scan_records(buf, 0, len(buf))
     assert (stop, last) == record.scan_records(buf, 0, len(buf))
-    assert stop == sum(map(len, records(list(COMMON) * 3, crc_tails))) and last > 0
+    assert stop == sum(map(len, segments.records(kinds, crc_tails))) and last > 0
     decoded = native.decode_run(buf, 0, len(buf), 1000)
     assert decoded == record.decode_run(buf, 0, len(buf), 1000)
-    assert len(decoded) == len(COMMON) * 3 and all(type(r) is DispatchRecord for r in decoded)
+    assert len(decoded) == len(kinds) and all(type(r) is DispatchRecord for r in decoded)
     assert decoded[0].tags == "t" and decoded[0].unique_key == "U1"
 
 
 def test_every_buffer_type_scans_and_decodes_alike() -> None:
-    buf = segment(list(KINDS) * 2)
+    buf = segments.segment(list(segments.KINDS) * 2)
     expected = (record.scan_records(buf, 0, len(buf)), record.decode_run(buf, 0, len(buf), 99))
     with mmap.mmap(-1, len(buf)) as mapped:
         mapped[:] = buf
@@ -92,37 +84,37 @@ def test_every_buffer_type_scans_and_decodes_alike() -> None:
                     native.decode_run(buffer, 0, len(buf), 99)) == expected
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", sorted(segments.KINDS))
 def test_each_kind_of_record_scans_and_decodes_alike(kind: str) -> None:
-    buf = segment(["plain", kind, "plain"])
+    buf = segments.segment(["plain", kind, "plain"])
     assert_loops_agree(buf, len(buf))
 
 
 def test_a_topic_that_is_not_utf8_ends_the_decoded_run_where_the_reference_ends_it() -> None:
-    first = records(["plain"])[0]
+    first = segments.records(["plain"])[0]
     body = b"x" * 10
+    host = segments.IPV4
     strange = encode_record_parts(b"\xff\xfeorders", False, body, b"", 1, 0, 7, len(first), 0,
-                                  11, KINDS["plain"][2], 22, KINDS["plain"][3], 0, 0,
-                                  engine.masked_crc32(body))
+                                  11, host, 22, host, 0, 0, engine.masked_crc32(body))
     buf = first + strange + first
     assert len(native.decode_run(buf, 0, len(buf), 10)) == 1
     assert_loops_agree(buf, len(buf))
 
 
-@pytest.mark.parametrize("how", DAMAGE)
+@pytest.mark.parametrize("how", segments.DAMAGE)
 def test_damage_ends_both_loops_at_the_same_record(how: str) -> None:
-    buf, limit = damage(how)
+    buf, limit = segments.damage(how)
     assert_loops_agree(buf, limit)
     if how != "blank in the middle":
         stop, _last = native.scan_records(buf, 0, limit)
-        assert stop == sum(map(len, records(MIDDLE)[:2]))
+        assert stop == sum(map(len, segments.records(segments.MIDDLE)[:2]))
 
 
 @pytest.mark.parametrize(("offset", "limit", "count"), [
     (-1, 100, 5), (0, 10**9, 5), (0, -5, 5), (2**70, 100, 5), ("0", 100, 5), (0, 100, 2**80),
     (0, 100, "x"), (0, 100, None), (0.0, 100, 5)])
 def test_unusual_arguments_give_what_the_reference_gives(offset, limit, count) -> None:
-    buf = segment(["plain", "dlq"])
+    buf = segments.segment(["plain", "dlq"])
     assert outcome(native.scan_records, buf, offset, limit) == \
         outcome(record.scan_records, buf, offset, limit)
     assert outcome(native.decode_run, buf, offset, limit, count) == \
@@ -130,8 +122,8 @@ def test_unusual_arguments_give_what_the_reference_gives(offset, limit, count) -
 
 
 @FAST
-@given(mutated())
-@example((segment(["v2", "born v6"]), 300, True))
+@given(segments.mutated())
+@example((segments.segment(["v2", "born v6"]), 300, True))
 def test_mutated_segments_scan_and_decode_alike(case: tuple[bytes, int, bool]) -> None:
     buf, limit, _check_crc = case
     assert_loops_agree(buf, limit)
