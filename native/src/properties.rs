@@ -64,17 +64,20 @@ pub fn decode_properties<'py>(text: &Bound<'py, PyAny>) -> PyResult<Bound<'py, P
     with_bytes(text, |bytes| parse(py, &String::from_utf8_lossy(bytes)))
 }
 
-/// A segment ends at U+0002; a pair is kept when its first U+0001 has a non-empty name before
-/// it and a non-empty value after it (so the reference's "at least 3 characters" holds too);
-/// later duplicates win.
+/// The `(name, value)` pairs of `text` that the reference keeps, in order: a segment ends at
+/// U+0002; a pair is kept when its first U+0001 has a non-empty name before it and a non-empty
+/// value after it (so the reference's "at least 3 characters" holds too). Later duplicates win
+/// when they go into a dict.
+pub(crate) fn pairs(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.split('\u{2}')
+        .filter_map(|segment| segment.split_once('\u{1}'))
+        .filter(|(name, value)| !name.is_empty() && !value.is_empty())
+}
+
 fn parse<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyDict>> {
     let result = PyDict::new(py);
-    for segment in text.split('\u{2}') {
-        if let Some((name, value)) = segment.split_once('\u{1}') {
-            if !name.is_empty() && !value.is_empty() {
-                result.set_item(name, value)?;
-            }
-        }
+    for (name, value) in pairs(text) {
+        result.set_item(name, value)?;
     }
     Ok(result)
 }

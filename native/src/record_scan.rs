@@ -13,17 +13,15 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::buffer::with_bytes;
+use crate::properties::pairs;
 use crate::record::{int_at, long_at};
-use crate::record_walk::{common_layout, crc_holds};
+use crate::record_walk::{common_layout, valid_record};
 use crate::reference;
 
 /// `(stop, last)` of the reference's loop over `buf[..limit]` (`last` -1: no record).
 fn scan(buf: &[u8], mut offset: usize, limit: usize, check_crc: bool) -> (usize, i64) {
     let mut last: i64 = -1;
-    while let Some(record) = common_layout(buf, offset, limit) {
-        if check_crc && !crc_holds(buf, offset, &record) {
-            break;
-        }
+    while let Some(record) = valid_record(buf, offset, limit, check_crc) {
         last = offset as i64;
         offset += record.size;
     }
@@ -70,34 +68,31 @@ fn dispatch_record_maker(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_
 /// Strings one `decode_run` call makes again and again (property names, the topic), made once.
 struct Strings<'py> {
     py: Python<'py>,
-    names: Vec<(&'static [u8], Bound<'py, PyString>)>,
-    cached: Vec<(Vec<u8>, Bound<'py, PyString>)>,
-    topic: Option<(Vec<u8>, Bound<'py, PyString>)>,
+    names: Vec<(&'static str, Bound<'py, PyString>)>,
+    cached: Vec<(String, Bound<'py, PyString>)>,
+    topic: Option<(String, Bound<'py, PyString>)>,
 }
 
 const CACHED_NAMES_MAX: usize = 32;
-const DISPATCH_NAMES: [&[u8]; 3] = [b"TAGS", b"KEYS", b"UNIQ_KEY"];
+const DISPATCH_NAMES: [&str; 3] = ["TAGS", "KEYS", "UNIQ_KEY"];
 
 impl<'py> Strings<'py> {
     fn new(py: Python<'py>) -> Self {
-        let names = DISPATCH_NAMES.iter()
-            .map(|name| (*name, PyString::new(py, std::str::from_utf8(name).unwrap_or(""))))
-            .collect();
+        let names = DISPATCH_NAMES.iter().map(|name| (*name, PyString::new(py, name))).collect();
         Strings { py, names, cached: Vec::new(), topic: None }
     }
 
     /// A property name, the same object each time it recurs (up to `CACHED_NAMES_MAX` names).
     fn name(&mut self, text: &str) -> Bound<'py, PyString> {
-        let bytes = text.as_bytes();
-        if let Some((_, found)) = self.names.iter().find(|(name, _)| *name == bytes) {
-            return found.clone();
-        }
-        if let Some((_, found)) = self.cached.iter().find(|(name, _)| name.as_slice() == bytes) {
+        let known = self.names.iter().map(|(name, made)| (*name, made))
+            .chain(self.cached.iter().map(|(name, made)| (name.as_str(), made)))
+            .find(|(name, _)| *name == text);
+        if let Some((_, found)) = known {
             return found.clone();
         }
         let made = PyString::new(self.py, text);
         if self.cached.len() < CACHED_NAMES_MAX {
-            self.cached.push((bytes.to_vec(), made.clone()));
+            self.cached.push((text.to_owned(), made.clone()));
         }
         made
     }
@@ -105,10 +100,10 @@ impl<'py> Strings<'py> {
     /// The topic, the same object while consecutive records share it.
     fn topic(&mut self, text: &str) -> Bound<'py, PyString> {
         match &self.topic {
-            Some((bytes, made)) if bytes.as_slice() == text.as_bytes() => made.clone(),
+            Some((topic, made)) if topic == text => made.clone(),
             _ => {
                 let made = PyString::new(self.py, text);
-                self.topic = Some((text.as_bytes().to_vec(), made.clone()));
+                self.topic = Some((text.to_owned(), made.clone()));
                 made
             }
         }
@@ -118,23 +113,18 @@ impl<'py> Strings<'py> {
 /// The TAGS, KEYS and UNIQ_KEY values of one record (None: absent).
 type DispatchValues<'py> = [Option<Bound<'py, PyString>>; 3];
 
-/// `decode_properties` of valid UTF-8 `text` (the reference's rules, as `properties::parse`),
-/// and the TAGS, KEYS and UNIQ_KEY values (later duplicates win, as in the dict).
+/// `decode_properties` of `text` (its pairs: `properties::pairs`), and the TAGS, KEYS and
+/// UNIQ_KEY values (later duplicates win, as in the dict).
 fn dispatch_properties<'py>(strings: &mut Strings<'py>, text: &str)
                             -> PyResult<(Bound<'py, PyDict>, DispatchValues<'py>)> {
     let result = PyDict::new(strings.py);
     let mut wanted: DispatchValues<'py> = [None, None, None];
-    for segment in text.split('\u{2}') {
-        if let Some((name, value)) = segment.split_once('\u{1}') {
-            if name.is_empty() || value.is_empty() {
-                continue;
-            }
-            let value = PyString::new(strings.py, value);
-            if let Some(at) = DISPATCH_NAMES.iter().position(|known| *known == name.as_bytes()) {
-                wanted[at] = Some(value.clone());
-            }
-            result.set_item(strings.name(name), value)?;
+    for (name, value) in pairs(text) {
+        let value = PyString::new(strings.py, value);
+        if let Some(at) = DISPATCH_NAMES.iter().position(|known| *known == name) {
+            wanted[at] = Some(value.clone());
         }
+        result.set_item(strings.name(name), value)?;
     }
     Ok((result, wanted))
 }

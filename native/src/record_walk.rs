@@ -8,7 +8,7 @@
 //! layout (v2, IPv6 hosts), which the caller checks itself before walking on. Arguments of
 //! other types, or a `limit` past the end of the buffer, go to the reference.
 //!
-//! `common_layout` and `crc_holds` are also the layout and checksum tests of `record_scan.rs`.
+//! `common_layout` and `valid_record` are also the layout and record tests of `record_scan.rs`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -103,7 +103,7 @@ fn property_crc_holds(buf: &[u8], position: usize, end: usize) -> Option<bool> {
 }
 
 /// `_crc_failure(...) == ""`: whether the record's checksums and framing hold.
-pub(crate) fn crc_holds(buf: &[u8], position: usize, record: &Layout) -> bool {
+fn crc_holds(buf: &[u8], position: usize, record: &Layout) -> bool {
     let end = position + record.size;
     let ends_pair = buf[end - 1] == PAIR_END;
     let record_crc = if record.props.len() >= PROPERTY_CRC_LENGTH {
@@ -120,14 +120,19 @@ pub(crate) fn crc_holds(buf: &[u8], position: usize, record: &Layout) -> bool {
         && record_crc != Some(false)
 }
 
+/// The record at `position` when the fast loops accept it: of the common layout and, when
+/// `check_crc`, with checksums that hold. None is where a loop stops.
+pub(crate) fn valid_record(buf: &[u8], position: usize, limit: usize, check_crc: bool)
+                           -> Option<Layout> {
+    common_layout(buf, position, limit)
+        .filter(|record| !check_crc || crc_holds(buf, position, record))
+}
+
 /// The walk itself over `buf[..limit]`: `(collected positions, stop)`.
 fn walk(buf: &[u8], mut position: usize, limit: usize, check_crc: bool, wanted: &Wanted<'_>)
         -> (Vec<usize>, usize) {
     let mut found = Vec::new();
-    while let Some(record) = common_layout(buf, position, limit) {
-        if check_crc && !crc_holds(buf, position, &record) {
-            break;
-        }
+    while let Some(record) = valid_record(buf, position, limit, check_crc) {
         if wanted.matches(&buf[record.topic.clone()], &buf[record.props.clone()]) {
             found.push(position);
         }

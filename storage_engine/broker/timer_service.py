@@ -75,7 +75,7 @@ from ..formats import (
     PROPERTY_TIMER_OUT_MS,
     MessageView,
 )
-from ..formats.hashing import java_string_hashcode
+from ..formats.engine import java_string_hashcode
 from ..formats.timer_layout import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import InvalidMessageError, InvalidQueueError, InvalidTopicError
-from ..formats import MAX_MESSAGE_SIZE_BYTES, java_string_hashcode
+from ..formats import MAX_MESSAGE_SIZE_BYTES
+from ..formats.engine import java_string_hashcode
 
 QueueKey = tuple[str, int]  # (topic, queue_id)
 

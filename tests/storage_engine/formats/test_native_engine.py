@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from postbox.storage_engine.formats import engine, hashing, properties, received_record, record
 from postbox.storage_engine.formats.record import RecordFields, encode_record, uses_v2
+from tests.support.outcomes import outcome
 
 native = pytest.importorskip(
     "postbox_native", reason="the native engine is not built (run `make` with cargo present)")
@@ -38,14 +39,6 @@ UTF8_PIECES = st.sampled_from([  # framing, ASCII, stray and truncated sequences
     b"\x01", b"\x02", b"a", b"\xff", b"\xe2\x82", "é".encode(), b"\xed\xa0\x80",
     b"\xf0\x9f\x98\x80"])
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def outcome(function, *args):
-    """What a call gives: ("ok", value) or ("error", exception type, message)."""
-    try:
-        return "ok", function(*args)
-    except Exception as error:
-        return "error", type(error), str(error)
 
 
 def same(reference_function, native_function, *args):

@@ -21,6 +21,7 @@ from postbox.storage_engine.formats.record import (
     encode_record_parts,
 )
 from tests.support import record_segments as segments
+from tests.support.outcomes import outcome
 
 native = pytest.importorskip(
     "postbox_native", reason="the native engine is not built (run `make` with cargo present)")
@@ -28,16 +29,6 @@ native = pytest.importorskip(
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COUNTS = [0, 1, 2, 3, 64, -1]
 MIN_VALUE_TEXT = "polygenelubricants"  # its Java hashCode is Integer.MIN_VALUE
-
-
-def outcome(function, *args, **kwargs):
-    """("ok", value, types of the items) or ("error", exception type, message)."""
-    try:
-        value = function(*args, **kwargs)
-    except Exception as error:
-        return "error", type(error), str(error)
-    kinds = [type(item) for item in value] if isinstance(value, list) else type(value)
-    return "ok", value, kinds
 
 
 def assert_loops_agree(buf, limit: int) -> None:

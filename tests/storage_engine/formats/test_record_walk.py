@@ -22,6 +22,7 @@ from postbox.storage_engine.formats.record import (
     check_record,
     topic_and_properties,
 )
+from tests.support.outcomes import outcome
 from tests.support.record_segments import (
     COMMON,
     CRC_DAMAGE,
@@ -116,13 +117,6 @@ def test_empty_prefix_and_mark_match_like_the_reference() -> None:
     for prefixes, mark in (((b"",), MARK), ((), b""), ((), b"\x01"), ((b"%DLQ%billing",), b"z")):
         args = (buf, 0, len(buf), True, prefixes, mark, SKIP)
         assert native.walk_records(*args) == record_walk.walk_records(*args)
-
-
-def outcome(function, *args):
-    try:
-        return "ok", function(*args)
-    except Exception as error:
-        return "error", type(error), str(error)
 
 
 @pytest.mark.parametrize(("position", "limit", "prefixes", "mark"), [
