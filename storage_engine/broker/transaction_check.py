@@ -111,7 +111,7 @@ class TransactionCheckService(Service):
                 log.warning("[transactions] gathered op record not written: %s", error)
                 self._backing_off = True
                 return 0
-        due = transactions.halves.due(now_ms)[:CHECK_BATCH]
+        due = transactions.halves.due(now_ms, CHECK_BATCH)
         for half in due:
             try:
                 self._check(half)

@@ -45,7 +45,6 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 
 from ..config import BrokerConfig
 from ..contract.message import Message, PutResult
@@ -73,6 +72,7 @@ from ..formats.topic_names import (
 )
 from ..store.message_store import MessageStore
 from .config_stores import ConsumerOffsetTable
+from .pending_halves import PendingHalf, PendingHalves
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +91,6 @@ _FIELD_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
 
 Put = Callable[[Message, int], SendResult]
 """Stores a message in a queue of its topic (the broker's put: delay levels apply)."""
-
-
-@dataclass
-class PendingHalf:
-    """A half message whose transaction has not ended: its latest copy."""
-
-    queue_offset: int
-    log_position: int
-    key: str
-    producer_group: str
-    due_ms: int
-    check_times: int
 
 
 def transaction_key(view: MessageView) -> str:
@@ -183,8 +171,7 @@ class HalfMessages:
         self._config = config
         self._put = put
         self._lock = threading.Lock()
-        self._pending: dict[int, PendingHalf] = {}  # log position of the latest copy → half
-        self._by_key: dict[str, int] = {}  # transaction key → log position of its latest copy
+        self._pending = PendingHalves()
         self._ops: list[tuple[int, int]] = []  # (op queue offset, highest half offset listed)
         self._op_start = 0
         self._committed: tuple[int, int] = (0, 0)  # the progress offsets last committed
@@ -276,11 +263,7 @@ class HalfMessages:
 
     def _add_half(self, half: PendingHalf) -> PendingHalf:
         """Record ``half`` as the latest copy of its transaction (under the lock)."""
-        previous = self._by_key.get(half.key)
-        if previous is not None:
-            self._pending.pop(previous, None)
-        self._pending[half.log_position] = half
-        self._by_key[half.key] = half.log_position
+        self._pending.put(half)
         return half
 
     # ---- half send and end -------------------------------------------------------------------
@@ -316,9 +299,8 @@ class HalfMessages:
                 self._write_op(listed)
         except BaseException:
             with self._lock:  # nothing ended: the half stays pending
-                if half.key not in self._by_key:
-                    self._pending[half.log_position] = half
-                    self._by_key[half.key] = half.log_position
+                if self._pending.of_key(half.key) is None:
+                    self._pending.put(half)
             raise
         if result is not None:
             self._gather_op(listed)
@@ -339,14 +321,12 @@ class HalfMessages:
                                         f"message at {receipt.log_position} has queue offset "
                                         f"{view.queue_offset}, not {receipt.queue_offset}")
         with self._lock:
-            position = self._by_key.get(transaction_key(view))
-            half = None if position is None else self._pending.get(position)
-            if position is None or half is None:
+            half = self._pending.of_key(transaction_key(view))
+            if half is None:
                 raise TransactionEndedError(
                     f"the transaction of the half message at {receipt.log_position} "
                     f"({view.unique_key}) already ended: nothing to commit or roll back")
-            del self._pending[position]
-            del self._by_key[half.key]
+            self._pending.remove(half)
         if half.log_position != view.log_position:
             view = self._half_record(half.log_position)
         return view, half, sorted({receipt.queue_offset, half.queue_offset})
@@ -418,21 +398,20 @@ class HalfMessages:
 
     # ---- for the check service ---------------------------------------------------------------
 
-    def due(self, now_ms: int) -> list[PendingHalf]:
-        """Pending halves whose check time has come, earliest first."""
+    def due(self, now_ms: int, limit: int) -> list[PendingHalf]:
+        """Up to ``limit`` pending halves whose check time has come, earliest first."""
         with self._lock:
-            return sorted((half for half in self._pending.values() if half.due_ms <= now_ms),
-                          key=lambda half: half.due_ms)
+            return self._pending.due(now_ms, limit)
 
     def next_due_ms(self) -> int | None:
         """When the next pending half is due, or None when none is pending."""
         with self._lock:
-            return min((half.due_ms for half in self._pending.values()), default=None)
+            return self._pending.next_due_ms()
 
     def pending(self) -> list[PendingHalf]:
         """Every pending half (copies), by queue offset."""
         with self._lock:
-            return sorted(self._pending.values(), key=lambda half: half.queue_offset)
+            return sorted(self._pending, key=lambda half: half.queue_offset)
 
     def replace(self, half: PendingHalf, copy: Callable[[MessageView], Message | None]
                 ) -> tuple[MessageView, PendingHalf | None] | None:
@@ -441,13 +420,12 @@ class HalfMessages:
         it). None when ``half`` ended meanwhile; else the new copy's record (the old one's for
         a discard) and its entry."""
         with self._lock:
-            if self._pending.get(half.log_position) is not half:
+            if self._pending.at(half.log_position) is not half:
                 return None
             view = self._store.read_message(half.log_position)
             replacement = copy(view)
             if replacement is None:
-                del self._pending[half.log_position]
-                del self._by_key[half.key]
+                self._pending.remove(half)
                 new = None
             else:
                 result = self._store.put_message(replacement, 0)
@@ -460,8 +438,9 @@ class HalfMessages:
     def progress(self) -> None:
         """Commit the half and op progress offsets past what recovery no longer needs."""
         with self._lock:
-            half_start = min((half.queue_offset for half in self._pending.values()),
-                             default=self._store.max_offset(TRANSACTION_HALF_TOPIC, 0))
+            lowest = self._pending.lowest_queue_offset()
+            half_start = (self._store.max_offset(TRANSACTION_HALF_TOPIC, 0) if lowest is None
+                          else lowest)
             skip = 0
             for _, highest in self._ops:
                 if highest >= half_start:
