@@ -30,9 +30,12 @@ is then 2. One repetition; VM noise is easily +-20 %.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.store_bench import machine_facts, progress
@@ -92,37 +95,63 @@ def measure(install, root: Path, namesrv: str, broker_addr: str,
             "send_s": report["send_s"], "consume_s": report["consume_s"]}
 
 
-def measure_java(install, args: argparse.Namespace) -> dict:
-    """Apache's name server and broker, started for this measurement and stopped after it."""
+@dataclass(frozen=True)
+class Target:
+    """A broker under measurement: where its name server and broker listen, its process id
+    (for its CPU time) and a scratch directory for the drivers."""
+
+    root: Path
+    namesrv: str
+    broker_addr: str
+    pid: int
+
+
+@contextlib.contextmanager
+def java_target(install, parent: str | None, label: str = "peers-java") -> Iterator[Target]:
+    """Apache's name server and broker on a fresh store, stopped afterwards."""
     from tests.support.rocketmq_processes import start_broker, start_namesrv
 
-    with temp_dir(args.dir, "peers-java") as root:
+    with temp_dir(parent, label) as root:
         namesrv_server, namesrv = start_namesrv(install, root)
         try:
             broker = start_broker(install, root, namesrv, root / "store", name="bench-java",
                                   extra={"mappedFileSizeCommitLog": str(SEGMENT_BYTES),
                                          "mappedFileSizeConsumeQueue": str(300_000 * 20)})
             try:
-                return measure(install, root, namesrv, broker.address, args)
+                yield Target(root, namesrv, broker.address, broker.server.process.pid)
             finally:
                 broker.stop()
         finally:
             namesrv_server.stop()
 
 
-def measure_postbox(install, args: argparse.Namespace) -> dict:
-    """``postbox broker start`` serving remoting, started for this measurement."""
+@contextlib.contextmanager
+def postbox_target(install, parent: str | None,
+                   label: str = "peers-postbox") -> Iterator[Target]:
+    """``postbox broker start`` serving remoting on a fresh store, stopped afterwards."""
     from tests.support.remoting_targets import PostboxRemotingServer, RemotingTarget
     from tests.support.rocketmq_lab import LabDriver
 
-    with temp_dir(args.dir, "peers-postbox") as root:
+    with temp_dir(parent, label) as root:
         server = PostboxRemotingServer(root / "server", broker_conf=POSTBOX_CONF).start()
         try:
-            target = RemotingTarget.discover(
+            found = RemotingTarget.discover(
                 "postbox", LabDriver(install, root / "driver", server.namesrv))
-            return measure(install, root, server.namesrv, target.broker_addr, args)
+            yield Target(root, server.namesrv, found.broker_addr, server.process.process.pid)
         finally:
             server.stop()
+
+
+def measure_java(install, args: argparse.Namespace) -> dict:
+    """Apache's name server and broker, started for this measurement and stopped after it."""
+    with java_target(install, args.dir) as target:
+        return measure(install, target.root, target.namesrv, target.broker_addr, args)
+
+
+def measure_postbox(install, args: argparse.Namespace) -> dict:
+    """``postbox broker start`` serving remoting, started for this measurement."""
+    with postbox_target(install, args.dir) as target:
+        return measure(install, target.root, target.namesrv, target.broker_addr, args)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -138,6 +138,14 @@ def bench_transactions_command(ctx: typer.Context) -> None:
     _run_bench("bench.transaction_bench", ctx)
 
 
+@bench_app.command("broker-load", context_settings=PASS_THROUGH)
+@reports_errors
+def bench_broker_load_command(ctx: typer.Context) -> None:
+    """postbox broker vs Apache's under the official Java client's load
+    (bench/broker_load_bench.py)."""
+    _run_bench("bench.broker_load_bench", ctx)
+
+
 @bench_app.command("timers", context_settings=PASS_THROUGH)
 @reports_errors
 def bench_timers_command(ctx: typer.Context) -> None:

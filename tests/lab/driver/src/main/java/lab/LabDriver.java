@@ -76,6 +76,8 @@ public final class LabDriver {
                 return Mqadmin.mqadmin(request);
             case "bench":
                 return Bench.bench(request);
+            case "load":
+                return Load.load(request);
             case "grpc-produce":
                 return Grpc.produce(request);
             case "grpc-receive":
