@@ -43,6 +43,7 @@ connection; they must not block.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import selectors
 import socket
@@ -288,6 +289,7 @@ class RemotingServer:
         self._decoders[session] = FrameDecoder(self.limits.frame)
         self._admission.opened(host, session.probation)
         self._selector.register(sock, selectors.EVENT_READ, session)
+        session.watched_events = selectors.EVENT_READ
 
     def _pause_accepting(self) -> None:
         assert self._listener is not None
@@ -471,16 +473,17 @@ class RemotingServer:
         reading = not session.holding and session not in self._deferred
         events = (selectors.EVENT_READ if reading else 0) | (
             0 if empty else selectors.EVENT_WRITE)
-        key = self._selector.get_map().get(session.sock)
-        if key is not None and key.events == events:
+        watched = session.watched_events  # kept here: asking the selector's map about an
+        if watched == events:  # unregistered socket formats its repr into a KeyError
             return
-        if key is not None:
+        if watched:
             if events:
                 self._selector.modify(session.sock, events, session)
             else:  # holding with nothing to write: woken by ``Session.answer_settled``
                 self._selector.unregister(session.sock)
-        elif events:
+        else:
             self._selector.register(session.sock, events, session)
+        session.watched_events = events
 
     # ---- closing -----------------------------------------------------------------------------
 
@@ -529,10 +532,10 @@ class RemotingServer:
             self._decoders.pop(session, None)
             self._dirty.discard(session)
             self._deferred.pop(session, None)
-            try:
-                self._selector.unregister(session.sock)
-            except (KeyError, ValueError):
-                pass
+            if session.watched_events:
+                session.watched_events = 0
+                with contextlib.suppress(KeyError, ValueError):
+                    self._selector.unregister(session.sock)
         if not session.mark_closed():
             return
         for listener in self._close_listeners:

@@ -59,6 +59,7 @@ class Session:
         self.probation = False  # its first request must pass the access check (Admission)
         self.frame_started: float | None = None  # when the unfinished frame's first byte came
         self.holding = False  # the server stopped reading: too much in flight (IO thread sets)
+        self.watched_events = 0  # the selector events the IO thread registered (0: none)
         self._owed = 0  # requests read and not yet answered
         self.language = "OTHER"
         self.version = 0
