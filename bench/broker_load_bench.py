@@ -38,13 +38,13 @@ and the exit code is then 2. VM noise is easily ±20 %.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
 import time
 from bisect import bisect_left
 
+from bench.peers import run_and_print
 from bench.remoting_peers_bench import Target, java_target, postbox_target
 from bench.store_bench import machine_facts, progress
 
@@ -260,13 +260,10 @@ def render(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run, print; 2 when a target failed."""
-    args = parse_args(argv)
-    report = run(args)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(report)
-    return 2 if report["failures"] else 0
+    reports: list[dict] = []
+    code = run_and_print(lambda args: reports.append(run(args)) or reports[-1], render,
+                         parse_args(argv))
+    return code or (2 if reports[-1]["failures"] else 0)
 
 
 if __name__ == "__main__":
