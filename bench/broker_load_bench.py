@@ -40,12 +40,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 from bisect import bisect_left
 
 from bench.peers import run_and_print
 from bench.remoting_peers_bench import Target, java_target, postbox_target
+from bench.sampling import PeriodicSampler
 from bench.store_bench import machine_facts, progress
 
 QUEUE_COUNT = 8
@@ -101,32 +101,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # ---------------------------------------------------------------- broker CPU
 
 
-class CpuSampler:
+class CpuSampler(PeriodicSampler):
     """The CPU time (user + system) of one process, sampled on a thread, read back for any
     wall-clock span by interpolating between samples."""
 
     def __init__(self, pid: int) -> None:
+        super().__init__(SAMPLE_S, "cpu-sampler")
         self._path = f"/proc/{pid}/stat"
         self._tick = os.sysconf("SC_CLK_TCK")
         self._times: list[float] = []
         self._cpu: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
-    def __enter__(self) -> CpuSampler:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self._sample()
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
+        """Read the process's CPU seconds now."""
         with open(self._path) as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / self._tick  # utime, stime

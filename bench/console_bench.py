@@ -25,7 +25,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from urllib.parse import urlencode
 
 from bench.console_data import DataSet, load_or_build, topic_name, unique_key
 from bench.console_process import ConsoleProcess, console_process
+from bench.sampling import PeriodicSampler
 
 PAGE_TARGET_MS = 300.0
 KEY_TARGET_MS = 50.0
@@ -113,41 +113,36 @@ def console_over(data: DataSet, python: str, refresh_s: float) -> Iterator[Conso
         yield console
 
 
-class MemorySampler:
+class MemorySampler(PeriodicSampler):
     """Samples ``/proc/PID/status`` every ``SAMPLE_S`` in a thread: per phase, the largest
     ``VmRSS`` with its split into ``RssAnon`` (heap) and ``RssFile`` (mapped files) at that
     moment, and the largest of each on its own. ``VmHWM`` (the kernel's own peak) is read at the
     end; a peak shorter than a sample is in it but not split."""
 
     def __init__(self, pid: int) -> None:
+        super().__init__(SAMPLE_S, "memory-sampler")
         self.pid = pid
         self.phase = "start"
         self.peaks: dict[str, dict[str, float]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+        self._gone = False
 
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                figures = memory_mb(self.pid)
-            except (OSError, ValueError):
-                return  # the process is gone
-            peak = self.peaks.setdefault(self.phase, {"VmRSS": 0.0, "RssAnon_max": 0.0,
-                                                      "RssFile_max": 0.0})
-            if figures["VmRSS"] > peak["VmRSS"]:
-                peak.update(VmRSS=figures["VmRSS"], RssAnon=figures["RssAnon"],
-                            RssFile=figures["RssFile"])
-            peak["RssAnon_max"] = max(peak["RssAnon_max"], figures["RssAnon"])
-            peak["RssFile_max"] = max(peak["RssFile_max"], figures["RssFile"])
-            self._stop.wait(SAMPLE_S)
+    def sample(self) -> None:
+        """Fold the process's memory now into the current phase's peaks (nothing once the
+        process is gone)."""
+        if self._gone:
+            return
+        try:
+            figures = memory_mb(self.pid)
+        except (OSError, ValueError):
+            self._gone = True
+            return
+        peak = self.peaks.setdefault(self.phase, {"VmRSS": 0.0, "RssAnon_max": 0.0,
+                                                  "RssFile_max": 0.0})
+        if figures["VmRSS"] > peak["VmRSS"]:
+            peak.update(VmRSS=figures["VmRSS"], RssAnon=figures["RssAnon"],
+                        RssFile=figures["RssFile"])
+        peak["RssAnon_max"] = max(peak["RssAnon_max"], figures["RssAnon"])
+        peak["RssFile_max"] = max(peak["RssFile_max"], figures["RssFile"])
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:

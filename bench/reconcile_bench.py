@@ -32,7 +32,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -41,6 +40,7 @@ import sqlalchemy as sa
 
 from bench.peers import BenchError, run_and_print
 from bench.reconcile_data import generate, read_store_facts, sql_classify
+from bench.sampling import PeriodicSampler
 from postbox.outbox.tables import metadata
 from postbox.spark_reconcile.classes import ALL_CLASSES
 
@@ -147,35 +147,20 @@ def pg_backend_pids(backend_pid: int | None) -> list[int]:
     return pids
 
 
-class PeakSampler:
+class PeakSampler(PeriodicSampler):
     """Sums one ``/proc/<pid>/status`` field over ``pids()`` every ``interval_s`` in a thread;
     ``peak_kb`` is the largest sum seen. Use as a context manager (the thread is joined)."""
 
     def __init__(self, pids: Callable[[], Iterable[int]], field: str = "VmRSS",
                  interval_s: float = SAMPLE_INTERVAL_S) -> None:
-        self.pids, self.field, self.interval_s = pids, field, interval_s
+        super().__init__(interval_s, "peak-sampler")
+        self.pids, self.field = pids, field
         self.peak_kb = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="peak-sampler")
 
     def sample(self) -> int:
         total = sum(_status_kb(pid, self.field) for pid in self.pids())
         self.peak_kb = max(self.peak_kb, total)
         return total
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-
-    def __enter__(self) -> PeakSampler:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10 * self.interval_s + 5)
-        self.sample()
 
 
 # ---------------------------------------------------------------- databases
