@@ -1,4 +1,5 @@
-//! Postbox's optional native engine: the store's record coding in Rust.
+//! Postbox's optional native engine: the store's record coding and the remoting frame's JSON
+//! header in Rust.
 //!
 //! Each module mirrors the pure-Python module of `postbox.storage_engine.formats` it is named
 //! after, function by function; the Python code is the reference and stays the readable one.
@@ -6,12 +7,16 @@
 //! input outside its fast domain (an integer that does not fit its field, a layout the native
 //! code does not decode, text that is not UTF-8) a native function calls the reference itself
 //! (`reference::call`), so an error is the reference's error, message and type included.
+//! `frame.rs` is the exception on both counts: it mirrors `postbox.network.protocol.wire`, whose
+//! functions sit above the store, and declines (returns None) where the others call the
+//! reference; `wire.py` then runs the reference itself.
 //!
 //! `unsafe` lives only in `buffer.rs` (borrowing a Python buffer as a byte slice).
 
 use pyo3::prelude::*;
 
 mod buffer;
+mod frame;
 mod hashing;
 mod properties;
 mod received_record;
@@ -40,5 +45,7 @@ fn postbox_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashing::index_key_hash, m)?)?;
     m.add_function(wrap_pyfunction!(received_record::unpack_received_record, m)?)?;
     m.add_function(wrap_pyfunction!(received_record::unpack_received_records, m)?)?;
+    m.add_function(wrap_pyfunction!(frame::decode_json_header, m)?)?;
+    m.add_function(wrap_pyfunction!(frame::encode_json_frame, m)?)?;
     Ok(())
 }

@@ -16,6 +16,11 @@ that one connection). ``HeaderFields`` reads the custom header (``extFields``, e
 string on the wire) with the checks input from the network needs: a missing or malformed field
 raises ``HeaderFieldError`` naming it, never ``KeyError``/``ValueError``.
 
+With the native engine (``storage_engine.formats.engine``), the JSON header form is decoded and
+whole frames are encoded in Rust; the functions here stay the reference: the native ones return
+exactly what these return, and decline (None) whatever lies outside their fast domain, which
+these then decode or encode, errors included.
+
 Pure, sans-IO: ``FrameDecoder.feed`` takes bytes as they arrive and returns whole commands, so the
 server's and the client's socket loops share it. A ``FrameDecoder`` belongs to one connection
 (not thread-safe); everything else is immutable or per-call.
@@ -31,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
+
+from postbox.storage_engine.formats.engine import native_function
 
 from .codes import (
     CLIENT_VERSION,
@@ -105,6 +112,10 @@ def _header_encoder() -> Callable[[dict[str, Any]], str]:
 
 _encode_header_json = _header_encoder()
 _JSON_DECODER = json.JSONDecoder()
+# The native engine's JSON header codec (None: pure Python). Each may decline (None) for input
+# outside its fast domain; the reference below then decodes or encodes it, errors included.
+_native_decode_json_header = native_function("decode_json_header")
+_native_encode_json_frame = native_function("encode_json_frame")
 _opaques = itertools.count(1)
 
 
@@ -235,6 +246,17 @@ class HeaderFields:
 def encode(command: RemotingCommand, serialize_type: SerializeType = SerializeType.JSON
            ) -> bytes:
     """The whole frame of ``command``, length word included."""
+    if serialize_type is SerializeType.JSON and _native_encode_json_frame is not None:
+        frame: bytes | None = _native_encode_json_frame(
+            command.code, command.flag, command.language, command.opaque, command.version,
+            command.ext_fields, command.remark, command.body)
+        if frame is not None:
+            return frame
+    return _encode_reference(command, serialize_type)
+
+
+def _encode_reference(command: RemotingCommand, serialize_type: SerializeType) -> bytes:
+    """``encode`` in pure Python: the reference the native engine's frame encoder matches."""
     if serialize_type is SerializeType.JSON:
         header = _encode_json_header(command)
     else:
@@ -298,6 +320,11 @@ def decode(frame: bytes | bytearray | memoryview,
     header = view[4:4 + header_length]
     body = bytes(view[4 + header_length:])
     if kind == SerializeType.JSON:
+        parts = (None if _native_decode_json_header is None
+                 else _native_decode_json_header(header, limits.max_ext_fields))
+        if parts is not None:
+            code, opaque, flag, fields, remark, language, version = parts
+            return RemotingCommand(code, opaque, flag, fields, body, remark, language, version)
         command = _decode_json_header(header, limits)
     elif kind == SerializeType.ROCKETMQ:
         command = _decode_binary_header(header, limits)

@@ -77,6 +77,14 @@ def load_native(setting: str | None) -> ModuleType | None:
     return module
 
 
+def native_function(name: str) -> Callable[..., Any] | None:
+    """The native engine's function ``name`` for a caller whose reference lives above this
+    package (the remoting frame codec of ``network.protocol.wire``), or None: pure Python, or
+    an extension built before that function existed. Such a function may decline (it returns
+    None) and its caller then runs its reference."""
+    return None if _native is None else getattr(_native, name, None)
+
+
 def engine_description(module: ModuleType | None) -> str:
     """``native (postbox-native 0.1.0)`` or ``python``: what ``--version`` prints."""
     if module is None:
@@ -135,6 +143,7 @@ __all__ = [
     "java_string_hashcode",
     "load_native",
     "masked_crc32",
+    "native_function",
     "scan_records",
     "seal_property_crc",
     "unpack_received_record",
