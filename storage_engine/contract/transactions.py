@@ -38,10 +38,10 @@ class TransactionState(enum.Enum):
     @classmethod
     def from_code(cls, code: int) -> TransactionState:
         """The state of a ``commitOrRollback`` value; any other value is ``UNKNOWN``."""
-        for state in cls:
-            if state.value == code:
-                return state
-        return cls.UNKNOWN
+        return _STATES_BY_CODE.get(code, cls.UNKNOWN)
+
+
+_STATES_BY_CODE = {state.value: state for state in TransactionState}
 
 
 @dataclass(frozen=True)
