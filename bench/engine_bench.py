@@ -10,7 +10,8 @@ dispatch included in put), medians over ``--reps``. Rows: ``put_single`` (``put_
 ASYNC, until readable), ``put_batch`` (``put_messages``), the two "calls only" timings,
 ``get`` (``get_message``, batch 32, every body touched) and ``lookup`` (``query_by_key``).
 SYNC puts are left out: they wait on the disk, not on record coding. Then ``codec_figures``
-times each codec of ``formats.engine`` with both engines in this process. A missing native
+times each codec of ``formats.engine`` with both engines in this process, and the remoting
+frame codec (``frame_codecs``: a send's JSON header decoded, an answer encoded). A missing native
 engine fails the run (exit 2).
 """
 
@@ -22,7 +23,9 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.peers import BenchError, run_and_print
 
@@ -106,21 +109,61 @@ def codec_figures(size: int) -> dict[str, dict[str, float]]:
         "decode_run (32)": lambda m: m.decode_run(pull_body, 0, len(pull_body), 32),
         "index_key_hash": lambda m: m.index_key_hash("bench#order-000042"),
     }
-    reference = {"encode_record_parts + seal": record, "unpack_record": record,
-                 "decode_properties": properties, "masked_crc32": hashing,
-                 "unpack_received_records (32)": received_record,
-                 "walk_records (32)": record_walk, "scan_records (32)": record,
-                 "decode_run (32)": record, "index_key_hash": hashing}
+    reference: dict[str, Any] = {
+        "encode_record_parts + seal": record, "unpack_record": record,
+        "decode_properties": properties, "masked_crc32": hashing,
+        "unpack_received_records (32)": received_record, "walk_records (32)": record_walk,
+        "scan_records (32)": record, "decode_run (32)": record, "index_key_hash": hashing}
+    frames = frame_codecs(native, body)
+    natives: dict[str, Any] = {}
+    for name, (python_call, native_call) in frames.items():
+        cases[name] = lambda m: m()
+        reference[name], natives[name] = python_call, native_call
     figures = {}
     for name, call in cases.items():
         best = {"python": float("inf"), "native": float("inf")}
         for _round in range(CODEC_ROUNDS):
-            for engine, module in (("python", reference[name]), ("native", native)):
+            for engine, module in (("python", reference[name]),
+                                   ("native", natives.get(name, native))):
                 seconds = timeit.timeit(lambda: call(module), number=CODEC_CALLS)  # noqa: B023
                 best[engine] = min(best[engine], seconds / CODEC_CALLS * 1e9)
         figures[name] = {"python_ns": best["python"], "native_ns": best["native"],
                          "python_over_native": best["python"] / best["native"]}
     return figures
+
+
+def frame_codecs(native: Any, body: bytes) -> dict[str, tuple[Callable[[], Any],
+                                                              Callable[[], Any]]]:
+    """The remoting frame codec's rows, ``(reference call, native call)``: a Java client's
+    SEND_MESSAGE header decoded (13 fields), and the send's answer encoded as a whole frame
+    with ``body`` (``wire.py``'s reference against ``frame.rs``)."""
+    from postbox.network.protocol import wire
+
+    fields = {"producerGroup": "orders", "topic": "order-events", "defaultTopic": "TBW102",
+              "defaultTopicQueueNums": "4", "queueId": "3", "sysFlag": "0",
+              "bornTimestamp": "1764540000000", "flag": "0",
+              "properties": "UNIQ_KEY\x017F0000011A2B18B4AAC2123456780000\x02WAIT\x01true\x02",
+              "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
+              "maxReconsumeTimes": "16"}
+    send = wire.RemotingCommand(10, 7, 0, fields, body, None, "JAVA", 475)
+    frame = wire.encode(send)
+    header = memoryview(frame)[8:len(frame) - len(body)]
+    answer = send.response(0, {"msgId": "7F00000100002A9F0000000000012345", "queueId": "3",
+                               "queueOffset": "1234", "MSG_REGION": "DefaultRegion",
+                               "transactionId": "7F0000011A2B18B4AAC2123456780000",
+                               "TRACE_ON": "true"}, body=body)
+    limits = wire.FrameLimits()
+    json_form = wire.SerializeType.JSON
+    return {
+        "frame: decode a send's JSON header": (
+            lambda: wire._decode_json_header(header, limits),
+            lambda: native.decode_json_header(header, limits.max_ext_fields)),
+        "frame: encode an answer": (
+            lambda: wire._encode_reference(answer, json_form),
+            lambda: native.encode_json_frame(answer.code, answer.flag, answer.language,
+                                             answer.opaque, answer.version, answer.ext_fields,
+                                             answer.remark, answer.body)),
+    }
 
 
 def run(args: argparse.Namespace) -> dict:
