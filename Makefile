@@ -115,10 +115,12 @@ test-rocketmq-transport: $(INSTALLED)
 
 test-transports: test-postbox-transport test-rocketmq-transport
 
-# The store's and the remote client's suites on the pure-Python engine, for a machine where
-# `make` installed the native one (which every other target then runs: POSTBOX_NATIVE=auto).
+# The store's, the remoting protocol's and the remote client's suites on the pure-Python engine,
+# for a machine where `make` installed the native one (which every other target then runs:
+# POSTBOX_NATIVE=auto).
 test-python-engine: $(INSTALLED)
-	POSTBOX_NATIVE=0 $(BIN)/python -m pytest -q tests/storage_engine tests/network/client
+	POSTBOX_NATIVE=0 $(BIN)/python -m pytest -q tests/storage_engine tests/network/protocol \
+	    tests/network/client
 
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.store_bench
