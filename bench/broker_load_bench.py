@@ -10,12 +10,15 @@ segments, 8 queues), one after the other, each alone on the machine:
 * **java**: Apache RocketMQ 5.3.3's name server and broker;
 * **postbox**: ``postbox broker start`` (its name server in the same process).
 
-Against each, for every load (``--modes`` x ``--sizes``; default sync and async, 100 B and
-1 KiB), a fresh topic is created and one JVM (the lab driver's ``load`` command,
+Against each, for every load (``--modes`` x ``--sizes``; default sync, async and tx, 100 B
+and 1 KiB), a fresh topic is created and one JVM (the lab driver's ``load`` command,
 ``tests/lab/driver/.../Load.java``) runs the official remoting client 5.3.3:
 
 * *sync*: ``--threads`` threads (32) share one ``DefaultMQProducer`` sending synchronously;
 * *async*: ``--in-flight`` (128) asynchronous sends kept outstanding;
+* *tx*: ``--threads`` threads share one ``TransactionMQProducer`` whose local transaction
+  commits at once: each message is a half send, then END_TRANSACTION (which the Java client
+  sends one-way); a message counts when its commit was sent, and is consumed once committed;
 * all along, a new group's ``DefaultMQPushConsumer`` (default settings) consumes the topic.
 
 Each broker is first warmed up, unmeasured: ``--broker-warmup-s`` (20; quick 2) of async sends
@@ -31,7 +34,10 @@ Figures per load and target: sends/s, consumed/s, the backlog at the window's en
 yet consumed; the consumer "keeps up" when it is at most 1 % of all sent by then), broker CPU µs
 per message and cores busy, failed sends. Ratios are postbox ÷ java of the same
 load; the targets (a native core's) are throughput ≥ 1.5×, the consumer keeping up,
-CPU per message ≤ 0.5× (printed, never asserted). A target that fails is reported as failed,
+CPU per message ≤ 0.5× (printed, never asserted). With *sync* and *tx* both run, each broker's
+transactional ratio (tx ÷ sync sends/s, same size) is printed too, and Postbox's ratio over
+Apache's (the transactions' target: ≥ 1; ``bench.transaction_bench`` measures the same ratio
+through the framework's Python client). A target that fails is reported as failed,
 and the exit code is then 2. VM noise is easily ±20 %.
 """
 
@@ -49,7 +55,7 @@ from bench.sampling import PeriodicSampler
 from bench.store_bench import machine_facts, progress
 
 QUEUE_COUNT = 8
-MODES = ("sync", "async")
+MODES = ("sync", "async", "tx")
 SIZES = (100, 1024)
 TARGETS = ("java", "postbox")
 CLIENT_JVM = ("-Xms512m", "-Xmx512m", "-XX:+UseG1GC")
@@ -65,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short run: 1 s warm-up, 2 s window")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated sync,async")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated sync,async,tx")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="body bytes, comma-separated")
     p.add_argument("--threads", type=int, default=32, help="sync sender threads")
     p.add_argument("--in-flight", type=int, default=128, help="outstanding async sends")
@@ -93,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if (not set(args.modes) <= set(MODES) or not set(args.targets) <= set(TARGETS)
             or min([args.threads, args.in_flight, *args.sizes]) < 1
             or min(args.window_s, args.warmup_s, args.drain_s, args.broker_warmup_s) <= 0):
-        p.error("--modes from sync,async; --targets from java,postbox; sizes, threads, "
+        p.error("--modes from sync,async,tx; --targets from java,postbox; sizes, threads, "
                 "in-flight and times must be positive")
     return args
 
@@ -199,7 +205,25 @@ def run(args: argparse.Namespace) -> dict:
             report["failures"][name] = f"{type(error).__name__}: {error}"[:4000]
             progress(args, f"{name} FAILED: {report['failures'][name]}")
     report["ratios"] = ratios(report["results"])
+    report["transactions"] = transaction_ratios(report["results"])
     return report
+
+
+def transaction_ratios(results: dict) -> dict:
+    """Per body size both *sync* and *tx* ran: each target's tx ÷ sync sends/s, and postbox's
+    ratio ÷ java's when both targets have one."""
+    found: dict = {}
+    for name, loads_run in results.items():
+        for load, figures in loads_run.items():
+            mode, _, size = load.partition("-")
+            sync = loads_run.get(f"sync-{size}")
+            if mode == "tx" and sync and sync["send_per_s"]:
+                found.setdefault(size, {})[name] = figures["send_per_s"] / sync["send_per_s"]
+    for ratios_of_size in found.values():
+        if ratios_of_size.get("java") and "postbox" in ratios_of_size:
+            ratios_of_size["postbox_over_java"] = ratios_of_size["postbox"] / ratios_of_size[
+                "java"]
+    return found
 
 
 def ratios(results: dict) -> dict:
@@ -243,6 +267,12 @@ def render(report: dict) -> None:
         kept = report["results"]["postbox"][load]["keeps_up"]
         print(f"postbox / java {load}: send {r['send']:.2f}x ({send} {TARGET_THROUGHPUT}x), "
               f"CPU per message {cpu_text}, consumer {'keeps up' if kept else 'falls behind'}")
+    for size, found in report.get("transactions", {}).items():
+        each = ", ".join(f"{name} {found[name]:.2f}" for name in TARGETS if name in found)
+        over = found.get("postbox_over_java")
+        verdict = "" if over is None else (
+            f"; postbox / java {over:.2f} ({'meets' if over >= 1 else 'below'} 1)")
+        print(f"transactional ratio (tx / sync sends per second), {size} B: {each}{verdict}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,18 @@ def test_quick_profile_settings() -> None:
     args = bench.parse_args(["--quick"])
     assert (args.warmup_s, args.window_s) == (1.0, 2.0)
     assert bench.loads(args) == [("sync", 100), ("sync", 1024), ("async", 100),
-                                 ("async", 1024)]
+                                 ("async", 1024), ("tx", 100), ("tx", 1024)]
+
+
+def test_transactional_ratios_per_size_and_postbox_over_java() -> None:
+    def load(per_s: float) -> dict:
+        return {"send_per_s": per_s}
+    results = {"java": {"sync-100": load(1000), "tx-100": load(600), "async-100": load(900)},
+               "postbox": {"sync-100": load(500), "tx-100": load(250), "sync-1024": load(400),
+                           "tx-1024": load(100)}}
+    found = bench.transaction_ratios(results)
+    assert found == {"100": {"java": 0.6, "postbox": 0.5, "postbox_over_java": 0.5 / 0.6},
+                     "1024": {"postbox": 0.25}}
 
 
 def test_postbox_bench_broker_load_hands_arguments_to_the_benchmark() -> None:

@@ -1,6 +1,7 @@
 """``bench.broker_load_bench``'s short profile against both brokers: the official Java client's
-sync and async senders with a concurrent push consumer, the broker's CPU read over the measured
-window, and every message sent consumed by the end."""
+sync, async and transactional senders (``TransactionMQProducer``, each local transaction
+committing) with a concurrent push consumer, the broker's CPU read over the measured window,
+and every message sent (committed) consumed by the end."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bench import broker_load_bench as bench
 
 pytestmark = pytest.mark.peers  # `make test-peers` (CI runs it beside the other passes)
 
-LOADS = ("sync-100", "async-100")
+LOADS = ("sync-100", "async-100", "tx-100")
 
 
 def test_short_load_against_apache_and_postbox(rocketmq_install, tmp_path, capsys) -> None:
@@ -35,3 +36,5 @@ def test_short_load_against_apache_and_postbox(rocketmq_install, tmp_path, capsy
     bench.render(report)
     out = capsys.readouterr().out
     assert "postbox / java sync-100: send" in out and "CPU per message" in out
+    assert set(report["transactions"]["100"]) == {"java", "postbox", "postbox_over_java"}
+    assert "transactional ratio (tx / sync sends per second), 100 B: java" in out

@@ -11,18 +11,26 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
 
 /**
  * A broker under load (used by {@code bench/broker_load_bench.py}): many senders of the official
  * remoting producer and a concurrent push consumer, in this JVM, against one topic.
  *
  * <p>{@code mode} "sync": {@code threads} threads share one {@code DefaultMQProducer} and send
- * synchronously; "async": one thread keeps {@code in_flight} asynchronous sends outstanding. A
+ * synchronously; "async": one thread keeps {@code in_flight} asynchronous sends outstanding;
+ * "tx": {@code threads} threads share one {@code TransactionMQProducer} and send transactional
+ * messages whose local transaction commits at once (the half, then END_TRANSACTION, which the
+ * client sends one-way; a message counts once its commit was sent). A
  * fresh group's {@code DefaultMQPushConsumer} (default settings, from the first offset) consumes
  * all along. The senders run {@code warmup_ms} first (JIT, connections, the consumer's
  * rebalance), then a window of {@code window_ms} is measured: what was sent (SEND_OK) and what
@@ -50,8 +58,10 @@ final class Load {
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         consumer.start();
-        DefaultMQProducer producer = Clients.configure(
-            new DefaultMQProducer(group + "-producer"), request);
+        DefaultMQProducer producer = "tx".equals(request.getString("mode"))
+            ? committing(new TransactionMQProducer(group + "-producer"))
+            : new DefaultMQProducer(group + "-producer");
+        Clients.configure(producer, request);
         producer.setSendMsgTimeout(Clients.TIMEOUT_MS);
         producer.start();
         Senders senders = new Senders(producer, topic, request);
@@ -99,6 +109,22 @@ final class Load {
             producer.shutdown();
             consumer.shutdown();
         }
+    }
+
+    /** {@code producer} with a local transaction that commits every message at once. */
+    private static TransactionMQProducer committing(TransactionMQProducer producer) {
+        producer.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        return producer;
     }
 
     /** The sending threads of one mode, counting what was sent and what failed. */
@@ -149,9 +175,15 @@ final class Load {
         }
 
         private void sendSync() {
+            boolean transactional = producer instanceof TransactionMQProducer;
             while (!stopping) {
                 try {
-                    count(producer.send(new Message(topic, body)));
+                    Message message = new Message(topic, body);
+                    if (transactional) {
+                        countCommitted(producer.sendMessageInTransaction(message, null));
+                    } else {
+                        count(producer.send(message));
+                    }
                 } catch (Throwable error) {
                     fail(error);
                     pause();
@@ -186,6 +218,14 @@ final class Load {
                     inFlight.release();
                     fail(error);
                 }
+            }
+        }
+
+        private void countCommitted(TransactionSendResult result) {
+            if (result.getLocalTransactionState() == LocalTransactionState.COMMIT_MESSAGE) {
+                count(result);
+            } else {
+                fail(new IllegalStateException("transaction not committed: " + result));
             }
         }
 
