@@ -138,8 +138,10 @@ def frame_codecs(native: Any, body: bytes) -> dict[str, tuple[Callable[[], Any],
     SEND_MESSAGE header decoded (13 fields), and the send's answer encoded as a whole frame
     with ``body`` (``wire.py``'s reference against ``frame.rs``)."""
     from postbox.network.protocol import wire
+    from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC
 
-    fields = {"producerGroup": "orders", "topic": "order-events", "defaultTopic": "TBW102",
+    fields = {"producerGroup": "orders", "topic": "order-events",
+              "defaultTopic": AUTO_CREATE_TOPIC,
               "defaultTopicQueueNums": "4", "queueId": "3", "sysFlag": "0",
               "bornTimestamp": "1764540000000", "flag": "0",
               "properties": "UNIQ_KEY\x017F0000011A2B18B4AAC2123456780000\x02WAIT\x01true\x02",
