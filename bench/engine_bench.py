@@ -137,16 +137,13 @@ def frame_codecs(native: Any, body: bytes) -> dict[str, tuple[Callable[[], Any],
     """The remoting frame codec's rows, ``(reference call, native call)``: a Java client's
     SEND_MESSAGE header decoded (13 fields), and the send's answer encoded as a whole frame
     with ``body`` (``wire.py``'s reference against ``frame.rs``)."""
+    from bench.remoting_raw import send_fields
     from postbox.network.protocol import wire
-    from postbox.storage_engine.formats.topic_names import AUTO_CREATE_TOPIC
 
-    fields = {"producerGroup": "orders", "topic": "order-events",
-              "defaultTopic": AUTO_CREATE_TOPIC,
-              "defaultTopicQueueNums": "4", "queueId": "3", "sysFlag": "0",
-              "bornTimestamp": "1764540000000", "flag": "0",
-              "properties": "UNIQ_KEY\x017F0000011A2B18B4AAC2123456780000\x02WAIT\x01true\x02",
-              "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
-              "maxReconsumeTimes": "16"}
+    fields = wire.wire_fields(send_fields(
+        "order-events", 3, properties={"UNIQ_KEY": "7F0000011A2B18B4AAC2123456780000",
+                                       "WAIT": "true"},
+        group="orders", v2=False, batch=False, maxReconsumeTimes=16))
     send = wire.RemotingCommand(10, 7, 0, fields, body, None, "JAVA", 475)
     frame = wire.encode(send)
     header = memoryview(frame)[8:len(frame) - len(body)]
